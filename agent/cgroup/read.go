@@ -1,0 +1,104 @@
+// Package cgroup manages the node agent's cgroup v2 subtree: it finds the
+// mount, creates job cgroups, starts processes directly inside them, watches
+// their cgroup.events with one inotify instance, and kills them. It also reads
+// foreign cgroups (Slurm's, Flux's) without ever writing to them.
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Events is the content of a cgroup's cgroup.events.
+type Events struct {
+	Populated bool
+	Frozen    bool
+}
+
+// ReadKV reads a flat-keyed cgroup file ("key value" lines) such as
+// cgroup.events or cgroup.stat.
+func ReadKV(file string) (map[string]string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]string)
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m, nil
+}
+
+// ReadEvents reads path/cgroup.events.
+func ReadEvents(path string) (Events, error) {
+	m, err := ReadKV(filepath.Join(path, "cgroup.events"))
+	if err != nil {
+		return Events{}, fmt.Errorf("read cgroup events: %w", err)
+	}
+	p, ok := m["populated"]
+	if !ok {
+		return Events{}, fmt.Errorf("read cgroup events of %s: no populated line", path)
+	}
+	return Events{Populated: p == "1", Frozen: m["frozen"] == "1"}, nil
+}
+
+// Populated reports whether the cgroup at path or any descendant holds a
+// process. This, not an empty cgroup.procs, is the proof that a cgroup is
+// empty. A cgroup that does not exist is not populated.
+func Populated(path string) (bool, error) {
+	ev, err := ReadEvents(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return ev.Populated, err
+}
+
+// Procs lists the pids of the cgroup at path and all its descendants, sorted
+// and without duplicates. A cgroup that vanishes during the walk is skipped.
+func Procs(path string) ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && p != path {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		data, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for sc.Scan() {
+			if n, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil {
+				pids = append(pids, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list processes of cgroup %s: %w", path, err)
+	}
+	slices.Sort(pids)
+	return slices.Compact(pids), nil
+}

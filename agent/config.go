@@ -1,0 +1,228 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/config"
+)
+
+// AutoResume values.
+const (
+	AutoResumeNever     = "never"
+	AutoResumeWhenClean = "when-clean"
+)
+
+// Config is the node agent's configuration, read from
+// /etc/gracewatch/nodeagent.toml. The zero value is not useful: start from
+// DefaultConfig.
+type Config struct {
+	// NodeName is the node's name in the mesh and in reports; empty means the
+	// short host name.
+	NodeName string `toml:"node_name"`
+	// StateDir holds persisted jobs, the DOWN latch, reports and epilogue
+	// output.
+	StateDir string `toml:"state_dir"`
+	// Socket is the path of the local API's Unix socket.
+	Socket string `toml:"socket"`
+	// LogFormat is "text" or "json"; LogLevel is debug, info, warn or error.
+	LogFormat string `toml:"log_format"`
+	LogLevel  string `toml:"log_level"`
+
+	Cgroup      CgroupConfig      `toml:"cgroup"`
+	Teardown    TeardownConfig    `toml:"teardown"`
+	API         APIConfig         `toml:"api"`
+	Diagnostics DiagnosticsConfig `toml:"diagnostics"`
+}
+
+// CgroupConfig places the agent's cgroup subtree.
+type CgroupConfig struct {
+	// Root is the absolute path of the subtree the agent owns (for example
+	// /sys/fs/cgroup/gracewatch). Empty means the agent's own, delegated
+	// cgroup (systemd Delegate=yes); the agent then moves itself into a leaf
+	// named "agent" below it.
+	Root string `toml:"root"`
+	// Mount overrides detection of the cgroup v2 mount point.
+	Mount string `toml:"mount"`
+}
+
+// TeardownConfig sets the time model and escalation.
+type TeardownConfig struct {
+	// Grace is G, added to min(T_end, E) to get the deadline D.
+	Grace config.Duration `toml:"grace"`
+	// KillWait is the time between SIGTERM and SIGKILL.
+	KillWait config.Duration `toml:"kill_wait"`
+	// UnkillableAfter is the time after SIGKILL after which survivors are
+	// classified and reported.
+	UnkillableAfter config.Duration `toml:"unkillable_after"`
+	// AutoResume is "never" (an administrator resumes) or "when-clean" (the
+	// latch clears once every process of the violating teardown is gone).
+	AutoResume string `toml:"auto_resume"`
+	// SignalForeign allows signals to processes of job cgroups the agent only
+	// observes (Slurm's, Flux's). Off by default.
+	SignalForeign bool `toml:"signal_foreign"`
+	// MaxExpirationAge refuses registrations whose expiration lies further in
+	// the past than this.
+	MaxExpirationAge config.Duration `toml:"max_expiration_age"`
+}
+
+// APIConfig controls who may use the local socket.
+type APIConfig struct {
+	// AllowedUIDs and AllowedGIDs list peers (by SO_PEERCRED) allowed to use
+	// the socket; uid 0 is always allowed.
+	AllowedUIDs []int `toml:"allowed_uids"`
+	AllowedGIDs []int `toml:"allowed_gids"`
+	// SocketGroup, if set, is the group owner of the socket (mode 0660).
+	SocketGroup string `toml:"socket_group"`
+}
+
+// DiagnosticsConfig bounds the hung-process diagnostics.
+type DiagnosticsConfig struct {
+	// ProcRoot is the procfs mount (tests point it elsewhere).
+	ProcRoot string `toml:"proc_root"`
+	// ReadTimeout bounds each /proc read of a supervised process.
+	ReadTimeout config.Duration `toml:"read_timeout"`
+	// MaxBlockedReads bounds reads that did not return and are still
+	// outstanding; beyond it further reads are refused at once.
+	MaxBlockedReads int `toml:"max_blocked_reads"`
+	// SampleInterval is the time between the two thread samples of a snapshot.
+	SampleInterval config.Duration `toml:"sample_interval"`
+	// MaxReports is how many reports are kept under StateDir/reports.
+	MaxReports int `toml:"max_reports"`
+}
+
+// DefaultConfig returns the configuration used when a key is absent.
+func DefaultConfig() Config {
+	return Config{
+		StateDir:  "/var/lib/gracewatch",
+		Socket:    "/run/gracewatch/agent.sock",
+		LogFormat: "text",
+		LogLevel:  "info",
+		Teardown: TeardownConfig{
+			Grace:            config.Dur(120 * time.Second),
+			KillWait:         config.Dur(10 * time.Second),
+			UnkillableAfter:  config.Dur(30 * time.Second),
+			AutoResume:       AutoResumeNever,
+			MaxExpirationAge: config.Dur(24 * time.Hour),
+		},
+		API: APIConfig{AllowedUIDs: []int{0}},
+		Diagnostics: DiagnosticsConfig{
+			ProcRoot:        "/proc",
+			ReadTimeout:     config.Dur(2 * time.Second),
+			MaxBlockedReads: 16,
+			SampleInterval:  config.Dur(2 * time.Second),
+			MaxReports:      100,
+		},
+	}
+}
+
+// LoadConfig reads path over the defaults and validates the result. An empty
+// path gives the defaults.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	if path != "" {
+		if err := config.Load(path, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		if path == "" {
+			path = "defaults"
+		}
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate checks values that decode but make no sense, and fills NodeName.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("key %q: %s", key, fmt.Sprintf(format, a...)))
+	}
+	if c.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			bad("node_name", "empty and the host name is unknown: %v", err)
+		}
+		if i := indexByte(h, '.'); i > 0 {
+			h = h[:i]
+		}
+		c.NodeName = h
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		bad("state_dir", "must be an absolute path, got %q", c.StateDir)
+	}
+	if !filepath.IsAbs(c.Socket) {
+		bad("socket", "must be an absolute path, got %q", c.Socket)
+	}
+	if len(c.Socket) > 107 {
+		bad("socket", "path is %d bytes, longer than a Unix socket address allows (107)", len(c.Socket))
+	}
+	if c.Cgroup.Root != "" && !filepath.IsAbs(c.Cgroup.Root) {
+		bad("cgroup.root", "must be an absolute path, got %q", c.Cgroup.Root)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log_format", "must be \"text\" or \"json\", got %q", c.LogFormat)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	t := c.Teardown
+	if t.Grace.D() < 0 {
+		bad("teardown.grace", "must not be negative, got %v", t.Grace.D())
+	}
+	if t.KillWait.D() <= 0 {
+		bad("teardown.kill_wait", "must be positive, got %v", t.KillWait.D())
+	}
+	if t.UnkillableAfter.D() <= 0 {
+		bad("teardown.unkillable_after", "must be positive, got %v", t.UnkillableAfter.D())
+	}
+	if t.AutoResume != AutoResumeNever && t.AutoResume != AutoResumeWhenClean {
+		bad("teardown.auto_resume", "must be %q or %q, got %q", AutoResumeNever, AutoResumeWhenClean, t.AutoResume)
+	}
+	if t.MaxExpirationAge.D() <= 0 {
+		bad("teardown.max_expiration_age", "must be positive, got %v", t.MaxExpirationAge.D())
+	}
+	for _, u := range c.API.AllowedUIDs {
+		if u < 0 {
+			bad("api.allowed_uids", "negative uid %d", u)
+		}
+	}
+	for _, g := range c.API.AllowedGIDs {
+		if g < 0 {
+			bad("api.allowed_gids", "negative gid %d", g)
+		}
+	}
+	d := c.Diagnostics
+	if !filepath.IsAbs(d.ProcRoot) {
+		bad("diagnostics.proc_root", "must be an absolute path, got %q", d.ProcRoot)
+	}
+	if d.ReadTimeout.D() <= 0 {
+		bad("diagnostics.read_timeout", "must be positive, got %v", d.ReadTimeout.D())
+	}
+	if d.MaxBlockedReads < 1 {
+		bad("diagnostics.max_blocked_reads", "must be at least 1, got %d", d.MaxBlockedReads)
+	}
+	if d.SampleInterval.D() < 0 {
+		bad("diagnostics.sample_interval", "must not be negative, got %v", d.SampleInterval.D())
+	}
+	if d.MaxReports < 1 {
+		bad("diagnostics.max_reports", "must be at least 1, got %d", d.MaxReports)
+	}
+	return errors.Join(errs...)
+}
+
+func indexByte(s string, b byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return i
+		}
+	}
+	return -1
+}

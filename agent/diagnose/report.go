@@ -1,0 +1,157 @@
+// Package diagnose explains what is hung in a job's teardown: it snapshots
+// every process of the job's cgroups from /proc (with bounded, off-loop
+// reads), classifies each thread, and keeps reports on disk.
+package diagnose
+
+import "time"
+
+// Class is the verdict on a surviving thread or process (DESIGN.md 3.3).
+type Class string
+
+// Classes, from worst to most benign.
+const (
+	// Unkillable: state D with SIGKILL pending (SigPnd or ShdPnd bit 9).
+	Unkillable Class = "unkillable"
+	// ExitHang: state D with PF_EXITING, stack in do_exit/exit_mmap/__fput.
+	ExitHang Class = "exit-hang"
+	// KillableD: state D without SIGKILL pending.
+	KillableD Class = "killable-d"
+	// Missed: main thread a zombie with live threads, or S/R without SIGKILL
+	// pending: needs kill(2).
+	Missed Class = "missed"
+	// Dying: S/R with SIGKILL pending: on its way out.
+	Dying Class = "dying"
+	// Zombie: Z, needs reaping, harmless to emptiness.
+	Zombie Class = "zombie"
+)
+
+// Stages of a report.
+const (
+	StageBeforeSignal    = "before-signal"    // at the deadline, before SIGTERM
+	StageAfterEscalation = "after-escalation" // unkillable_after past SIGKILL
+	StageOnDemand        = "on-demand"        // nodeagent diagnose
+)
+
+// Outcomes of a violating teardown.
+const (
+	OutcomePending    = "pending"    // escalation still in progress
+	OutcomeTerminated = "terminated" // gone after SIGTERM
+	OutcomeKilled     = "killed"     // needed SIGKILL, then gone
+	OutcomeHung       = "hung"       // survived unkillable_after
+)
+
+// Timeline is the job's teardown clock.
+type Timeline struct {
+	TeardownStart time.Time  `json:"teardown_start"`
+	Deadline      time.Time  `json:"deadline"`
+	Term          *time.Time `json:"term,omitempty"`
+	Kill          *time.Time `json:"kill,omitempty"`
+	Released      *time.Time `json:"released,omitempty"`
+}
+
+// Signals decodes a signal mask ("0000000000000100" → ["SIGKILL"]).
+type Signals struct {
+	Mask  string   `json:"mask"`
+	Names []string `json:"names,omitempty"`
+}
+
+// Thread is one task of a process, sampled twice.
+type Thread struct {
+	TID     int    `json:"tid"`
+	Comm    string `json:"comm"`
+	State   string `json:"state"` // one letter: R S D Z T t X I
+	Flags   uint64 `json:"flags"`
+	Exiting bool   `json:"exiting"` // PF_EXITING
+	Utime   uint64 `json:"utime_ticks"`
+	Stime   uint64 `json:"stime_ticks"`
+	// VoluntaryCtxt and NonvoluntaryCtxt are from the second sample;
+	// Scheduled reports whether either changed between the samples.
+	VoluntaryCtxt    uint64   `json:"voluntary_ctxt_switches"`
+	NonvoluntaryCtxt uint64   `json:"nonvoluntary_ctxt_switches"`
+	Scheduled        bool     `json:"scheduled"`
+	Wchan            string   `json:"wchan"`
+	Stack            []string `json:"stack,omitempty"`
+	Syscall          string   `json:"syscall,omitempty"`
+	SigPnd           Signals  `json:"sigpnd"`
+	ShdPnd           Signals  `json:"shdpnd"`
+	SigBlk           Signals  `json:"sigblk"`
+	KillPending      bool     `json:"kill_pending"`
+	Class            Class    `json:"class"`
+	Errors           []string `json:"errors,omitempty"` // e.g. "stack unreadable: blocked"
+}
+
+// File is an open file, the cwd or the root of a process, named by readlink
+// only and matched to its mount.
+type File struct {
+	FD         string `json:"fd"` // "3", "cwd", "root"
+	Target     string `json:"target"`
+	FSType     string `json:"fstype,omitempty"`
+	Mountpoint string `json:"mountpoint,omitempty"`
+	Source     string `json:"source,omitempty"`
+	// Device is the mount's major:minor (for fuse, the minor is the
+	// connection number under /sys/fs/fuse/connections).
+	Device string `json:"device,omitempty"`
+}
+
+// Process is one process of the job's cgroups.
+type Process struct {
+	PID        int       `json:"pid"`
+	PPID       int       `json:"ppid"`
+	Comm       string    `json:"comm"`
+	Exe        string    `json:"exe,omitempty"`
+	Cmdline    []string  `json:"cmdline,omitempty"`
+	UID        int       `json:"uid"`
+	StartTime  time.Time `json:"start_time"`
+	Cgroup     string    `json:"cgroup"`
+	NumThreads int       `json:"num_threads"`
+	Threads    []Thread  `json:"threads"`
+	Files      []File    `json:"files,omitempty"`
+	// State, Wchan and Class summarise the worst thread.
+	State string `json:"state"`
+	Wchan string `json:"wchan"`
+	Class Class  `json:"class"`
+	// SecondsInD is how long the worst thread has been seen in D by this
+	// agent (0 when unknown).
+	SecondsInD float64  `json:"seconds_in_d,omitempty"`
+	Errors     []string `json:"errors,omitempty"` // "cmdline unreadable: blocked"
+}
+
+// CgroupInfo is a cgroup's own view of itself.
+type CgroupInfo struct {
+	Path   string            `json:"path"`
+	Owned  bool              `json:"owned"` // false: observed read-only
+	Events map[string]string `json:"events,omitempty"`
+	Stat   map[string]string `json:"stat,omitempty"`
+}
+
+// NodeContext is what the kernel says about the whole node.
+type NodeContext struct {
+	// HungTaskDelta is the change of /proc/sys/kernel/hung_task_detect_count
+	// since the agent started (-1 when the kernel lacks the file).
+	HungTaskDelta int64    `json:"hung_task_delta"`
+	KernelLines   []string `json:"kernel_lines,omitempty"` // "blocked for more than N seconds"
+	LoadAvg       string   `json:"loadavg"`
+}
+
+// Report is one diagnosis of one job's teardown. It is saved as JSON under
+// the state dir and sent to the aggregators.
+type Report struct {
+	Version     int          `json:"version"`
+	Node        string       `json:"node"`
+	Job         string       `json:"job"`
+	Stage       string       `json:"stage"`
+	Taken       time.Time    `json:"taken"`
+	Grace       string       `json:"grace"`
+	Timeline    Timeline     `json:"timeline"`
+	Cgroups     []CgroupInfo `json:"cgroups"`
+	Processes   []Process    `json:"processes"`
+	NodeContext NodeContext  `json:"node_context"`
+	Outcome     string       `json:"outcome"`
+	Suggestions []string     `json:"suggestions,omitempty"`
+	// Summary is the one-line reason ("job 1234 teardown exceeded grace
+	// 120s: 1 unkillable (pid 5814 cat, D in request_wait_answer, fuse
+	// /scratch)").
+	Summary string `json:"summary"`
+	// Errors lists what could not be read at all.
+	Errors []string `json:"errors,omitempty"`
+}

@@ -1,0 +1,175 @@
+// Package config decodes gracewatch's TOML files strictly: an unknown key, a
+// value of the wrong type or a syntax error is an error that names the file,
+// the line and the key, so a typo never silently falls back to a default.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// Error is a problem at one place of a configuration file.
+type Error struct {
+	File string
+	Line int    // 1-based; 0 when unknown
+	Key  string // dotted key; empty when the problem is not about one key
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Key != "" {
+		fmt.Fprintf(&b, "key %q: ", e.Key)
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads the file at path into v (a pointer to a struct holding the
+// defaults). See Decode.
+func Load(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	return Decode(path, data, v)
+}
+
+// Decode decodes data, which came from the file named name, into v. Keys of v
+// absent from data keep their values. Unknown keys are errors; all of them are
+// reported, one per line of the returned error.
+func Decode(name string, data []byte, v any) error {
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	// Needed for Duration.UnmarshalTOML: without it an integer decodes into
+	// the duration as nanoseconds.
+	dec.EnableUnmarshalerInterface()
+	err := dec.Decode(v)
+	if err == nil {
+		return nil
+	}
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		errs := make([]error, 0, len(strict.Errors))
+		for i := range strict.Errors {
+			de := &strict.Errors[i]
+			line, _ := de.Position()
+			errs = append(errs, &Error{File: name, Line: line, Key: strings.Join(de.Key(), "."), Msg: "unknown key"})
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, _ := de.Position()
+		return &Error{File: name, Line: line, Key: strings.Join(de.Key(), "."), Msg: de.Error()}
+	}
+	var ve *valueError
+	if errors.As(err, &ve) {
+		line, key := locate(data, ve.raw)
+		return &Error{File: name, Line: line, Key: key, Msg: ve.msg}
+	}
+	return &Error{File: name, Msg: err.Error()}
+}
+
+// valueError is returned by custom value decoders, which the TOML library
+// does not tell where their value stands; Decode finds it again.
+type valueError struct{ raw, msg string }
+
+func (e *valueError) Error() string { return e.msg }
+
+// locate finds the first "key = raw" line and returns its number and dotted
+// key (with the enclosing [table] header).
+func locate(data []byte, raw string) (int, string) {
+	table := ""
+	for i, line := range strings.Split(string(data), "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "[") && !strings.HasPrefix(t, "[[") {
+			table = strings.Trim(t, "[] ")
+			continue
+		}
+		k, v, ok := strings.Cut(t, "=")
+		if ok && strings.HasPrefix(strings.TrimSpace(v), raw) {
+			key := strings.TrimSpace(k)
+			if table != "" {
+				key = table + "." + key
+			}
+			return i + 1, key
+		}
+	}
+	return 0, ""
+}
+
+// Duration is a time.Duration written in TOML as a Go duration string
+// ("90s", "2m30s") or as an integer number of seconds (90).
+type Duration struct{ d time.Duration }
+
+// Dur returns a Duration holding v.
+func Dur(v time.Duration) Duration { return Duration{v} }
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return d.d }
+
+// UnmarshalText parses "90s"-style strings and plain seconds.
+func (d *Duration) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return errors.New("empty duration")
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n > int64(1<<63-1)/int64(time.Second) || n < -int64(1<<63-1)/int64(time.Second) {
+			return fmt.Errorf("duration %q out of range", s)
+		}
+		d.d = time.Duration(n) * time.Second
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (want e.g. \"90s\", \"2m\" or seconds)", s)
+	}
+	d.d = v
+	return nil
+}
+
+// MarshalText writes the duration in Go syntax.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.d.String()), nil }
+
+// UnmarshalTOML decodes a raw TOML value: a string goes through UnmarshalText,
+// an integer counts seconds.
+func (d *Duration) UnmarshalTOML(data []byte) error {
+	raw := strings.TrimSpace(string(data))
+	if err := d.unmarshalRaw(raw); err != nil {
+		return &valueError{raw: raw, msg: err.Error()}
+	}
+	return nil
+}
+
+func (d *Duration) unmarshalRaw(raw string) error {
+	switch {
+	case strings.HasPrefix(raw, "'") && strings.HasSuffix(raw, "'") && len(raw) >= 2:
+		return d.UnmarshalText([]byte(raw[1 : len(raw)-1]))
+	case strings.HasPrefix(raw, `"`):
+		s, err := strconv.Unquote(raw)
+		if err != nil {
+			return fmt.Errorf("invalid duration %s", raw)
+		}
+		return d.UnmarshalText([]byte(s))
+	default:
+		n, err := strconv.ParseInt(strings.ReplaceAll(raw, "_", ""), 10, 64)
+		if err != nil {
+			return fmt.Errorf("invalid duration %s (want a string such as \"90s\" or whole seconds)", raw)
+		}
+		return d.UnmarshalText([]byte(strconv.FormatInt(n, 10)))
+	}
+}

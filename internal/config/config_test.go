@@ -1,0 +1,72 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+type sample struct {
+	Name     string `toml:"name"`
+	Teardown struct {
+		Grace Duration `toml:"grace"`
+	} `toml:"teardown"`
+	UIDs []int `toml:"uids"`
+}
+
+func TestDecode(t *testing.T) {
+	cases := []struct {
+		name    string
+		in      string
+		want    time.Duration
+		wantErr []string
+	}{
+		{name: "string duration", in: "name = \"a\"\n[teardown]\ngrace = \"2m\"\n", want: 2 * time.Minute},
+		{name: "string seconds", in: "[teardown]\ngrace = \"90\"\n", want: 90 * time.Second},
+		{name: "integer seconds", in: "[teardown]\ngrace = 90\n", want: 90 * time.Second},
+		{name: "float refused", in: "[teardown]\ngrace = 1.5\n", wantErr: []string{"invalid duration"}},
+		{name: "defaults kept", in: "name = \"x\"\n", want: time.Second},
+		{name: "unknown key", in: "name = \"a\"\n\n[teardown]\ngrase = \"2m\"\n", wantErr: []string{"f.toml:4:", `key "teardown.grase"`, "unknown key"}},
+		{name: "two unknown keys", in: "nam = 1\n[tear]\nx = 2\n", wantErr: []string{"f.toml:1:", `"nam"`, "f.toml:2:", `"tear"`}},
+		{name: "bad duration", in: "[teardown]\ngrace = \"soon\"\n", wantErr: []string{"f.toml:2", "invalid duration"}},
+		{name: "wrong type", in: "name = 3\n", wantErr: []string{"f.toml:1", "name"}},
+		{name: "syntax", in: "name = \n", wantErr: []string{"f.toml:1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var s sample
+			s.Teardown.Grace = Dur(time.Second)
+			err := Decode("f.toml", []byte(tc.in), &s)
+			if len(tc.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("no error, want %q", tc.wantErr)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q lacks %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Teardown.Grace.D() != tc.want {
+				t.Fatalf("grace = %v, want %v", s.Teardown.Grace.D(), tc.want)
+			}
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte("name = \"a\"\n[teardown]\ngrace = \"2m\"\nuids = [0, 1]\n"))
+	f.Add([]byte("[teardown]\ngrace = 90\n"))
+	f.Add([]byte("x = 1"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var s sample
+		err := Decode("fuzz.toml", data, &s)
+		if err != nil && !strings.HasPrefix(err.Error(), "fuzz.toml") {
+			t.Fatalf("error does not name the file: %v", err)
+		}
+	})
+}
