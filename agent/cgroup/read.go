@@ -24,7 +24,7 @@ type Events struct {
 }
 
 // ReadKV reads a flat-keyed cgroup file ("key value" lines) such as
-// cgroup.events or cgroup.stat.
+// cgroup.events or cgroup.stat. It only reads and is safe for concurrent use.
 func ReadKV(file string) (map[string]string, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -40,11 +40,12 @@ func ReadKV(file string) (map[string]string, error) {
 	return m, nil
 }
 
-// ReadEvents reads path/cgroup.events.
+// ReadEvents reads path/cgroup.events. It only reads and is safe for
+// concurrent use (typically from a Watch callback).
 func ReadEvents(path string) (Events, error) {
 	m, err := ReadKV(filepath.Join(path, "cgroup.events"))
 	if err != nil {
-		return Events{}, fmt.Errorf("read cgroup events: %w", err)
+		return Events{}, fmt.Errorf("read cgroup events of %s: %w", path, err)
 	}
 	p, ok := m["populated"]
 	if !ok {
@@ -55,7 +56,8 @@ func ReadEvents(path string) (Events, error) {
 
 // Populated reports whether the cgroup at path or any descendant holds a
 // process. This, not an empty cgroup.procs, is the proof that a cgroup is
-// empty. A cgroup that does not exist is not populated.
+// empty. A cgroup that does not exist is not populated. It only reads and is
+// safe for concurrent use.
 func Populated(path string) (bool, error) {
 	ev, err := ReadEvents(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -66,6 +68,9 @@ func Populated(path string) (bool, error) {
 
 // Procs lists the pids of the cgroup at path and all its descendants, sorted
 // and without duplicates. A cgroup that vanishes during the walk is skipped.
+// The list is a snapshot: processes fork and exit meanwhile, and an empty
+// list does not prove an empty cgroup (see Populated). It only reads and is
+// safe for concurrent use.
 func Procs(path string) ([]int, error) {
 	var pids []int
 	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {

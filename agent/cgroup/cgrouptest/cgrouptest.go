@@ -1,0 +1,189 @@
+// Package cgrouptest gives tests a throw-away cgroup v2 subtree on the real
+// kernel, cleaned up (processes killed, cgroups removed) when the test ends.
+package cgrouptest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gracewatch/gracewatch/agent/cgroup"
+	"github.com/gracewatch/gracewatch/internal/testutil"
+)
+
+// CleanupTimeout bounds how long the cleanup of TempRoot waits for the
+// killed processes to leave the cgroup.
+const CleanupTimeout = 5 * time.Second
+
+// TempRoot creates <cgroup2 mount>/gwtest-<random> and returns its absolute
+// path. A t.Cleanup kills every process still in that subtree (only the pids
+// listed in its cgroup.procs files, through pidfds, plus cgroup.kill), waits
+// up to CleanupTimeout for "populated 0" (on inotify, not by polling), and
+// removes the cgroups deepest first; a failure there fails the test. Without
+// root or cgroup v2 the test is skipped, or failed when CI=true. Call it from
+// the test goroutine.
+func TempRoot(t testing.TB) string {
+	t.Helper()
+	testutil.RequireRoot(t)
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		testutil.Require(t, false, fmt.Sprintf("no /proc/self/mountinfo: %v", err))
+	}
+	mount, err := cgroup.FindMount(f)
+	f.Close()
+	if err != nil {
+		testutil.Require(t, false, fmt.Sprintf("no cgroup v2: %v", err))
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(mount, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		testutil.Require(t, false, fmt.Sprintf("%s is not a cgroup2 file system (statfs: %v)", mount, err))
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	dir := filepath.Join(mount, "gwtest-"+hex.EncodeToString(b[:]))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		testutil.Require(t, false, fmt.Sprintf("cannot create a cgroup: %v", err))
+	}
+	t.Cleanup(func() {
+		if err := destroy(dir); err != nil {
+			t.Errorf("clean up test cgroup: %v", err)
+		}
+	})
+	return dir
+}
+
+// destroy kills the processes of dir's subtree, waits for it to empty, and
+// removes it.
+func destroy(dir string) error {
+	var errs []error
+	// Watch before killing, so the change to "populated 0" is not missed.
+	wait, err := watchEmpty(dir)
+	if err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, "cgroup.kill"), "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("write %s/cgroup.kill: %w", dir, err))
+	}
+	pids, err := cgroup.Procs(dir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, pid := range pids {
+		// cgroup.kill misses processes whose main thread has exited:
+		// kill each listed pid through a pidfd too.
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone
+		}
+		if inSubtree(pid, dir) {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		unix.Close(fd)
+	}
+	if err := wait(CleanupTimeout); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeTree(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// watchEmpty adds an inotify watch on dir/cgroup.events and returns a
+// function that blocks until dir is not populated, or the timeout.
+func watchEmpty(dir string) (func(time.Duration) error, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("inotify_init1: %w", err)
+	}
+	events := filepath.Join(dir, "cgroup.events")
+	if _, err := unix.InotifyAddWatch(fd, events, unix.IN_MODIFY); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.ENOENT) {
+			return func(time.Duration) error { return nil }, nil
+		}
+		return nil, fmt.Errorf("watch %s: %w", events, err)
+	}
+	return func(timeout time.Duration) error {
+		defer unix.Close(fd)
+		deadline := time.Now().Add(timeout)
+		buf := make([]byte, 4096)
+		for {
+			populated, err := cgroup.Populated(dir)
+			if err != nil {
+				return err
+			}
+			if !populated {
+				return nil
+			}
+			left := time.Until(deadline)
+			if left <= 0 {
+				pids, _ := cgroup.Procs(dir)
+				return fmt.Errorf("cgroup %s still populated %v after kill (pids %v)", dir, timeout, pids)
+			}
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if _, err := unix.Poll(pfd, int(left.Milliseconds())+1); err != nil && !errors.Is(err, unix.EINTR) {
+				return fmt.Errorf("poll inotify: %w", err)
+			}
+			if pfd[0].Revents&unix.POLLIN != 0 {
+				_, _ = unix.Read(fd, buf)
+			}
+		}
+	}, nil
+}
+
+// inSubtree reports whether /proc/<pid>/cgroup places pid in dir's subtree.
+func inSubtree(pid int, dir string) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	own, err := cgroup.OwnCgroup(strings.NewReader(string(data)))
+	if err != nil {
+		return false
+	}
+	rel := strings.TrimPrefix(dir, filepath.Dir(dir))
+	// dir is <mount>/gwtest-x: its 0:: path is /gwtest-x.
+	return own == rel || strings.HasPrefix(own, rel+"/")
+}
+
+// removeTree removes dir and its descendants, deepest first.
+func removeTree(dir string) error {
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	for _, d := range dirs {
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove cgroup %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+func writeFile(file, s string) error {
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteString(s)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return werr
+}
