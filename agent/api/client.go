@@ -1,0 +1,286 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+)
+
+// Socket path defaults.
+const (
+	// DefaultSocketPath is where the agent listens unless configured
+	// otherwise.
+	DefaultSocketPath = "/run/gracewatch/agent.sock"
+	// SocketEnv names the environment variable that overrides the socket
+	// path of clients.
+	SocketEnv = "GRACEWATCH_SOCKET"
+)
+
+// DefaultSocket returns $GRACEWATCH_SOCKET, else DefaultSocketPath.
+func DefaultSocket() string {
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
+	}
+	return DefaultSocketPath
+}
+
+// maxFrameLine bounds one line of an epilog stream (the server sends at
+// most 32 KiB of data per frame, about 44 KiB of base64).
+const maxFrameLine = 1 << 20
+
+// ErrStreamBroken means the connection to the agent ended in the middle of
+// an epilog stream, before its exit frame. The agent keeps supervising the
+// epilogue.
+var ErrStreamBroken = errors.New("connection to the agent broke during the epilog")
+
+// ServerError is an error response of the agent. Status is the HTTP status
+// (200 for an "error" frame of an epilog stream that had already started).
+type ServerError struct {
+	Status int
+	Body   ErrorBody
+}
+
+// Error returns the agent's message.
+func (e *ServerError) Error() string {
+	if e.Body.Error != "" {
+		return e.Body.Error
+	}
+	return fmt.Sprintf("agent answered %d %s", e.Status, http.StatusText(e.Status))
+}
+
+// Client talks to the agent over its Unix socket. It is safe for concurrent
+// use. Every call blocks until the answer arrives or ctx ends; there is no
+// other timeout.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client of the agent listening at socket. It connects
+// lazily, on the first call.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		DisableCompression: true,
+		MaxIdleConns:       2,
+		IdleConnTimeout:    30 * time.Second,
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// Socket returns the socket path the client connects to.
+func (c *Client) Socket() string { return c.socket }
+
+// Close closes idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// StartJob registers a job (POST /v1/jobs).
+func (c *Client) StartJob(ctx context.Context, req JobStartRequest) (Job, error) {
+	var job Job
+	err := c.call(ctx, http.MethodPost, "/v1/jobs", req, &job)
+	return job, err
+}
+
+// EndJob records that a job's tasks ended (POST /v1/jobs/{id}/end).
+func (c *Client) EndJob(ctx context.Context, id string) (Job, error) {
+	var job Job
+	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/end", nil, &job)
+	return job, err
+}
+
+// Status returns the node's state (GET /v1/status).
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := c.call(ctx, http.MethodGet, "/v1/status", nil, &st)
+	return st, err
+}
+
+// Diagnose returns the reports of every job (job == "") or of one job
+// (GET /v1/diagnose).
+func (c *Client) Diagnose(ctx context.Context, job string) ([]*diagnose.Report, error) {
+	path := "/v1/diagnose"
+	if job != "" {
+		path += "?" + url.Values{"job": {job}}.Encode()
+	}
+	var reports []*diagnose.Report
+	err := c.call(ctx, http.MethodGet, path, nil, &reports)
+	return reports, err
+}
+
+// Resume clears the node's DOWN latch (POST /v1/resume).
+func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Status, error) {
+	var st Status
+	err := c.call(ctx, http.MethodPost, "/v1/resume", req, &st)
+	return st, err
+}
+
+// Epilog runs an epilogue under the agent's supervision (POST
+// /v1/jobs/{id}/epilog) and copies its output to stdout and stderr as it
+// arrives. It returns the epilogue's exit status. A writer that fails is
+// not written to again, but the stream is still read to its end for the
+// status.
+//
+// If ctx ends first, Epilog returns ctx's error; an error matching
+// ErrStreamBroken means the connection ended mid-stream. In both cases the
+// agent keeps supervising the epilogue.
+func (c *Client) Epilog(ctx context.Context, id string, req EpilogRequest, stdout, stderr io.Writer) (status int, err error) {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/epilog", req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, readServerError(resp)
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/x-ndjson" {
+		return 0, fmt.Errorf("agent at %s: epilog answered with content type %q, not application/x-ndjson", c.socket, mt)
+	}
+	status, err = readFrames(resp.Body, stdout, stderr)
+	if err != nil && ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return status, err
+}
+
+// readFrames decodes an epilog stream: newline-delimited JSON frames, data
+// frames first, then one "exit" or "error" frame. Frames of unknown streams
+// are skipped, for newer servers.
+func readFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	out := []io.Writer{stdout, stderr}
+	for n := 1; ; n++ {
+		line = line[:0]
+		for {
+			chunk, err := br.ReadSlice('\n')
+			line = append(line, chunk...)
+			if len(line) > maxFrameLine {
+				return 0, fmt.Errorf("frame %d is longer than %d bytes", n, maxFrameLine)
+			}
+			if err == nil {
+				break
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				if len(line) > 0 {
+					return 0, fmt.Errorf("%w: stream ended inside frame %d", ErrStreamBroken, n)
+				}
+				return 0, fmt.Errorf("%w: stream ended before the exit status", ErrStreamBroken)
+			}
+			return 0, fmt.Errorf("%w: %v", ErrStreamBroken, err)
+		}
+		trimmed := bytes.TrimSpace(line)
+		if len(trimmed) == 0 {
+			continue
+		}
+		var f Frame
+		if err := json.Unmarshal(trimmed, &f); err != nil {
+			return 0, fmt.Errorf("frame %d from the agent: %w", n, describeJSONError("frame", err))
+		}
+		switch f.Stream {
+		case "stdout", "stderr":
+			i := 0
+			if f.Stream == "stderr" {
+				i = 1
+			}
+			if out[i] != nil && len(f.Data) > 0 {
+				if _, err := out[i].Write(f.Data); err != nil {
+					out[i] = nil
+				}
+			}
+		case "exit":
+			if f.Status == nil {
+				return 0, fmt.Errorf("frame %d from the agent: exit frame without a status", n)
+			}
+			if *f.Status < 0 || *f.Status > 255 {
+				return 0, fmt.Errorf("frame %d from the agent: exit status %d out of range 0-255", n, *f.Status)
+			}
+			return *f.Status, nil
+		case "error":
+			msg := f.Error
+			if msg == "" {
+				msg = "epilog failed (no message)"
+			}
+			return 0, &ServerError{Status: http.StatusOK, Body: ErrorBody{Error: msg}}
+		}
+	}
+}
+
+// call sends body (if not nil) as JSON and decodes a 2xx answer into out.
+func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.do(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return readServerError(resp)
+	}
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 64<<20))
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("agent at %s: decode answer of %s %s: %w", c.socket, method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://nodeagent"+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/x-ndjson")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("agent at %s: %w", c.socket, err)
+	}
+	return resp, nil
+}
+
+// readServerError reads an error response into a *ServerError.
+func readServerError(resp *http.Response) error {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes))
+	se := &ServerError{Status: resp.StatusCode}
+	if err := json.Unmarshal(data, &se.Body); err != nil || se.Body.Error == "" {
+		se.Body = ErrorBody{Error: strings.TrimSpace(string(data))}
+		if se.Body.Error == "" {
+			se.Body.Error = fmt.Sprintf("agent answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+		}
+	}
+	return se
+}

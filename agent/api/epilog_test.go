@@ -1,0 +1,207 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestEpilogStream streams stdout and stderr chunks through the real server
+// and client, in order, then the exit status.
+func TestEpilogStream(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 10<<10) // 160 KiB: several frames
+	svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+		for _, step := range []struct {
+			stderr bool
+			data   []byte
+		}{{false, []byte("out 1\n")}, {true, []byte("err 1\n")}, {false, []byte("out 2\n")}, {false, big}, {true, []byte("err 2\n")}} {
+			write := out.Stdout
+			if step.stderr {
+				write = out.Stderr
+			}
+			if err := write(step.data); err != nil {
+				t.Errorf("sink: %v", err)
+			}
+		}
+		return 3, nil
+	}}
+	ts := startServer(t, svc, ServerOptions{}, "")
+	var stdout, stderr bytes.Buffer
+	req := EpilogRequest{Argv: []string{"/etc/slurm/epilog", "-v"}, Env: []string{"SLURM_JOB_ID=42"}, Dir: "/"}
+	status, err := ts.client.Epilog(context.Background(), "42", req, &stdout, &stderr)
+	if err != nil || status != 3 {
+		t.Fatalf("Epilog = %d, %v; want 3, nil", status, err)
+	}
+	wantOut := append([]byte("out 1\nout 2\n"), big...)
+	if !bytes.Equal(stdout.Bytes(), wantOut) {
+		t.Errorf("stdout: got %d bytes, want %d", stdout.Len(), len(wantOut))
+	}
+	if stderr.String() != "err 1\nerr 2\n" {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+	if calls := svc.Calls(); len(calls) != 1 || calls[0].Arg.(EpilogRequest).Argv[1] != "-v" {
+		t.Errorf("calls = %+v", calls)
+	}
+}
+
+// notifyWriter calls fn at its first write.
+type notifyWriter struct {
+	once sync.Once
+	fn   func()
+}
+
+func (w *notifyWriter) Write(p []byte) (int, error) {
+	w.once.Do(w.fn)
+	return len(p), nil
+}
+
+// TestEpilogClientGone: a client that leaves mid-stream ends the Service's
+// context; later writes to the sink fail instead of panicking.
+func TestEpilogClientGone(t *testing.T) {
+	ended := make(chan error, 1)
+	svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+		if err := out.Stdout([]byte("working\n")); err != nil {
+			t.Errorf("first write: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			ended <- errors.New("context did not end after the client left")
+			return 0, nil
+		}
+		// A supervisor may still have output buffered: writing must fail,
+		// not panic.
+		ended <- out.Stdout([]byte("late\n"))
+		return 0, ctx.Err()
+	}}
+	ts := startServer(t, svc, ServerOptions{}, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := ts.client.Epilog(ctx, "42", EpilogRequest{Argv: []string{"sleep", "100"}}, &notifyWriter{fn: cancel}, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Epilog error = %v; want context.Canceled", err)
+	}
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Errorf("write after the client left succeeded")
+		} else if strings.Contains(err.Error(), "did not end") {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("service did not return")
+	}
+}
+
+// TestEpilogErrors: an error before any output is an ordinary error
+// response; an error after output arrives as an "error" frame.
+func TestEpilogErrors(t *testing.T) {
+	t.Run("before output", func(t *testing.T) {
+		svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+			return 0, &InputError{Field: "argv", Msg: `"nosuch": executable file not found in $PATH`}
+		}}
+		ts := startServer(t, svc, ServerOptions{}, "")
+		_, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"nosuch"}}, nil, nil)
+		var se *ServerError
+		if !errors.As(err, &se) || se.Status != 400 || se.Body.Field != "argv" || !strings.Contains(se.Error(), "not found") {
+			t.Fatalf("error = %#v; want a 400 ServerError for argv", err)
+		}
+	})
+	t.Run("after output", func(t *testing.T) {
+		svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+			_ = out.Stderr([]byte("starting\n"))
+			return 0, errors.New("wait: state lost")
+		}}
+		ts := startServer(t, svc, ServerOptions{}, "")
+		var stderr bytes.Buffer
+		_, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"x"}}, nil, &stderr)
+		var se *ServerError
+		if !errors.As(err, &se) || se.Status != http.StatusOK || se.Error() != "wait: state lost" {
+			t.Fatalf("error = %#v; want the error frame's message", err)
+		}
+		if stderr.String() != "starting\n" {
+			t.Errorf("stderr = %q", stderr.String())
+		}
+	})
+	t.Run("aborted connection", func(t *testing.T) {
+		svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+			_ = out.Stdout([]byte("partial\n"))
+			panic(http.ErrAbortHandler) // net/http drops the connection
+		}}
+		ts := startServer(t, svc, ServerOptions{}, "")
+		_, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"x"}}, nil, nil)
+		if !errors.Is(err, ErrStreamBroken) {
+			t.Fatalf("error = %v; want ErrStreamBroken", err)
+		}
+	})
+}
+
+// TestEpilogShutdown: Shutdown ends running streams with an error frame
+// saying that the agent keeps supervising, and returns promptly.
+func TestEpilogShutdown(t *testing.T) {
+	started := make(chan struct{})
+	svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+		_ = out.Stdout([]byte("running\n"))
+		close(started)
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}}
+	ts := startServer(t, svc, ServerOptions{}, "")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"x"}}, nil, nil)
+		errc <- err
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ts.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	err := <-errc
+	if err == nil || !strings.Contains(err.Error(), "keeps supervising the epilog of job 42") {
+		t.Fatalf("Epilog error = %v; want the shutdown frame", err)
+	}
+}
+
+func TestReadFrames(t *testing.T) {
+	tests := []struct {
+		name       string
+		in         string
+		wantStatus int
+		wantOut    string
+		wantErr    string
+	}{
+		{"exit", `{"stream":"stdout","data":"aGk="}` + "\n" + `{"stream":"exit","status":7}` + "\n", 7, "hi", ""},
+		{"blank lines and unknown streams skipped", "\n" + `{"stream":"progress"}` + "\n" + `{"stream":"exit","status":0}` + "\n", 0, "", ""},
+		{"error frame", `{"stream":"error","error":"boom"}` + "\n", 0, "", "boom"},
+		{"eof before exit", `{"stream":"stdout","data":"aGk="}` + "\n", 0, "hi", "stream ended before the exit status"},
+		{"eof inside frame", `{"stream":"exit","sta`, 0, "", "stream ended inside frame 1"},
+		{"exit without status", `{"stream":"exit"}` + "\n", 0, "", "without a status"},
+		{"status out of range", `{"stream":"exit","status":300}` + "\n", 0, "", "out of range"},
+		{"bad json", "{x}\n", 0, "", "frame 1 from the agent: frame: invalid JSON at offset 2"},
+		{"bad base64", `{"stream":"stdout","data":"!!"}` + "\n", 0, "", "frame 1"},
+		{"too long", `{"stream":"stdout","data":"` + strings.Repeat("A", maxFrameLine) + `"}` + "\n", 0, "", "longer than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			status, err := readFrames(strings.NewReader(tt.in), &out, &out)
+			if tt.wantErr == "" {
+				if err != nil || status != tt.wantStatus {
+					t.Fatalf("readFrames = %d, %v; want %d", status, err, tt.wantStatus)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("readFrames error = %v; want %q", err, tt.wantErr)
+			}
+			if out.String() != tt.wantOut {
+				t.Errorf("output %q; want %q", out.String(), tt.wantOut)
+			}
+		})
+	}
+}

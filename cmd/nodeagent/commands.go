@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent"
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/internal/version"
+)
+
+func runServe(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	cfgPath := f.String("config", "", "configuration `file` (default "+defaultConfigPath+" if it exists)")
+	socket := f.String("socket", "", "`path` of the API socket (overrides socket)")
+	stateDir := f.String("state-dir", "", "state `directory` (overrides state_dir)")
+	cgroupRoot := f.String("cgroup-root", "", "cgroup subtree the agent owns (overrides cgroup.root)")
+	node := f.String("node", "", "node `name` (overrides node_name)")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	for flagName, v := range map[string]string{"socket": *socket, "state-dir": *stateDir, "cgroup-root": *cgroupRoot} {
+		if v != "" && !filepath.IsAbs(v) {
+			return c.usageError(f, "--%s: %q is not an absolute path", flagName, v)
+		}
+	}
+	path := *cfgPath
+	if path == "" {
+		if _, err := os.Stat(defaultConfigPath); err == nil {
+			path = defaultConfigPath
+		}
+	}
+	cfg, err := agent.LoadConfig(path)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *socket != "" {
+		cfg.Socket = *socket
+	}
+	if *stateDir != "" {
+		cfg.StateDir = *stateDir
+	}
+	if *cgroupRoot != "" {
+		cfg.Cgroup.Root = *cgroupRoot
+	}
+	if *node != "" {
+		cfg.NodeName = *node
+	}
+	if err := cfg.Validate(); err != nil {
+		return c.fail(fmt.Errorf("configuration with flags: %w", err))
+	}
+	logger := newLogger(c, cfg)
+	log := logger.With("component", "main")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		// After the first signal, a second one kills at once.
+		<-ctx.Done()
+		stop()
+	}()
+	log.Info("starting", "version", version.Version, "config", path, "pid", os.Getpid())
+	if err := agent.Run(ctx, cfg, logger); err != nil {
+		log.Error("agent failed", "err", err)
+		return c.fail(err)
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+func newLogger(c *cli, cfg agent.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by cfg.Validate
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(c.stderr, opts)
+	} else {
+		h = slog.NewTextHandler(c.stderr, opts)
+	}
+	return slog.New(h).With("node", cfg.NodeName)
+}
+
+func runJobStart(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	id := f.String("job", "", "the exec system's job `id` (required)")
+	exp := f.String("expiration", "", "expiration E: RFC 3339, Unix `seconds`, or 0 for none")
+	rFile := f.String("R", "", "Flux R version 1 `file` to take execution.expiration from")
+	grace := f.String("grace", "", "grace `period` G (default: the agent's)")
+	cg := f.String("cgroup", "", "the exec system's job cgroup `path` to observe")
+	asJSON := f.Bool("json", false, "print the job as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	if code, ok := checkJobFlag(c, f, *id); !ok {
+		return code
+	}
+	req := api.JobStartRequest{Job: *id, Grace: *grace, Cgroup: *cg}
+	switch {
+	case f.isSet("expiration") && f.isSet("R"):
+		return c.usageError(f, "give one of --expiration and --R, not both")
+	case f.isSet("expiration"):
+		if _, _, err := api.ParseExpiration(*exp, c.now(), 0); err != nil {
+			return c.usageError(f, "--expiration: %s", inputMsg(err))
+		}
+		req.Expiration = *exp
+	case f.isSet("R"):
+		data, err := os.ReadFile(*rFile)
+		if err != nil {
+			return c.usageError(f, "--R: %v", err)
+		}
+		e, err := api.ParseR(data)
+		if err != nil {
+			return c.usageError(f, "--R %s: %v", *rFile, err)
+		}
+		req.Expiration = api.FormatUnix(e)
+	default:
+		return c.usageError(f, "--expiration or --R is required")
+	}
+	if *grace != "" {
+		if _, err := api.ParseGrace(*grace); err != nil {
+			return c.usageError(f, "--grace: %s", inputMsg(err))
+		}
+	}
+	cl, err := c.client(f)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer cl.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	job, err := cl.StartJob(ctx, req)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(job)
+	}
+	exps := "no expiration"
+	if job.Expiration != nil {
+		exps = "expires " + formatTime(*job.Expiration)
+	}
+	fmt.Fprintf(c.stdout, "job %s registered: %s, grace %s\n", job.ID, exps, job.Grace)
+	return exitOK
+}
+
+func runJobEnd(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	id := f.String("job", "", "the exec system's job `id` (required)")
+	asJSON := f.Bool("json", false, "print the job as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	if code, ok := checkJobFlag(c, f, *id); !ok {
+		return code
+	}
+	cl, err := c.client(f)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer cl.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	job, err := cl.EndJob(ctx, *id)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(job)
+	}
+	deadline := "none"
+	if job.Deadline != nil {
+		deadline = formatTime(*job.Deadline)
+	}
+	fmt.Fprintf(c.stdout, "job %s %s: teardown deadline %s\n", job.ID, job.Phase, deadline)
+	return exitOK
+}
+
+func runEpilog(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	id := f.String("job", "", "the exec system's job `id` (required)")
+	timeout := f.Duration("timeout", 0, "give up waiting after this `duration` (exit 124); the agent keeps supervising")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := checkJobFlag(c, f, *id); !ok {
+		return code
+	}
+	if *timeout < 0 {
+		return c.usageError(f, "--timeout: %v is negative", *timeout)
+	}
+	if f.NArg() == 0 {
+		return c.usageError(f, "no command given")
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		dir = "/"
+	}
+	req := api.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir}
+	if err := api.ValidateEpilog(req); err != nil {
+		return c.usageError(f, "%s", inputMsg(err))
+	}
+	cl, err := c.client(f)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer cl.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if *timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	status, err := cl.Epilog(ctx, *id, req, c.stdout, c.stderr)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		fmt.Fprintf(c.stderr, "nodeagent: epilog for job %s still running after %s; the agent keeps supervising it\n", *id, *timeout)
+		return exitTimeout
+	case errors.Is(err, api.ErrStreamBroken):
+		fmt.Fprintf(c.stderr, "nodeagent: epilog for job %s: %v; its exit status is unknown, the agent keeps supervising it\n", *id, err)
+		return exitError
+	case err != nil:
+		return c.fail(err)
+	}
+	return status
+}
+
+func runStatus(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	asJSON := f.Bool("json", false, "print the status as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	cl, err := c.client(f)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer cl.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	st, err := cl.Status(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(st)
+	}
+	writeStatus(c.stdout, st, c.now())
+	return exitOK
+}
+
+func runDiagnose(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	id := f.String("job", "", "only this job's `id`")
+	asJSON := f.Bool("json", false, "print the reports as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	if f.isSet("job") {
+		if code, ok := checkJobFlag(c, f, *id); !ok {
+			return code
+		}
+	}
+	cl, err := c.client(f)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer cl.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	reports, err := cl.Diagnose(ctx, *id)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(reports)
+	}
+	writeReports(c.stdout, reports)
+	return exitOK
+}
+
+func runResume(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	reason := f.String("reason", "", "why the node is resumed (required, logged)")
+	asJSON := f.Bool("json", false, "print the status as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	if !f.isSet("reason") {
+		return c.usageError(f, "--reason is required")
+	}
+	if err := api.ValidateReason(*reason); err != nil {
+		return c.usageError(f, "--reason: %s", inputMsg(err))
+	}
+	cl, err := c.client(f)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer cl.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	st, err := cl.Resume(ctx, api.ResumeRequest{Reason: *reason})
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(st)
+	}
+	fmt.Fprintf(c.stdout, "node %s resumed: state %s\n", st.Node, st.State)
+	return exitOK
+}
+
+func runVersion(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	fmt.Fprintf(c.stdout, "nodeagent %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitOK
+}
+
+func runHelp(c *cli, name string, args []string) int {
+	if len(args) == 0 {
+		usage(c.stdout)
+		return exitOK
+	}
+	cmd, rest := findCommand(args)
+	if cmd == nil || len(rest) > 0 {
+		fmt.Fprintf(c.stderr, "nodeagent help: unknown command %q\n", joinArgs(args))
+		usage(c.stderr)
+		return exitUsage
+	}
+	if cmd.name == "help" {
+		commandUsage(c.stdout, cmd, nil)
+		return exitOK
+	}
+	// The command builds its flag set and prints its help.
+	return cmd.run(c, cmd.name, []string{"-h"})
+}
+
+func joinArgs(args []string) string { return strings.Join(args, " ") }
+
+// checkJobFlag requires a valid --job.
+func checkJobFlag(c *cli, f *flags, id string) (int, bool) {
+	if id == "" {
+		return c.usageError(f, "--job is required"), false
+	}
+	if err := api.ValidateJobID(id); err != nil {
+		return c.usageError(f, "--job: %s", inputMsg(err)), false
+	}
+	return 0, true
+}
+
+// inputMsg is the message of an *api.InputError without its field, for
+// messages that already name the flag.
+func inputMsg(err error) string {
+	var ie *api.InputError
+	if errors.As(err, &ie) {
+		return ie.Msg
+	}
+	return err.Error()
+}
+
+func (c *cli) printJSON(v any) int {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// formatTime writes t in the local zone, to the second.
+func formatTime(t time.Time) string {
+	return t.Local().Format(time.RFC3339)
+}

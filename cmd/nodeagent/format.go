@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+)
+
+// writeStatus prints the node's state for people.
+func writeStatus(w io.Writer, st api.Status, now time.Time) {
+	fmt.Fprintf(w, "node:     %s\n", st.Node)
+	fmt.Fprintf(w, "state:    %s\n", st.State)
+	fmt.Fprintf(w, "reason:   %s\n", orDash(st.Reason))
+	if st.Since.IsZero() {
+		fmt.Fprintf(w, "since:    -\n")
+	} else {
+		fmt.Fprintf(w, "since:    %s (%s)\n", formatTime(st.Since), relative(st.Since, now))
+	}
+	if st.FreeAt == nil {
+		fmt.Fprintf(w, "free_at:  -\n")
+	} else {
+		fmt.Fprintf(w, "free_at:  %s (%s)\n", formatTime(*st.FreeAt), relative(*st.FreeAt, now))
+	}
+	if len(st.Jobs) == 0 {
+		fmt.Fprintln(w, "\njobs:     none")
+	} else {
+		fmt.Fprintln(w, "\njobs:")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  JOB\tPHASE\tEXPIRATION\tGRACE\tDEADLINE\tEPILOGS\tESCALATION\tOUTCOME")
+		for _, j := range st.Jobs {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.Phase, timeOrDash(j.Expiration, "none"),
+				orDash(j.Grace), timeOrDash(j.Deadline, "-"), j.Epilogs, orDash(j.Escalation), orDash(j.Outcome))
+		}
+		tw.Flush()
+	}
+	if len(st.Hung) > 0 {
+		fmt.Fprintln(w, "\nhung processes:")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  JOB\tPID\tCOMM\tCLASS\tSTATE\tWCHAN")
+		for _, h := range st.Hung {
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\n", h.Job, h.PID, h.Comm, h.Class, orDash(h.State), orDash(h.Wchan))
+		}
+		tw.Flush()
+	}
+}
+
+// writeReports prints diagnostics reports for people: the summary and
+// suggestions first, then one line per process.
+func writeReports(w io.Writer, reports []*diagnose.Report) {
+	if len(reports) == 0 {
+		fmt.Fprintln(w, "no diagnostics reports")
+		return
+	}
+	for i, r := range reports {
+		if r == nil {
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "job %s on %s: %s report taken %s\n", r.Job, r.Node, r.Stage, formatTime(r.Taken))
+		fmt.Fprintf(w, "  summary:    %s\n", orDash(r.Summary))
+		fmt.Fprintf(w, "  outcome:    %s (grace %s, deadline %s)\n", orDash(r.Outcome), orDash(r.Grace), formatTime(r.Timeline.Deadline))
+		for _, s := range r.Suggestions {
+			fmt.Fprintf(w, "  suggestion: %s\n", s)
+		}
+		for _, p := range r.Processes {
+			fmt.Fprintf(w, "  pid %d (%s): %s, state %s", p.PID, p.Comm, orDash(string(p.Class)), orDash(p.State))
+			if p.Wchan != "" {
+				fmt.Fprintf(w, " in %s", p.Wchan)
+			}
+			if p.SecondsInD > 0 {
+				fmt.Fprintf(w, " for %.0fs", p.SecondsInD)
+			}
+			fmt.Fprintf(w, ", %d threads", p.NumThreads)
+			if len(p.Cmdline) > 0 {
+				fmt.Fprintf(w, ": %s", strings.Join(p.Cmdline, " "))
+			}
+			fmt.Fprintln(w)
+			for _, f := range p.Files {
+				if f.FSType == "" {
+					continue
+				}
+				fmt.Fprintf(w, "      %s -> %s (%s %s)\n", f.FD, f.Target, f.FSType, f.Mountpoint)
+			}
+			for _, e := range p.Errors {
+				fmt.Fprintf(w, "      error: %s\n", e)
+			}
+		}
+		if hc := r.NodeContext; hc.HungTaskDelta > 0 || len(hc.KernelLines) > 0 {
+			fmt.Fprintf(w, "  kernel:     %d hung-task reports since the agent started\n", hc.HungTaskDelta)
+			for _, l := range hc.KernelLines {
+				fmt.Fprintf(w, "      %s\n", l)
+			}
+		}
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "  error:      %s\n", e)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func timeOrDash(t *time.Time, none string) string {
+	if t == nil {
+		return none
+	}
+	return formatTime(*t)
+}
+
+// relative says how far t is from now ("3m ago", "in 1m30s").
+func relative(t, now time.Time) string {
+	d := t.Sub(now).Round(time.Second)
+	switch {
+	case d > 0:
+		return "in " + d.String()
+	case d < 0:
+		return (-d).String() + " ago"
+	}
+	return "now"
+}

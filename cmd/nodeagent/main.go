@@ -1,0 +1,275 @@
+// Command nodeagent is gracewatch's node agent and its command-line client.
+// `nodeagent serve` runs the agent; the other subcommands talk to it over its
+// local socket (see agent/api). This file and its siblings only parse flags
+// and wire the parts together.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent"
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/cgroup"
+	"github.com/gracewatch/gracewatch/internal/config"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the agent refused, or could not be reached
+	exitUsage = 2 // bad command line
+	// exitTimeout is what timeout(1) uses: the epilogue outlived --timeout.
+	exitTimeout = 124
+)
+
+// defaultConfigPath is read for the socket path (clients) and the
+// configuration (serve) when it exists and --config is not given.
+const defaultConfigPath = "/etc/gracewatch/nodeagent.toml"
+
+func main() {
+	// First of all: when the agent re-executes itself as the shim that
+	// starts an epilogue inside its cgroup, this does not return.
+	cgroup.RunShimIfRequested()
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// cli is what a subcommand needs from the process.
+type cli struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	now            func() time.Time
+}
+
+// command is one subcommand.
+type command struct {
+	name     string // "job start"
+	args     string // argument synopsis
+	summary  string
+	run      func(c *cli, name string, args []string) int
+	isClient bool // takes --socket and --config
+}
+
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{name: "serve", args: "[--config FILE] [--socket PATH] [--state-dir DIR] [--cgroup-root PATH] [--node NAME]",
+			summary: "run the node agent", run: runServe},
+		{name: "job start", args: "--job ID (--expiration RFC3339|UNIX-SECONDS | --R FILE) [--grace DUR] [--cgroup PATH] [--json]",
+			summary: "register a job and its expiration", run: runJobStart, isClient: true},
+		{name: "job end", args: "--job ID [--json]",
+			summary: "record that a job's tasks ended; its teardown starts", run: runJobEnd, isClient: true},
+		{name: "epilog", args: "--job ID [--timeout DUR] -- CMD [ARGS...]",
+			summary: "run an epilogue under the agent's supervision and exit with its status", run: runEpilog, isClient: true},
+		{name: "status", args: "[--json]",
+			summary: "show the node's teardown state, jobs and hung processes", run: runStatus, isClient: true},
+		{name: "diagnose", args: "[--job ID] [--json]",
+			summary: "show diagnostics of hung teardowns", run: runDiagnose, isClient: true},
+		{name: "resume", args: "--reason TEXT [--json]",
+			summary: "clear the node's DOWN latch", run: runResume, isClient: true},
+		{name: "version", summary: "print the version", run: runVersion},
+		{name: "help", args: "[COMMAND]", summary: "show this help or a command's", run: runHelp},
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	cmd, rest := findCommand(args)
+	if cmd == nil {
+		if args[0] == "job" && len(args) == 1 {
+			fmt.Fprintln(stderr, "nodeagent: job needs a subcommand: start or end")
+			usage(stderr)
+			return exitUsage
+		}
+		name := args[0]
+		if name == "job" {
+			name += " " + args[1]
+		}
+		fmt.Fprintf(stderr, "nodeagent: unknown command %q\n", name)
+		usage(stderr)
+		return exitUsage
+	}
+	return cmd.run(c, cmd.name, rest)
+}
+
+// findCommand matches the longest command name at the start of args.
+func findCommand(args []string) (*command, []string) {
+	for _, cmd := range commands {
+		words := strings.Fields(cmd.name)
+		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == cmd.name {
+			return cmd, args[len(words):]
+		}
+	}
+	return nil, nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: nodeagent COMMAND [FLAGS]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, cmd := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", cmd.name, cmd.summary)
+	}
+	fmt.Fprintf(w, "\nClient commands take --socket PATH (default: $%s, else the socket of the\n", api.SocketEnv)
+	fmt.Fprintf(w, "file given by --config or of %s if it exists, else %s).\n", defaultConfigPath, api.DefaultSocketPath)
+	fmt.Fprintln(w, "Exit status: 0 ok, 1 the agent refused or could not be reached, 2 usage error;")
+	fmt.Fprintln(w, "epilog exits with its command's status, or 124 after --timeout.")
+	fmt.Fprintln(w, "Run 'nodeagent help COMMAND' for a command's flags.")
+}
+
+func commandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: nodeagent %s %s\n\n%s.\n", cmd.name, cmd.args, upperFirst(cmd.summary))
+	if fs == nil {
+		return
+	}
+	has := false
+	fs.VisitAll(func(*flag.Flag) { has = true })
+	if has {
+		fmt.Fprintln(w, "\nflags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func lookup(name string) *command {
+	for _, cmd := range commands {
+		if cmd.name == name {
+			return cmd
+		}
+	}
+	return nil
+}
+
+// flags is the flag set of one command.
+type flags struct {
+	*flag.FlagSet
+	cmd    *command
+	socket *string
+	config *string
+}
+
+func newFlags(name string) *flags {
+	cmd := lookup(name)
+	fs := flag.NewFlagSet("nodeagent "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f := &flags{FlagSet: fs, cmd: cmd}
+	if cmd.isClient {
+		f.socket = fs.String("socket", "", "`path` of the agent's socket")
+		f.config = fs.String("config", "", "configuration `file` to take the socket path from")
+	}
+	return f
+}
+
+// parse parses args; when it returns ok=false the command exits with code.
+func (f *flags) parse(c *cli, args []string) (code int, ok bool) {
+	err := f.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		commandUsage(c.stdout, f.cmd, f.FlagSet)
+		return exitOK, false
+	}
+	if err != nil {
+		return c.usageError(f, "%v", err), false
+	}
+	return 0, true
+}
+
+// isSet reports whether the flag name was given.
+func (f *flags) isSet(name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) {
+		if fl.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// noArgs refuses positional arguments.
+func (f *flags) noArgs(c *cli) (int, bool) {
+	if f.NArg() > 0 {
+		return c.usageError(f, "unexpected argument %q", f.Arg(0)), false
+	}
+	return 0, true
+}
+
+// usageError prints a usage error naming the command and exits 2.
+func (c *cli) usageError(f *flags, format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "nodeagent %s: %s\n", f.cmd.name, fmt.Sprintf(format, a...))
+	fmt.Fprintf(c.stderr, "usage: nodeagent %s %s\n", f.cmd.name, f.cmd.args)
+	return exitUsage
+}
+
+// fail prints an error of the agent or of the connection and exits 1.
+func (c *cli) fail(err error) int {
+	fmt.Fprintf(c.stderr, "nodeagent: %v\n", err)
+	return exitError
+}
+
+// client resolves the socket path and returns a client: --socket, else the
+// socket key of an explicit --config, else $GRACEWATCH_SOCKET, else the
+// socket key of /etc/gracewatch/nodeagent.toml if it exists, else the
+// default.
+func (c *cli) client(f *flags) (*api.Client, error) {
+	if *f.socket != "" {
+		return api.NewClient(*f.socket), nil
+	}
+	if *f.config != "" {
+		s, err := socketFromConfig(*f.config)
+		if err != nil {
+			return nil, err
+		}
+		return api.NewClient(s), nil
+	}
+	if s := c.getenv(api.SocketEnv); s != "" {
+		return api.NewClient(s), nil
+	}
+	if _, err := os.Stat(defaultConfigPath); err == nil {
+		s, err := socketFromConfig(defaultConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		return api.NewClient(s), nil
+	}
+	return api.NewClient(api.DefaultSocketPath), nil
+}
+
+// socketFromConfig reads the socket key of a configuration file (strictly
+// decoded, but not otherwise validated: a client only needs the socket).
+func socketFromConfig(path string) (string, error) {
+	cfg := agent.DefaultConfig()
+	if err := config.Load(path, &cfg); err != nil {
+		return "", err
+	}
+	if cfg.Socket == "" {
+		return api.DefaultSocketPath, nil
+	}
+	return cfg.Socket, nil
+}
+
+// ctx returns the context of a client call.
+func (c *cli) ctx() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
+}

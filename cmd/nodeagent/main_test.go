@@ -1,0 +1,489 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+)
+
+// binary is the nodeagent built once for the whole package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gwcli")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "nodeagent")
+	build := exec.Command(goTool(), "build", "-o", binary, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// fakeService answers the CLI. Its RunEpilog really runs argv with os/exec;
+// argv[0] "abort" instead drops the connection after some output.
+type fakeService struct {
+	mu       sync.Mutex
+	starts   []api.JobStartRequest
+	epilogs  []api.EpilogRequest
+	calls    int
+	err      error
+	job      api.Job
+	status   api.Status
+	reports  []*diagnose.Report
+	ctxEnded chan struct{} // closed when an epilog's context ends early
+}
+
+func (f *fakeService) called() {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+}
+
+func (f *fakeService) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
+	f.mu.Lock()
+	f.starts = append(f.starts, req)
+	f.mu.Unlock()
+	f.called()
+	if f.err != nil {
+		return api.Job{}, f.err
+	}
+	job := f.job
+	job.ID = req.Job
+	return job, nil
+}
+
+func (f *fakeService) EndJob(ctx context.Context, id string) (api.Job, error) {
+	f.called()
+	job := f.job
+	job.ID = id
+	return job, f.err
+}
+
+func (f *fakeService) Status(ctx context.Context) (api.Status, error) {
+	f.called()
+	return f.status, f.err
+}
+
+func (f *fakeService) Diagnose(ctx context.Context, job string) ([]*diagnose.Report, error) {
+	f.called()
+	return f.reports, f.err
+}
+
+func (f *fakeService) Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error) {
+	f.called()
+	return f.status, f.err
+}
+
+// lockedSink serializes the output of the two pipes, as the OutputSink
+// contract asks.
+type lockedSink struct {
+	mu    *sync.Mutex
+	write func([]byte) error
+}
+
+func (s lockedSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (f *fakeService) RunEpilog(ctx context.Context, id string, req api.EpilogRequest, out api.OutputSink) (int, error) {
+	f.mu.Lock()
+	f.epilogs = append(f.epilogs, req)
+	f.mu.Unlock()
+	f.called()
+	if f.err != nil {
+		return 0, f.err
+	}
+	if req.Argv[0] == "abort" {
+		_ = out.Stdout([]byte("partial\n"))
+		panic(http.ErrAbortHandler)
+	}
+	var mu sync.Mutex
+	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	cmd.Env, cmd.Dir = req.Env, req.Dir
+	cmd.Stdout = lockedSink{&mu, out.Stdout}
+	cmd.Stderr = lockedSink{&mu, out.Stderr}
+	if err := cmd.Start(); err != nil {
+		return 0, &api.InputError{Field: "argv", Msg: err.Error()}
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// The client left; a real supervisor goes on. The fake kills
+		// its process so that the test leaves nothing behind.
+		close(f.ctxEnded)
+		_ = cmd.Process.Kill()
+		<-done
+		return 0, ctx.Err()
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
+}
+
+// serve runs svc on a socket in a short temporary directory.
+func serve(t *testing.T, svc *fakeService) string {
+	t.Helper()
+	if svc.ctxEnded == nil {
+		svc.ctxEnded = make(chan struct{})
+	}
+	dir, err := os.MkdirTemp("", "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "agent.sock")
+	l, err := api.Listen(socket, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.NewServer(svc, api.ServerOptions{})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return socket
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// nodeagent runs the binary with args; env is added to an environment
+// without GRACEWATCH_SOCKET.
+func nodeagent(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, api.SocketEnv+"=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("run nodeagent: %v", err)
+	}
+	return result{cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()}
+}
+
+func TestJobStart(t *testing.T) {
+	inAnHour := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	rFile := filepath.Join(t.TempDir(), "R.json")
+	r := fmt.Sprintf(`{"version":1,"execution":{"R_lite":[{"rank":"0","children":{"core":"0-3"}}],"starttime":%d,"expiration":%d.5,"nodelist":["node0"]}}`,
+		inAnHour.Unix()-3600, inAnHour.Unix())
+	if err := os.WriteFile(rFile, []byte(r), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badR := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(badR, []byte(`{"version":2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		svcErr     error
+		args       []string
+		wantCode   int
+		wantStdout string // substring
+		wantStderr string // substring
+		wantReq    *api.JobStartRequest
+	}{
+		{name: "rfc3339", args: []string{"--job", "42", "--expiration", inAnHour.Format(time.RFC3339)},
+			wantCode: 0, wantStdout: "job 42 registered: expires " + inAnHour.Local().Format(time.RFC3339) + ", grace 2m0s",
+			wantReq: &api.JobStartRequest{Job: "42", Expiration: inAnHour.Format(time.RFC3339)}},
+		{name: "flux R with grace and cgroup", args: []string{"--job", "ƒ42", "--R", rFile, "--grace", "90s", "--cgroup", "/sys/fs/cgroup/flux/x", "--json"},
+			wantCode: 0, wantStdout: `"id": "ƒ42"`,
+			wantReq: &api.JobStartRequest{Job: "ƒ42", Expiration: fmt.Sprintf("%d.5", inAnHour.Unix()), Grace: "90s", Cgroup: "/sys/fs/cgroup/flux/x"}},
+		{name: "no expiration", args: []string{"--job", "42", "--expiration", "0"}, wantCode: 0, wantStdout: "no expiration",
+			wantReq: &api.JobStartRequest{Job: "42", Expiration: "0"}},
+		{name: "server refuses", svcErr: fmt.Errorf("job 42: %w", api.ErrDuplicateJob), args: []string{"--job", "42", "--expiration", "0"},
+			wantCode: 1, wantStderr: "nodeagent: job 42: job already registered\n"},
+		{name: "server input error", svcErr: &api.InputError{Field: "expiration", Msg: "too old"}, args: []string{"--job", "42", "--expiration", "0"},
+			wantCode: 1, wantStderr: "nodeagent: expiration: too old\n"},
+		{name: "missing job", args: []string{"--expiration", "0"}, wantCode: 2, wantStderr: "nodeagent job start: --job is required"},
+		{name: "invalid job", args: []string{"--job", "a/b", "--expiration", "0"}, wantCode: 2, wantStderr: "--job: job id \"a/b\" contains '/'"},
+		{name: "both expiration and R", args: []string{"--job", "42", "--expiration", "0", "--R", rFile}, wantCode: 2, wantStderr: "give one of --expiration and --R, not both"},
+		{name: "neither", args: []string{"--job", "42"}, wantCode: 2, wantStderr: "--expiration or --R is required"},
+		{name: "bad expiration", args: []string{"--job", "42", "--expiration", "soon"}, wantCode: 2, wantStderr: `--expiration: not a time: "soon"`},
+		{name: "milliseconds", args: []string{"--job", "42", "--expiration", "1714568400000"}, wantCode: 2, wantStderr: "milliseconds given as seconds"},
+		{name: "bad grace", args: []string{"--job", "42", "--expiration", "0", "--grace", "-1"}, wantCode: 2, wantStderr: "--grace: grace \"-1\" is negative"},
+		{name: "missing R file", args: []string{"--job", "42", "--R", "/nonexistent/R.json"}, wantCode: 2, wantStderr: "--R: open /nonexistent/R.json"},
+		{name: "bad R", args: []string{"--job", "42", "--R", badR}, wantCode: 2, wantStderr: "R: version: got 2"},
+		{name: "unknown flag", args: []string{"--job", "42", "--bogus"}, wantCode: 2, wantStderr: "flag provided but not defined: -bogus"},
+		{name: "extra argument", args: []string{"--job", "42", "--expiration", "0", "extra"}, wantCode: 2, wantStderr: `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := &fakeService{err: tt.svcErr, job: api.Job{Phase: api.PhaseRunning, Grace: "2m0s", Expiration: &inAnHour}}
+			if tt.name == "no expiration" {
+				svc.job.Expiration = nil
+			}
+			socket := serve(t, svc)
+			args := append([]string{"job", "start", "--socket", socket}, tt.args...)
+			res := nodeagent(t, nil, args...)
+			if res.code != tt.wantCode {
+				t.Fatalf("exit %d; want %d (stdout %q, stderr %q)", res.code, tt.wantCode, res.stdout, res.stderr)
+			}
+			if !strings.Contains(res.stdout, tt.wantStdout) || !strings.Contains(res.stderr, tt.wantStderr) {
+				t.Errorf("stdout %q, stderr %q; want %q and %q", res.stdout, res.stderr, tt.wantStdout, tt.wantStderr)
+			}
+			if tt.wantCode == 2 && !strings.Contains(res.stderr, "usage: nodeagent job start") {
+				t.Errorf("usage error without usage line: %q", res.stderr)
+			}
+			svc.mu.Lock()
+			defer svc.mu.Unlock()
+			if tt.wantCode == 2 && svc.calls != 0 {
+				t.Errorf("usage error but the agent was called")
+			}
+			if tt.wantReq != nil && (len(svc.starts) != 1 || svc.starts[0] != *tt.wantReq) {
+				t.Errorf("requests %+v; want %+v", svc.starts, *tt.wantReq)
+			}
+		})
+	}
+}
+
+func TestNoAgent(t *testing.T) {
+	res := nodeagent(t, nil, "status", "--socket", "/nonexistent/agent.sock")
+	if res.code != 1 || !strings.HasPrefix(res.stderr, "nodeagent: agent at /nonexistent/agent.sock: ") {
+		t.Fatalf("exit %d, stderr %q", res.code, res.stderr)
+	}
+}
+
+func TestEpilog(t *testing.T) {
+	svc := &fakeService{}
+	socket := serve(t, svc)
+	dir := t.TempDir()
+	cmd := exec.Command(binary, "epilog", "--job", "7", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	cmd.Dir = dir
+	cmd.Env = []string{api.SocketEnv + "=" + socket, "PATH=" + os.Getenv("PATH"), "GW_MARK=1"}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 7 {
+		t.Fatalf("exit %v (%v); want 7; stderr %q", cmd.ProcessState, err, stderr.String())
+	}
+	if stdout.String() != "out\n" || stderr.String() != "err\n" {
+		t.Errorf("stdout %q, stderr %q; want \"out\\n\" and \"err\\n\"", stdout.String(), stderr.String())
+	}
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if len(svc.epilogs) != 1 {
+		t.Fatalf("epilogs %+v", svc.epilogs)
+	}
+	got := svc.epilogs[0]
+	if got.Dir != dir || !containsString(got.Env, "GW_MARK=1") || got.Argv[0] != "sh" || len(got.Argv) != 3 {
+		t.Errorf("request %+v; want argv sh -c ..., the caller's environment and cwd %s", got, dir)
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestEpilogTimeout(t *testing.T) {
+	svc := &fakeService{}
+	socket := serve(t, svc)
+	start := time.Now()
+	res := nodeagent(t, nil, "epilog", "--socket", socket, "--job", "9", "--timeout", "300ms", "--", "sleep", "30")
+	if res.code != 124 {
+		t.Fatalf("exit %d; want 124 (stderr %q)", res.code, res.stderr)
+	}
+	if want := "nodeagent: epilog for job 9 still running after 300ms; the agent keeps supervising it\n"; res.stderr != want {
+		t.Errorf("stderr %q; want %q", res.stderr, want)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("took %v", d)
+	}
+	select {
+	case <-svc.ctxEnded:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service's context did not end after the wrapper left")
+	}
+}
+
+func TestEpilogConnectionBroken(t *testing.T) {
+	socket := serve(t, &fakeService{})
+	res := nodeagent(t, nil, "epilog", "--socket", socket, "--job", "9", "--", "abort")
+	if res.code != 1 {
+		t.Fatalf("exit %d; want 1 (stderr %q)", res.code, res.stderr)
+	}
+	if res.stdout != "partial\n" || !strings.Contains(res.stderr, "nodeagent: epilog for job 9: connection to the agent broke") ||
+		!strings.Contains(res.stderr, "the agent keeps supervising it") {
+		t.Errorf("stdout %q, stderr %q", res.stdout, res.stderr)
+	}
+}
+
+func TestEpilogUsage(t *testing.T) {
+	tests := []struct {
+		args       []string
+		wantStderr string
+	}{
+		{[]string{"epilog", "--job", "9"}, "no command given"},
+		{[]string{"epilog", "--", "true"}, "--job is required"},
+		{[]string{"epilog", "--job", "9", "--timeout", "soon", "--", "true"}, `invalid value "soon" for flag -timeout`},
+		{[]string{"epilog", "--job", "9", "--timeout", "-1s", "--", "true"}, "--timeout: -1s is negative"},
+	}
+	for _, tt := range tests {
+		res := nodeagent(t, nil, tt.args...)
+		if res.code != 2 || !strings.Contains(res.stderr, tt.wantStderr) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, res.code, res.stderr, tt.wantStderr)
+		}
+	}
+}
+
+func TestStatusDiagnoseResume(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	deadline := now.Add(90 * time.Second)
+	svc := &fakeService{
+		status: api.Status{Node: "node17", State: api.StateDown, Reason: "job 1234 teardown exceeded grace 120s", Since: now.Add(-time.Minute),
+			Jobs: []api.Job{{ID: "1234", Phase: api.PhaseOverdue, Grace: "2m0s", Deadline: &deadline, Epilogs: 1, Escalation: "classified", Outcome: "hung"}},
+			Hung: []api.Hung{{Job: "1234", PID: 5814, Comm: "cat", Class: "unkillable", State: "D", Wchan: "request_wait_answer"}}},
+		reports: []*diagnose.Report{{Version: 1, Node: "node17", Job: "1234", Stage: diagnose.StageAfterEscalation, Taken: now,
+			Grace: "2m0s", Outcome: diagnose.OutcomeHung, Summary: "job 1234 teardown exceeded grace 120s: 1 unkillable",
+			Suggestions: []string{"abort the FUSE connection 42"},
+			Processes: []diagnose.Process{{PID: 5814, Comm: "cat", Class: diagnose.Unkillable, State: "D", Wchan: "request_wait_answer",
+				NumThreads: 1, Cmdline: []string{"cat", "/scratch/x"},
+				Files: []diagnose.File{{FD: "3", Target: "/scratch/x", FSType: "fuse", Mountpoint: "/scratch"}}}}}},
+	}
+	socket := serve(t, svc)
+	env := []string{api.SocketEnv + "=" + socket}
+
+	res := nodeagent(t, env, "status")
+	for _, want := range []string{"node:     node17", "state:    down", "reason:   job 1234 teardown exceeded grace 120s",
+		"ago)", "1234", "overdue", "classified", "hung processes:", "5814", "request_wait_answer"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	res = nodeagent(t, env, "status", "--json")
+	var st api.Status
+	if err := json.Unmarshal([]byte(res.stdout), &st); err != nil || st.Node != "node17" || len(st.Hung) != 1 {
+		t.Errorf("status --json: %v, %+v", err, st)
+	}
+	res = nodeagent(t, env, "diagnose", "--job", "1234")
+	for _, want := range []string{"job 1234 on node17: after-escalation report", "summary:    job 1234 teardown exceeded grace 120s: 1 unkillable",
+		"suggestion: abort the FUSE connection 42", "pid 5814 (cat): unkillable, state D in request_wait_answer, 1 threads: cat /scratch/x",
+		"3 -> /scratch/x (fuse /scratch)"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("diagnose output lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	res = nodeagent(t, env, "diagnose", "--json")
+	var reports []*diagnose.Report
+	if err := json.Unmarshal([]byte(res.stdout), &reports); err != nil || len(reports) != 1 {
+		t.Errorf("diagnose --json: %v, %q", err, res.stdout)
+	}
+	if res = nodeagent(t, env, "resume", "--reason", "NFS back"); res.code != 0 || !strings.Contains(res.stdout, "node node17 resumed") {
+		t.Errorf("resume: %+v", res)
+	}
+	if res = nodeagent(t, env, "resume"); res.code != 2 || !strings.Contains(res.stderr, "--reason is required") {
+		t.Errorf("resume without reason: %+v", res)
+	}
+	if res = nodeagent(t, env, "job", "end", "--job", "1234"); res.code != 0 || !strings.Contains(res.stdout, "job 1234") {
+		t.Errorf("job end: %+v", res)
+	}
+}
+
+// TestSocketFromConfig: without --socket and GRACEWATCH_SOCKET, the socket
+// key of --config is used; a bad config file is an error naming it.
+func TestSocketFromConfig(t *testing.T) {
+	socket := serve(t, &fakeService{status: api.Status{Node: "n1", State: api.StateUp}})
+	cfg := filepath.Join(t.TempDir(), "nodeagent.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("socket = %q\n", socket)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := nodeagent(t, nil, "status", "--config", cfg); res.code != 0 || !strings.Contains(res.stdout, "node:     n1") {
+		t.Errorf("status --config: %+v", res)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.toml")
+	if err := os.WriteFile(bad, []byte("sockett = \"/x\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := nodeagent(t, nil, "status", "--config", bad); res.code != 1 || !strings.Contains(res.stderr, bad+":1") || !strings.Contains(res.stderr, "sockett") {
+		t.Errorf("status with a bad config: %+v", res)
+	}
+}
+
+func TestHelpVersionUsage(t *testing.T) {
+	tests := []struct {
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{[]string{"help"}, 0, "job start", ""},
+		{[]string{"--help"}, 0, "diagnose", ""},
+		{[]string{"help", "epilog"}, 0, "usage: nodeagent epilog --job ID [--timeout DUR] -- CMD [ARGS...]", ""},
+		{[]string{"job", "start", "-h"}, 0, "-expiration", ""},
+		{[]string{"version"}, 0, "nodeagent ", ""},
+		{nil, 2, "", "usage: nodeagent COMMAND"},
+		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{[]string{"job"}, 2, "", "job needs a subcommand"},
+		{[]string{"job", "stop"}, 2, "", `unknown command "job stop"`},
+		{[]string{"help", "nope"}, 2, "", `unknown command "nope"`},
+		{[]string{"serve", "--socket", "relative.sock"}, 2, "", `--socket: "relative.sock" is not an absolute path`},
+		{[]string{"serve", "--config", "/nonexistent/nodeagent.toml"}, 1, "", "nodeagent: read config: open /nonexistent/nodeagent.toml"},
+	}
+	for _, tt := range tests {
+		res := nodeagent(t, nil, tt.args...)
+		if res.code != tt.wantCode || !strings.Contains(res.stdout, tt.wantStdout) || !strings.Contains(res.stderr, tt.wantStderr) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d, %q, %q", tt.args, res.code, res.stdout, res.stderr,
+				tt.wantCode, tt.wantStdout, tt.wantStderr)
+		}
+	}
+}
+
+var _ io.Writer = lockedSink{}
