@@ -5,6 +5,9 @@ package diagnose
 
 import "time"
 
+// ReportVersion is the version of the Report JSON written by this package.
+const ReportVersion = 1
+
 // Class is the verdict on a surviving thread or process (DESIGN.md 3.3).
 type Class string
 
@@ -78,6 +81,11 @@ type Thread struct {
 	KillPending      bool     `json:"kill_pending"`
 	Class            Class    `json:"class"`
 	Errors           []string `json:"errors,omitempty"` // e.g. "stack unreadable: blocked"
+
+	// VoluntaryCtxtFirst and NonvoluntaryCtxtFirst are from the first
+	// sample (equal to the second for a thread born between the samples).
+	VoluntaryCtxtFirst    uint64 `json:"voluntary_ctxt_switches_first"`
+	NonvoluntaryCtxtFirst uint64 `json:"nonvoluntary_ctxt_switches_first"`
 }
 
 // File is an open file, the cwd or the root of a process, named by readlink
@@ -154,4 +162,9 @@ type Report struct {
 	Summary string `json:"summary"`
 	// Errors lists what could not be read at all.
 	Errors []string `json:"errors,omitempty"`
+
+	// Samples is how many samples of the threads were taken: 2, or 1 for a
+	// Request with SingleSample (Thread.Scheduled is then unknown and
+	// false), 0 when there was no process.
+	Samples int `json:"samples,omitempty"`
 }

@@ -1,0 +1,211 @@
+package hangfs_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gracewatch/gracewatch/agent/procfs"
+	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
+)
+
+func TestMain(m *testing.M) {
+	hangfs.RunIfRequested()
+	goleak.VerifyTestMain(m)
+}
+
+func TestOKFileReads(t *testing.T) {
+	s := hangfs.Start(t)
+	data, err := os.ReadFile(s.Path(hangfs.OKFile))
+	if err != nil || string(data) != "ok\n" {
+		t.Fatalf("read ok = %q, %v; want \"ok\\n\"", data, err)
+	}
+	m := mountAt(t, s.Mountpoint())
+	if m.FSType != "fuse."+hangfs.Name || m.Source != hangfs.FsName {
+		t.Errorf("mount = %s %s, want fuse.%s %s", m.FSType, m.Source, hangfs.Name, hangfs.FsName)
+	}
+	if _, minor := s.Device(); minor != m.Minor {
+		t.Errorf("Device minor = %d, mountinfo says %d", minor, m.Minor)
+	}
+}
+
+// TestKilledReaderIsUnkillableUntilStop proves the kernel behaviour the
+// diagnostics are tested against: a reader of "hang" that gets SIGKILL stays
+// in D with SIGKILL pending and request_wait_answer in its stack, and ending
+// the server releases it.
+func TestKilledReaderIsUnkillableUntilStop(t *testing.T) {
+	s := hangfs.Start(t)
+	cat := startReader(t, s.Path(hangfs.HangFile))
+	if err := s.WaitHungReads(1); err != nil {
+		t.Fatal(err)
+	}
+	waitBlocked(t, cat.Process.Pid)
+
+	if err := cat.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	st := waitState(t, cat.Process.Pid, "D")
+	if st.SigPnd&procfs.SigKillMask == 0 && st.ShdPnd&procfs.SigKillMask == 0 {
+		t.Errorf("SIGKILL not pending: SigPnd %x ShdPnd %x", st.SigPnd, st.ShdPnd)
+	}
+	if stack := readStack(t, cat.Process.Pid); !slices.Contains(stack, "request_wait_answer") {
+		t.Errorf("stack %v lacks request_wait_answer", stack)
+	}
+	// Still there a while later: SIGKILL cannot end it.
+	time.Sleep(200 * time.Millisecond)
+	if st := readStatus(t, cat.Process.Pid); st.State != "D" {
+		t.Errorf("state %s 200ms after SIGKILL, want D", st.State)
+	}
+
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, cat)
+	if _, ok := findMount(t, s.Mountpoint()); ok {
+		t.Errorf("mount %s still there after Stop", s.Mountpoint())
+	}
+	if _, err := os.Lstat(s.Mountpoint()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("mountpoint after Stop: %v, want not exist", err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func TestAbortReleasesReader(t *testing.T) {
+	s := hangfs.Start(t)
+	cat := startReader(t, s.Path(hangfs.HangFile))
+	if err := s.WaitHungReads(1); err != nil {
+		t.Fatal(err)
+	}
+	waitBlocked(t, cat.Process.Pid)
+	if err := cat.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, cat.Process.Pid, "D")
+	if err := s.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, cat)
+}
+
+// startReader starts cat on path, killed by pid and reaped at cleanup.
+func startReader(t *testing.T, path string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("cat", path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("cat pid %d not reaped", cmd.Process.Pid)
+		}
+	})
+	waiting[cmd] = done
+	return cmd
+}
+
+// waiting maps a started reader to the channel closed when it is reaped.
+// Tests in this package do not run in parallel.
+var waiting = map[*exec.Cmd]chan struct{}{}
+
+func waitExit(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	select {
+	case <-waiting[cmd]:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("pid %d did not exit within 10s", cmd.Process.Pid)
+	}
+}
+
+func waitBlocked(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if slices.Contains(readStack(t, pid), "request_wait_answer") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("pid %d not in request_wait_answer after 10s; stack %v", pid, readStack(t, pid))
+}
+
+func waitState(t *testing.T, pid int, state string) procfs.Status {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := readStatus(t, pid)
+		if st.State == state {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d in state %s after 10s, want %s", pid, st.State, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func readStatus(t *testing.T, pid int) procfs.Status {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := procfs.ParseStatus(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func readStack(t *testing.T, pid int) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return procfs.ParseStack(data)
+}
+
+func findMount(t *testing.T, dir string) (procfs.Mount, bool) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := procfs.ParseMountinfo(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found procfs.Mount
+	ok := false
+	for _, m := range ms {
+		if m.Mountpoint == dir {
+			found, ok = m, true
+		}
+	}
+	return found, ok
+}
+
+func mountAt(t *testing.T, dir string) procfs.Mount {
+	t.Helper()
+	m, ok := findMount(t, dir)
+	if !ok {
+		t.Fatalf("no mount at %s", dir)
+	}
+	return m
+}
