@@ -1,0 +1,182 @@
+// Package agent wires the node agent together: the cgroup manager, the
+// diagnostics, the teardown supervisor and the local API.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/coreos/go-systemd/v22/journal"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/cgroup"
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/procfs"
+	"github.com/gracewatch/gracewatch/agent/teardown"
+	"github.com/gracewatch/gracewatch/internal/clock"
+)
+
+// shutdownTimeout bounds the graceful stop of the API server.
+const shutdownTimeout = 5 * time.Second
+
+// cgroups adapts cgroup.Manager to teardown.Cgroups.
+type cgroups struct{ *cgroup.Manager }
+
+func (cgroups) Populated(path string) (bool, error) { return cgroup.Populated(path) }
+
+var _ teardown.Cgroups = cgroups{}
+
+// Agent is a running node agent.
+type Agent struct {
+	cfg  Config
+	log  *slog.Logger
+	cg   *cgroup.Manager
+	sup  *teardown.Supervisor
+	srv  *api.Server
+	proc *procfs.Reader
+}
+
+// New builds the agent from cfg: it sets up the cgroup subtree, loads the
+// persisted state and opens the socket. Nothing runs until Run.
+func New(cfg Config, logger *slog.Logger) (*Agent, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{cfg: cfg, log: logger.With("component", "agent")}
+	cg, err := cgroup.New(cgroup.Options{
+		Mount:    cfg.Cgroup.Mount,
+		Root:     cfg.Cgroup.Root,
+		ProcRoot: cfg.Diagnostics.ProcRoot,
+		Logger:   logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cgroup setup: %w", err)
+	}
+	a.cg = cg
+	ok := false
+	defer func() {
+		if !ok {
+			cg.Close()
+		}
+	}()
+	a.proc = procfs.NewReader(cfg.Diagnostics.ProcRoot, cfg.Diagnostics.ReadTimeout.D(), cfg.Diagnostics.MaxBlockedReads)
+	snap := diagnose.NewSnapshotter(diagnose.Options{
+		Proc:           a.proc,
+		SampleInterval: cfg.Diagnostics.SampleInterval.D(),
+		Clock:          clock.Real{},
+		Logger:         logger,
+		Node:           cfg.NodeName,
+	})
+	store, err := diagnose.NewStore(filepath.Join(cfg.StateDir, "reports"), cfg.Diagnostics.MaxReports)
+	if err != nil {
+		return nil, err
+	}
+	sup, err := teardown.New(teardown.Options{
+		Node:             cfg.NodeName,
+		StateDir:         cfg.StateDir,
+		Clock:            clock.Real{},
+		Cgroups:          cgroups{cg},
+		Diagnoser:        snap,
+		Reports:          store,
+		Logger:           logger,
+		Grace:            cfg.Teardown.Grace.D(),
+		KillWait:         cfg.Teardown.KillWait.D(),
+		UnkillableAfter:  cfg.Teardown.UnkillableAfter.D(),
+		AutoResume:       cfg.Teardown.AutoResume,
+		SignalForeign:    cfg.Teardown.SignalForeign,
+		MaxExpirationAge: cfg.Teardown.MaxExpirationAge.D(),
+		OnReport:         journalReport,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.sup = sup
+	a.srv = api.NewServer(sup, api.ServerOptions{
+		AllowedUIDs: cfg.API.AllowedUIDs,
+		AllowedGIDs: cfg.API.AllowedGIDs,
+		ProcRoot:    cfg.Diagnostics.ProcRoot,
+		Logger:      logger,
+	})
+	ok = true
+	return a, nil
+}
+
+// Run serves until ctx ends, then stops the API and the supervisor. Running
+// epilogues are left running; a restarted agent re-adopts them.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.cg.Close()
+	l, err := api.Listen(a.cfg.Socket, a.cfg.API.SocketGroup)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errc <- a.sup.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		if err := a.srv.Serve(l); err != nil {
+			errc <- fmt.Errorf("api: %w", err)
+		}
+	}()
+	// Outside systemd (no NOTIFY_SOCKET) this does nothing.
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		a.log.Warn("sd_notify", "err", err)
+	}
+	a.log.Info("node agent ready", "node", a.cfg.NodeName, "socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
+		"state_dir", a.cfg.StateDir, "pid", os.Getpid())
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	cancel()
+	daemon.SdNotify(false, daemon.SdNotifyStopping)
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer scancel()
+	if err := a.srv.Shutdown(sctx); err != nil && !errors.Is(err, context.Canceled) {
+		a.log.Warn("api shutdown", "err", err)
+	}
+	wg.Wait()
+	a.log.Info("node agent stopped")
+	return runErr
+}
+
+// Run builds an agent from cfg and runs it until ctx ends.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	a, err := New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// journalReport sends a report's summary to the journal with fields an
+// administrator can filter on (journalctl HUNG_PID=5814), when the journal
+// is there. It runs on the supervisor's loop: journal.Send is one datagram.
+func journalReport(r *diagnose.Report) {
+	if !journal.Enabled() {
+		return
+	}
+	vars := map[string]string{"JOB_ID": r.Job, "STAGE": r.Stage, "OUTCOME": r.Outcome}
+	if len(r.Cgroups) > 0 {
+		vars["CGROUP"] = r.Cgroups[0].Path
+	}
+	if len(r.Processes) > 0 {
+		vars["HUNG_PID"] = fmt.Sprint(r.Processes[0].PID)
+		vars["CLASS"] = string(r.Processes[0].Class)
+	}
+	journal.Send(r.Summary, journal.PriWarning, vars)
+}

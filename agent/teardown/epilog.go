@@ -1,0 +1,263 @@
+package teardown
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+)
+
+// tailInterval is how often a running epilogue's output files are read while
+// a client is attached. Output goes to files, not pipes, so that an epilogue
+// outlives an agent restart without dying of SIGPIPE.
+const tailInterval = 50 * time.Millisecond
+
+// epilogRun is what the main loop hands back to RunEpilog.
+type epilogRun struct {
+	pid    int
+	stdout string
+	stderr string
+	exit   chan int
+}
+
+// RunEpilog runs req.Argv in the job's cgroup (job-<id>/epilog), streams its
+// output to out and returns its exit status. See api.Service.
+func (s *Supervisor) RunEpilog(ctx context.Context, id string, req api.EpilogRequest, out api.OutputSink) (int, error) {
+	if err := api.ValidateJobID(id); err != nil {
+		return 0, err
+	}
+	if err := api.ValidateEpilog(req); err != nil {
+		return 0, err
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	path, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		return 0, &api.InputError{Field: "argv", Msg: err.Error()}
+	}
+	peer, hasPeer := api.PeerFrom(ctx)
+
+	var run *epilogRun
+	var opErr error
+	err = s.do(ctx, func() {
+		run, opErr = s.spawnEpilog(id, path, req, dir, peer, hasPeer)
+		s.changed()
+	})
+	if err != nil {
+		return 0, err
+	}
+	if opErr != nil {
+		return 0, opErr
+	}
+	return tail(ctx, run, out)
+}
+
+// spawnEpilog runs on the main loop: register or end the job, make the
+// cgroup, watch it, start the process inside it and reap it in a goroutine.
+func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir string, peer api.Peer, hasPeer bool) (*epilogRun, error) {
+	now := s.o.Clock.Now()
+	j := s.jobs[id]
+	if j == nil {
+		j = &job{ID: id, Expiration: now, Grace: s.o.Grace, Registered: now, Phase: api.PhaseRunning}
+		s.jobs[id] = j
+		s.log.Info("job registered by its epilogue", "job", id, "expiration", now, "grace", j.Grace)
+	}
+	switch j.Phase {
+	case api.PhaseRunning:
+		s.startTeardown(j, now)
+	case api.PhaseReleased:
+		s.reopen(j)
+	}
+	if j.Cgroup == "" {
+		cg, err := s.o.Cgroups.Create(cgroupName(id))
+		if err != nil {
+			return nil, fmt.Errorf("job %s: %w", id, err)
+		}
+		j.Cgroup = cg
+		for _, c := range j.cancels {
+			c()
+		}
+		j.cancels = nil
+		s.watch(j)
+	}
+	n := j.Epilogs + 1
+	sub := "epilog"
+	if n > 1 {
+		sub = "epilog-" + strconv.Itoa(n)
+	}
+	cg, err := s.o.Cgroups.Create(filepath.Join(filepath.Base(j.Cgroup), sub))
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
+	}
+	odir := s.jobOutDir(id)
+	if err := os.MkdirAll(odir, 0o700); err != nil {
+		return nil, fmt.Errorf("job %s: create output dir: %w", id, err)
+	}
+	run := &epilogRun{
+		stdout: filepath.Join(odir, sub+".stdout"),
+		stderr: filepath.Join(odir, sub+".stderr"),
+		exit:   make(chan int, 1),
+	}
+	stdout, err := os.OpenFile(run.stdout, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
+	}
+	defer stdout.Close()
+	stderr, err := os.OpenFile(run.stderr, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
+	}
+	defer stderr.Close()
+
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   req.Argv,
+		Env:    append(append([]string{}, req.Env...), "GRACEWATCH_JOB_ID="+id),
+		Dir:    dir,
+		Stdout: stdout,
+		Stderr: stderr,
+		// A session of its own: the epilogue is not in the agent's process
+		// group, so a terminal's ^C or a signal to the agent's group does not
+		// reach it.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if hasPeer && int(peer.UID) != os.Geteuid() {
+		// Run as the peer, never with more rights than the caller has.
+		groups := make([]uint32, len(peer.Groups))
+		copy(groups, peer.Groups)
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: peer.UID, Gid: peer.GID, Groups: groups}
+	}
+	if err := s.o.Cgroups.Start(cmd, cg); err != nil {
+		return nil, fmt.Errorf("job %s: start epilogue %s: %w", id, path, err)
+	}
+	pid := cmd.Process.Pid
+	run.pid = pid
+	j.Epilogs = n
+	j.EpilogPIDs = append(j.EpilogPIDs, pid)
+	if j.children == nil {
+		j.children = make(map[int]chan int)
+	}
+	j.children[pid] = run.exit
+	s.log.Info("epilogue started", "job", id, "pid", pid, "argv", req.Argv, "cgroup", cg)
+	s.persist()
+	go func() {
+		err := cmd.Wait()
+		status := exitStatus(cmd, err)
+		s.post(func() {
+			delete(j.children, pid)
+			s.log.Info("epilogue exited", "job", id, "pid", pid, "status", status)
+			run.exit <- status
+			s.check(j)
+			s.changed()
+		})
+	}()
+	return run, nil
+}
+
+// exitStatus is the shell's view of how the process ended: its exit code,
+// or 128 plus the signal that killed it.
+func exitStatus(cmd *exec.Cmd, err error) int {
+	if cmd.ProcessState == nil {
+		return 127
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+// tail copies the epilogue's output files to out until it exits, then drains
+// them. If ctx ends first (the client went away) the epilogue goes on.
+func tail(ctx context.Context, run *epilogRun, out api.OutputSink) (int, error) {
+	fo, err := os.Open(run.stdout)
+	if err != nil {
+		return 0, err
+	}
+	defer fo.Close()
+	fe, err := os.Open(run.stderr)
+	if err != nil {
+		return 0, err
+	}
+	defer fe.Close()
+	buf := make([]byte, 32<<10)
+	sinkOK := true
+	drain := func() {
+		for _, p := range []struct {
+			f     *os.File
+			write func([]byte) error
+		}{{fo, out.Stdout}, {fe, out.Stderr}} {
+			for {
+				n, err := p.f.Read(buf)
+				if n > 0 && sinkOK {
+					if p.write(buf[:n]) != nil {
+						sinkOK = false
+					}
+				}
+				if n == 0 || err != nil {
+					break
+				}
+			}
+		}
+	}
+	t := time.NewTicker(tailInterval)
+	defer t.Stop()
+	for {
+		drain()
+		select {
+		case status := <-run.exit:
+			drain()
+			return status, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// lookPath finds file in the PATH of env (the caller's environment, not the
+// agent's).
+func lookPath(file string, env []string) (string, error) {
+	if strings.Contains(file, "/") {
+		if err := executable(file); err != nil {
+			return "", fmt.Errorf("%s: %w", file, err)
+		}
+		return file, nil
+	}
+	pathEnv := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" || !filepath.IsAbs(d) {
+			continue
+		}
+		p := filepath.Join(d, file)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in PATH %q", file, pathEnv)
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return errors.New("not an executable file")
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package teardown
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// stateVersion is the version of the persisted state file.
+const stateVersion = 1
+
+// persisted is what survives an agent restart (DESIGN.md 3.4): registrations,
+// teardown clocks, the DOWN latch and the sequence number.
+type persisted struct {
+	Version int       `json:"version"`
+	Node    string    `json:"node"`
+	Seq     uint64    `json:"seq"`
+	Boots   uint64    `json:"boots"`
+	State   string    `json:"state"`
+	Reason  string    `json:"reason"`
+	Since   time.Time `json:"since"`
+	Latch   latch     `json:"latch"`
+	Jobs    []*job    `json:"jobs"`
+}
+
+// latch is the node's DOWN latch. It is held by the agent, so every
+// aggregator sees the same truth.
+type latch struct {
+	Down   bool      `json:"down"`
+	Kind   string    `json:"kind,omitempty"` // "grace" (a violation) or "drain" (an administrator)
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	// Jobs are the violating jobs; with auto_resume = "when-clean" the latch
+	// clears once all of them are released.
+	Jobs []string `json:"jobs,omitempty"`
+}
+
+// writeFileAtomic writes data to path so that a crash leaves either the old
+// or the new content: temp file, fsync, rename, fsync of the directory.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fmt.Errorf("chmod %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	ok = true
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// loadState reads the state file; a missing file is a fresh node.
+func loadState(path string) (*persisted, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &persisted{Version: stateVersion}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	var p persisted
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("state file %s is corrupt (move it away to start afresh): %w", path, err)
+	}
+	if p.Version != stateVersion {
+		return nil, fmt.Errorf("state file %s has version %d, this agent reads %d", path, p.Version, stateVersion)
+	}
+	return &p, nil
+}

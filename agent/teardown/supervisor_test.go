@@ -1,0 +1,350 @@
+package teardown
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/internal/clock"
+)
+
+var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+type harness struct {
+	t      *testing.T
+	s      *Supervisor
+	clk    *clock.Fake
+	cg     *fakeCgroups
+	diag   *fakeDiagnoser
+	dir    string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type fakeDiagnoser struct {
+	mu    sync.Mutex
+	reqs  []diagnose.Request
+	procs []diagnose.Process
+}
+
+func (d *fakeDiagnoser) Snapshot(ctx context.Context, req diagnose.Request) *diagnose.Report {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reqs = append(d.reqs, req)
+	return &diagnose.Report{Job: req.Job, Stage: req.Stage, Grace: req.Grace.String(), Timeline: req.Timeline,
+		Processes: append([]diagnose.Process{}, d.procs...)}
+}
+
+func (d *fakeDiagnoser) stages() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for _, r := range d.reqs {
+		out = append(out, r.Stage)
+	}
+	return out
+}
+
+func newHarness(t *testing.T, tweak func(*Options)) *harness {
+	t.Helper()
+	h := &harness{t: t, clk: clock.NewFake(t0), cg: newFakeCgroups(), diag: &fakeDiagnoser{}, dir: t.TempDir()}
+	h.start(tweak)
+	return h
+}
+
+func (h *harness) start(tweak func(*Options)) {
+	o := Options{Node: "n1", StateDir: h.dir, Clock: h.clk, Cgroups: h.cg, Diagnoser: h.diag,
+		Grace: 60 * time.Second, KillWait: 10 * time.Second, UnkillableAfter: 30 * time.Second,
+		AutoResume: AutoResumeNever, SignalForeign: true}
+	if tweak != nil {
+		tweak(&o)
+	}
+	s, err := New(o)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.s, h.cancel, h.done = s, cancel, make(chan struct{})
+	go func() { s.Run(ctx); close(h.done) }()
+	h.t.Cleanup(h.stop)
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	<-h.done
+}
+
+// advance steps the fake clock and waits until the main loop has handled
+// every timer that fell due.
+func (h *harness) advance(d time.Duration) {
+	h.clk.Advance(d)
+	h.status()
+}
+
+func (h *harness) status() api.Status {
+	h.t.Helper()
+	st, err := h.s.Status(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+// eventually waits (real time, bounded) for cond on the status: snapshots
+// run on their own goroutine.
+func (h *harness) eventually(what string, cond func(api.Status) bool) api.Status {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := h.status()
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s; status %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *harness) start1(id, exp, grace, cgroup string) api.Job {
+	h.t.Helper()
+	j, err := h.s.StartJob(context.Background(), api.JobStartRequest{Job: id, Expiration: exp, Grace: grace, Cgroup: cgroup})
+	if err != nil {
+		h.t.Fatalf("start %s: %v", id, err)
+	}
+	return j
+}
+
+func TestDeadlineIsMinOfEndAndExpirationPlusGrace(t *testing.T) {
+	cases := []struct {
+		name    string
+		exp     time.Time
+		endAt   time.Time
+		grace   string
+		wantDln time.Time
+	}{
+		{name: "early end", exp: t0.Add(time.Hour), endAt: t0.Add(10 * time.Minute), grace: "", wantDln: t0.Add(10*time.Minute + 60*time.Second)},
+		{name: "end after expiration", exp: t0.Add(time.Minute), endAt: t0.Add(5 * time.Minute), grace: "30s", wantDln: t0.Add(time.Minute + 30*time.Second)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.start1("7", tc.exp.Format(time.RFC3339), tc.grace, "/foreign/7")
+			h.cg.SetPopulated("/foreign/7", true)
+			h.clk.Set(tc.endAt)
+			j, err := h.s.EndJob(context.Background(), "7")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Deadline == nil || !j.Deadline.Equal(tc.wantDln) {
+				t.Fatalf("deadline = %v, want %v", j.Deadline, tc.wantDln)
+			}
+			st := h.status()
+			if st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(tc.wantDln) {
+				t.Fatalf("status %s free_at %v, want teardown free_at %v", st.State, st.FreeAt, tc.wantDln)
+			}
+		})
+	}
+}
+
+func TestTeardownWithinGraceSendsNoSignal(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start1("1", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/1")
+	h.cg.SetPopulated("/foreign/1", true)
+	if _, err := h.s.EndJob(context.Background(), "1"); err != nil {
+		t.Fatal(err)
+	}
+	h.advance(59 * time.Second)
+	if st := h.status(); st.State != api.StateTeardown {
+		t.Fatalf("state %s before the deadline, want teardown", st.State)
+	}
+	h.cg.SetPopulated("/foreign/1", false)
+	st := h.status()
+	if st.State != api.StateUp || st.FreeAt != nil {
+		t.Fatalf("state %s free_at %v after the cgroup emptied, want up", st.State, st.FreeAt)
+	}
+	h.advance(time.Hour)
+	if sig := h.cg.Signals(); len(sig) != 0 {
+		t.Fatalf("signals sent: %v", sig)
+	}
+	if st := h.status(); st.Jobs[0].Phase != api.PhaseReleased || st.Jobs[0].Outcome != "clean" {
+		t.Fatalf("job = %+v, want released clean", st.Jobs[0])
+	}
+}
+
+func TestOverdueEscalatesAndLatches(t *testing.T) {
+	for _, policy := range []string{AutoResumeNever, AutoResumeWhenClean} {
+		t.Run(policy, func(t *testing.T) {
+			h := newHarness(t, func(o *Options) { o.AutoResume = policy })
+			h.diag.procs = []diagnose.Process{{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable}}
+			h.start1("9", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/9")
+			h.cg.SetPopulated("/foreign/9", true)
+			h.s.EndJob(context.Background(), "9")
+			h.advance(60 * time.Second)
+			st := h.eventually("SIGTERM after the before-signal snapshot", func(st api.Status) bool {
+				return len(st.Jobs) == 1 && st.Jobs[0].Escalation == escTerm
+			})
+			if st.State != api.StateDown || !strings.Contains(st.Reason, "job 9") {
+				t.Fatalf("at the deadline: state %s reason %q, want down naming job 9", st.State, st.Reason)
+			}
+			if got := h.cg.Signals(); !slices.Equal(got, []string{"/foreign/9 terminated"}) {
+				t.Fatalf("signals %v, want one SIGTERM", got)
+			}
+			h.advance(10 * time.Second)
+			if got := h.cg.Signals(); len(got) != 2 || got[1] != "/foreign/9 killed" {
+				t.Fatalf("signals %v, want SIGKILL after kill_wait", got)
+			}
+			h.advance(30 * time.Second)
+			st = h.eventually("classification", func(st api.Status) bool { return len(st.Hung) == 1 })
+			if st.Hung[0].PID != 42 || st.Hung[0].Class != "unkillable" {
+				t.Fatalf("hung = %+v", st.Hung)
+			}
+			if got := h.diag.stages(); !slices.Equal(got, []string{diagnose.StageBeforeSignal, diagnose.StageAfterEscalation}) {
+				t.Fatalf("snapshot stages %v", got)
+			}
+			h.cg.SetPopulated("/foreign/9", false)
+			st = h.status()
+			if policy == AutoResumeNever {
+				if st.State != api.StateDown {
+					t.Fatalf("never: state %s after the processes went, want down", st.State)
+				}
+				st, err := h.s.Resume(context.Background(), api.ResumeRequest{Reason: "fixed"})
+				if err != nil || st.State != api.StateUp {
+					t.Fatalf("resume: %v, state %s", err, st.State)
+				}
+			} else if st.State != api.StateUp {
+				t.Fatalf("when-clean: state %s reason %q, want up", st.State, st.Reason)
+			}
+			if j := h.status().Jobs[0]; j.Outcome != diagnose.OutcomeHung {
+				t.Fatalf("outcome %q, want hung", j.Outcome)
+			}
+		})
+	}
+}
+
+func TestKilledOutcomeKeepsReason(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start1("3", t0.Add(time.Hour).Format(time.RFC3339), "5s", "/foreign/3")
+	h.cg.SetPopulated("/foreign/3", true)
+	h.s.EndJob(context.Background(), "3")
+	h.advance(5 * time.Second)
+	h.eventually("SIGTERM", func(st api.Status) bool { return st.Jobs[0].Escalation == escTerm })
+	h.advance(10 * time.Second)
+	h.cg.SetPopulated("/foreign/3", false)
+	st := h.status()
+	if st.State != api.StateDown || st.Jobs[0].Outcome != diagnose.OutcomeKilled {
+		t.Fatalf("state %s outcome %q, want down/killed", st.State, st.Jobs[0].Outcome)
+	}
+	if !strings.Contains(st.Reason, "killed by SIGKILL") || !strings.Contains(st.Reason, "grace 5s") {
+		t.Fatalf("reason %q", st.Reason)
+	}
+	// No further timers act on a released job.
+	n := len(h.cg.Signals())
+	h.advance(time.Hour)
+	if len(h.cg.Signals()) != n {
+		t.Fatalf("signals after release: %v", h.cg.Signals())
+	}
+}
+
+func TestForeignCgroupNotSignalledByDefault(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.SignalForeign = false })
+	h.start1("4", t0.Format(time.RFC3339), "1s", "/foreign/4")
+	h.cg.SetPopulated("/foreign/4", true)
+	h.s.EndJob(context.Background(), "4")
+	h.advance(time.Minute)
+	h.eventually("down", func(st api.Status) bool { return st.State == api.StateDown })
+	h.advance(time.Minute)
+	if got := h.cg.Signals(); len(got) != 0 {
+		t.Fatalf("foreign cgroup signalled: %v", got)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start1("1", t0.Add(time.Hour).Format(time.RFC3339), "", "")
+	before := h.status()
+	cases := []struct {
+		name  string
+		req   api.JobStartRequest
+		want  error
+		field string
+	}{
+		{"duplicate", api.JobStartRequest{Job: "1", Expiration: t0.Add(time.Hour).Format(time.RFC3339)}, api.ErrDuplicateJob, ""},
+		{"not a time", api.JobStartRequest{Job: "2", Expiration: "tomorrow"}, nil, "expiration"},
+		{"far past", api.JobStartRequest{Job: "2", Expiration: "1000000000"}, nil, "expiration"},
+		{"negative grace", api.JobStartRequest{Job: "2", Expiration: "0", Grace: "-5s"}, nil, "grace"},
+		{"bad id", api.JobStartRequest{Job: "a/b", Expiration: "0"}, nil, "job"},
+		{"missing cgroup", api.JobStartRequest{Job: "2", Expiration: "0", Cgroup: "/missing"}, nil, "cgroup"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.s.StartJob(context.Background(), tc.req)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+			var ie *api.InputError
+			if tc.field != "" && (!errors.As(err, &ie) || ie.Field != tc.field) {
+				t.Fatalf("err %v, want an input error on %s", err, tc.field)
+			}
+		})
+	}
+	if _, err := h.s.EndJob(context.Background(), "nope"); !errors.Is(err, api.ErrUnknownJob) {
+		t.Fatalf("end of unknown job: %v", err)
+	}
+	after := h.status()
+	if len(after.Jobs) != 1 || after.Seq != before.Seq || after.Jobs[0].Phase != api.PhaseRunning {
+		t.Fatalf("state changed by bad input: before %+v after %+v", before, after)
+	}
+}
+
+func TestRestartReadoptsAndEnforcesDeadline(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start1("5", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/5")
+	h.cg.SetPopulated("/foreign/5", true)
+	h.s.EndJob(context.Background(), "5")
+	seq := h.status().Seq
+	h.stop()
+
+	// A new supervisor on the same state dir, as after kill -9 and restart.
+	h.clk.Advance(30 * time.Second)
+	h.start(nil)
+	st := h.status()
+	if st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(t0.Add(60*time.Second)) {
+		t.Fatalf("after restart: %s free_at %v", st.State, st.FreeAt)
+	}
+	if st.Seq < seq {
+		t.Fatalf("sequence went backwards: %d < %d", st.Seq, seq)
+	}
+	h.advance(30 * time.Second)
+	h.eventually("down after restart", func(st api.Status) bool { return st.State == api.StateDown })
+	h.stop()
+
+	// The latch survives a restart too.
+	h.start(nil)
+	if st := h.status(); st.State != api.StateDown {
+		t.Fatalf("latch lost over restart: %s", st.State)
+	}
+}
+
+func TestIdleSupervisorDoesNoReads(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start1("6", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/6")
+	before := h.cg.Reads()
+	for i := 0; i < 100; i++ {
+		h.advance(time.Minute)
+	}
+	h.status()
+	if got := h.cg.Reads() - before; got != 0 {
+		t.Fatalf("%d cgroup reads while idle for 100 minutes", got)
+	}
+}
