@@ -1,0 +1,49 @@
+# gracewatch build, test and benchmark entry points.
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X github.com/gracewatch/gracewatch/internal/version.Version=$(VERSION)
+PKGS      := ./...
+# Per-target budget of `make fuzz` (each fuzz target runs this long).
+FUZZTIME  ?= 10s
+STATICCHECK_VERSION := v0.8.2
+
+.PHONY: all build test test-short lint fuzz bench demo clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+
+# The whole suite with the race detector. Kernel tests need root, cgroup v2
+# and /dev/fuse; with CI=true a missing one fails instead of skipping.
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+lint:
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+# Every fuzz target for FUZZTIME each (go test runs one target at a time).
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+# Benchmarks behind BENCHMARKS.md (needs root for the cgroup and epilogue ones).
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 20x -benchmem ./agent/... | tee bench.out
+
+# A local demonstration: the agent with a scripted hung epilogue.
+demo: build
+	./scripts/demo.sh
+
+clean:
+	rm -rf bin dist bench.out
