@@ -22,9 +22,12 @@ const tailInterval = 50 * time.Millisecond
 
 // epilogRun is what the main loop hands back to RunEpilog.
 type epilogRun struct {
-	pid    int
-	stdout string
-	stderr string
+	pid int
+	// stdout and stderr are the output files opened for reading before the
+	// epilogue starts: it may exit, and its job be released (which removes
+	// the files), before the caller reads them.
+	stdout *os.File
+	stderr *os.File
 	exit   chan int
 }
 
@@ -103,21 +106,29 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 	if err := os.MkdirAll(odir, 0o700); err != nil {
 		return nil, fmt.Errorf("job %s: create output dir: %w", id, err)
 	}
-	run := &epilogRun{
-		stdout: filepath.Join(odir, sub+".stdout"),
-		stderr: filepath.Join(odir, sub+".stderr"),
-		exit:   make(chan int, 1),
+	run := &epilogRun{exit: make(chan int, 1)}
+	var files [2]*os.File // the epilogue's ends
+	for i, name := range []string{sub + ".stdout", sub + ".stderr"} {
+		p := filepath.Join(odir, name)
+		w, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			run.close()
+			return nil, fmt.Errorf("job %s: %w", id, err)
+		}
+		defer w.Close()
+		files[i] = w
+		r, err := os.Open(p)
+		if err != nil {
+			run.close()
+			return nil, fmt.Errorf("job %s: %w", id, err)
+		}
+		if i == 0 {
+			run.stdout = r
+		} else {
+			run.stderr = r
+		}
 	}
-	stdout, err := os.OpenFile(run.stdout, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("job %s: %w", id, err)
-	}
-	defer stdout.Close()
-	stderr, err := os.OpenFile(run.stderr, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("job %s: %w", id, err)
-	}
-	defer stderr.Close()
+	stdout, stderr := files[0], files[1]
 
 	cmd := &exec.Cmd{
 		Path:   path,
@@ -138,6 +149,7 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: peer.UID, Gid: peer.GID, Groups: groups}
 	}
 	if err := s.o.Cgroups.Start(cmd, cg); err != nil {
+		run.close()
 		return nil, fmt.Errorf("job %s: start epilogue %s: %w", id, path, err)
 	}
 	pid := cmd.Process.Pid
@@ -164,6 +176,14 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 	return run, nil
 }
 
+func (r *epilogRun) close() {
+	for _, f := range []*os.File{r.stdout, r.stderr} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
 // exitStatus is the shell's view of how the process ended: its exit code,
 // or 128 plus the signal that killed it.
 func exitStatus(cmd *exec.Cmd, err error) int {
@@ -179,16 +199,8 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 // tail copies the epilogue's output files to out until it exits, then drains
 // them. If ctx ends first (the client went away) the epilogue goes on.
 func tail(ctx context.Context, run *epilogRun, out api.OutputSink) (int, error) {
-	fo, err := os.Open(run.stdout)
-	if err != nil {
-		return 0, err
-	}
-	defer fo.Close()
-	fe, err := os.Open(run.stderr)
-	if err != nil {
-		return 0, err
-	}
-	defer fe.Close()
+	defer run.close()
+	fo, fe := run.stdout, run.stderr
 	buf := make([]byte, 32<<10)
 	sinkOK := true
 	drain := func() {

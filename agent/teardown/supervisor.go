@@ -119,8 +119,9 @@ type Supervisor struct {
 	// Owned by the main loop.
 	st     *persisted
 	jobs   map[string]*job
-	status api.Status
-	ctx    context.Context
+	status  api.Status
+	ctx     context.Context
+	unsaved bool // the state changed since the last write
 }
 
 // New loads the persisted state from o.StateDir. Run must be called for the
@@ -184,6 +185,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	defer close(s.quit)
 	s.readopt()
 	s.changed()
+	s.flush()
 	for {
 		select {
 		case <-ctx.Done():
@@ -204,6 +206,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-s.kick:
 			s.handleDirty()
 		}
+		s.flush()
 	}
 }
 
@@ -233,7 +236,7 @@ func (s *Supervisor) post(fn func()) {
 func (s *Supervisor) do(ctx context.Context, fn func()) error {
 	done := make(chan struct{})
 	select {
-	case s.events <- func() { fn(); close(done) }:
+	case s.events <- func() { fn(); s.flush(); close(done) }:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.quit:
@@ -779,9 +782,22 @@ func jobsEqual(a, b []api.Job) bool {
 	return true
 }
 
-// persist writes the state file. A failure is logged: the agent goes on
+// persist marks the state for writing at the end of the current event
+// (flush), so one event writes the file once however many changes it made.
+func (s *Supervisor) persist() { s.unsaved = true }
+
+// flush writes the state file if the current event changed it. API calls
+// flush before they answer, so an acknowledged registration is durable.
+func (s *Supervisor) flush() {
+	if s.unsaved {
+		s.unsaved = false
+		s.write()
+	}
+}
+
+// write writes the state file. A failure is logged: the agent goes on
 // enforcing deadlines from memory.
-func (s *Supervisor) persist() {
+func (s *Supervisor) write() {
 	s.st.Version = stateVersion
 	s.st.Node = s.o.Node
 	s.st.Jobs = s.st.Jobs[:0]
