@@ -7,7 +7,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build test test-short lint fuzz bench demo clean
+.PHONY: all build test test-short lint fuzz bench demo clean proto proto-check
 
 all: build
 
@@ -47,3 +47,15 @@ demo: build
 
 clean:
 	rm -rf bin dist bench.out
+
+# Regenerate the protobuf Go code (protoc from Debian's protobuf-compiler,
+# protoc-gen-go pinned to the protobuf runtime in go.mod).
+PROTOC_GEN_GO_VERSION := v1.36.12
+proto:
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	protoc --plugin=protoc-gen-go=$(CURDIR)/bin/protoc-gen-go -I proto \
+	  --go_out=proto/gwpb --go_opt=paths=source_relative proto/gracewatch.proto
+
+# Fails when the committed generated code is not what `make proto` makes.
+proto-check: proto
+	git diff --exit-code -- proto/gwpb
