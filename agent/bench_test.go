@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,16 +69,24 @@ func BenchmarkIdleAgent(b *testing.B) {
 	b.ReportMetric(float64(rss)/1024, "MiB-rss")
 }
 
-// cpuTime is utime+stime of pid from /proc/PID/stat (clock ticks of 10 ms).
+// cpuTime is the CPU time of every thread of pid, in nanoseconds, from
+// /proc/PID/task/*/schedstat (utime+stime in /proc/PID/stat counts 10 ms
+// ticks: too coarse for an idle process).
 func cpuTime(b *testing.B, pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatal(err)
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		b.Fatalf("no schedstat for pid %d: %v", pid, err)
 	}
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
+	var total int64
+	for _, f := range tasks {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that exited
+		}
+		ns, _ := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
+		total += ns
+	}
+	return time.Duration(total)
 }
 
 func rssKiB(b *testing.B, pid int) int64 {
