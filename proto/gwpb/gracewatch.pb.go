@@ -802,7 +802,7 @@ var File_gracewatch_proto protoreflect.FileDescriptor
 
 const file_gracewatch_proto_rawDesc = "" +
 	"\n" +
-	"\x10gracewatch.proto\x12\rgracewatch.v1\"\x99\x02\n" +
+	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xa1\x02\n" +
 	"\x04Meta\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12'\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x13.gracewatch.v1.RoleR\x04role\x12 \n" +
@@ -814,7 +814,7 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\vdeadline_ms\x18\a \x01(\x03R\n" +
 	"deadlineMs\x12\x19\n" +
 	"\bsince_ms\x18\b \x01(\x03R\asinceMs\x12\x16\n" +
-	"\x06reason\x18\t \x01(\tR\x06reason\"\xc8\x01\n" +
+	"\x06reason\x18\t \x01(\tR\x06reasonJ\x06\b\xff\x0f\x10\x80\x10\"\xc8\x01\n" +
 	"\bTeardown\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x19\n" +

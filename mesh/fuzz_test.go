@@ -1,0 +1,132 @@
+package mesh
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+	"google.golang.org/protobuf/proto"
+)
+
+func seedMetas() []*gwpb.Meta {
+	return []*gwpb.Meta{
+		{},
+		{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 3, Seq: 1234, State: gwpb.State_STATE_UP, SinceMs: 1_760_000_000_000},
+		{Schema: 1, Role: gwpb.Role_ROLE_AGENT, State: gwpb.State_STATE_DOWN, DeadlineMs: -1, Reason: "hung: D state in read(2) on /scratch é€𝄞"},
+		{Role: 99, State: -3, Reason: strings.Repeat("ü", 600)},
+	}
+}
+
+// Arbitrary bytes never panic the decoder; whatever decodes re-encodes
+// within MetaLimit to the same message.
+func FuzzDecodeMeta(f *testing.F) {
+	for _, m := range seedMetas() {
+		b, _ := EncodeMeta(m)
+		f.Add(b)
+		f.Add(appendLeaving(b))
+	}
+	f.Add([]byte{0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeMeta(b)
+		if err != nil {
+			return
+		}
+		out, err := EncodeMeta(m)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if len(out) > MetaLimit {
+			t.Fatalf("re-encoded to %d bytes", len(out))
+		}
+		again, err := DecodeMeta(out)
+		if err != nil {
+			t.Fatalf("decode re-encoded: %v", err)
+		}
+		if !proto.Equal(m, again) {
+			t.Fatalf("round trip changed %v into %v", m, again)
+		}
+	})
+}
+
+// Any field values and any reason encode within MetaLimit, decode back to
+// the same fields, and the reason comes back whole or cut with the marker,
+// always valid UTF-8.
+func FuzzEncodeMeta(f *testing.F) {
+	for _, m := range seedMetas() {
+		f.Add(m.Schema, int32(m.Role), m.Incarnation, m.Seq, int32(m.State), m.FreeAtMs, m.DeadlineMs, m.SinceMs, m.Reason)
+	}
+	f.Add(uint32(1<<32-1), int32(-1<<31), uint64(1<<64-1), uint64(1<<64-1), int32(-1), int64(-1<<63), int64(-1<<63), int64(-1<<63),
+		strings.Repeat("\xff€", 300))
+	f.Fuzz(func(t *testing.T, schema uint32, role int32, inc, seq uint64, state int32, free, deadline, since int64, reason string) {
+		in := &gwpb.Meta{Schema: schema, Role: gwpb.Role(role), Incarnation: inc, Seq: seq, State: gwpb.State(state),
+			FreeAtMs: free, DeadlineMs: deadline, SinceMs: since, Reason: reason}
+		b, err := EncodeMeta(in)
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		if len(b) > MetaLimit {
+			t.Fatalf("%d bytes", len(b))
+		}
+		if in.Reason != reason {
+			t.Fatal("EncodeMeta modified its argument")
+		}
+		out, err := DecodeMeta(b)
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		r := out.GetReason()
+		if !utf8.ValidString(r) {
+			t.Fatalf("reason %q is not valid UTF-8", r)
+		}
+		clean := strings.ToValidUTF8(reason, "\uFFFD")
+		if r != clean {
+			kept, cut := strings.CutSuffix(r, TruncatedMarker)
+			if !cut || !strings.HasPrefix(clean, kept) || len(kept) >= len(clean) {
+				t.Fatalf("reason %q is neither %q nor a cut of it", r, clean)
+			}
+		}
+		out.Reason = ""
+		in.Reason = ""
+		if !proto.Equal(in, out) {
+			t.Fatalf("fields changed: %v -> %v", in, out)
+		}
+	})
+}
+
+// Arbitrary bytes never panic the envelope decoder; whatever decodes
+// re-encodes to the same message.
+func FuzzDecodeEnvelope(f *testing.F) {
+	for _, env := range []*gwpb.Envelope{
+		{Schema: 1, From: "node1", Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{
+			Meta: &gwpb.Meta{Seq: 1}, Reason: "r", Teardowns: []*gwpb.Teardown{{Job: "f1", DeadlineMs: 5}},
+			Reports: []*gwpb.Report{{Job: "f1", DetailJson: []byte(`{"a":1}`)}}}}},
+		{Schema: 1, From: "agg-1", Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: "1", Action: gwpb.Action_ACTION_DRAIN}}},
+		{Schema: 2, From: "node1", Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: "1", Ok: true, Meta: &gwpb.Meta{}}}},
+	} {
+		b, _ := EncodeEnvelope(env)
+		f.Add(b)
+	}
+	f.Add([]byte{0x12, 0x05, 'n', 'o', 'd', 'e', '2', 0x52, 0x40, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = claimedSender(b)
+		env, err := DecodeEnvelope(b)
+		if err != nil {
+			return
+		}
+		out, err := EncodeEnvelope(env)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		again, err := DecodeEnvelope(out)
+		if len(out) == 0 && err != nil {
+			return // an envelope of defaults encodes to nothing
+		}
+		if err != nil {
+			t.Fatalf("decode re-encoded: %v", err)
+		}
+		if !proto.Equal(env, again) {
+			t.Fatalf("round trip changed %v into %v", env, again)
+		}
+	})
+}
