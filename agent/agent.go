@@ -21,6 +21,8 @@ import (
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 // shutdownTimeout bounds the graceful stop of the API server.
@@ -41,6 +43,7 @@ type Agent struct {
 	sup  *teardown.Supervisor
 	srv  *api.Server
 	proc *procfs.Reader
+	link *meshLink
 }
 
 // New builds the agent from cfg: it sets up the cgroup subtree, loads the
@@ -50,6 +53,16 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	a := &Agent{cfg: cfg, log: logger.With("component", "agent")}
+	var link *meshLink
+	onChange := notifyStatus
+	onReport := journalReport
+	if cfg.Mesh.Enabled {
+		// The supervisor is built below; the link reaches it through this
+		// indirection because each needs the other.
+		link = newMeshLink(nil, logger)
+		onChange = func(st api.Status) { notifyStatus(st); link.onChange(st) }
+		onReport = func(r *diagnose.Report) { journalReport(r); link.onReport(r) }
+	}
 	cg, err := cgroup.New(cgroup.Options{
 		Mount:    cfg.Cgroup.Mount,
 		Root:     cfg.Cgroup.Root,
@@ -92,12 +105,17 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		AutoResume:       cfg.Teardown.AutoResume,
 		SignalForeign:    cfg.Teardown.SignalForeign,
 		MaxExpirationAge: cfg.Teardown.MaxExpirationAge.D(),
-		OnReport:         journalReport,
+		OnReport:         onReport,
+		OnChange:         onChange,
 	})
 	if err != nil {
 		return nil, err
 	}
 	a.sup = sup
+	if link != nil {
+		link.sup = sup
+		a.link = link
+	}
 	a.srv = api.NewServer(sup, api.ServerOptions{
 		AllowedUIDs: cfg.API.AllowedUIDs,
 		AllowedGIDs: cfg.API.AllowedGIDs,
@@ -131,6 +149,37 @@ func (a *Agent) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("api: %w", err)
 		}
 	}()
+	var m *mesh.Mesh
+	if a.link != nil {
+		st, err := a.sup.Status(ctx)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		m, err = mesh.New(mesh.Options{Name: a.cfg.NodeName, Role: gwpb.Role_ROLE_AGENT, Config: a.cfg.Mesh.Config,
+			Meta: metaOf(st), Handler: a.link, Logger: a.log})
+		if err != nil {
+			cancel()
+			a.srv.Shutdown(context.Background())
+			wg.Wait()
+			return fmt.Errorf("mesh: %w", err)
+		}
+		a.link.m = m
+		a.link.onChange(st)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.link.run(ctx)
+		}()
+	}
+	if interval, err := daemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.watchdog(ctx, interval/2)
+		}()
+	}
 	// Outside systemd (no NOTIFY_SOCKET) this does nothing.
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		a.log.Warn("sd_notify", "err", err)
@@ -150,6 +199,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("api shutdown", "err", err)
 	}
 	wg.Wait()
+	if m != nil {
+		if err := m.Leave(2 * time.Second); err != nil {
+			a.log.Warn("mesh leave", "err", err)
+		}
+		m.Shutdown()
+	}
 	a.log.Info("node agent stopped")
 	return runErr
 }
@@ -179,4 +234,46 @@ func journalReport(r *diagnose.Report) {
 		vars["CLASS"] = string(r.Processes[0].Class)
 	}
 	journal.Send(r.Summary, journal.PriWarning, vars)
+}
+
+// watchdog pings systemd's watchdog through the supervisor's main loop
+// every period: a loop that is stuck stops the pings, and systemd restarts
+// the agent (the epilogues survive: KillMode=process).
+func (a *Agent) watchdog(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, period)
+			_, err := a.sup.Status(pctx)
+			cancel()
+			if err == nil {
+				daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+			} else if ctx.Err() == nil {
+				a.log.Error("main loop did not answer the watchdog", "err", err)
+			}
+		}
+	}
+}
+
+// notifyStatus tells systemd what the agent is doing ("2 teardowns, node
+// down: ..."); outside systemd it does nothing.
+func notifyStatus(st api.Status) {
+	active := 0
+	for _, j := range st.Jobs {
+		if j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue {
+			active++
+		}
+	}
+	line := fmt.Sprintf("%d teardowns, node %s", active, st.State)
+	if st.Reason != "" {
+		line += ": " + st.Reason
+	}
+	if len(line) > 200 {
+		line = line[:197] + "..."
+	}
+	daemon.SdNotify(false, "STATUS="+line)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/mesh"
 )
 
 // AutoResume values.
@@ -36,6 +37,15 @@ type Config struct {
 	Teardown    TeardownConfig    `toml:"teardown"`
 	API         APIConfig         `toml:"api"`
 	Diagnostics DiagnosticsConfig `toml:"diagnostics"`
+	Mesh        MeshConfig        `toml:"mesh"`
+}
+
+// MeshConfig is the agent's [mesh] table: mesh.Config plus the switch.
+type MeshConfig struct {
+	// Enabled joins the gossip mesh. Off, the agent works alone (local API
+	// and diagnostics only).
+	Enabled     bool `toml:"enabled"`
+	mesh.Config
 }
 
 // CgroupConfig places the agent's cgroup subtree.
@@ -116,6 +126,7 @@ func DefaultConfig() Config {
 			SampleInterval:  config.Dur(2 * time.Second),
 			MaxReports:      100,
 		},
+		Mesh: MeshConfig{Config: mesh.DefaultConfig()},
 	}
 }
 
@@ -214,6 +225,11 @@ func (c *Config) Validate() error {
 	}
 	if d.MaxReports < 1 {
 		bad("diagnostics.max_reports", "must be at least 1, got %d", d.MaxReports)
+	}
+	if c.Mesh.Enabled {
+		if err := c.Mesh.Config.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -549,4 +550,88 @@ func TestIdleAgentDoesNotPoll(t *testing.T) {
 	if syscr() == before {
 		t.Fatal("syscr did not move for a request: the measurement sees nothing")
 	}
+}
+
+// The agent speaks sd_notify: READY once serving, STATUS lines that say what
+// it does, WATCHDOG pings through its main loop, STOPPING at exit. The test
+// plays systemd's part with a datagram socket of its own.
+func TestSystemdNotify(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("", "gwnotify")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sockPath := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	msgs := make(chan string, 256)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			for _, line := range strings.Split(string(buf[:n]), "\n") {
+				if line != "" {
+					msgs <- line
+				}
+			}
+		}
+	}()
+	var seen []string
+	// expect returns the first message since index from with the prefix,
+	// waiting for it at most within.
+	expect := func(from int, prefix string, within time.Duration) int {
+		t.Helper()
+		deadline := time.After(within)
+		for i := from; ; i++ {
+			for i >= len(seen) {
+				select {
+				case m := <-msgs:
+					seen = append(seen, m)
+				case <-deadline:
+					t.Fatalf("no %q from the agent within %v; got %q", prefix, within, seen[from:])
+				}
+			}
+			if strings.HasPrefix(seen[i], prefix) {
+				return i
+			}
+		}
+	}
+	os.Setenv("NOTIFY_SOCKET", sockPath)
+	os.Setenv("WATCHDOG_USEC", "400000")
+	n := startNode(t, nodeOpts{})
+	os.Unsetenv("NOTIFY_SOCKET")
+	os.Unsetenv("WATCHDOG_USEC")
+	expect(0, "READY=1", 5*time.Second)
+	if i := expect(0, "STATUS=", 5*time.Second); !strings.Contains(seen[i], "node up") {
+		t.Fatalf("status line %q", seen[i])
+	}
+	expect(0, "WATCHDOG=1", 2*time.Second)
+	// A frozen main loop stops the pings: freeze the whole agent and see
+	// that nothing comes while it is stopped.
+	n.cmd.Process.Signal(syscall.SIGSTOP)
+	time.Sleep(100 * time.Millisecond)
+	for len(msgs) > 0 {
+		seen = append(seen, <-msgs)
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("message %q from a stopped agent", m)
+	case <-time.After(time.Second):
+	}
+	n.cmd.Process.Signal(syscall.SIGCONT)
+	mark := expect(len(seen), "WATCHDOG=1", 2*time.Second)
+	n.jobStart("901", time.Now().Add(time.Hour))
+	ep := n.epilog("901", "sleep", "1")
+	expect(mark, "STATUS=1 teardowns, node teardown", 5*time.Second)
+	waitExit(t, ep, 5*time.Second)
+	n.stop()
+	expect(mark, "STOPPING=1", 5*time.Second)
 }

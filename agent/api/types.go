@@ -108,6 +108,9 @@ type Status struct {
 	Since  time.Time  `json:"since"`
 	FreeAt *time.Time `json:"free_at"`
 	Seq    uint64     `json:"seq"`
+	// Incarnation counts agent starts; (Incarnation, Seq) never goes
+	// backwards, so a reader can tell the newer of two statuses.
+	Incarnation uint64 `json:"incarnation"`
 	Jobs   []Job      `json:"jobs"`
 	Hung   []Hung     `json:"hung"`
 }

@@ -186,6 +186,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.readopt()
 	s.changed()
 	s.flush()
+	// Whoever listens hears the starting state even if nothing changed.
+	if s.o.OnChange != nil {
+		s.o.OnChange(s.status)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -704,7 +708,8 @@ func (s *Supervisor) pruneReleased() {
 
 // compute derives the node status from the jobs and the latch.
 func (s *Supervisor) compute() api.Status {
-	st := api.Status{Node: s.o.Node, State: api.StateUp, Seq: s.st.Seq, Since: s.st.Since, Jobs: []api.Job{}, Hung: []api.Hung{}}
+	st := api.Status{Node: s.o.Node, State: api.StateUp, Seq: s.st.Seq, Incarnation: s.st.Boots, Since: s.st.Since,
+		Jobs: []api.Job{}, Hung: []api.Hung{}}
 	var freeAt time.Time
 	ids := make([]string, 0, len(s.jobs))
 	for id := range s.jobs {
@@ -953,6 +958,38 @@ func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Sta
 				j.Acknowledged = true
 			}
 		}
+		s.changed()
+		s.persist()
+		out = s.status
+	})
+	return out, err
+}
+
+// Drain latches the node DOWN on an administrator's word. Like a grace
+// violation it holds until Resume; auto_resume never clears it.
+func (s *Supervisor) Drain(ctx context.Context, reason, by string) (api.Status, error) {
+	if err := api.ValidateReason(reason); err != nil {
+		return api.Status{}, err
+	}
+	var out api.Status
+	err := s.do(ctx, func() {
+		l := &s.st.Latch
+		text := "drained"
+		if by != "" {
+			text += " by " + by
+		}
+		text += ": " + reason
+		if !l.Down {
+			*l = latch{Down: true, Kind: "drain", Since: s.o.Clock.Now(), Reason: text}
+		} else {
+			// A drain on top of a violation: the violation's reason stays
+			// first, and only a resume clears the latch.
+			l.Kind = "drain"
+			if !strings.Contains(l.Reason, text) {
+				l.Reason = l.Reason + " | " + text
+			}
+		}
+		s.log.Warn("node drained", "by", by, "reason", reason)
 		s.changed()
 		s.persist()
 		out = s.status

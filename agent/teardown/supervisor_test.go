@@ -348,3 +348,32 @@ func TestIdleSupervisorDoesNoReads(t *testing.T) {
 		t.Fatalf("%d cgroup reads while idle for 100 minutes", got)
 	}
 }
+
+func TestDrainHoldsUntilResume(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.AutoResume = AutoResumeWhenClean })
+	st, err := h.s.Drain(context.Background(), "bad DIMM", "agg-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != api.StateDown || st.Reason != "drained by agg-1: bad DIMM" {
+		t.Fatalf("after drain: %s %q", st.State, st.Reason)
+	}
+	// A clean teardown does not auto-resume an administrator's drain.
+	h.start1("1", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/1")
+	h.cg.SetPopulated("/foreign/1", true)
+	h.s.EndJob(context.Background(), "1")
+	h.cg.SetPopulated("/foreign/1", false)
+	if st := h.status(); st.State != api.StateDown {
+		t.Fatalf("drain cleared by a clean teardown: %s", st.State)
+	}
+	if _, err := h.s.Drain(context.Background(), "", "x"); err == nil {
+		t.Fatal("empty reason accepted")
+	}
+	st, err = h.s.Resume(context.Background(), api.ResumeRequest{Reason: "DIMM replaced"})
+	if err != nil || st.State != api.StateUp {
+		t.Fatalf("resume: %v %s", err, st.State)
+	}
+	if st.Incarnation != 1 || st.Seq == 0 {
+		t.Fatalf("incarnation %d seq %d", st.Incarnation, st.Seq)
+	}
+}

@@ -1,0 +1,249 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// controlTimeout bounds the handling of one control message.
+const controlTimeout = 10 * time.Second
+
+// latcher is what the mesh link needs from the supervisor.
+type latcher interface {
+	Status(ctx context.Context) (api.Status, error)
+	Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error)
+	Drain(ctx context.Context, reason, by string) (api.Status, error)
+}
+
+// meshLink publishes the node's status on the mesh (NodeMeta for everyone,
+// a StateUpdate straight to every aggregator) and carries out the control
+// messages aggregators send. The supervisor's callbacks only store the
+// latest status and wake the publisher: they never wait on the network.
+type meshLink struct {
+	log *slog.Logger
+	sup latcher
+	m   *mesh.Mesh
+
+	mu      sync.Mutex
+	latest  *api.Status
+	reports map[string]*diagnose.Report // latest report of each job, for StateUpdate
+	wake    chan struct{}
+	ctrl    chan ctrlMsg
+}
+
+type ctrlMsg struct {
+	from string
+	c    *gwpb.Control
+}
+
+func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
+	return &meshLink{
+		log:     logger.With("component", "meshlink"),
+		sup:     sup,
+		reports: make(map[string]*diagnose.Report),
+		wake:    make(chan struct{}, 1),
+		ctrl:    make(chan ctrlMsg, 64),
+	}
+}
+
+// onChange is the supervisor's OnChange: it must not block.
+func (l *meshLink) onChange(st api.Status) {
+	l.mu.Lock()
+	l.latest = &st
+	l.mu.Unlock()
+	l.kick()
+}
+
+// onReport is the supervisor's OnReport: it must not block.
+func (l *meshLink) onReport(r *diagnose.Report) {
+	l.mu.Lock()
+	l.reports[r.Job] = r
+	l.mu.Unlock()
+	l.kick()
+}
+
+func (l *meshLink) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// HandleMessage implements mesh.Handler: control messages are queued for
+// run; everything else an agent ignores.
+func (l *meshLink) HandleMessage(from string, env *gwpb.Envelope) {
+	c := env.GetControl()
+	if c == nil {
+		return
+	}
+	select {
+	case l.ctrl <- ctrlMsg{from: from, c: c}:
+	default:
+		l.log.Warn("control queue full, dropped", "from", from, "id", c.GetId())
+	}
+}
+
+// MemberChanged implements mesh.Handler: a newly seen aggregator gets the
+// full state at once instead of waiting for the next change.
+func (l *meshLink) MemberChanged(m mesh.Member) {
+	if m.Role == gwpb.Role_ROLE_AGGREGATOR && m.Status == mesh.StatusAlive {
+		l.kick()
+	}
+}
+
+// run publishes and handles control messages until ctx ends.
+func (l *meshLink) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.wake:
+			l.publish()
+		case cm := <-l.ctrl:
+			l.control(ctx, cm)
+		}
+	}
+}
+
+// publish sends the latest status: meta by UpdateNode, the full update to
+// every aggregator.
+func (l *meshLink) publish() {
+	l.mu.Lock()
+	st := l.latest
+	reports := make([]*diagnose.Report, 0, len(l.reports))
+	if st != nil {
+		keep := make(map[string]bool)
+		for _, j := range st.Jobs {
+			keep[j.ID] = true
+		}
+		for id, r := range l.reports {
+			if !keep[id] {
+				delete(l.reports, id)
+				continue
+			}
+			reports = append(reports, r)
+		}
+	}
+	l.mu.Unlock()
+	if st == nil {
+		return
+	}
+	meta := metaOf(*st)
+	if err := l.m.SetMeta(meta); err != nil {
+		l.log.Warn("cannot update node meta", "err", err)
+	}
+	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: teardownsOf(*st)}
+	sort.Slice(reports, func(a, b int) bool { return reports[a].Job < reports[b].Job })
+	for _, r := range reports {
+		detail, err := json.Marshal(r)
+		if err != nil {
+			continue
+		}
+		up.Reports = append(up.Reports, &gwpb.Report{Job: r.Job, Stage: r.Stage, Outcome: r.Outcome,
+			Summary: r.Summary, TakenMs: r.Taken.UnixMilli(), DetailJson: detail})
+	}
+	n, err := l.m.SendToRole(gwpb.Role_ROLE_AGGREGATOR, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: up}})
+	if err != nil {
+		l.log.Warn("state update not delivered to every aggregator", "sent", n, "err", err)
+	}
+}
+
+// control carries out one Control and answers with a ControlAck.
+func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	c := cm.c
+	by := c.GetBy()
+	if by == "" {
+		by = cm.from
+	}
+	var st api.Status
+	var err error
+	switch c.GetAction() {
+	case gwpb.Action_ACTION_RESUME:
+		st, err = l.sup.Resume(ctx, api.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
+	case gwpb.Action_ACTION_DRAIN:
+		st, err = l.sup.Drain(ctx, c.GetReason(), by)
+	default:
+		err = fmt.Errorf("unknown control action %d", c.GetAction())
+	}
+	ack := &gwpb.ControlAck{Id: c.GetId(), Ok: err == nil}
+	if err != nil {
+		ack.Error = err.Error()
+		if s, serr := l.sup.Status(ctx); serr == nil {
+			st = s
+		}
+	}
+	if st.Node != "" {
+		ack.Meta = metaOf(st)
+	}
+	l.log.Info("control", "from", cm.from, "id", c.GetId(), "action", c.GetAction().String(), "by", by, "ok", ack.Ok, "err", err)
+	if err := l.m.Send(cm.from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
+		l.log.Warn("cannot acknowledge control", "to", cm.from, "id", c.GetId(), "err", err)
+	}
+	// The state changed: everyone else hears it too.
+	l.kick()
+}
+
+// metaOf is the compact meta of a status.
+func metaOf(st api.Status) *gwpb.Meta {
+	m := &gwpb.Meta{
+		Schema:      gwpb.SchemaVersion,
+		Role:        gwpb.Role_ROLE_AGENT,
+		Incarnation: st.Incarnation,
+		Seq:         st.Seq,
+		SinceMs:     st.Since.UnixMilli(),
+		Reason:      st.Reason,
+	}
+	switch st.State {
+	case api.StateUp:
+		m.State = gwpb.State_STATE_UP
+	case api.StateTeardown:
+		m.State = gwpb.State_STATE_TEARDOWN
+	case api.StateDown:
+		m.State = gwpb.State_STATE_DOWN
+	}
+	if st.FreeAt != nil {
+		m.FreeAtMs = st.FreeAt.UnixMilli()
+	}
+	// The deadline of the latest teardown still in progress: with it an
+	// aggregator serves the node down if nothing newer arrives by then.
+	for _, j := range st.Jobs {
+		if (j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue) && j.Deadline != nil && j.Deadline.UnixMilli() > m.DeadlineMs {
+			m.DeadlineMs = j.Deadline.UnixMilli()
+		}
+	}
+	return m
+}
+
+func teardownsOf(st api.Status) []*gwpb.Teardown {
+	var out []*gwpb.Teardown
+	for _, j := range st.Jobs {
+		if j.Phase == api.PhaseRunning || j.Deadline == nil {
+			continue
+		}
+		t := &gwpb.Teardown{Job: j.ID, Phase: j.Phase, DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome}
+		if j.Ended != nil {
+			t.EndedMs = j.Ended.UnixMilli()
+		}
+		if j.Expiration != nil {
+			t.ExpirationMs = j.Expiration.UnixMilli()
+		}
+		if g, err := time.ParseDuration(j.Grace); err == nil {
+			t.GraceMs = g.Milliseconds()
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
