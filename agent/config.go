@@ -44,7 +44,7 @@ type Config struct {
 type MeshConfig struct {
 	// Enabled joins the gossip mesh. Off, the agent works alone (local API
 	// and diagnostics only).
-	Enabled     bool `toml:"enabled"`
+	Enabled bool `toml:"enabled"`
 	mesh.Config
 }
 

@@ -246,4 +246,3 @@ func teardownsOf(st api.Status) []*gwpb.Teardown {
 	}
 	return out
 }
-

@@ -111,8 +111,8 @@ type Status struct {
 	// Incarnation counts agent starts; (Incarnation, Seq) never goes
 	// backwards, so a reader can tell the newer of two statuses.
 	Incarnation uint64 `json:"incarnation"`
-	Jobs   []Job      `json:"jobs"`
-	Hung   []Hung     `json:"hung"`
+	Jobs        []Job  `json:"jobs"`
+	Hung        []Hung `json:"hung"`
 }
 
 // Peer is the SO_PEERCRED identity of a client connection.

@@ -117,8 +117,8 @@ type Supervisor struct {
 	dirty  map[string]bool
 
 	// Owned by the main loop.
-	st     *persisted
-	jobs   map[string]*job
+	st      *persisted
+	jobs    map[string]*job
 	status  api.Status
 	ctx     context.Context
 	unsaved bool // the state changed since the last write
