@@ -1,0 +1,370 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode"
+
+	"github.com/gracewatch/gracewatch/internal/clock"
+)
+
+const (
+	// maxBackoff caps the exponential back-off between retries.
+	maxBackoff = time.Minute
+	// outputTail is how much of a command's output is logged.
+	outputTail = 2048
+	// waitDelay bounds the wait for a killed command's pipes.
+	waitDelay = 5 * time.Second
+)
+
+// actuators runs the [[actuator]] commands on transitions, when this
+// aggregator leads. The rule, per node:
+//
+//   - the node is served down and gracewatch has not drained it: run every
+//     on="down" actuator (once per transition into down: a failure, after
+//     its retries, waits for the next transition);
+//   - the node is served up and every on="down" actuator of its last down
+//     succeeded here: run every on="up" actuator, so that gracewatch never
+//     undrains what it did not drain.
+//
+// The memory of what was drained is in this process only. A transition
+// seen while another aggregator leads is that leader's to actuate: when this
+// one takes over, it adopts such a down node as drained (so it undrains it
+// later) instead of running the commands a second time; so does a leader
+// that takes over while another aggregator is alive (a restarted lowest
+// name). Only a down that no leader can have handled (seen while no other
+// aggregator was alive) is actuated on taking over; the commands should still be idempotent, as
+// scontrol and flux resource drain are.
+// Commands for one node run one at a time, in a goroutine per node.
+type actuators struct {
+	down, up []ActuatorConfig
+	clock    clock.Clock
+	backoff  time.Duration
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	leader bool
+	nodes  map[string]*actNode
+}
+
+type actNode struct {
+	state  State
+	reason string
+	// epDown and epUp count transitions into down and up; failedDown and
+	// failedUp remember the episode whose actuators failed.
+	epDown, epUp         uint64
+	failedDown, failedUp uint64
+	// drained: every on="down" actuator of the last down succeeded here,
+	// and no on="up" one succeeded since.
+	drained bool
+	running bool
+	// elsewhere: the last transition happened while another aggregator was
+	// alive and this one did not lead, so the leader handled it.
+	elsewhere bool
+}
+
+func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration, log *slog.Logger) *actuators {
+	a := &actuators{clock: clk, backoff: backoff, log: log.With("component", "actuator"), nodes: map[string]*actNode{}}
+	for _, c := range cfgs {
+		switch c.On {
+		case OnDown:
+			a.down = append(a.down, c)
+		case OnUp:
+			a.up = append(a.up, c)
+		}
+	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	return a
+}
+
+// start ties the actuators' commands to ctx.
+func (a *actuators) start(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ctx, a.cancel = context.WithCancel(ctx)
+}
+
+// stop kills the running commands and waits for their goroutines.
+func (a *actuators) stop() {
+	a.mu.Lock()
+	a.cancel()
+	a.leader = false
+	a.mu.Unlock()
+	a.wg.Wait()
+}
+
+// observe records a node's new served state (called on every change of
+// state, and on the first sight of a node). othersAlive says another
+// aggregator is alive: while this one does not lead, that one actuates the
+// transition; and a node first seen already down while one is alive was
+// that one's to drain.
+func (a *actuators) observe(node string, st State, reason string, othersAlive bool) {
+	if len(a.down) == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.nodes[node]
+	first := n == nil
+	if first {
+		n = &actNode{}
+		a.nodes[node] = n
+	}
+	if st == n.state {
+		return
+	}
+	switch st {
+	case StateDown:
+		n.epDown++
+	case StateUp:
+		n.epUp++
+	}
+	n.state, n.reason = st, reason
+	n.elsewhere = othersAlive && !a.leader
+	if first && st == StateDown && othersAlive && a.leader {
+		n.drained = true
+		a.log.Info("adopted a node already down: a live peer led when it went down", "node", node)
+	}
+	a.kickLocked(node, n)
+}
+
+// setLeader starts or stops acting; a new leader reconciles every node.
+// othersAlive says another aggregator is alive as this one takes over: it
+// (or one before it) led while this one was away or starting, so the nodes
+// already down are adopted as drained rather than drained again.
+func (a *actuators) setLeader(leader, othersAlive bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	gained := leader && !a.leader
+	a.leader = leader
+	if !leader {
+		return
+	}
+	for name, n := range a.nodes {
+		if gained && (n.elsewhere || othersAlive) && n.state == StateDown && !n.drained {
+			// The previous leader drained it; take over its undrain.
+			n.drained = true
+			a.log.Info("adopted a down node the previous leader actuated", "node", name)
+		}
+		n.elsewhere = false
+		a.kickLocked(name, n)
+	}
+}
+
+// neededLocked returns the transition to actuate for n, if any.
+func (a *actuators) neededLocked(n *actNode) (string, uint64) {
+	switch {
+	case n.state == StateDown && !n.drained && n.failedDown != n.epDown:
+		return OnDown, n.epDown
+	case n.state == StateUp && n.drained && len(a.up) > 0 && n.failedUp != n.epUp:
+		return OnUp, n.epUp
+	}
+	return "", 0
+}
+
+func (a *actuators) kickLocked(name string, n *actNode) {
+	if n.running || !a.leader || a.ctx.Err() != nil {
+		return
+	}
+	if on, _ := a.neededLocked(n); on == "" {
+		return
+	}
+	n.running = true
+	a.wg.Add(1)
+	go a.runNode(name, n)
+}
+
+// runNode actuates one node until nothing is needed.
+func (a *actuators) runNode(name string, n *actNode) {
+	defer a.wg.Done()
+	for {
+		a.mu.Lock()
+		on, ep := a.neededLocked(n)
+		if on == "" || !a.leader || a.ctx.Err() != nil {
+			n.running = false
+			a.mu.Unlock()
+			return
+		}
+		reason, ctx := n.reason, a.ctx
+		a.mu.Unlock()
+
+		cfgs := a.down
+		if on == OnUp {
+			cfgs = a.up
+		}
+		ok := true
+		for i, c := range cfgs {
+			if !a.runWithRetries(ctx, name, on, reason, i, c) {
+				ok = false
+			}
+		}
+
+		a.mu.Lock()
+		switch {
+		case ok && on == OnDown:
+			n.drained = true
+		case ok && on == OnUp:
+			n.drained = false
+		case on == OnDown:
+			n.failedDown = ep
+			a.log.Error("not every on=down actuator succeeded: on=up will not run for this down", "node", name)
+		default:
+			n.failedUp = ep
+		}
+		a.mu.Unlock()
+	}
+}
+
+// runWithRetries runs one actuator, retrying with back-off; it gives up
+// early when leadership is lost or the aggregator stops.
+func (a *actuators) runWithRetries(ctx context.Context, node, on, reason string, index int, c ActuatorConfig) bool {
+	retries := DefaultActuatorRetries
+	if c.Retries != nil {
+		retries = *c.Retries
+	}
+	argv := expandArgv(c.Command, node, reason)
+	delay := a.backoff
+	for attempt := 1; attempt <= retries+1; attempt++ {
+		start := time.Now()
+		exit, out, err := runCommand(ctx, argv, c.Timeout.D(), node, on, reason)
+		log := a.log.With("node", node, "transition", on, "actuator", index, "attempt", attempt,
+			"exit", exit, "duration", time.Since(start).Round(time.Millisecond))
+		if err == nil {
+			log.Info("actuator ran", "argv", argv)
+			return true
+		}
+		log.Warn("actuator failed", "argv", argv, "err", err, "output", out)
+		if attempt > retries || !a.stillLeading() {
+			break
+		}
+		if !sleep(ctx, a.clock, delay) {
+			break
+		}
+		delay = min(delay*2, maxBackoff)
+	}
+	return false
+}
+
+func (a *actuators) stillLeading() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.leader && a.ctx.Err() == nil
+}
+
+// sleep waits d on clk; it returns false if ctx ends first.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	done := make(chan struct{})
+	t := clk.AfterFunc(d, func() { close(done) })
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	}
+}
+
+// expandArgv substitutes {node} and {reason} in every argument. The reason
+// loses its control characters (a line break in a Slurm reason breaks
+// scontrol's output).
+func expandArgv(argv []string, node, reason string) []string {
+	reason = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, reason)
+	r := strings.NewReplacer("{node}", node, "{reason}", reason)
+	out := make([]string, len(argv))
+	for i, arg := range argv {
+		out[i] = r.Replace(arg)
+	}
+	return out
+}
+
+// runCommand runs argv in a process group of its own, without a shell,
+// killing the whole group when timeout passes or ctx ends. The environment
+// is the aggregator's plus GRACEWATCH_NODE, GRACEWATCH_TRANSITION and
+// GRACEWATCH_REASON. It returns the exit code (-1 if it did not exit), the
+// tail of the output and an error unless it exited 0.
+func runCommand(ctx context.Context, argv []string, timeout time.Duration, node, on, reason string) (int, string, error) {
+	if timeout <= 0 {
+		timeout = DefaultActuatorTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// The whole group: a shell script's children too.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = waitDelay
+	cmd.Env = append(os.Environ(), "GRACEWATCH_NODE="+node, "GRACEWATCH_TRANSITION="+on, "GRACEWATCH_REASON="+reason)
+	var out tailBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	exit := -1
+	if cmd.ProcessState != nil {
+		exit = cmd.ProcessState.ExitCode()
+	}
+	if ctx.Err() != nil && err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("timed out after %v (process group killed)", timeout)
+		} else {
+			err = fmt.Errorf("stopped: %w", ctx.Err())
+		}
+	}
+	return exit, out.String(), err
+}
+
+// tailBuffer keeps the last outputTail bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf.Write(p)
+	if t.buf.Len() > 2*outputTail {
+		b := t.buf.Bytes()[t.buf.Len()-outputTail:]
+		t.buf = *bytes.NewBuffer(bytes.Clone(b))
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf.Bytes()
+	if len(b) > outputTail {
+		b = b[len(b)-outputTail:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// busy reports whether a command runs or waits to be retried (tests).
+func (a *actuators) busy() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, n := range a.nodes {
+		if n.running {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,303 @@
+package aggregator
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// actScript appends "NODE REASON" to the log file given as $1; while the
+// file $1.fail holds a positive count it fails instead (and counts down).
+const actScript = `#!/bin/sh
+log="$1"; shift
+if [ -f "$log.fail" ]; then
+	n=$(cat "$log.fail")
+	if [ "$n" -gt 0 ]; then
+		echo $((n - 1)) > "$log.fail"
+		echo "failing on purpose" >&2
+		exit 3
+	fi
+fi
+echo "$*" >> "$log"
+`
+
+type actFixture struct {
+	*harness
+	downLog, upLog string
+}
+
+func newActFixture(t *testing.T, retries int, opts ...func(*Options)) *actFixture {
+	t.Helper()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "act.sh")
+	if err := os.WriteFile(script, []byte(actScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := &actFixture{downLog: filepath.Join(dir, "down.log"), upLog: filepath.Join(dir, "up.log")}
+	acts := []ActuatorConfig{
+		{On: OnDown, Command: []string{script, f.downLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
+		{On: OnUp, Command: []string{script, f.upLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
+	}
+	o := append([]func(*Options){func(o *Options) { o.Actuators = acts }}, opts...)
+	f.harness = newHarness(t, o...)
+	return f
+}
+
+// settle waits until the Service has processed its inputs and no actuator
+// runs.
+func (f *actFixture) settle() {
+	f.t.Helper()
+	f.sync()
+	waitFor(f.t, "the actuators to finish", func() bool { return !f.svc.act.busy() })
+}
+
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+func (f *actFixture) want(downs, ups []string) {
+	f.t.Helper()
+	if got := lines(f.t, f.downLog); strings.Join(got, "|") != strings.Join(downs, "|") {
+		f.t.Errorf("on=down ran %q, want %q", got, downs)
+	}
+	if got := lines(f.t, f.upLog); strings.Join(got, "|") != strings.Join(ups, "|") {
+		f.t.Errorf("on=up ran %q, want %q", got, ups)
+	}
+}
+
+// retryOnce waits for a back-off timer and lets it fire.
+func (f *actFixture) retryOnce() {
+	f.t.Helper()
+	waitFor(f.t, "a back-off timer", func() bool { return f.clk.Pending() > 0 })
+	f.clk.Advance(maxBackoff)
+}
+
+func TestActuatorsOncePerTransition(t *testing.T) {
+	f := newActFixture(t, 0)
+	f.member("n1", upMeta(1, 1))
+	f.settle()
+	f.want(nil, nil) // up at first sight: nothing to undo
+
+	f.member("n1", downMeta(1, 2, "job 7 hung"))
+	f.settle()
+	f.want([]string{"n1 job 7 hung"}, nil)
+
+	// Changes within down (a new report, a newer seq) are no transition.
+	f.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, 3, "job 7 hung"), Reason: "job 7 hung: 1 unkillable"})
+	f.status("n1", mesh.StatusSuspect)
+	f.settle()
+	f.want([]string{"n1 job 7 hung"}, nil)
+
+	f.member("n1", upMeta(1, 4))
+	f.settle()
+	f.want([]string{"n1 job 7 hung"}, []string{"n1 "})
+
+	f.member("n1", teardownMeta(1, 5, at(time.Hour)))
+	f.member("n1", upMeta(1, 6))
+	f.settle()
+	f.want([]string{"n1 job 7 hung"}, []string{"n1 "})
+
+	f.member("n1", downMeta(1, 7, "job 8 hung"))
+	f.settle()
+	f.member("n1", upMeta(1, 8))
+	f.settle()
+	f.want([]string{"n1 job 7 hung", "n1 job 8 hung"}, []string{"n1 ", "n1 "})
+}
+
+func TestActuatorsCentralDeadline(t *testing.T) {
+	f := newActFixture(t, 0)
+	f.member("n1", teardownMeta(1, 1, at(time.Minute)))
+	f.settle()
+	f.want(nil, nil)
+	f.advance(time.Minute + 5*time.Second)
+	f.settle()
+	f.want([]string{"n1 no report after teardown deadline 2025-06-01T12:01:00.000Z"}, nil)
+}
+
+func TestActuatorsRetry(t *testing.T) {
+	f := newActFixture(t, 2)
+	if err := os.WriteFile(f.downLog+".fail", []byte("2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.member("n1", downMeta(1, 1, "hung"))
+	f.retryOnce() // after the first failure
+	f.retryOnce() // after the second
+	f.settle()
+	f.want([]string{"n1 hung"}, nil)
+	f.member("n1", upMeta(1, 2))
+	f.settle()
+	f.want([]string{"n1 hung"}, []string{"n1 "})
+}
+
+func TestActuatorsGiveUpAndNeverUndrainWhatTheyDidNotDrain(t *testing.T) {
+	f := newActFixture(t, 1)
+	if err := os.WriteFile(f.downLog+".fail", []byte("2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.member("n1", downMeta(1, 1, "hung"))
+	f.retryOnce()
+	f.settle() // two attempts, both failed: given up
+	f.want(nil, nil)
+	f.member("n1", upMeta(1, 2))
+	f.settle()
+	f.want(nil, nil) // the drain failed: no undrain
+
+	// The next transition into down tries again (and now succeeds).
+	f.member("n1", downMeta(1, 3, "hung again"))
+	f.settle()
+	f.want([]string{"n1 hung again"}, nil)
+}
+
+func TestActuatorsOnlyTheLeaderRuns(t *testing.T) {
+	f := newActFixture(t, 0)
+	lower := mesh.Member{Name: "agg-0", Role: gwpb.Role_ROLE_AGGREGATOR, Status: mesh.StatusAlive, Meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}}
+	f.mesh.SetMember(lower)
+	f.member("n1", upMeta(1, 1))
+	f.member("n1", downMeta(1, 2, "hung"))
+	f.member("n2", downMeta(1, 1, "hung"))
+	f.member("n2", upMeta(1, 2))
+	f.settle()
+	f.want(nil, nil)
+	if _, leader := f.svc.Aggregators(); leader != "agg-0" {
+		t.Fatalf("leader = %q", leader)
+	}
+
+	// agg-0 dies: this one leads. agg-0 was alive and leading when n1 went
+	// down, so the drain was its business: this one adopts n1 as drained
+	// and does not run the commands a second time.
+	lower.Status = mesh.StatusDead
+	f.mesh.SetMember(lower)
+	f.settle()
+	f.want(nil, nil)
+
+	// It does undrain n1 when n1 comes back, and actuates new transitions.
+	f.member("n1", upMeta(1, 3))
+	f.member("n2", downMeta(1, 3, "hung again"))
+	f.settle()
+	f.want([]string{"n2 hung again"}, []string{"n1 "})
+
+	// agg-0 is back: this one stops; n2's resume is agg-0's business.
+	lower.Status = mesh.StatusAlive
+	f.mesh.SetMember(lower)
+	f.member("n2", upMeta(1, 4))
+	f.settle()
+	f.want([]string{"n2 hung again"}, []string{"n1 "})
+}
+
+// A lone aggregator that starts with nodes already down cannot know that
+// anyone drained them: it actuates them (the commands are idempotent).
+func TestActuatorsLoneAggregatorActuatesWhatIsDown(t *testing.T) {
+	f := newActFixture(t, 0)
+	f.member("n1", downMeta(1, 2, "hung"))
+	f.settle()
+	f.want([]string{"n1 hung"}, nil)
+}
+
+func TestActuatorsWaitForTheJoin(t *testing.T) {
+	f := newActFixture(t, 0)
+	f.mesh.SetJoined(false)
+	lower := mesh.Member{Name: "agg-0", Role: gwpb.Role_ROLE_AGGREGATOR, Status: mesh.StatusLeft}
+	f.mesh.SetMember(lower) // a member event: leadership is re-evaluated
+	f.member("n1", downMeta(1, 1, "hung"))
+	f.settle()
+	f.want(nil, nil)
+	// The mesh joins; the re-check timer notices.
+	f.mesh.SetJoined(true)
+	f.advance(joinRecheck)
+	f.settle()
+	f.want([]string{"n1 hung"}, nil)
+}
+
+func TestActuatorTimeoutKillsTheProcessGroup(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	script := filepath.Join(dir, "hang.sh")
+	// The script's child would outlive a kill of the script alone.
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nsleep 60 &\necho $! > \"$1\"\nwait\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	exit, _, err := runCommand(t.Context(), []string{script, pidFile}, 300*time.Millisecond, "n1", OnDown, "r")
+	if err == nil || !strings.Contains(err.Error(), "timed out after 300ms") || exit != -1 {
+		t.Fatalf("runCommand = %d, %v; want a timeout", exit, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	waitFor(t, "the child to be killed", func() bool {
+		return syscall.Kill(pid, 0) == syscall.ESRCH || isZombie(pid)
+	})
+}
+
+// isZombie reports whether pid is a zombie (killed, waiting for init).
+func isZombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+func TestActuatorEnvironmentAndSubstitution(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	script := filepath.Join(dir, "env.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$GRACEWATCH_NODE|$GRACEWATCH_TRANSITION|$1\" > \""+out+"\"\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	argv := expandArgv([]string{script, "Reason=gracewatch: {reason} on {node}"}, "n7", "line\nbreak")
+	if _, _, err := runCommand(t.Context(), argv, time.Second, "n7", OnDown, "line break"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	if got := strings.TrimSpace(string(b)); got != "n7|down|Reason=gracewatch: line break on n7" {
+		t.Errorf("got %q", got)
+	}
+	exit, output, err := runCommand(t.Context(), []string{"/bin/sh", "-c", "echo oops >&2; exit 4"}, time.Second, "n", OnDown, "")
+	if err == nil || exit != 4 || output != "oops" {
+		t.Errorf("failing command: exit %d, output %q, err %v", exit, output, err)
+	}
+}
+
+// A restarted aggregator with the lowest name takes over from a live peer
+// that led meanwhile: the nodes already down were that peer's to drain, so
+// it adopts them (and undrains them later) instead of draining them again.
+func TestActuatorsRestartedLeaderAdoptsWhatIsDown(t *testing.T) {
+	f := newActFixture(t, 0)
+	f.mesh.SetJoined(false)
+	higher := mesh.Member{Name: "zz-agg", Role: gwpb.Role_ROLE_AGGREGATOR, Status: mesh.StatusAlive, Meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}}
+	f.mesh.SetMember(higher)
+	f.member("n1", downMeta(1, 1, "hung"))
+	f.settle()
+	f.mesh.SetJoined(true)
+	f.advance(joinRecheck)
+	f.settle()
+	f.want(nil, nil)
+	f.member("n1", upMeta(1, 2))
+	f.settle()
+	f.want(nil, []string{"n1 "})
+}

@@ -1,0 +1,233 @@
+package aggregator
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/mesh"
+)
+
+// DefaultConfigPath is where the aggregator's configuration is installed.
+const DefaultConfigPath = "/etc/gracewatch/aggregator.toml"
+
+// Defaults of the configuration.
+const (
+	DefaultListen             = "127.0.0.1:8470"
+	DefaultGrace              = 120 * time.Second
+	DefaultClockSkewAllowance = 5 * time.Second
+	DefaultActuatorTimeout    = 30 * time.Second
+	DefaultActuatorRetries    = 5
+)
+
+// Actuator transitions (ActuatorConfig.On).
+const (
+	OnDown = "down"
+	OnUp   = "up"
+)
+
+// Config is the aggregator's configuration, read from
+// /etc/gracewatch/aggregator.toml. Start from DefaultConfig.
+type Config struct {
+	// Name is this aggregator's member name in the mesh; empty means
+	// "aggregator-" and the short host name. It must differ from every node
+	// name. Among live aggregators the lowest name runs the actuators.
+	Name string `toml:"name"`
+	// LogFormat is "text" or "json"; LogLevel is debug, info, warn or error.
+	LogFormat string `toml:"log_format"`
+	LogLevel  string `toml:"log_level"`
+
+	Mesh      mesh.Config      `toml:"mesh"`
+	HTTP      HTTPConfig       `toml:"http"`
+	Policy    PolicyConfig     `toml:"policy"`
+	Actuators []ActuatorConfig `toml:"actuator"`
+}
+
+// HTTPConfig is the [http] table: the scheduler-facing API.
+type HTTPConfig struct {
+	// Listen is the TCP address of the API.
+	Listen string `toml:"listen"`
+	// AdminTokenFile holds the bearer token of POST .../resume and
+	// .../drain (and of every read endpoint with ReadToken). It must not be
+	// readable or writable by others: the aggregator refuses to start. Empty
+	// disables the admin endpoints (they answer 403).
+	AdminTokenFile string `toml:"admin_token_file"`
+	// TLSCert and TLSKey, both or neither, serve HTTPS.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// ReadToken makes the read endpoints (/v1/nodes, /v1/watch, /v1/config)
+	// require the token too. /healthz and /readyz never do.
+	ReadToken bool `toml:"read_token"`
+}
+
+// PolicyConfig is the [policy] table: the cluster's time model.
+type PolicyConfig struct {
+	// Grace is the cluster's grace period G, served by /v1/config so that
+	// the scheduler adds the same G as the agents.
+	Grace config.Duration `toml:"grace"`
+	// ClockSkewAllowance is added to a teardown deadline before the
+	// aggregator serves a silent node down.
+	ClockSkewAllowance config.Duration `toml:"clock_skew_allowance"`
+	// UnreachableIsDown serves unreachable nodes as down (which runs the
+	// on="down" actuators). Off, they are served unreachable, which is not
+	// schedulable either, and no actuator runs.
+	UnreachableIsDown bool `toml:"unreachable_is_down"`
+}
+
+// ActuatorConfig is one [[actuator]] table: a command run on a transition.
+type ActuatorConfig struct {
+	// On is "down" (the node entered down) or "up" (it is up again after a
+	// down whose on="down" actuators all succeeded here).
+	On string `toml:"on"`
+	// Command is the argv, run without a shell; "{node}" and "{reason}" are
+	// replaced in every argument.
+	Command []string `toml:"command"`
+	// Timeout bounds one run (the whole process group is killed); 0 or
+	// absent means 30s.
+	Timeout config.Duration `toml:"timeout"`
+	// Retries is how many times a failed run is retried, with exponential
+	// back-off; absent means 5.
+	Retries *int `toml:"retries"`
+}
+
+// DefaultConfig returns the configuration used when a key is absent.
+func DefaultConfig() Config {
+	return Config{
+		LogFormat: "text",
+		LogLevel:  "info",
+		Mesh:      mesh.DefaultConfig(),
+		HTTP:      HTTPConfig{Listen: DefaultListen},
+		Policy: PolicyConfig{
+			Grace:              config.Dur(DefaultGrace),
+			ClockSkewAllowance: config.Dur(DefaultClockSkewAllowance),
+		},
+	}
+}
+
+// LoadConfig reads path over the defaults and validates the result. An empty
+// path gives the defaults. Errors name the file, and the line and key where
+// the TOML decoder knows them.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	if path != "" {
+		if err := config.Load(path, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		if path == "" {
+			path = "defaults"
+		}
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// placeholder matches "{word}" in actuator arguments.
+var placeholder = regexp.MustCompile(`\{[A-Za-z_]+\}`)
+
+// Validate checks values that decode but make no sense, fills Name and the
+// actuators' defaults. Every problem is reported, each naming its key.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("key %q: %s", key, fmt.Sprintf(format, a...)))
+	}
+	if c.Name == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			bad("name", "empty and the host name is unknown: %v", err)
+		}
+		h, _, _ = strings.Cut(h, ".")
+		c.Name = "aggregator-" + h
+	}
+	if strings.ContainsFunc(c.Name, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		bad("name", "%q holds white space or a control character", c.Name)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log_format", "must be \"text\" or \"json\", got %q", c.LogFormat)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if err := c.Mesh.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+
+	h := c.HTTP
+	if _, port, err := net.SplitHostPort(h.Listen); err != nil || port == "" {
+		bad("http.listen", "want host:port, got %q", h.Listen)
+	}
+	if (h.TLSCert == "") != (h.TLSKey == "") {
+		bad("http.tls_cert", "tls_cert and tls_key go together (got only one)")
+	}
+	if h.ReadToken && h.AdminTokenFile == "" {
+		bad("http.read_token", "needs http.admin_token_file")
+	}
+
+	p := c.Policy
+	if p.Grace.D() < 0 {
+		bad("policy.grace", "must not be negative, got %v", p.Grace.D())
+	}
+	if d := p.ClockSkewAllowance.D(); d < 0 || d > time.Hour {
+		bad("policy.clock_skew_allowance", "want 0 to 1h, got %v", d)
+	}
+
+	var haveDown, haveUp bool
+	for i := range c.Actuators {
+		a := &c.Actuators[i]
+		key := func(k string) string { return fmt.Sprintf("actuator[%d].%s", i, k) }
+		switch a.On {
+		case OnDown:
+			haveDown = true
+		case OnUp:
+			haveUp = true
+		default:
+			bad(key("on"), "must be %q or %q, got %q", OnDown, OnUp, a.On)
+		}
+		if len(a.Command) == 0 || a.Command[0] == "" {
+			bad(key("command"), "must name a program")
+		}
+		for _, arg := range a.Command {
+			for _, ph := range placeholder.FindAllString(arg, -1) {
+				if ph != "{node}" && ph != "{reason}" {
+					bad(key("command"), "unknown placeholder %s in %q (want {node} or {reason})", ph, arg)
+				}
+			}
+			if strings.IndexByte(arg, 0) >= 0 {
+				bad(key("command"), "argument %q holds a NUL byte", arg)
+			}
+		}
+		switch d := a.Timeout.D(); {
+		case d == 0:
+			a.Timeout = config.Dur(DefaultActuatorTimeout)
+		case d < 0:
+			bad(key("timeout"), "must be positive, got %v", d)
+		}
+		if a.Retries == nil {
+			r := DefaultActuatorRetries
+			a.Retries = &r
+		} else if *a.Retries < 0 || *a.Retries > 100 {
+			bad(key("retries"), "want 0 to 100, got %d", *a.Retries)
+		}
+	}
+	if haveUp && !haveDown {
+		bad("actuator", "an on = \"up\" actuator runs only after on = \"down\" ones succeeded, and there is none")
+	}
+	return errors.Join(errs...)
+}
+
+// ViewPolicy returns the policy of Compute.
+func (c *Config) ViewPolicy() Policy {
+	return Policy{
+		ClockSkewAllowance: c.Policy.ClockSkewAllowance.D(),
+		UnreachableIsDown:  c.Policy.UnreachableIsDown,
+	}
+}

@@ -1,0 +1,21 @@
+// Package aggregator derives each compute node's state from the gossip mesh
+// and serves it to the scheduler (DESIGN section 5).
+//
+// The parts, from the inside out:
+//
+//   - Compute, a pure function from what the mesh said about each node
+//     (member status, gossiped meta, the last direct StateUpdate) and the
+//     time to the served view. Two aggregators fed the same inputs serve
+//     the same answers.
+//   - Service, which receives the mesh's callbacks without blocking them,
+//     keeps the inputs, recomputes the view on every input and on a timer
+//     armed for the next central deadline, publishes state changes as
+//     events, relays administrators' resume and drain requests to the
+//     agents, and runs the actuators when it leads.
+//   - Server, the HTTP API described in proto/openapi.yaml, and Client,
+//     its Go client used by the command line.
+//
+// The package does not import the mesh: it sees it through the small Mesh
+// interface (with FakeMesh beside it for tests), and cmd/aggregator adapts
+// the real one.
+package aggregator

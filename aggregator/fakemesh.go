@@ -1,0 +1,138 @@
+package aggregator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// FakeMesh is a Mesh for tests, in memory: the test sets members and
+// delivers messages, which reach the Handler as the real mesh's callbacks
+// would, and Send records what the aggregator sends. It is safe for
+// concurrent use.
+type FakeMesh struct {
+	// Handler receives SetMember's and Deliver's callbacks; set it before
+	// use.
+	Handler mesh.Handler
+
+	mu      sync.Mutex
+	members map[string]mesh.Member
+	joined  bool
+	sent    []Sent
+	onSend  func(node string, env *gwpb.Envelope) error
+}
+
+var _ Mesh = (*FakeMesh)(nil)
+
+// Sent is one envelope sent through a FakeMesh.
+type Sent struct {
+	Node string
+	Env  *gwpb.Envelope
+}
+
+// NewFakeMesh returns a joined fake mesh that calls h.
+func NewFakeMesh(h mesh.Handler) *FakeMesh {
+	return &FakeMesh{Handler: h, members: map[string]mesh.Member{}, joined: true}
+}
+
+// SetMember adds or replaces a member and tells the Handler.
+func (f *FakeMesh) SetMember(m mesh.Member) {
+	f.mu.Lock()
+	f.members[m.Name] = m
+	f.mu.Unlock()
+	f.Handler.MemberChanged(m)
+}
+
+// Deliver hands env from the named member to the Handler, as a direct
+// message.
+func (f *FakeMesh) Deliver(from string, env *gwpb.Envelope) {
+	if env.From == "" {
+		env.From = from
+	}
+	f.Handler.HandleMessage(from, env)
+}
+
+// SetJoined sets what Joined reports.
+func (f *FakeMesh) SetJoined(joined bool) {
+	f.mu.Lock()
+	f.joined = joined
+	f.mu.Unlock()
+}
+
+// OnSend installs fn, called by every Send after it is recorded (on the
+// sender's goroutine); its error is Send's. fn may call Deliver, e.g. to
+// answer a Control with a ControlAck.
+func (f *FakeMesh) OnSend(fn func(node string, env *gwpb.Envelope) error) {
+	f.mu.Lock()
+	f.onSend = fn
+	f.mu.Unlock()
+}
+
+// Sent returns the envelopes sent so far.
+func (f *FakeMesh) Sent() []Sent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.sent)
+}
+
+// Members implements Mesh.
+func (f *FakeMesh) Members() []mesh.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]mesh.Member, 0, len(f.members))
+	for _, m := range f.members {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b mesh.Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Send implements Mesh: it records env and calls the OnSend function. A
+// member that is not known or not alive is an error, as with the real mesh.
+func (f *FakeMesh) Send(node string, env *gwpb.Envelope) error {
+	f.mu.Lock()
+	m, ok := f.members[node]
+	f.sent = append(f.sent, Sent{Node: node, Env: env})
+	fn := f.onSend
+	f.mu.Unlock()
+	switch {
+	case !ok:
+		return fmt.Errorf("send to %s: %w", node, mesh.ErrUnknownMember)
+	case m.Status != mesh.StatusAlive && m.Status != mesh.StatusSuspect:
+		return fmt.Errorf("send to %s: %w", node, mesh.ErrNotAlive)
+	}
+	if fn != nil {
+		return fn(node, env)
+	}
+	return nil
+}
+
+// Joined implements Mesh.
+func (f *FakeMesh) Joined() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.joined
+}
+
+// NumMembers implements Mesh: the members alive or suspect.
+func (f *FakeMesh) NumMembers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, m := range f.members {
+		if m.Status == mesh.StatusAlive || m.Status == mesh.StatusSuspect {
+			n++
+		}
+	}
+	return n
+}
+
+// AgentMember returns an alive agent member publishing meta, since t.
+func AgentMember(name string, meta *gwpb.Meta, t time.Time) mesh.Member {
+	return mesh.Member{Name: name, Role: gwpb.Role_ROLE_AGENT, Meta: meta, Status: mesh.StatusAlive, Since: t}
+}

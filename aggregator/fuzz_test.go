@@ -1,0 +1,92 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+func FuzzDecodeAction(f *testing.F) {
+	for _, s := range []string{`{"reason":"fixed"}`, `{}`, `{"reason":5}`, `{"reason":"x","y":1}`, `[]`, `{"reason":"a"} x`, "", `{"reason":"\u0000"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := decodeAction(strings.NewReader(string(body)))
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			return
+		}
+		// Whatever is accepted is a usable reason.
+		if strings.TrimSpace(req.Reason) == "" || len(req.Reason) > MaxReasonBytes || !utf8.ValidString(req.Reason) {
+			t.Fatalf("accepted reason %q", req.Reason)
+		}
+		if validateReason(req.Reason) != nil {
+			t.Fatalf("accepted an invalid reason %q", req.Reason)
+		}
+	})
+}
+
+// FuzzComputeMeta feeds arbitrary bytes through the mesh's meta decoder and
+// a StateUpdate decoder into Compute: it never panics, and what it serves
+// encodes as JSON and keeps the state invariants.
+func FuzzComputeMeta(f *testing.F) {
+	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
+	f.Add(seed(upMeta(1, 1)), []byte(nil), int64(0))
+	f.Add(seed(teardownMeta(1, 2, at(time.Minute))), seed(&gwpb.StateUpdate{Meta: teardownMeta(1, 2, at(time.Minute)),
+		Teardowns: []*gwpb.Teardown{{Job: "1", Phase: "teardown", DeadlineMs: ms(at(30 * time.Second))}}}), int64(time.Hour))
+	f.Add(seed(downMeta(1, 3, "hung")), seed(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reports: []*gwpb.Report{{DetailJson: []byte("{")}}}), int64(0))
+	f.Add([]byte{0xff, 0x01}, []byte{0x0a, 0x02, 0x28}, int64(-1))
+	f.Fuzz(func(t *testing.T, metaBytes, updateBytes []byte, offset int64) {
+		in := NodeInput{Name: "n1", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, StatusSince: t0}
+		if len(metaBytes) > 0 {
+			in.Gossip, in.GossipErr = mesh.DecodeMeta(metaBytes)
+			if in.GossipErr != nil {
+				in.Gossip, in.Role = nil, gwpb.Role_ROLE_UNSPECIFIED
+			}
+		}
+		var u gwpb.StateUpdate
+		if proto.Unmarshal(updateBytes, &u) == nil && u.Meta != nil {
+			in.Update, in.Direct = &u, u.Meta
+		}
+		now := t0.Add(time.Duration(offset))
+		for _, p := range []Policy{defaultPolicy, {ClockSkewAllowance: time.Hour, UnreachableIsDown: true}} {
+			for _, st := range []mesh.Status{mesh.StatusAlive, mesh.StatusDead} {
+				in.Status = st
+				nodes := Compute([]NodeInput{in}, now, p)
+				if len(nodes) != 1 {
+					t.Fatalf("%d nodes", len(nodes))
+				}
+				n := nodes[0]
+				if _, err := json.Marshal(n); err != nil {
+					t.Fatalf("node does not encode: %v", err)
+				}
+				if _, err := ParseState(string(n.State)); err != nil {
+					t.Fatalf("state %q", n.State)
+				}
+				if n.FreeAt != nil && n.State != StateTeardown {
+					t.Fatalf("free_at in state %s", n.State)
+				}
+				if n.Schedulable != (n.State == StateUp || n.State == StateTeardown) {
+					t.Fatalf("schedulable %v in state %s", n.Schedulable, n.State)
+				}
+				if p.UnreachableIsDown && n.State == StateUnreachable {
+					t.Fatal("unreachable served with unreachable_is_down")
+				}
+				// A deadline still to come belongs to a teardown, or to
+				// an agent gone during one.
+				if _, ok := nextEnforcement(&in, now, p); ok && n.State != StateTeardown && !gone(st) {
+					t.Fatalf("a pending deadline in state %s", n.State)
+				}
+			}
+		}
+	})
+}

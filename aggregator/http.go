@@ -1,0 +1,499 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/version"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// Limits of the HTTP API.
+const (
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes = 4 << 10
+	// MaxReasonBytes bounds the reason of a resume or drain.
+	MaxReasonBytes = 256
+	// MinTokenBytes is the shortest admin token accepted.
+	MinTokenBytes = 16
+
+	DefaultHeartbeat    = 15 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
+
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+	// sseRetry is the reconnection delay suggested to watchers.
+	sseRetry = 2 * time.Second
+)
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"`
+}
+
+// ActionRequest is the body of POST /v1/nodes/{name}/resume and /drain.
+type ActionRequest struct {
+	// Reason says why (required, at most MaxReasonBytes of printable
+	// UTF-8); it is logged and, for a drain, becomes the node's reason.
+	Reason string `json:"reason"`
+}
+
+// NodeList is the body of GET /v1/nodes and the data of a watch snapshot.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// ClusterConfig is the body of GET /v1/config: what a scheduler needs to
+// agree with the agents.
+type ClusterConfig struct {
+	// Grace is G in seconds.
+	Grace float64 `json:"grace"`
+	// ClockSkewAllowance is in seconds.
+	ClockSkewAllowance float64 `json:"clock_skew_allowance"`
+	UnreachableIsDown  bool    `json:"unreachable_is_down"`
+	// Schema is the mesh schema version this aggregator speaks.
+	Schema int `json:"schema"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status      string           `json:"status"`
+	Name        string           `json:"name"`
+	Version     string           `json:"version"`
+	Leader      string           `json:"leader"`
+	Aggregators []AggregatorInfo `json:"aggregators"`
+}
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Token is the admin bearer token (see LoadToken); empty disables the
+	// admin endpoints (403).
+	Token []byte
+	// ReadToken makes the read endpoints require the token too.
+	ReadToken bool
+	// Logger receives the server's events; nil discards them.
+	Logger *slog.Logger
+	// Clock times the watch heartbeats; nil is the wall clock.
+	Clock clock.Clock
+	// Heartbeat is the interval of the watch streams' comments; 0 means
+	// DefaultHeartbeat.
+	Heartbeat time.Duration
+	// WriteTimeout bounds each write to a client (a stalled watcher is
+	// disconnected after it); 0 means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+}
+
+// Server serves the HTTP API (proto/openapi.yaml) over a Service. It is safe
+// for concurrent use.
+type Server struct {
+	svc   *Service
+	opts  ServerOptions
+	token [sha256.Size]byte
+	log   *slog.Logger
+	clock clock.Clock
+	mux   *http.ServeMux
+	hs    *http.Server
+
+	// stopping ends when Shutdown starts; watch streams end with it.
+	stopping context.Context
+	stop     context.CancelFunc
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// NewServer returns a server over svc. Nothing is served until Serve.
+func NewServer(svc *Service, o ServerOptions) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	log := o.Logger.With("component", "http")
+	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux()}
+	if len(o.Token) > 0 {
+		s.token = sha256.Sum256(o.Token)
+	}
+	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.routes()
+	s.hs = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	s.hs.RegisterOnShutdown(s.stop)
+	return s
+}
+
+// Serve accepts connections on l until Shutdown, then returns nil. It
+// blocks.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.hs.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ServeTLS is Serve over TLS with the given certificate and key files.
+func (s *Server) ServeTLS(l net.Listener, certFile, keyFile string) error {
+	err := s.hs.ServeTLS(l, certFile, keyFile)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections, ends the watch streams and waits for
+// the other requests until ctx ends; then it closes the connections.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
+	err := s.hs.Shutdown(ctx)
+	if err != nil {
+		_ = s.hs.Close()
+	}
+	return err
+}
+
+type access int
+
+const (
+	public access = iota // never a token
+	read                 // a token with ReadToken
+	admin                // always a token
+)
+
+func (s *Server) routes() {
+	routes := []struct {
+		method, path string
+		access       access
+		h            http.HandlerFunc
+	}{
+		{"GET", "/v1/nodes", read, s.handleNodes},
+		{"GET", "/v1/nodes/{name}", read, s.handleNode},
+		{"POST", "/v1/nodes/{name}/resume", admin, s.handleAction(gwpb.Action_ACTION_RESUME)},
+		{"POST", "/v1/nodes/{name}/drain", admin, s.handleAction(gwpb.Action_ACTION_DRAIN)},
+		{"GET", "/v1/watch", read, s.handleWatch},
+		{"GET", "/v1/config", read, s.handleConfig},
+		{"GET", "/healthz", public, s.handleHealth},
+		{"GET", "/readyz", public, s.handleReady},
+	}
+	for _, rt := range routes {
+		h, acc := rt.h, rt.access
+		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+			if !s.authorize(w, r, acc) {
+				return
+			}
+			h(w, r)
+		})
+		allow := rt.method
+		if allow == "GET" {
+			allow = "GET, HEAD"
+		}
+		path := rt.path
+		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			s.writeError(w, http.StatusMethodNotAllowed, "method %s not allowed on %s (allowed: %s)", r.Method, path, allow)
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, http.StatusNotFound, "no such endpoint: %s", r.URL.Path)
+	})
+}
+
+// ServeHTTP routes the request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// authorize checks the bearer token where acc asks for it; it answers 401
+// or 403 itself and returns false.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, acc access) bool {
+	if acc == public || (acc == read && !s.opts.ReadToken) {
+		return true
+	}
+	if len(s.opts.Token) == 0 {
+		s.writeError(w, http.StatusForbidden, "admin endpoints are disabled: the aggregator has no http.admin_token_file")
+		return false
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch"`)
+		s.writeError(w, http.StatusUnauthorized, "missing bearer token (Authorization: Bearer <token>)")
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="invalid_token"`)
+		s.log.Warn("wrong bearer token", "remote", r.RemoteAddr, "path", r.URL.Path)
+		s.writeError(w, http.StatusUnauthorized, "wrong bearer token")
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "state" && k != "format" {
+			s.writeError(w, http.StatusBadRequest, "unknown query parameter %q (want state or format)", k)
+			return
+		}
+	}
+	var want State
+	if v := q.Get("state"); q.Has("state") {
+		st, err := ParseState(v)
+		if err != nil {
+			s.writeError(w, http.StatusBadRequest, "state: %v", err)
+			return
+		}
+		want = st
+	}
+	format := q.Get("format")
+	if format != "" && format != "json" && format != "hostlist" {
+		s.writeError(w, http.StatusBadRequest, "format: unknown format %q (want json or hostlist)", format)
+		return
+	}
+	nodes := s.svc.Nodes()
+	if want != "" {
+		kept := nodes[:0]
+		for _, n := range nodes {
+			if n.State == want {
+				kept = append(kept, n)
+			}
+		}
+		nodes = kept
+	}
+	if format == "hostlist" {
+		names := make([]string, len(nodes))
+		for i, n := range nodes {
+			names[i] = n.Name
+		}
+		hl, err := Compress(names)
+		if err != nil {
+			s.writeError(w, http.StatusInternalServerError, "%v", err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		s.setWriteDeadline(w)
+		_, _ = io.WriteString(w, hl+"\n")
+		return
+	}
+	s.writeJSON(w, http.StatusOK, NodeList{Nodes: nodes})
+}
+
+func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	n, ok := s.svc.Node(name)
+	if !ok {
+		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, n)
+}
+
+func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		req, err := decodeAction(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				s.writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", MaxBodyBytes)
+				return
+			}
+			s.writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		by := fmt.Sprintf("%s (HTTP from %s)", s.svc.Name(), r.RemoteAddr)
+		n, err := s.svc.Control(r.Context(), name, action, req.Reason, by)
+		var ae *AgentError
+		switch {
+		case err == nil:
+			s.writeJSON(w, http.StatusOK, n)
+		case errors.Is(err, ErrUnknownNode):
+			s.writeError(w, http.StatusNotFound, "unknown node %q", name)
+		case errors.Is(err, ErrUnreachable):
+			s.writeError(w, http.StatusConflict, "%v", err)
+		case errors.As(err, &ae):
+			s.writeError(w, http.StatusConflict, "%v", err)
+		case errors.Is(err, ErrControlTimeout):
+			s.writeError(w, http.StatusGatewayTimeout, "%v; the agent may still act on it", err)
+		case errors.Is(err, ErrSend):
+			s.writeError(w, http.StatusBadGateway, "%v", err)
+		case errors.Is(err, ErrNotRunning):
+			s.writeError(w, http.StatusServiceUnavailable, "%v", err)
+		case r.Context().Err() != nil:
+			// The client left; nobody reads an answer.
+		default:
+			s.writeError(w, http.StatusInternalServerError, "%v", err)
+		}
+	}
+}
+
+func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
+	p := s.svc.Policy()
+	s.writeJSON(w, http.StatusOK, ClusterConfig{
+		Grace:              s.svc.Grace().Seconds(),
+		ClockSkewAllowance: p.ClockSkewAllowance.Seconds(),
+		UnreachableIsDown:  p.UnreachableIsDown,
+		Schema:             gwpb.SchemaVersion,
+	})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	aggs, leader := s.svc.Aggregators()
+	s.writeJSON(w, http.StatusOK, Health{
+		Status:      "ok",
+		Name:        s.svc.Name(),
+		Version:     version.Version,
+		Leader:      leader,
+		Aggregators: aggs,
+	})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	rd := s.svc.Ready()
+	code := http.StatusOK
+	if !rd.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	s.writeJSON(w, code, rd)
+}
+
+// decodeAction decodes and checks a resume or drain body: exactly one JSON
+// object with a reason, no unknown field, no trailing data.
+func decodeAction(r io.Reader) (ActionRequest, error) {
+	var req ActionRequest
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return req, err
+		case errors.Is(err, io.EOF):
+			return req, errors.New(`empty body: want {"reason": "..."}`)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return req, errors.New("truncated JSON")
+		case errors.As(err, &syn):
+			return req, fmt.Errorf("invalid JSON at offset %d", syn.Offset)
+		case errors.As(err, &typ):
+			if typ.Field == "" {
+				return req, fmt.Errorf(`want a JSON object {"reason": "..."}, got %s`, typ.Value)
+			}
+			return req, fmt.Errorf("%s: want a string, got %s", typ.Field, typ.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return req, fmt.Errorf("unknown field %s (want only reason)", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		}
+		return req, fmt.Errorf("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return req, err
+		}
+		return req, errors.New("trailing data after the JSON object")
+	}
+	return req, validateReason(req.Reason)
+}
+
+// validateReason checks the reason of a resume or drain.
+func validateReason(reason string) error {
+	switch {
+	case strings.TrimSpace(reason) == "":
+		return errors.New("reason: a reason is required")
+	case len(reason) > MaxReasonBytes:
+		return fmt.Errorf("reason: %d bytes, longer than %d", len(reason), MaxReasonBytes)
+	case !utf8.ValidString(reason):
+		return errors.New("reason: not valid UTF-8")
+	}
+	for _, r := range reason {
+		if unicode.IsControl(r) {
+			return errors.New("reason: holds a control character")
+		}
+	}
+	return nil
+}
+
+// LoadToken reads the admin token file: one line, at least MinTokenBytes
+// long. The file must be a regular file that others can neither read nor
+// write (mode 0600 or 0640): a token anyone on the host can read protects
+// nothing, and the aggregator refuses to start.
+func LoadToken(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("admin token: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("admin token: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("admin token %s: not a regular file", path)
+	}
+	if perm := st.Mode().Perm(); perm&0o007 != 0 {
+		return nil, fmt.Errorf("admin token %s: mode %04o lets others read or write it; chmod o-rwx it", path, perm)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return nil, fmt.Errorf("admin token %s: %w", path, err)
+	}
+	tok := strings.TrimSpace(string(data))
+	switch {
+	case len(tok) < MinTokenBytes:
+		return nil, fmt.Errorf("admin token %s: %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", path, len(tok), MinTokenBytes)
+	case strings.ContainsFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		return nil, fmt.Errorf("admin token %s: holds white space or control characters (want one line)", path)
+	}
+	return []byte(tok), nil
+}
+
+func (s *Server) setWriteDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+}
+
+func (s *Server) writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.log.Error("cannot encode a response", "err", err)
+		code = http.StatusInternalServerError
+		b, _ = json.Marshal(ErrorBody{Error: "cannot encode the response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	s.setWriteDeadline(w)
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (s *Server) writeError(w http.ResponseWriter, code int, format string, a ...any) {
+	s.writeJSON(w, code, ErrorBody{Error: fmt.Sprintf(format, a...)})
+}

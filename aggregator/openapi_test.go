@@ -1,0 +1,98 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+)
+
+// spec is proto/openapi.yaml, loaded and validated once.
+var spec struct {
+	once   sync.Once
+	doc    *openapi3.T
+	router routers.Router
+	err    error
+}
+
+func specPath() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "proto", "openapi.yaml")
+}
+
+func loadSpec(t testing.TB) (*openapi3.T, routers.Router) {
+	t.Helper()
+	spec.once.Do(func() {
+		// The watch stream is text; validate it as such.
+		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
+		loader := openapi3.NewLoader()
+		doc, err := loader.LoadFromFile(specPath())
+		if err != nil {
+			spec.err = err
+			return
+		}
+		if err := doc.Validate(context.Background()); err != nil {
+			spec.err = err
+			return
+		}
+		// Route by path only: the tests call a local server, not the
+		// spec's server URL.
+		doc.Servers = nil
+		spec.doc = doc
+		spec.router, spec.err = legacy.NewRouter(doc)
+	})
+	if spec.err != nil {
+		t.Fatalf("proto/openapi.yaml: %v", spec.err)
+	}
+	return spec.doc, spec.router
+}
+
+func TestOpenAPISpecIsValid(t *testing.T) { loadSpec(t) }
+
+// checkResponse validates a real response (status, headers, body) against
+// proto/openapi.yaml: the status must be documented for the route.
+func checkResponse(t testing.TB, req *http.Request, status int, header http.Header, body []byte) {
+	t.Helper()
+	_, router := loadSpec(t)
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		t.Fatalf("%s %s: not in the spec: %v", req.Method, req.URL.Path, err)
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 status,
+		Header:                 header,
+		Body:                   io.NopCloser(bytes.NewReader(body)),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		t.Errorf("%s %s → %d does not match proto/openapi.yaml: %v\nbody: %s", req.Method, req.URL, status, err, body)
+	}
+}
+
+// checkSchema validates a JSON document against a schema of the spec.
+func checkSchema(t testing.TB, name string, data []byte) {
+	t.Helper()
+	doc, _ := loadSpec(t)
+	ref := doc.Components.Schemas[name]
+	if ref == nil {
+		t.Fatalf("no schema %s", name)
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if err := ref.Value.VisitJSON(v, openapi3.MultiErrors()); err != nil {
+		t.Errorf("%s does not match the schema: %v\n%s", name, err, data)
+	}
+}

@@ -1,0 +1,289 @@
+package aggregator
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+type sseEvent struct {
+	id, event, data string
+	comment         string
+}
+
+// watcher is a real SSE client of /v1/watch.
+type watcher struct {
+	t      *testing.T
+	events chan sseEvent
+	header http.Header
+}
+
+func watch(t *testing.T, base, lastID string) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/watch", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		cancel()
+		resp.Body.Close()
+		t.Fatalf("watch: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	w := &watcher{t: t, events: make(chan sseEvent, 1024), header: resp.Header}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(w.events)
+		br := bufio.NewReader(resp.Body)
+		var ev sseEvent
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimSuffix(line, "\n")
+			switch {
+			case line == "":
+				if ev != (sseEvent{}) {
+					w.events <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, ":"):
+				ev.comment = strings.TrimSpace(line[1:])
+			default:
+				k, v, _ := strings.Cut(line, ":")
+				v = strings.TrimPrefix(v, " ")
+				switch k {
+				case "id":
+					ev.id = v
+				case "event":
+					ev.event = v
+				case "data":
+					ev.data = v
+				case "retry":
+				default:
+					t.Errorf("unknown SSE field %q", line)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+		<-done
+	})
+	// The spec's view of the stream: 200, text/event-stream.
+	checkResponse(t, req, resp.StatusCode, resp.Header, []byte("retry: 2000\n\n"))
+	return w
+}
+
+// next returns the next event or comment.
+func (w *watcher) next() sseEvent {
+	w.t.Helper()
+	select {
+	case ev, ok := <-w.events:
+		if !ok {
+			w.t.Fatal("watch stream ended")
+		}
+		switch ev.event {
+		case "snapshot":
+			checkSchema(w.t, "NodeList", []byte(ev.data))
+		case "node":
+			checkSchema(w.t, "Node", []byte(ev.data))
+		}
+		return ev
+	case <-time.After(testTimeout):
+		w.t.Fatal("no event in time")
+	}
+	return sseEvent{}
+}
+
+func (w *watcher) nextNode() (string, Node) {
+	w.t.Helper()
+	ev := w.next()
+	if ev.event != "node" {
+		w.t.Fatalf("got %+v, want a node event", ev)
+	}
+	var n Node
+	if err := json.Unmarshal([]byte(ev.data), &n); err != nil {
+		w.t.Fatal(err)
+	}
+	return ev.id, n
+}
+
+func (w *watcher) snapshot() (string, []Node) {
+	w.t.Helper()
+	ev := w.next()
+	if ev.event != "snapshot" {
+		w.t.Fatalf("got %+v, want a snapshot", ev)
+	}
+	var list NodeList
+	if err := json.Unmarshal([]byte(ev.data), &list); err != nil {
+		w.t.Fatal(err)
+	}
+	return ev.id, list.Nodes
+}
+
+func (w *watcher) quiet() {
+	w.t.Helper()
+	select {
+	case ev, ok := <-w.events:
+		if ok {
+			w.t.Errorf("unexpected %+v", ev)
+		}
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func TestWatchSnapshotEventsAndResume(t *testing.T) {
+	h := newHarness(t)
+	h.member("n1", upMeta(1, 1))
+	h.member("n2", upMeta(1, 1))
+	base := h.serve(ServerOptions{})
+	e := h.svc.epoch
+
+	w := watch(t, base, "")
+	id, nodes := w.snapshot()
+	if id != e+"-2" || len(nodes) != 2 || nodes[0].Name != "n1" {
+		t.Fatalf("snapshot %s: %+v", id, nodes)
+	}
+	h.member("n1", teardownMeta(1, 2, at(time.Minute)))
+	h.member("n2", downMeta(1, 2, "hung"))
+	h.member("n1", upMeta(1, 3))
+	want := []string{"n1 teardown", "n2 down", "n1 up"}
+	for i, wnt := range want {
+		id, n := w.nextNode()
+		if id != fmt.Sprintf("%s-%d", e, i+3) || n.Name+" "+string(n.State) != wnt {
+			t.Errorf("event %d: %s %s %s, want %s-%d %s", i, id, n.Name, n.State, e, i+3, wnt)
+		}
+	}
+	w.quiet()
+
+	// A client that saw event 3 reconnects: it gets 4 and 5, no snapshot.
+	again := watch(t, base, e+"-3")
+	for i, wnt := range want[1:] {
+		id, n := again.nextNode()
+		if id != fmt.Sprintf("%s-%d", e, i+4) || n.Name+" "+string(n.State) != wnt {
+			t.Errorf("resumed event %d: %s %s %s", i, id, n.Name, n.State)
+		}
+	}
+	again.quiet()
+	// And then the live events.
+	h.member("n2", upMeta(1, 3))
+	if id, n := again.nextNode(); id != e+"-6" || n.Name != "n2" {
+		t.Errorf("live after resume: %s %s", id, n.Name)
+	}
+
+	// A foreign id: a snapshot.
+	foreign := watch(t, base, "deadbeef-3")
+	if id, nodes := foreign.snapshot(); id != e+"-6" || len(nodes) != 2 {
+		t.Errorf("foreign id: snapshot %s with %d nodes", id, len(nodes))
+	}
+}
+
+func TestWatchBeyondHistory(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.History = 3 })
+	base := h.serve(ServerOptions{})
+	e := h.svc.epoch
+	for i := uint64(1); i <= 6; i++ {
+		h.member("n1", upMeta(1, i))
+	}
+	w := watch(t, base, e+"-2") // 3..6 missed, only 4..6 kept
+	if id, nodes := w.snapshot(); id != e+"-6" || len(nodes) != 1 || nodes[0].Seq != 6 {
+		t.Errorf("snapshot %s %+v", id, nodes)
+	}
+	w2 := watch(t, base, e+"-3")
+	for i := 4; i <= 6; i++ {
+		if id, _ := w2.nextNode(); id != fmt.Sprintf("%s-%d", e, i) {
+			t.Errorf("event id %s, want %s-%d", id, e, i)
+		}
+	}
+}
+
+func TestWatchHeartbeat(t *testing.T) {
+	h := newHarness(t)
+	base := h.serve(ServerOptions{})
+	w := watch(t, base, "")
+	w.snapshot()
+	// Wait for the stream's heartbeat timer (the only timer here).
+	deadline := time.Now().Add(testTimeout)
+	for h.clk.Pending() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d timers pending", h.clk.Pending())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.clk.Advance(DefaultHeartbeat)
+	if ev := w.next(); ev.comment != "heartbeat" {
+		t.Errorf("got %+v, want a heartbeat comment", ev)
+	}
+}
+
+// TestWatchStalledClient connects a client that never reads: the aggregator
+// and the other watchers go on, and the stalled one is disconnected.
+func TestWatchStalledClient(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.SubscriberBuffer = 4 })
+	base := h.serve(ServerOptions{WriteTimeout: 300 * time.Millisecond})
+
+	stalled, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if _, err := fmt.Fprintf(stalled, "GET /v1/watch HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	w := watch(t, base, "")
+	w.snapshot()
+	waitFor(t, "two watchers", func() bool { return h.svc.numSubscribers() == 2 })
+
+	// Events big enough to fill the socket buffers of the stalled client.
+	big := strings.Repeat("x", 256<<10)
+	const n = 80
+	start := time.Now()
+	for i := uint64(1); i <= n; i++ {
+		h.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, i, "hung"), Reason: fmt.Sprintf("%d %s", i, big)})
+		_, node := w.nextNode()
+		if !strings.HasPrefix(node.Reason, fmt.Sprintf("%d ", i)) {
+			t.Fatalf("event %d: reason %.10q", i, node.Reason)
+		}
+	}
+	t.Logf("%d events of %d KiB to the live watcher in %v", n, len(big)>>10, time.Since(start))
+	waitFor(t, "the stalled watcher dropped", func() bool { return h.svc.numSubscribers() == 1 })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestWatchRejectsQuery(t *testing.T) {
+	h := newHarness(t)
+	base := h.serve(ServerOptions{})
+	if r := call(t, "GET", base+"/v1/watch?since=5", "", ""); r.status != 400 {
+		t.Errorf("status %d", r.status)
+	}
+}

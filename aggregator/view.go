@@ -1,0 +1,461 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// State is a node's state as served to the scheduler (DESIGN section 2).
+type State string
+
+// Served states.
+const (
+	// StateUp: no teardown in progress; schedulable.
+	StateUp State = "up"
+	// StateTeardown: a teardown within its grace; schedulable from FreeAt.
+	StateTeardown State = "teardown"
+	// StateDown: a grace violation, hung processes, an administrator's
+	// drain, or a missed teardown deadline; not schedulable.
+	StateDown State = "down"
+	// StateUnreachable: the aggregator cannot tell the node's state (the
+	// mesh declared the agent dead, it left, or what it publishes cannot be
+	// read); not schedulable.
+	StateUnreachable State = "unreachable"
+)
+
+// States lists the served states in the order documented in the API.
+var States = []State{StateUp, StateTeardown, StateDown, StateUnreachable}
+
+// ParseState returns the State named s.
+func ParseState(s string) (State, error) {
+	for _, st := range States {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("unknown state %q (want up, teardown, down or unreachable)", s)
+}
+
+// gone reports whether a member is dead or has left. A suspect member is
+// still alive: suspicion is memberlist's transient doubt.
+func gone(s mesh.Status) bool { return s == mesh.StatusDead || s == mesh.StatusLeft }
+
+// Policy is the part of the configuration the view depends on.
+type Policy struct {
+	// ClockSkewAllowance is added to a teardown deadline before the
+	// aggregator itself declares a silent node down: it covers the
+	// difference between the agent's clock and the aggregator's, and the
+	// delivery of the agent's report.
+	ClockSkewAllowance time.Duration
+	// UnreachableIsDown serves unreachable nodes (and nodes whose state
+	// cannot be read) as down, which also runs the on="down" actuators.
+	UnreachableIsDown bool
+}
+
+// NodeInput is everything the aggregator knows about one member that is a
+// node (an agent). The Service keeps these; Compute turns them into Nodes.
+type NodeInput struct {
+	// Name is the member name, which is the node name.
+	Name string
+	// Role is the member's role as the mesh reports it: ROLE_AGENT, or
+	// ROLE_UNSPECIFIED when its meta does not decode.
+	Role gwpb.Role
+	// Status is the member's liveness; empty means the mesh has not told
+	// (a direct message came first) and counts as alive.
+	Status mesh.Status
+	// StatusSince is when the member entered Status; zero when unknown.
+	StatusSince time.Time
+	// Gossip is the member's NodeMeta as decoded; nil when it has none or
+	// it does not decode.
+	Gossip *gwpb.Meta
+	// GossipErr is why the NodeMeta does not decode; nil when it does.
+	GossipErr error
+	// Direct is the newest meta received straight from the agent (in a
+	// StateUpdate or a ControlAck); nil when none arrived.
+	Direct *gwpb.Meta
+	// Update is the last StateUpdate received from the agent; nil when none.
+	// Its reason, teardowns and reports are served only while its meta is
+	// the freshest one: otherwise they describe a state the node has left.
+	Update *gwpb.StateUpdate
+}
+
+// Node is one node of the served view. It is the JSON of GET
+// /v1/nodes/{name} (and, without LastReport.Detail, of the list and of the
+// watch events); see proto/openapi.yaml.
+//
+// The wire type is kept apart from gwpb.Meta on purpose: the HTTP API is a
+// promise to schedulers, the mesh schema a promise between agents and
+// aggregators, and the two evolve separately.
+type Node struct {
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// Reason says why the node is down, unreachable or tearing down;
+	// empty when up.
+	Reason string `json:"reason"`
+	// Since is when the node entered State; nil when unknown.
+	Since *time.Time `json:"since"`
+	// FreeAt is set only in state teardown: the latest deadline of the
+	// teardowns in progress, from which the node may be scheduled.
+	FreeAt *time.Time `json:"free_at"`
+	// Schedulable: up yes; teardown yes from FreeAt; down and unreachable
+	// no.
+	Schedulable bool `json:"schedulable"`
+	// Member is the mesh's view of the agent: alive, suspect, dead or left.
+	Member mesh.Status `json:"member"`
+	// Role is the member's role ("agent"; "unspecified" when its meta does
+	// not decode).
+	Role string `json:"role"`
+	// Incarnation and Seq order the agent's states: (incarnation, seq) of
+	// the freshest meta; zero when none.
+	Incarnation uint64 `json:"incarnation"`
+	Seq         uint64 `json:"seq"`
+	// DecodeError is set when the gossiped meta does not decode.
+	DecodeError string `json:"decode_error,omitempty"`
+	// Teardowns are the agent's teardown clocks from its last StateUpdate
+	// (active and recently released); empty when unknown.
+	Teardowns []Teardown `json:"teardowns"`
+	// LastReport is the most recent diagnostics report of a violating
+	// teardown; nil when none.
+	LastReport *Report `json:"last_report"`
+}
+
+// Teardown is one job's teardown clock on a node.
+type Teardown struct {
+	Job   string `json:"job"`
+	Phase string `json:"phase"`
+	// Ended is T_end; Deadline is D; Expiration is E (nil: none).
+	Ended      *time.Time `json:"ended"`
+	Deadline   *time.Time `json:"deadline"`
+	Expiration *time.Time `json:"expiration"`
+	// Grace is G in seconds.
+	Grace   float64 `json:"grace"`
+	Outcome string  `json:"outcome"`
+}
+
+// Report is a diagnostics report of a violating teardown.
+type Report struct {
+	Job     string     `json:"job"`
+	Stage   string     `json:"stage"`
+	Outcome string     `json:"outcome"`
+	Summary string     `json:"summary"`
+	Taken   *time.Time `json:"taken"`
+	// Detail is the agent's whole report (JSON); only GET
+	// /v1/nodes/{name} carries it. Absent when the agent sent none or it is
+	// not valid JSON.
+	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// Summary returns n without the report's detail, as lists and watch events
+// carry it. It does not modify n.
+func (n Node) Summary() Node {
+	if n.LastReport != nil && n.LastReport.Detail != nil {
+		r := *n.LastReport
+		r.Detail = nil
+		n.LastReport = &r
+	}
+	return n
+}
+
+// Compute derives the served view from the inputs at time now. It is pure:
+// the same inputs, time and policy give the same nodes, sorted by name.
+//
+// The rules, in order:
+//
+//  1. The freshest meta is the newer by (incarnation, seq) of the gossiped
+//     one and the one received directly; on a tie the direct one, which
+//     comes with the untruncated reason.
+//  2. A teardown whose deadline D has passed by ClockSkewAllowance with
+//     nothing newer is served down, "no report after teardown deadline D",
+//     since D + allowance, whether or not the agent is still a live member:
+//     an agent that is stuck, or died during the teardown, still goes down
+//     on time. D is the earliest deadline of the teardowns in progress when
+//     the StateUpdate of that state is known, else the meta's deadline.
+//  3. A dead member, or one that left, is unreachable since it went.
+//  4. A live member whose state cannot be read (its meta does not decode,
+//     it published none, or it names a state this build does not know) is
+//     unreachable too, with the reason. It is not served down: a decoding
+//     bug during a rolling upgrade must not make the actuators drain the
+//     whole cluster, and unreachable is not schedulable either.
+//  5. With UnreachableIsDown, 3 and 4 are served down instead.
+//  6. Otherwise the agent's state: up, teardown (free at the meta's
+//     free_at) or down.
+func Compute(in []NodeInput, now time.Time, p Policy) []Node {
+	out := make([]Node, 0, len(in))
+	for i := range in {
+		out = append(out, computeNode(&in[i], now, p))
+	}
+	slices.SortStableFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func computeNode(in *NodeInput, now time.Time, p Policy) Node {
+	n := Node{
+		Name:      in.Name,
+		Member:    in.Status,
+		Role:      roleName(in.Role),
+		Teardowns: []Teardown{},
+	}
+	if n.Member == "" {
+		n.Member = mesh.StatusAlive
+	}
+	if in.GossipErr != nil {
+		n.DecodeError = in.GossipErr.Error()
+	}
+	meta, current := freshest(in)
+	if meta != nil {
+		n.Incarnation, n.Seq = meta.GetIncarnation(), meta.GetSeq()
+	}
+	if current {
+		fillDetails(&n, in.Update)
+	}
+	reason := ""
+	if meta != nil {
+		reason = meta.GetReason()
+		if current && in.Update.GetReason() != "" {
+			reason = in.Update.GetReason()
+		}
+	}
+
+	// Rule 2: central deadline enforcement.
+	if meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
+		if at, ok := enforceAt(in, meta, current, p); ok && !now.Before(at) {
+			d := at.Add(-p.ClockSkewAllowance)
+			n.State = StateDown
+			n.Reason = "no report after teardown deadline " + formatTime(d)
+			if gone(in.Status) {
+				n.Reason += " (" + goneReason(in.Status) + ")"
+			}
+			n.Since = timePtr(at)
+			return n
+		}
+	}
+
+	// Rules 3 to 5: unreachable.
+	unreachable := ""
+	since := in.StatusSince
+	switch {
+	case gone(in.Status):
+		unreachable = goneReason(in.Status)
+		if meta != nil && meta.GetState() != gwpb.State_STATE_UP {
+			unreachable += "; last reported " + stateName(meta.GetState())
+			if reason != "" {
+				unreachable += ": " + reason
+			}
+		}
+	case meta == nil && in.GossipErr != nil:
+		unreachable = "meta does not decode: " + in.GossipErr.Error()
+	case meta == nil:
+		unreachable = "the agent has published no state"
+	case !knownState(meta.GetState()):
+		unreachable = fmt.Sprintf("the agent reports an unknown state (%d)", int32(meta.GetState()))
+		since = msTime(meta.GetSinceMs())
+	}
+	if unreachable != "" {
+		n.State = StateUnreachable
+		n.Reason = unreachable
+		if p.UnreachableIsDown {
+			n.State = StateDown
+			if gone(in.Status) && !since.IsZero() {
+				n.Reason = "unreachable since " + formatTime(since) + ": " + unreachable
+			}
+		}
+		n.Since = timePtr(since)
+		return n
+	}
+
+	// Rule 6: the agent's own state.
+	n.Since = timePtr(msTime(meta.GetSinceMs()))
+	n.Reason = reason
+	switch meta.GetState() {
+	case gwpb.State_STATE_UP:
+		n.State = StateUp
+		n.Schedulable = true
+		n.Reason = ""
+	case gwpb.State_STATE_TEARDOWN:
+		n.State = StateTeardown
+		n.Schedulable = true
+		free := msTime(meta.GetFreeAtMs())
+		if free.IsZero() {
+			free = msTime(meta.GetDeadlineMs())
+		}
+		n.FreeAt = timePtr(free)
+	case gwpb.State_STATE_DOWN:
+		n.State = StateDown
+	}
+	return n
+}
+
+// freshest returns the freshest meta of in and whether in.Update is of that
+// same state (so its reason, teardowns and reports are current).
+func freshest(in *NodeInput) (*gwpb.Meta, bool) {
+	meta := in.Gossip
+	if in.Direct != nil && !newer(meta, in.Direct) {
+		meta = in.Direct
+	}
+	if u := in.Update.GetMeta(); u != nil && !newer(meta, u) {
+		meta = u
+	}
+	if meta == nil {
+		return nil, false
+	}
+	u := in.Update.GetMeta()
+	current := u != nil && u.GetIncarnation() == meta.GetIncarnation() && u.GetSeq() == meta.GetSeq()
+	return meta, current
+}
+
+// newer reports whether a is strictly newer than b by (incarnation, seq). A
+// nil meta is older than any other.
+func newer(a, b *gwpb.Meta) bool {
+	switch {
+	case a == nil:
+		return false
+	case b == nil:
+		return true
+	case a.GetIncarnation() != b.GetIncarnation():
+		return a.GetIncarnation() > b.GetIncarnation()
+	default:
+		return a.GetSeq() > b.GetSeq()
+	}
+}
+
+// enforceAt returns when a node in teardown with meta goes down for want of
+// a newer report: its deadline D plus the allowance. D is the earliest
+// deadline of the teardowns in progress when the StateUpdate of this state
+// is known (the agent goes overdue at the first one), else the meta's
+// deadline, else its free_at.
+func enforceAt(in *NodeInput, meta *gwpb.Meta, current bool, p Policy) (time.Time, bool) {
+	var d time.Time
+	if current {
+		for _, td := range in.Update.GetTeardowns() {
+			if td.GetPhase() == "released" || td.GetPhase() == "running" {
+				continue
+			}
+			if t := msTime(td.GetDeadlineMs()); !t.IsZero() && (d.IsZero() || t.Before(d)) {
+				d = t
+			}
+		}
+	}
+	if d.IsZero() {
+		d = msTime(meta.GetDeadlineMs())
+	}
+	if d.IsZero() {
+		d = msTime(meta.GetFreeAtMs())
+	}
+	if d.IsZero() {
+		return time.Time{}, false
+	}
+	return d.Add(p.ClockSkewAllowance), true
+}
+
+// nextEnforcement returns the earliest time after now at which Compute's
+// answer for in changes by the passing of time alone, if any.
+func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
+	meta, current := freshest(in)
+	if meta == nil || meta.GetState() != gwpb.State_STATE_TEARDOWN {
+		return time.Time{}, false
+	}
+	at, ok := enforceAt(in, meta, current, p)
+	if !ok || !at.After(now) {
+		return time.Time{}, false
+	}
+	return at, true
+}
+
+// fillDetails copies the teardowns and the latest report of u into n.
+func fillDetails(n *Node, u *gwpb.StateUpdate) {
+	for _, td := range u.GetTeardowns() {
+		n.Teardowns = append(n.Teardowns, Teardown{
+			Job:        td.GetJob(),
+			Phase:      td.GetPhase(),
+			Ended:      timePtr(msTime(td.GetEndedMs())),
+			Deadline:   timePtr(msTime(td.GetDeadlineMs())),
+			Expiration: timePtr(msTime(td.GetExpirationMs())),
+			Grace:      float64(td.GetGraceMs()) / 1000,
+			Outcome:    td.GetOutcome(),
+		})
+	}
+	var last *gwpb.Report
+	for _, r := range u.GetReports() {
+		if last == nil || r.GetTakenMs() >= last.GetTakenMs() {
+			last = r
+		}
+	}
+	if last != nil {
+		rep := &Report{
+			Job:     last.GetJob(),
+			Stage:   last.GetStage(),
+			Outcome: last.GetOutcome(),
+			Summary: last.GetSummary(),
+			Taken:   timePtr(msTime(last.GetTakenMs())),
+		}
+		if d := last.GetDetailJson(); len(d) > 0 && json.Valid(d) {
+			rep.Detail = json.RawMessage(slices.Clone(d))
+		}
+		n.LastReport = rep
+	}
+}
+
+func goneReason(s mesh.Status) string {
+	if s == mesh.StatusLeft {
+		return "the agent left the mesh"
+	}
+	return "the mesh declared the agent dead"
+}
+
+func knownState(s gwpb.State) bool {
+	return s == gwpb.State_STATE_UP || s == gwpb.State_STATE_TEARDOWN || s == gwpb.State_STATE_DOWN
+}
+
+func stateName(s gwpb.State) string {
+	switch s {
+	case gwpb.State_STATE_UP:
+		return "up"
+	case gwpb.State_STATE_TEARDOWN:
+		return "teardown"
+	case gwpb.State_STATE_DOWN:
+		return "down"
+	}
+	return fmt.Sprintf("unknown state (%d)", int32(s))
+}
+
+func roleName(r gwpb.Role) string {
+	switch r {
+	case gwpb.Role_ROLE_AGENT:
+		return "agent"
+	case gwpb.Role_ROLE_AGGREGATOR:
+		return "aggregator"
+	}
+	return "unspecified"
+}
+
+// maxMs is the last millisecond JSON can carry in an RFC 3339 time (year
+// 9999): a later one would make encoding/json fail the whole response.
+var maxMs = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC).UnixMilli()
+
+// msTime converts Unix milliseconds from the wire; zero, negative and
+// out-of-range values (a buggy or hostile sender) give the zero time.
+func msTime(ms int64) time.Time {
+	if ms <= 0 || ms > maxMs {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// timePtr returns nil for the zero time (and for one beyond year 9999, which
+// JSON cannot carry), else t in UTC to the millisecond.
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() || t.UTC().Year() > 9999 {
+		return nil
+	}
+	t = t.UTC().Truncate(time.Millisecond)
+	return &t
+}
+
+// formatTime writes t as RFC 3339 in UTC with milliseconds, as in reasons.
+func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

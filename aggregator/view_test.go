@@ -1,0 +1,423 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// at returns t0 + d.
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func metaOf(state gwpb.State, inc, seq uint64, since time.Time) *gwpb.Meta {
+	return &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: inc, Seq: seq, State: state, SinceMs: ms(since)}
+}
+
+func upMeta(inc, seq uint64) *gwpb.Meta { return metaOf(gwpb.State_STATE_UP, inc, seq, t0) }
+
+func teardownMeta(inc, seq uint64, deadline time.Time) *gwpb.Meta {
+	m := metaOf(gwpb.State_STATE_TEARDOWN, inc, seq, t0)
+	m.DeadlineMs, m.FreeAtMs = ms(deadline), ms(deadline)
+	m.Reason = "job 7 tearing down"
+	return m
+}
+
+func downMeta(inc, seq uint64, reason string) *gwpb.Meta {
+	m := metaOf(gwpb.State_STATE_DOWN, inc, seq, at(time.Minute))
+	m.Reason = reason
+	return m
+}
+
+func alive(name string, gossip *gwpb.Meta) NodeInput {
+	return NodeInput{Name: name, Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, StatusSince: t0, Gossip: gossip}
+}
+
+func tp(t time.Time) *time.Time { return &t }
+
+var defaultPolicy = Policy{ClockSkewAllowance: 5 * time.Second}
+
+func TestCompute(t *testing.T) {
+	deadline := at(2 * time.Minute)
+	downReport := &gwpb.StateUpdate{
+		Meta:   downMeta(1, 5, "job 7 teardown exceeded grace 120s: 1 unkil…"),
+		Reason: "job 7 teardown exceeded grace 120s: 1 unkillable (pid 5814 cat, D in request_wait_answer, fuse /scratch)",
+		Teardowns: []*gwpb.Teardown{{
+			Job: "7", Phase: "overdue", EndedMs: ms(t0), DeadlineMs: ms(deadline), ExpirationMs: ms(t0), GraceMs: 120000,
+		}},
+		Reports: []*gwpb.Report{
+			{Job: "6", Stage: "before-signal", Outcome: "hung", Summary: "older", TakenMs: ms(at(-time.Hour)), DetailJson: []byte(`{"v":1}`)},
+			{Job: "7", Stage: "after-escalation", Outcome: "hung", Summary: "1 unkillable", TakenMs: ms(deadline), DetailJson: []byte(`{"job":"7"}`)},
+		},
+	}
+	twoTeardowns := &gwpb.StateUpdate{
+		Meta: teardownMeta(1, 3, at(5*time.Minute)),
+		Teardowns: []*gwpb.Teardown{
+			{Job: "1", Phase: "teardown", DeadlineMs: ms(at(5 * time.Minute))},
+			{Job: "2", Phase: "teardown", DeadlineMs: ms(at(2 * time.Minute))},
+			{Job: "3", Phase: "released", DeadlineMs: ms(at(time.Minute)), Outcome: "clean"},
+		},
+	}
+	unknownState := upMeta(1, 1)
+	unknownState.State = gwpb.State(7)
+	decodeErr := errors.New("proto: cannot parse invalid wire-format data")
+
+	tests := []struct {
+		name   string
+		in     NodeInput
+		now    time.Time
+		policy Policy
+		// want: state, reason, since, free_at and schedulable exactly.
+		state       State
+		reason      string
+		since       *time.Time
+		freeAt      *time.Time
+		schedulable bool
+		check       func(t *testing.T, n Node)
+	}{
+		{
+			name: "up", in: alive("n1", upMeta(1, 1)), now: t0,
+			state: StateUp, since: tp(t0), schedulable: true,
+		},
+		{
+			name: "suspect member is served from its meta", now: t0,
+			in:    func() NodeInput { in := alive("n1", upMeta(1, 1)); in.Status = mesh.StatusSuspect; return in }(),
+			state: StateUp, since: tp(t0), schedulable: true,
+			check: func(t *testing.T, n Node) {
+				if n.Member != mesh.StatusSuspect {
+					t.Errorf("member = %q, want suspect", n.Member)
+				}
+			},
+		},
+		{
+			name: "teardown within grace: schedulable from free_at", now: at(time.Minute),
+			in:    alive("n1", teardownMeta(1, 2, deadline)),
+			state: StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
+		},
+		{
+			name: "teardown without free_at falls back to the deadline", now: at(time.Minute),
+			in: func() NodeInput {
+				m := teardownMeta(1, 2, deadline)
+				m.FreeAtMs = 0
+				return alive("n1", m)
+			}(),
+			state: StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
+		},
+		{
+			name: "teardown past D but within the allowance", now: deadline.Add(4999 * time.Millisecond),
+			in:    alive("n1", teardownMeta(1, 2, deadline)),
+			state: StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
+		},
+		{
+			name: "central enforcement: no report by D + allowance", now: deadline.Add(5 * time.Second),
+			in:    alive("n1", teardownMeta(1, 2, deadline)),
+			state: StateDown, reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z",
+			since: tp(deadline.Add(5 * time.Second)),
+		},
+		{
+			name: "central enforcement uses the earliest deadline in progress", now: at(2*time.Minute + 5*time.Second),
+			in: func() NodeInput {
+				in := alive("n1", twoTeardowns.Meta)
+				in.Update, in.Direct = twoTeardowns, twoTeardowns.Meta
+				return in
+			}(),
+			state: StateDown, reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z",
+			since: tp(at(2*time.Minute + 5*time.Second)),
+			check: func(t *testing.T, n Node) {
+				if len(n.Teardowns) != 3 {
+					t.Errorf("teardowns = %d, want 3", len(n.Teardowns))
+				}
+			},
+		},
+		{
+			name: "a newer report after the deadline wins", now: deadline.Add(time.Hour),
+			in: func() NodeInput {
+				in := alive("n1", teardownMeta(1, 2, deadline))
+				in.Direct = upMeta(1, 3)
+				return in
+			}(),
+			state: StateUp, since: tp(t0), schedulable: true,
+		},
+		{
+			name: "agent down: the untruncated reason of the current update", now: at(time.Hour),
+			in: func() NodeInput {
+				in := alive("n1", downReport.Meta)
+				in.Update, in.Direct = downReport, downReport.Meta
+				return in
+			}(),
+			state: StateDown, reason: downReport.Reason, since: tp(at(time.Minute)),
+			check: func(t *testing.T, n Node) {
+				if n.LastReport == nil || n.LastReport.Job != "7" || string(n.LastReport.Detail) != `{"job":"7"}` {
+					t.Errorf("last report = %+v, want job 7's with detail", n.LastReport)
+				}
+				if len(n.Teardowns) != 1 || n.Teardowns[0].Grace != 120 || n.Teardowns[0].Phase != "overdue" {
+					t.Errorf("teardowns = %+v", n.Teardowns)
+				}
+				if n.Incarnation != 1 || n.Seq != 5 {
+					t.Errorf("(incarnation, seq) = (%d, %d), want (1, 5)", n.Incarnation, n.Seq)
+				}
+			},
+		},
+		{
+			name: "gossip newer than the update: its reason, no stale details", now: at(time.Hour),
+			in: func() NodeInput {
+				in := alive("n1", downMeta(1, 6, "drained by admin"))
+				in.Update, in.Direct = downReport, downReport.Meta
+				return in
+			}(),
+			state: StateDown, reason: "drained by admin", since: tp(at(time.Minute)),
+			check: func(t *testing.T, n Node) {
+				if n.LastReport != nil || len(n.Teardowns) != 0 {
+					t.Errorf("stale details served: %+v %+v", n.LastReport, n.Teardowns)
+				}
+			},
+		},
+		{
+			name: "a direct meta newer than gossip wins", now: at(time.Hour),
+			in: func() NodeInput {
+				in := alive("n1", downMeta(1, 5, "hung"))
+				in.Direct = upMeta(1, 6)
+				return in
+			}(),
+			state: StateUp, since: tp(t0), schedulable: true,
+		},
+		{
+			name: "a new incarnation is newer whatever its seq", now: t0,
+			in: func() NodeInput {
+				in := alive("n1", upMeta(2, 1))
+				in.Direct = downMeta(1, 99, "old")
+				return in
+			}(),
+			state: StateUp, since: tp(t0), schedulable: true,
+		},
+		{
+			name: "dead member: unreachable since it died", now: at(time.Hour),
+			in: func() NodeInput {
+				in := alive("n1", upMeta(1, 1))
+				in.Status, in.StatusSince = mesh.StatusDead, at(10*time.Minute)
+				return in
+			}(),
+			state: StateUnreachable, reason: "the mesh declared the agent dead", since: tp(at(10 * time.Minute)),
+		},
+		{
+			name: "dead member keeps its last reported state in the reason", now: at(time.Hour),
+			in: func() NodeInput {
+				in := alive("n1", downMeta(1, 5, "hung"))
+				in.Status, in.StatusSince = mesh.StatusDead, at(10*time.Minute)
+				return in
+			}(),
+			state: StateUnreachable, reason: "the mesh declared the agent dead; last reported down: hung", since: tp(at(10 * time.Minute)),
+		},
+		{
+			name: "left member", now: at(time.Hour),
+			in: func() NodeInput {
+				in := alive("n1", upMeta(1, 1))
+				in.Status, in.StatusSince = mesh.StatusLeft, at(10*time.Minute)
+				return in
+			}(),
+			state: StateUnreachable, reason: "the agent left the mesh", since: tp(at(10 * time.Minute)),
+		},
+		{
+			name: "unreachable_is_down", now: at(time.Hour), policy: Policy{ClockSkewAllowance: 5 * time.Second, UnreachableIsDown: true},
+			in: func() NodeInput {
+				in := alive("n1", upMeta(1, 1))
+				in.Status, in.StatusSince = mesh.StatusDead, at(10*time.Minute)
+				return in
+			}(),
+			state: StateDown, reason: "unreachable since 2025-06-01T12:10:00.000Z: the mesh declared the agent dead",
+			since: tp(at(10 * time.Minute)),
+		},
+		{
+			name: "dead during a teardown, before D + allowance: unreachable", now: deadline,
+			in: func() NodeInput {
+				in := alive("n1", teardownMeta(1, 2, deadline))
+				in.Status, in.StatusSince = mesh.StatusDead, at(time.Minute)
+				return in
+			}(),
+			state: StateUnreachable, reason: "the mesh declared the agent dead; last reported teardown: job 7 tearing down",
+			since: tp(at(time.Minute)),
+		},
+		{
+			name: "dead during a teardown: still down on time", now: deadline.Add(time.Minute),
+			in: func() NodeInput {
+				in := alive("n1", teardownMeta(1, 2, deadline))
+				in.Status, in.StatusSince = mesh.StatusDead, at(time.Minute)
+				return in
+			}(),
+			state:  StateDown,
+			reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z (the mesh declared the agent dead)",
+			since:  tp(deadline.Add(5 * time.Second)),
+		},
+		{
+			name: "meta does not decode: unreachable, not down", now: at(time.Hour),
+			in:    NodeInput{Name: "n1", Status: mesh.StatusAlive, StatusSince: t0, GossipErr: decodeErr},
+			state: StateUnreachable, reason: "meta does not decode: " + decodeErr.Error(), since: tp(t0),
+			check: func(t *testing.T, n Node) {
+				if n.DecodeError != decodeErr.Error() || n.Role != "unspecified" {
+					t.Errorf("decode_error = %q, role = %q", n.DecodeError, n.Role)
+				}
+			},
+		},
+		{
+			name: "meta does not decode, unreachable_is_down: down", now: at(time.Hour),
+			policy: Policy{UnreachableIsDown: true},
+			in:     NodeInput{Name: "n1", Status: mesh.StatusAlive, StatusSince: t0, GossipErr: decodeErr},
+			state:  StateDown, reason: "meta does not decode: " + decodeErr.Error(), since: tp(t0),
+		},
+		{
+			name: "meta does not decode but a direct update does", now: at(time.Hour),
+			in: func() NodeInput {
+				in := NodeInput{Name: "n1", Status: mesh.StatusAlive, GossipErr: decodeErr}
+				in.Update = &gwpb.StateUpdate{Meta: upMeta(1, 4)}
+				return in
+			}(),
+			state: StateUp, since: tp(t0), schedulable: true,
+			check: func(t *testing.T, n Node) {
+				if n.DecodeError == "" {
+					t.Error("decode_error not reported")
+				}
+			},
+		},
+		{
+			name: "a state this build does not know", now: t0,
+			in:    alive("n1", unknownState),
+			state: StateUnreachable, reason: "the agent reports an unknown state (7)", since: tp(t0),
+		},
+		{
+			name: "no meta at all", now: t0,
+			in:    alive("n1", nil),
+			state: StateUnreachable, reason: "the agent has published no state", since: tp(t0),
+		},
+		{
+			name: "a direct message before the member event counts as alive", now: t0,
+			in:    NodeInput{Name: "n1", Role: gwpb.Role_ROLE_AGENT, Direct: upMeta(1, 1)},
+			state: StateUp, since: tp(t0), schedulable: true,
+			check: func(t *testing.T, n Node) {
+				if n.Member != mesh.StatusAlive {
+					t.Errorf("member = %q, want alive", n.Member)
+				}
+			},
+		},
+		{
+			name: "times beyond year 9999 are served as null", now: t0,
+			in: func() NodeInput {
+				m := teardownMeta(1, 1, t0)
+				m.FreeAtMs, m.DeadlineMs, m.SinceMs = 1<<62, 1<<62, -5
+				return alive("n1", m)
+			}(),
+			state: StateTeardown, reason: "job 7 tearing down", schedulable: true,
+			check: func(t *testing.T, n Node) {
+				if _, err := json.Marshal(n); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.policy
+			if p == (Policy{}) {
+				p = defaultPolicy
+			}
+			got := Compute([]NodeInput{tt.in}, tt.now, p)
+			if len(got) != 1 {
+				t.Fatalf("got %d nodes, want 1", len(got))
+			}
+			n := got[0]
+			if n.State != tt.state || n.Reason != tt.reason || n.Schedulable != tt.schedulable {
+				t.Errorf("got (%s, %q, schedulable %v), want (%s, %q, %v)", n.State, n.Reason, n.Schedulable, tt.state, tt.reason, tt.schedulable)
+			}
+			if !sameTime(n.Since, tt.since) {
+				t.Errorf("since = %v, want %v", fmtPtr(n.Since), fmtPtr(tt.since))
+			}
+			if !sameTime(n.FreeAt, tt.freeAt) {
+				t.Errorf("free_at = %v, want %v", fmtPtr(n.FreeAt), fmtPtr(tt.freeAt))
+			}
+			if n.FreeAt != nil && n.State != StateTeardown {
+				t.Errorf("free_at set in state %s", n.State)
+			}
+			if tt.check != nil {
+				tt.check(t, n)
+			}
+			// Compute is pure: the same call gives the same JSON.
+			again := Compute([]NodeInput{tt.in}, tt.now, p)
+			if a, b := mustJSON(t, got), mustJSON(t, again); a != b {
+				t.Errorf("not deterministic:\n%s\n%s", a, b)
+			}
+		})
+	}
+}
+
+func TestComputeSortsAndOnlyReadsInputs(t *testing.T) {
+	in := []NodeInput{alive("node10", upMeta(1, 1)), alive("login1", upMeta(1, 1)), alive("node9", upMeta(1, 1))}
+	before := mustJSON(t, in)
+	got := Compute(in, t0, defaultPolicy)
+	var names []string
+	for _, n := range got {
+		names = append(names, n.Name)
+	}
+	if strings.Join(names, ",") != "login1,node10,node9" {
+		t.Errorf("order = %v", names)
+	}
+	if mustJSON(t, in) != before {
+		t.Error("Compute modified its inputs")
+	}
+}
+
+func TestNextEnforcement(t *testing.T) {
+	deadline := at(2 * time.Minute)
+	in := alive("n1", teardownMeta(1, 2, deadline))
+	got, ok := nextEnforcement(&in, t0, defaultPolicy)
+	if !ok || !got.Equal(deadline.Add(5*time.Second)) {
+		t.Errorf("nextEnforcement = %v, %v; want D + 5s", got, ok)
+	}
+	if _, ok := nextEnforcement(&in, deadline.Add(5*time.Second), defaultPolicy); ok {
+		t.Error("a passed deadline is still pending")
+	}
+	up := alive("n2", upMeta(1, 1))
+	if _, ok := nextEnforcement(&up, t0, defaultPolicy); ok {
+		t.Error("an up node has a deadline")
+	}
+}
+
+func TestNodeSummaryDropsDetailOnly(t *testing.T) {
+	n := Node{Name: "n", LastReport: &Report{Job: "1", Detail: json.RawMessage(`{}`)}}
+	s := n.Summary()
+	if s.LastReport.Detail != nil || s.LastReport.Job != "1" {
+		t.Errorf("summary = %+v", s.LastReport)
+	}
+	if n.LastReport.Detail == nil {
+		t.Error("Summary modified the node")
+	}
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+func fmtPtr(t *time.Time) string {
+	if t == nil {
+		return "null"
+	}
+	return formatTime(*t)
+}
+
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/version"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// Shutdown budget: leaving the mesh (so that the other aggregators take
+// over the actuators at once), then the HTTP requests in flight.
+const (
+	leaveTimeout    = 3 * time.Second
+	shutdownTimeout = 10 * time.Second
+)
+
+func runServe(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	cfgPath := f.String("config", "", "configuration `file` (default "+aggregator.DefaultConfigPath+" if it exists)")
+	listen := f.String("listen", "", "HTTP `address` (overrides http.listen)")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 0, ""); !ok {
+		return code
+	}
+	path := *cfgPath
+	if path == "" {
+		if _, err := os.Stat(aggregator.DefaultConfigPath); err == nil {
+			path = aggregator.DefaultConfigPath
+		}
+	}
+	cfg, err := aggregator.LoadConfig(path)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *listen != "" {
+		cfg.HTTP.Listen = *listen
+		if err := cfg.Validate(); err != nil {
+			return c.fail(fmt.Errorf("configuration with flags: %w", err))
+		}
+	}
+	logger := newLogger(c, cfg)
+	log := logger.With("component", "main")
+
+	var token []byte
+	if cfg.HTTP.AdminTokenFile != "" {
+		if token, err = aggregator.LoadToken(cfg.HTTP.AdminTokenFile); err != nil {
+			return c.fail(err)
+		}
+	}
+	svc, err := aggregator.New(aggregator.Options{
+		Name:         cfg.Name,
+		Policy:       cfg.ViewPolicy(),
+		Grace:        cfg.Policy.Grace.D(),
+		Actuators:    cfg.Actuators,
+		MeshInsecure: cfg.Mesh.Insecure,
+		Logger:       logger,
+	})
+	if err != nil {
+		return c.fail(err)
+	}
+	l, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return c.fail(fmt.Errorf("http.listen: %w", err))
+	}
+	if len(token) > 0 && cfg.HTTP.TLSCert == "" && !isLoopback(l.Addr()) {
+		log.Warn("the admin token travels in clear text: set http.tls_cert and http.tls_key", "listen", l.Addr().String())
+	}
+	srv := aggregator.NewServer(svc, aggregator.ServerOptions{Token: token, ReadToken: cfg.HTTP.ReadToken, Logger: logger})
+	serveErr := make(chan error, 1)
+	go func() {
+		if cfg.HTTP.TLSCert != "" {
+			serveErr <- srv.ServeTLS(l, cfg.HTTP.TLSCert, cfg.HTTP.TLSKey)
+		} else {
+			serveErr <- srv.Serve(l)
+		}
+	}()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		// After the first signal, a second one kills at once.
+		<-ctx.Done()
+		stop()
+	}()
+	log.Info("starting", "version", version.Version, "config", path, "name", cfg.Name, "listen", l.Addr().String(), "pid", os.Getpid())
+
+	// New makes its first join attempt before it returns; /healthz already
+	// answers, /readyz says why it is not ready.
+	m, err := mesh.New(mesh.Options{Name: cfg.Name, Role: gwpb.Role_ROLE_AGGREGATOR, Config: cfg.Mesh, Handler: svc, Logger: logger})
+	if err != nil {
+		shutdownServer(srv, log)
+		return c.fail(fmt.Errorf("mesh: %w", err))
+	}
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- svc.Run(runCtx, m) }()
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify", "err", err)
+	}
+	log.Info("aggregator ready", "mesh", m.Addr(), "joined", m.Joined())
+
+	var failure error
+	served := false
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		served = true
+		failure = fmt.Errorf("http: %w", err)
+	}
+	daemon.SdNotify(false, daemon.SdNotifyStopping)
+	log.Info("stopping")
+	if err := m.Leave(leaveTimeout); err != nil {
+		log.Warn("leaving the mesh", "err", err)
+	}
+	shutdownServer(srv, log)
+	cancelRun()
+	<-runDone
+	if err := m.Shutdown(); err != nil {
+		log.Warn("mesh shutdown", "err", err)
+	}
+	if !served {
+		if err := <-serveErr; err != nil {
+			failure = fmt.Errorf("http: %w", err)
+		}
+	}
+	if failure != nil {
+		log.Error("aggregator failed", "err", failure)
+		return c.fail(failure)
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+func shutdownServer(srv *aggregator.Server, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+func newLogger(c *cli, cfg aggregator.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by cfg.Validate
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(c.stderr, opts)
+	} else {
+		h = slog.NewTextHandler(c.stderr, opts)
+	}
+	return slog.New(h).With("aggregator", cfg.Name)
+}
+
+func runNodes(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	state := f.String("state", "", "only nodes in this `state`: up, teardown, down or unreachable")
+	hostlist := f.Bool("hostlist", false, "print a compressed hostlist, e.g. node[3,17-19]")
+	asJSON := f.Bool("json", false, "print the nodes as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 0, ""); !ok {
+		return code
+	}
+	var st aggregator.State
+	if *state != "" {
+		var err error
+		if st, err = aggregator.ParseState(*state); err != nil {
+			return c.usageError(f, "--state: %v", err)
+		}
+	}
+	if *hostlist && *asJSON {
+		return c.usageError(f, "give one of --hostlist and --json, not both")
+	}
+	cl, err := c.client(f, false)
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx := context.Background()
+	if *hostlist {
+		hl, err := cl.Hostlist(ctx, st)
+		if err != nil {
+			return c.fail(err)
+		}
+		fmt.Fprintln(c.stdout, hl)
+		return exitOK
+	}
+	nodes, err := cl.Nodes(ctx, st)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(aggregator.NodeList{Nodes: nodes})
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tSCHEDULABLE\tSINCE\tFREE_AT\tREASON")
+	for _, n := range nodes {
+		sched := "no"
+		switch {
+		case n.State == aggregator.StateTeardown && n.Schedulable:
+			sched = "from free_at"
+		case n.Schedulable:
+			sched = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, sched, timeOrDash(n.Since), timeOrDash(n.FreeAt), orDash(n.Reason))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func runAction(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	reason := f.String("reason", "", "why (required, logged; a drain's reason becomes the node's)")
+	asJSON := f.Bool("json", false, "print the node as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 1, "NODE"); !ok {
+		return code
+	}
+	if !f.isSet("reason") {
+		return c.usageError(f, "--reason is required")
+	}
+	if len(*reason) > aggregator.MaxReasonBytes {
+		return c.usageError(f, "--reason: %d bytes, longer than %d", len(*reason), aggregator.MaxReasonBytes)
+	}
+	cl, err := c.client(f, true)
+	if err != nil {
+		return c.fail(err)
+	}
+	node := f.args[0]
+	ctx := context.Background()
+	var n aggregator.Node
+	if name == "resume" {
+		n, err = cl.Resume(ctx, node, *reason)
+	} else {
+		n, err = cl.Drain(ctx, node, *reason)
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(n)
+	}
+	verb := map[string]string{"resume": "resumed", "drain": "drained"}[name]
+	fmt.Fprintf(c.stdout, "%s %s: state %s", n.Name, verb, n.State)
+	if n.Reason != "" {
+		fmt.Fprintf(c.stdout, " (%s)", n.Reason)
+	}
+	fmt.Fprintln(c.stdout)
+	return exitOK
+}
+
+// client resolves the URL (--url, else $GRACEWATCH_AGGREGATOR, else the
+// default) and the token (--token-file, else http.admin_token_file of the
+// default configuration file). needToken makes a token file that cannot be
+// read an error; without it the request goes without a token.
+func (c *cli) client(f *flags, needToken bool) (*aggregator.Client, error) {
+	url := *f.url
+	if url == "" {
+		url = c.getenv(aggregator.URLEnv)
+	}
+	if url == "" {
+		url = aggregator.DefaultURL
+	}
+	var token []byte
+	switch {
+	case *f.tokenFile != "":
+		t, err := aggregator.LoadToken(*f.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		token = t
+	default:
+		if path := defaultTokenFile(); path != "" {
+			t, err := aggregator.LoadToken(path)
+			if err != nil && needToken {
+				return nil, fmt.Errorf("%w (from %s; give --token-file)", err, aggregator.DefaultConfigPath)
+			}
+			token = t
+		}
+	}
+	return aggregator.NewClient(url, string(token))
+}
+
+// defaultTokenFile returns http.admin_token_file of the default
+// configuration file, if it exists and decodes.
+func defaultTokenFile() string {
+	cfg := aggregator.DefaultConfig()
+	if err := config.Load(aggregator.DefaultConfigPath, &cfg); err != nil {
+		return ""
+	}
+	return cfg.HTTP.AdminTokenFile
+}
+
+func runKeygen(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 1, "FILE"); !ok {
+		return code
+	}
+	if err := mesh.WriteKeyFile(f.args[0]); err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(c.stdout, "wrote a new mesh key to %s (mode 0600); copy it to every node and aggregator, and set mesh.keyring\n", f.args[0])
+	return exitOK
+}
+
+func runVersion(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 0, ""); !ok {
+		return code
+	}
+	fmt.Fprintf(c.stdout, "aggregator %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitOK
+}
+
+func runHelp(c *cli, name string, args []string) int {
+	if len(args) == 0 {
+		usage(c.stdout)
+		return exitOK
+	}
+	cmd := lookup(args[0])
+	if cmd == nil || len(args) > 1 {
+		fmt.Fprintf(c.stderr, "aggregator help: unknown command %q\n", args[0])
+		usage(c.stderr)
+		return exitUsage
+	}
+	if cmd.name == "help" {
+		commandUsage(c.stdout, cmd, nil)
+		return exitOK
+	}
+	return cmd.run(c, cmd.name, []string{"-h"})
+}
+
+func (c *cli) printJSON(v any) int {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// binary is the aggregator built once for the whole package.
+var binary string
+
+const testTimeout = 20 * time.Second
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gwagg")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "aggregator")
+	build := exec.Command(goTool(), "build", "-o", binary, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	// goleak.VerifyTestMain exits; clean up through a wrapper.
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// goTool is the go command that runs this test.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "go"
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runCLI runs the built binary with args and env added to the environment.
+func runCLI(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("%v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+func TestUsage(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		out  string // in stdout or stderr
+	}{
+		{nil, exitUsage, "usage: aggregator COMMAND"},
+		{[]string{"bogus"}, exitUsage, `unknown command "bogus"`},
+		{[]string{"help"}, exitOK, "commands:"},
+		{[]string{"--help"}, exitOK, "commands:"},
+		{[]string{"help", "drain"}, exitOK, "usage: aggregator drain NODE --reason TEXT"},
+		{[]string{"help", "nope"}, exitUsage, "unknown command"},
+		{[]string{"version"}, exitOK, "aggregator dev"},
+		{[]string{"resume", "--reason", "x"}, exitUsage, "NODE is required"},
+		{[]string{"resume", "n1"}, exitUsage, "--reason is required"},
+		{[]string{"drain", "n1", "n2", "--reason", "x"}, exitUsage, `unexpected argument "n2"`},
+		{[]string{"drain", "n1", "--reason", strings.Repeat("x", 300)}, exitUsage, "longer than 256"},
+		{[]string{"nodes", "--state", "sleepy"}, exitUsage, `unknown state "sleepy"`},
+		{[]string{"nodes", "--hostlist", "--json"}, exitUsage, "not both"},
+		{[]string{"nodes", "--bogus"}, exitUsage, "flag provided but not defined"},
+		{[]string{"keygen"}, exitUsage, "FILE is required"},
+		{[]string{"serve", "extra"}, exitUsage, `unexpected argument "extra"`},
+		{[]string{"nodes", "--url", "ftp://x"}, exitError, "want http://HOST:PORT"},
+		{[]string{"nodes", "--url", "http://127.0.0.1:1"}, exitError, "connection refused"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := runCLI(t, nil, tt.args...)
+			if r.code != tt.code || !strings.Contains(r.stdout+r.stderr, tt.out) {
+				t.Errorf("exit %d, want %d with %q\nstdout: %s\nstderr: %s", r.code, tt.code, tt.out, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+func TestKeygen(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "mesh.key")
+	if r := runCLI(t, nil, "keygen", p); r.code != 0 {
+		t.Fatalf("keygen: %d %s", r.code, r.stderr)
+	}
+	st, err := os.Stat(p)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", st, err)
+	}
+	if r := runCLI(t, nil, "keygen", p); r.code != exitError || !strings.Contains(r.stderr, "refusing to overwrite") {
+		t.Errorf("second keygen: %d %s", r.code, r.stderr)
+	}
+}
+
+// testAgent is a real mesh member with role agent that answers Control
+// messages the way a node agent does.
+type testAgent struct {
+	m    atomic.Pointer[mesh.Mesh]
+	mu   sync.Mutex
+	meta *gwpb.Meta
+	wg   sync.WaitGroup
+}
+
+func (a *testAgent) HandleMessage(from string, env *gwpb.Envelope) {
+	c := env.GetControl()
+	if c == nil {
+		return
+	}
+	// The mesh's callbacks must not call back into it.
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.mu.Lock()
+		meta := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: a.meta.Incarnation, Seq: a.meta.Seq + 1, SinceMs: time.Now().UnixMilli()}
+		if c.GetAction() == gwpb.Action_ACTION_RESUME {
+			meta.State = gwpb.State_STATE_UP
+		} else {
+			meta.State, meta.Reason = gwpb.State_STATE_DOWN, "drained: "+c.GetReason()
+		}
+		a.meta = meta
+		a.mu.Unlock()
+		m := a.m.Load()
+		_ = m.SetMeta(meta)
+		_ = m.Send(from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: c.GetId(), Ok: true, Meta: meta}}})
+	}()
+}
+
+func (a *testAgent) MemberChanged(mesh.Member) {}
+
+func startAgent(t *testing.T, name string) *testAgent {
+	t.Helper()
+	a := &testAgent{meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 1, State: gwpb.State_STATE_DOWN,
+		Reason: "job 7 teardown exceeded grace 120s", SinceMs: time.Now().UnixMilli()}}
+	cfg := mesh.DefaultConfig()
+	cfg.Bind, cfg.Insecure = "127.0.0.1:0", true
+	m, err := mesh.New(mesh.Options{Name: name, Role: gwpb.Role_ROLE_AGENT, Config: cfg, Meta: a.meta, Handler: a, Profile: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.m.Store(m)
+	t.Cleanup(func() {
+		a.wg.Wait()
+		if err := m.Shutdown(); err != nil {
+			t.Errorf("agent mesh shutdown: %v", err)
+		}
+	})
+	return a
+}
+
+// server is a running `aggregator serve`.
+type server struct {
+	url    string
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var listenRE = regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`)
+
+// startServe runs `aggregator serve --config cfg` and returns once it
+// listens.
+func startServe(t *testing.T, cfg string) *server {
+	t.Helper()
+	s := &server{cmd: exec.Command(binary, "serve", "--config", cfg), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	pr, pw := io.Pipe()
+	s.cmd.Stderr = pw
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := s.cmd.Wait()
+		pw.Close()
+		s.done <- err
+	}()
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.stderr.Write([]byte(line + "\n"))
+			if m := listenRE.FindStringSubmatch(line); m != nil && strings.Contains(line, "msg=starting") {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+		if t.Failed() {
+			t.Logf("aggregator's log:\n%s", s.stderr)
+		}
+	})
+	select {
+	case addr := <-found:
+		s.url = "http://" + addr
+	case err := <-s.done:
+		s.done <- err
+		t.Fatalf("serve exited: %v\n%s", err, s.stderr)
+	case <-time.After(testTimeout):
+		t.Fatalf("serve did not start\n%s", s.stderr)
+	}
+	return s
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (s *server) stop(t *testing.T) int {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(testTimeout):
+		t.Fatal("serve did not stop after SIGTERM")
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func getJSON(url string, v any) int {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(v)
+	return resp.StatusCode
+}
+
+func writeFile(t *testing.T, path, content string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const token = "cli-test-token-0123456789"
+
+// TestServeAndClients runs the real aggregator against a real mesh member
+// acting as an agent, and the client commands against it.
+func TestServeAndClients(t *testing.T) {
+	agent := startAgent(t, "node1")
+	dir := t.TempDir()
+	tokenFile := writeFile(t, filepath.Join(dir, "admin.token"), token+"\n", 0o600)
+	cfg := writeFile(t, filepath.Join(dir, "aggregator.toml"), fmt.Sprintf(`
+name = "agg-test"
+log_level = "debug"
+[mesh]
+bind = "127.0.0.1:0"
+join = [%q]
+insecure = true
+[http]
+listen = "127.0.0.1:0"
+admin_token_file = %q
+[policy]
+grace = "90s"
+`, agent.m.Load().Addr(), tokenFile), 0o644)
+	srv := startServe(t, cfg)
+
+	waitFor(t, "node1 in the view", func() bool {
+		var list aggregator.NodeList
+		return getJSON(srv.url+"/v1/nodes", &list) == 200 && len(list.Nodes) == 1
+	})
+	var rd aggregator.Readiness
+	if code := getJSON(srv.url+"/readyz", &rd); code != 200 || !rd.Insecure {
+		t.Errorf("readyz: %d %+v", code, rd)
+	}
+	var cc aggregator.ClusterConfig
+	if getJSON(srv.url+"/v1/config", &cc); cc.Grace != 90 {
+		t.Errorf("config: %+v", cc)
+	}
+
+	r := runCLI(t, nil, "nodes", "--url", srv.url)
+	if r.code != 0 || !regexp.MustCompile(`node1\s+down\s+no\s+\S+\s+-\s+job 7 teardown exceeded grace 120s`).MatchString(r.stdout) {
+		t.Errorf("nodes: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, []string{aggregator.URLEnv + "=" + srv.url}, "nodes", "--hostlist", "--state", "down")
+	if r.code != 0 || r.stdout != "node1\n" {
+		t.Errorf("nodes --hostlist (URL from the environment): %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, nil, "nodes", "--json", "--state", "up", "--url", srv.url)
+	if r.code != 0 || !strings.Contains(r.stdout, `"nodes": []`) {
+		t.Errorf("nodes --json --state up: %d %s", r.code, r.stdout)
+	}
+
+	r = runCLI(t, nil, "resume", "node1", "--reason", "fixed the NFS server", "--url", srv.url, "--token-file", tokenFile)
+	if r.code != 0 || r.stdout != "node1 resumed: state up\n" {
+		t.Errorf("resume: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, nil, "drain", "--reason", "maintenance", "--url", srv.url, "--token-file", tokenFile, "node1")
+	if r.code != 0 || r.stdout != "node1 drained: state down (drained: maintenance)\n" {
+		t.Errorf("drain: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, nil, "resume", "node1", "--reason", "x", "--url", srv.url, "--json", "--token-file", tokenFile)
+	var n aggregator.Node
+	if err := json.Unmarshal([]byte(r.stdout), &n); r.code != 0 || err != nil || n.State != aggregator.StateUp {
+		t.Errorf("resume --json: %d %s %s", r.code, r.stdout, r.stderr)
+	}
+
+	wrong := writeFile(t, filepath.Join(dir, "wrong.token"), "not-the-right-token-at-all", 0o600)
+	r = runCLI(t, nil, "drain", "node1", "--reason", "x", "--url", srv.url, "--token-file", wrong)
+	if r.code != exitError || !strings.Contains(r.stderr, "wrong bearer token (HTTP 401)") {
+		t.Errorf("wrong token: %d %s", r.code, r.stderr)
+	}
+	r = runCLI(t, nil, "drain", "node9", "--reason", "x", "--url", srv.url, "--token-file", tokenFile)
+	if r.code != exitError || !strings.Contains(r.stderr, `unknown node "node9" (HTTP 404)`) {
+		t.Errorf("unknown node: %d %s", r.code, r.stderr)
+	}
+
+	if code := srv.stop(t); code != 0 {
+		t.Errorf("serve exited %d after SIGTERM", code)
+	}
+	if log := srv.stderr.String(); !strings.Contains(log, "msg=stopped") {
+		t.Errorf("no clean stop in the log:\n%s", log)
+	}
+}
+
+func TestServeRefuses(t *testing.T) {
+	dir := t.TempDir()
+	open := writeFile(t, filepath.Join(dir, "open.token"), token, 0o644)
+	tests := []struct {
+		name, config, want string
+	}{
+		{"unknown key", "[mesh]\ninsecure = true\nbind = \"127.0.0.1:0\"\n[http]\nlisten = \"127.0.0.1:0\"\nlisen = 1\n",
+			`aggregator.toml:6: key "http.lisen": unknown key`},
+		{"world-readable token", fmt.Sprintf("[mesh]\ninsecure = true\nbind = \"127.0.0.1:0\"\n[http]\nlisten = \"127.0.0.1:0\"\nadmin_token_file = %q\n", open),
+			"lets others read or write it"},
+		{"no keyring", "[http]\nlisten = \"127.0.0.1:0\"\n", "mesh.keyring: required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := writeFile(t, filepath.Join(t.TempDir(), "aggregator.toml"), tt.config, 0o644)
+			r := runCLI(t, nil, "serve", "--config", cfg)
+			if r.code != exitError || !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("exit %d, want 1 with %q\n%s", r.code, tt.want, r.stderr)
+			}
+		})
+	}
+}
