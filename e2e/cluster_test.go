@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCluster runs one mesh of two aggregators and three agents on loopback
+// through the cases a site meets, in order: a hung epilogue, a resume, an
+// agent killed and restarted, an agent frozen during a teardown, and an
+// aggregator restart. Both aggregators run a Slurm-style actuator (a script
+// appending to a file); only the leader may run it, once per transition.
+func TestCluster(t *testing.T) {
+	c := newCluster(t)
+	actions := filepath.Join(c.dir, "actions.log")
+	c.aggConf = fmt.Sprintf(`
+[[actuator]]
+on = "down"
+command = ["sh", "-c", "echo \"down $0 $1\" >> %[1]s", "{node}", "{reason}"]
+timeout = "5s"
+
+[[actuator]]
+on = "up"
+command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "{node}"]
+timeout = "5s"
+`, actions)
+	agg1 := c.addAggregator("agg-1")
+	agg2 := c.addAggregator("agg-2")
+	n1, n2, n3 := c.addAgent("n1"), c.addAgent("n2"), c.addAgent("n3")
+	for _, g := range c.aggs {
+		for _, a := range c.agents {
+			g.waitNode(t, a.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+		}
+	}
+
+	t.Run("hung epilogue: teardown with free_at = D, then down within 1 s of D", func(t *testing.T) {
+		w := agg1.watch(t)
+		if _, code := n1.cli("job", "start", "--job", "201", "--expiration", time.Now().Add(time.Hour).Format(time.RFC3339)); code != 0 {
+			t.Fatal("job start failed")
+		}
+		n1.epilog("201", "sh", "-c", "trap '' TERM; exec sleep 300")
+		td, _ := w.next(t, "n1", "teardown", 10*time.Second)
+		st := n1.status()
+		if len(st.Jobs) != 1 || st.Jobs[0].Deadline == nil {
+			t.Fatalf("agent status %+v", st)
+		}
+		d := *st.Jobs[0].Deadline
+		if td.FreeAt == nil || td.FreeAt.UnixMilli() != d.UnixMilli() {
+			t.Fatalf("served free_at %v, agent's deadline %v", td.FreeAt, d)
+		}
+		down, ev := w.next(t, "n1", "down", 10*time.Second)
+		if late := ev.At.Sub(d); late > time.Second || late < 0 {
+			t.Fatalf("down seen %v after the deadline (want within 1 s)", late)
+		}
+		if !strings.Contains(down.Reason, "job 201 teardown exceeded grace 3s") {
+			t.Fatalf("reason %q is not the agent's", down.Reason)
+		}
+		// The agent latches at D and publishes at once; its diagnosis (taken
+		// before the first signal) follows in a moment, as a new reason.
+		agg1.waitNode(t, "n1", "down with the diagnosis", 5*time.Second, func(n node) bool {
+			return n.State == "down" && strings.Contains(n.Reason, "pid") && strings.Contains(n.Reason, "sleep")
+		})
+		for _, other := range []string{"n2", "n3"} {
+			if n, _ := agg1.node(t, other); n.State != "up" {
+				t.Fatalf("%s is %s, want up", other, n.State)
+			}
+		}
+		agg2.waitNode(t, "n1", "down", 5*time.Second, func(n node) bool { return n.State == "down" })
+	})
+
+	t.Run("resume through the aggregator clears the agent's latch everywhere", func(t *testing.T) {
+		if code, body := agg2.post(t, "/v1/nodes/n1/resume", "", `{"reason":"x"}`); code != 401 {
+			t.Fatalf("resume without a token: %d %s", code, body)
+		}
+		if code, body := agg2.post(t, "/v1/nodes/n1/resume", c.token, `{"reason":"epilogue fixed"}`); code != 200 {
+			t.Fatalf("resume: %d %s", code, body)
+		}
+		if st := n1.status(); st.State == "down" {
+			t.Fatalf("agent still down after resume: %q", st.Reason)
+		}
+		for _, g := range c.aggs {
+			g.waitNode(t, "n1", "up", 5*time.Second, func(n node) bool { return n.State == "up" })
+		}
+	})
+
+	t.Run("kill -9 of an agent: unreachable, then up after restart", func(t *testing.T) {
+		n2.crash()
+		start := time.Now()
+		agg1.waitNode(t, "n2", "unreachable", 20*time.Second, func(n node) bool { return n.State == "unreachable" })
+		t.Logf("n2 unreachable %v after kill -9", time.Since(start).Round(time.Millisecond))
+		n2.start()
+		n2.waitAPI()
+		for _, g := range c.aggs {
+			g.waitNode(t, "n2", "up", 20*time.Second, func(n node) bool { return n.State == "up" })
+		}
+	})
+
+	t.Run("frozen agent during a teardown: down at D + allowance by central enforcement", func(t *testing.T) {
+		if _, code := n3.cli("job", "start", "--job", "301", "--expiration", time.Now().Add(time.Hour).Format(time.RFC3339)); code != 0 {
+			t.Fatal("job start failed")
+		}
+		n3.epilog("301", "sleep", "300")
+		agg1.waitNode(t, "n3", "teardown", 10*time.Second, func(n node) bool { return n.State == "teardown" })
+		d := *n3.status().Jobs[0].Deadline
+		n3.cmd.Process.Signal(syscall.SIGSTOP)
+		defer n3.cmd.Process.Signal(syscall.SIGCONT)
+		n := agg1.waitNode(t, "n3", "down", time.Until(d)+5*time.Second, func(n node) bool { return n.State == "down" })
+		if late := time.Since(d); late > 3*time.Second {
+			t.Fatalf("down %v after D (allowance 1 s)", late)
+		}
+		if !strings.Contains(n.Reason, "no report after teardown deadline") {
+			t.Fatalf("reason %q", n.Reason)
+		}
+		n3.cmd.Process.Signal(syscall.SIGCONT)
+		// Thawed, the agent itself enforces and reports its own DOWN.
+		agg1.waitNode(t, "n3", "down with the agent's reason", 10*time.Second, func(n node) bool {
+			return n.State == "down" && strings.Contains(n.Reason, "job 301")
+		})
+	})
+
+	t.Run("restarted aggregator has the full view within 5 s", func(t *testing.T) {
+		want := states(agg2.nodes(t, ""))
+		agg1.stop()
+		agg1.start()
+		start := time.Now()
+		deadline := start.Add(5 * time.Second)
+		for {
+			got, err := tryStates(agg1)
+			if err == nil && got == want {
+				t.Logf("view back %v after restart: %s", time.Since(start).Round(time.Millisecond), got)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 5 s the restarted aggregator serves %q (err %v), want %q", got, err, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
+	t.Run("two aggregators serve the same states; the actuator ran once per transition", func(t *testing.T) {
+		if a, b := states(agg1.nodes(t, "")), states(agg2.nodes(t, "")); a != b {
+			t.Fatalf("agg-1 %q, agg-2 %q", a, b)
+		}
+		time.Sleep(time.Second) // let any late actuator run land
+		data, _ := os.ReadFile(actions)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		count := map[string]int{}
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				count[f[0]+" "+f[1]]++
+			}
+		}
+		// n1: down (hung), up (resumed); n3: down (central), and the agent's
+		// own down afterwards is the same state, not a new transition.
+		want := map[string]int{"down n1": 1, "up n1": 1, "down n3": 1}
+		for k, v := range want {
+			if count[k] != v {
+				t.Fatalf("actuator runs %v (from %q), want %v", count, data, want)
+			}
+		}
+		if len(count) != len(want) {
+			t.Fatalf("unexpected actuator runs %v", count)
+		}
+	})
+
+	t.Run("kill -9 of a latched agent: unreachable, then still down after restart", func(t *testing.T) {
+		n3.crash()
+		agg2.waitNode(t, "n3", "unreachable", 20*time.Second, func(n node) bool { return n.State == "unreachable" })
+		n3.start()
+		n3.waitAPI()
+		n := agg2.waitNode(t, "n3", "down again", 20*time.Second, func(n node) bool { return n.State == "down" })
+		if !strings.Contains(n.Reason, "job 301") {
+			t.Fatalf("reason after restart %q, want the latched violation", n.Reason)
+		}
+		if st := n3.status(); st.State != "down" {
+			t.Fatalf("agent state after restart %s", st.State)
+		}
+	})
+}
+
+func states(ns []node) string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.Name+"="+n.State)
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+func tryStates(g *aggregator) (string, error) {
+	ns, err := fetchNodes(g.url + "/v1/nodes")
+	if err != nil {
+		return "", err
+	}
+	return states(ns), nil
+}
+
+func execOut(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
+
+// TestGossipNeedsKeyAndLabel: an agent with another key, or another label,
+// never joins; one with the right ones does.
+func TestGossipNeedsKeyAndLabel(t *testing.T) {
+	c := newCluster(t)
+	agg := c.addAggregator("agg-1")
+	good := c.addAgent("good")
+	agg.waitNode(t, good.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+
+	otherKey := filepath.Join(c.dir, "other.key")
+	if out, err := execOut(bins.aggregator, "keygen", otherKey); err != nil {
+		t.Fatalf("keygen: %v %s", err, out)
+	}
+	key := c.keyfile
+	c.keyfile = otherKey
+	c.addAgent("wrongkey")
+	c.keyfile = key
+	label := c.label
+	c.label = "another-cluster"
+	c.addAgent("wronglabel")
+	c.label = label
+
+	time.Sleep(4 * time.Second)
+	for _, name := range []string{"wrongkey", "wronglabel"} {
+		if n, ok := agg.node(t, name); ok {
+			t.Fatalf("%s joined the mesh: %+v", name, n)
+		}
+	}
+	if n, ok := agg.node(t, "good"); !ok || n.State != "up" {
+		t.Fatalf("the good agent is gone: %+v", n)
+	}
+}

@@ -1,0 +1,515 @@
+// Package e2e holds cluster tests: real nodeagent and aggregator processes
+// joined in a real memberlist mesh on loopback, real cgroups and processes,
+// driven through their CLIs and HTTP APIs as a scheduler and an
+// administrator would.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
+	"github.com/gracewatch/gracewatch/internal/testutil"
+)
+
+var bins struct{ nodeagent, aggregator string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gw-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins.nodeagent = filepath.Join(dir, "nodeagent")
+	bins.aggregator = filepath.Join(dir, "aggregator")
+	for out, pkg := range map[string]string{bins.nodeagent: "./cmd/nodeagent", bins.aggregator: "./cmd/aggregator"} {
+		build := exec.Command("go", "build", "-o", out, "github.com/gracewatch/gracewatch/"+strings.TrimPrefix(pkg, "./"))
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build:", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a loopback port free for both TCP and UDP (memberlist
+// uses both on the same number).
+func freePort(t testing.TB) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// proc is a gracewatch process under test, ended by its pid.
+type proc struct {
+	t    testing.TB
+	name string
+	args []string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (p *proc) start() {
+	p.t.Helper()
+	p.cmd = exec.Command(p.args[0], p.args[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *proc) running() bool { return p.cmd != nil && p.cmd.ProcessState == nil }
+
+// stop sends SIGTERM (SIGCONT first, in case the test froze it), then
+// SIGKILL after 5 s.
+func (p *proc) stop() {
+	if !p.running() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGCONT)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (p *proc) crash() {
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
+}
+
+func (p *proc) dumpIfFailed() {
+	if p.t.Failed() {
+		logs := p.logs.String()
+		if len(logs) > 20000 {
+			logs = "...\n" + logs[len(logs)-20000:]
+		}
+		p.t.Logf("=== logs of %s:\n%s", p.name, logs)
+	}
+}
+
+// cluster is a mesh of aggregators and agents on loopback.
+type cluster struct {
+	t       testing.TB
+	dir     string
+	keyfile string
+	token   string
+	label   string
+	seeds   []string
+	aggs    []*aggregator
+	agents  []*agent
+	extra   string // appended to every agent config
+	aggConf string // appended to every aggregator config
+}
+
+type aggregator struct {
+	*proc
+	url    string
+	config string
+}
+
+type agent struct {
+	*proc
+	node   string
+	socket string
+	root   string
+	config string
+	client *api.Client
+}
+
+func newCluster(t testing.TB) *cluster {
+	t.Helper()
+	testutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("", "gwcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir, label: "e2e-" + filepath.Base(dir), token: "s3cret-token-for-tests"}
+	c.keyfile = filepath.Join(dir, "mesh.key")
+	if out, err := exec.Command(bins.aggregator, "keygen", c.keyfile).CombinedOutput(); err != nil {
+		t.Fatalf("keygen: %v %s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(c.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, a := range c.agents {
+			a.stop()
+			a.dumpIfFailed()
+		}
+		for _, g := range c.aggs {
+			g.stop()
+			g.dumpIfFailed()
+		}
+		os.RemoveAll(dir)
+	})
+	return c
+}
+
+// addAggregator starts an aggregator; the first one is every member's seed.
+func (c *cluster) addAggregator(name string) *aggregator {
+	c.t.Helper()
+	mport, hport := freePort(c.t), freePort(c.t)
+	cfg := filepath.Join(c.dir, name+".toml")
+	join := c.seeds
+	text := fmt.Sprintf(`name = %q
+log_format = "json"
+log_level = "debug"
+
+[mesh]
+bind = "127.0.0.1:%d"
+join = %s
+label = %q
+keyring = %q
+rejoin_interval = "2s"
+
+[http]
+listen = "127.0.0.1:%d"
+admin_token_file = %q
+
+[policy]
+grace = "3s"
+clock_skew_allowance = "1s"
+%s`, name, mport, tomlList(join), c.label, c.keyfile, hport, filepath.Join(c.dir, "token"), c.aggConf)
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	g := &aggregator{proc: &proc{t: c.t, name: name, args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &syncBuffer{}},
+		url: fmt.Sprintf("http://127.0.0.1:%d", hport), config: cfg}
+	g.start()
+	c.seeds = append(c.seeds, fmt.Sprintf("127.0.0.1:%d", mport))
+	c.aggs = append(c.aggs, g)
+	g.waitReady()
+	return g
+}
+
+func (g *aggregator) waitReady() {
+	g.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(g.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	g.t.Fatalf("aggregator %s not healthy\n%s", g.name, g.logs)
+}
+
+// addAgent starts a node agent joined to the cluster.
+func (c *cluster) addAgent(node string) *agent {
+	c.t.Helper()
+	dir := filepath.Join(c.dir, node)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	a := &agent{node: node, socket: filepath.Join(dir, "a.sock"), root: cgrouptest.TempRoot(c.t), config: filepath.Join(dir, "nodeagent.toml")}
+	text := fmt.Sprintf(`node_name = %q
+state_dir = %q
+socket = %q
+log_format = "json"
+log_level = "debug"
+
+[cgroup]
+root = %q
+
+[teardown]
+grace = "3s"
+kill_wait = "30s"
+unkillable_after = "30s"
+
+[diagnostics]
+sample_interval = "200ms"
+
+[mesh]
+enabled = true
+bind = "127.0.0.1:%d"
+join = %s
+label = %q
+keyring = %q
+rejoin_interval = "2s"
+%s`, node, filepath.Join(dir, "state"), a.socket, a.root, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile, c.extra)
+	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	a.proc = &proc{t: c.t, name: node, args: []string{bins.nodeagent, "serve", "--config", a.config}, logs: &syncBuffer{}}
+	a.client = api.NewClient(a.socket)
+	a.start()
+	a.waitAPI()
+	c.agents = append(c.agents, a)
+	return a
+}
+
+func (a *agent) waitAPI() {
+	a.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := a.client.Status(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.t.Fatalf("agent %s did not answer\n%s", a.node, a.logs)
+}
+
+func (a *agent) status() api.Status {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := a.client.Status(ctx)
+	if err != nil {
+		a.t.Fatalf("status of %s: %v", a.node, err)
+	}
+	return st
+}
+
+func (a *agent) cli(args ...string) (string, int) {
+	a.t.Helper()
+	cmd := exec.Command(bins.nodeagent, args...)
+	cmd.Env = append(os.Environ(), "GRACEWATCH_SOCKET="+a.socket)
+	out, _ := cmd.CombinedOutput()
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// epilog starts `nodeagent epilog` in the background.
+func (a *agent) epilog(job string, argv ...string) *exec.Cmd {
+	a.t.Helper()
+	cmd := exec.Command(bins.nodeagent, append([]string{"epilog", "--job", job, "--"}, argv...)...)
+	cmd.Env = append(os.Environ(), "GRACEWATCH_SOCKET="+a.socket)
+	if err := cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	a.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd
+}
+
+func tomlList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = fmt.Sprintf("%q", x)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// node is the aggregator's view of one node (GET /v1/nodes/{name}).
+type node struct {
+	Name        string     `json:"name"`
+	State       string     `json:"state"`
+	Reason      string     `json:"reason"`
+	Since       time.Time  `json:"since"`
+	FreeAt      *time.Time `json:"free_at"`
+	Schedulable bool       `json:"schedulable"`
+}
+
+func (g *aggregator) nodes(t testing.TB, query string) []node {
+	t.Helper()
+	ns, err := fetchNodes(g.url + "/v1/nodes" + query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func fetchNodes(url string) ([]node, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	var out struct {
+		Nodes []node `json:"nodes"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("GET %s: %v\n%s", url, err, body)
+	}
+	return out.Nodes, nil
+}
+
+func (g *aggregator) node(t testing.TB, name string) (node, bool) {
+	for _, n := range g.nodes(t, "") {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return node{}, false
+}
+
+// waitNode polls the aggregator (bounded) until the node satisfies cond.
+func (g *aggregator) waitNode(t testing.TB, name, what string, timeout time.Duration, cond func(node) bool) node {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n, ok := g.node(t, name)
+		if ok && cond(n) {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: node %s not %s within %v (last: %+v, known %v)", g.name, name, what, timeout, n, ok)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (g *aggregator) post(t testing.TB, path, token, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", g.url+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// event is one Server-Sent Event of /v1/watch, stamped when it arrived.
+type event struct {
+	ID   string
+	Type string
+	Data string
+	At   time.Time
+}
+
+// watcher follows /v1/watch in the background.
+type watcher struct {
+	cancel context.CancelFunc
+	events chan event
+	done   chan struct{}
+}
+
+func (g *aggregator) watch(t testing.TB) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", g.url+"/v1/watch", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("watch: %v", err)
+	}
+	w := &watcher{cancel: cancel, events: make(chan event, 4096), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<24)
+		var ev event
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.Data != "" || ev.Type != "" {
+					ev.At = time.Now()
+					select {
+					case w.events <- ev:
+					default:
+					}
+				}
+				ev = event{}
+			case strings.HasPrefix(line, "id:"):
+				ev.ID = strings.TrimSpace(line[3:])
+			case strings.HasPrefix(line, "event:"):
+				ev.Type = strings.TrimSpace(line[6:])
+			case strings.HasPrefix(line, "data:"):
+				ev.Data += strings.TrimPrefix(line[5:], " ")
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-w.done })
+	return w
+}
+
+// next returns the next event about node whose state is state (other
+// events are skipped), or fails after timeout.
+func (w *watcher) next(t testing.TB, name, state string, timeout time.Duration) (node, event) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev := <-w.events:
+			if ev.Type != "node" {
+				continue
+			}
+			var n node
+			if err := json.Unmarshal([]byte(ev.Data), &n); err != nil {
+				t.Fatalf("watch event %q: %v", ev.Data, err)
+			}
+			if n.Name == name && n.State == state {
+				return n, ev
+			}
+		case <-deadline:
+			t.Fatalf("no %s event for %s within %v", state, name, timeout)
+		}
+	}
+}
