@@ -38,6 +38,10 @@ const (
 
 var errStopped = errors.New("node agent is shutting down")
 
+// latchWait bounds how long the DOWN latch waits at the deadline for the
+// snapshot taken before the first signal (which names what is hung).
+const latchWait = 500 * time.Millisecond
+
 // maxReleased bounds how many released jobs are remembered (for status and
 // for an epilogue that arrives after its job was released).
 const maxReleased = 64
@@ -87,6 +91,7 @@ type job struct {
 	Kill         time.Time     `json:"kill,omitzero"`
 	Violated     bool          `json:"violated,omitempty"`
 	Acknowledged bool          `json:"acknowledged,omitempty"` // overdue, but an admin resumed the node
+	Latched      bool          `json:"latched,omitempty"`      // this violation latched the node DOWN
 	Outcome      string        `json:"outcome,omitempty"`
 	Released     time.Time     `json:"released,omitzero"`
 	Report       string        `json:"report,omitempty"` // path of the latest saved report
@@ -287,6 +292,7 @@ func (s *Supervisor) readopt() {
 		case j.Phase == api.PhaseTeardown:
 			s.armAt(j, j.Deadline, func() { s.overdue(j) })
 		case j.Escalation == escNone:
+			s.latchJob(j)
 			s.escalateTerm(j)
 		case j.Escalation == escTerm:
 			s.armAt(j, j.Term.Add(s.o.KillWait), func() { s.escalateKill(j) })
@@ -401,14 +407,30 @@ func (s *Supervisor) overdue(j *job) {
 	}
 	j.Phase = api.PhaseOverdue
 	j.Violated = true
-	reason := fmt.Sprintf("job %s teardown exceeded grace %v", j.ID, j.Grace)
-	j.Summary = reason
-	s.latchDown("grace", reason, j.ID)
+	j.Summary = fmt.Sprintf("job %s teardown exceeded grace %v", j.ID, j.Grace)
 	s.log.Warn("grace violated", "job", j.ID, "deadline", j.Deadline, "cgroup", j.Cgroup, "foreign", j.Foreign)
 	s.persist()
-	// The snapshot before the first signal is a single sample, so SIGTERM is
-	// not delayed by the sampling interval.
-	s.snapshot(j, diagnose.StageBeforeSignal, true, func() { s.escalateTerm(j) })
+	// The node is latched DOWN as soon as the snapshot before the first
+	// signal is in, so the DOWN everyone sees first already names what is
+	// hung; a snapshot slower than latchWait (its /proc reads are bounded,
+	// but may block) does not delay the DOWN beyond it. The snapshot is a
+	// single sample, so SIGTERM is not delayed by the sampling interval.
+	t := s.o.Clock.AfterFunc(latchWait, func() { s.post(func() { s.latchJob(j); s.changed() }) })
+	s.snapshot(j, diagnose.StageBeforeSignal, true, func() {
+		t.Stop()
+		s.latchJob(j)
+		s.escalateTerm(j)
+	})
+}
+
+// latchJob latches the node DOWN for overdue job j, once.
+func (s *Supervisor) latchJob(j *job) {
+	if j.Latched || j.Acknowledged || j.Phase != api.PhaseOverdue {
+		return
+	}
+	j.Latched = true
+	s.latchDown("grace", j.Summary, j.ID)
+	s.persist()
 }
 
 func (s *Supervisor) escalateTerm(j *job) {
@@ -570,6 +592,11 @@ func (s *Supervisor) adoptReport(j *job, r *diagnose.Report) {
 func (s *Supervisor) release(j *job) {
 	now := s.o.Clock.Now()
 	wasOverdue := j.Phase == api.PhaseOverdue
+	if wasOverdue {
+		// Gone while the latch waited for the first snapshot: the grace
+		// was still exceeded.
+		s.latchJob(j)
+	}
 	j.Phase = api.PhaseReleased
 	j.Released = now
 	if j.timer != nil {

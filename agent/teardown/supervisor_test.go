@@ -31,9 +31,13 @@ type fakeDiagnoser struct {
 	mu    sync.Mutex
 	reqs  []diagnose.Request
 	procs []diagnose.Process
+	block chan struct{} // if set, Snapshot waits for it to close
 }
 
 func (d *fakeDiagnoser) Snapshot(ctx context.Context, req diagnose.Request) *diagnose.Report {
+	if d.block != nil {
+		<-d.block
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reqs = append(d.reqs, req)
@@ -375,5 +379,46 @@ func TestDrainHoldsUntilResume(t *testing.T) {
 	}
 	if st.Incarnation != 1 || st.Seq == 0 {
 		t.Fatalf("incarnation %d seq %d", st.Incarnation, st.Seq)
+	}
+}
+
+func TestLatchWaitsBrieflyForTheDiagnosis(t *testing.T) {
+	h := newHarness(t, nil)
+	h.diag.procs = []diagnose.Process{{PID: 77, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.KillableD}}
+	h.diag.block = make(chan struct{})
+	h.start1("8", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/8")
+	h.cg.SetPopulated("/foreign/8", true)
+	h.s.EndJob(context.Background(), "8")
+	h.advance(60 * time.Second)
+	if st := h.status(); st.State != api.StateTeardown || st.Jobs[0].Phase != api.PhaseOverdue {
+		t.Fatalf("at D with the snapshot pending: %s/%s, want teardown/overdue", st.State, st.Jobs[0].Phase)
+	}
+	h.advance(latchWait)
+	st := h.status()
+	if st.State != api.StateDown || st.Reason != "job 8 teardown exceeded grace 1m0s" {
+		t.Fatalf("after latchWait: %s %q", st.State, st.Reason)
+	}
+	if len(h.cg.Signals()) != 0 {
+		t.Fatalf("signalled before the snapshot: %v", h.cg.Signals())
+	}
+	close(h.diag.block)
+	st = h.eventually("diagnosis in the reason", func(st api.Status) bool { return strings.Contains(st.Reason, "pid 77") })
+	if got := h.cg.Signals(); len(got) != 1 {
+		t.Fatalf("signals %v, want SIGTERM after the snapshot", got)
+	}
+}
+
+func TestGoneDuringTheLatchWaitStillLatches(t *testing.T) {
+	h := newHarness(t, nil)
+	h.diag.block = make(chan struct{})
+	defer close(h.diag.block)
+	h.start1("9", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/9")
+	h.cg.SetPopulated("/foreign/9", true)
+	h.s.EndJob(context.Background(), "9")
+	h.advance(60 * time.Second)
+	h.cg.SetPopulated("/foreign/9", false)
+	st := h.status()
+	if st.State != api.StateDown || st.Jobs[0].Outcome != "exited" {
+		t.Fatalf("state %s outcome %q, want down/exited", st.State, st.Jobs[0].Outcome)
 	}
 }
