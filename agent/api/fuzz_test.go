@@ -68,7 +68,7 @@ func FuzzParseR(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := ParseR(data)
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "R") {
+			if !strings.HasPrefix(err.Error(), "resource set R") {
 				t.Fatalf("error %q does not say it is about R", err)
 			}
 			return

@@ -284,39 +284,39 @@ type rV1 struct {
 // end time"). The errors name the field that is wrong.
 func ParseR(data []byte) (expiration float64, err error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return 0, errors.New("R is empty")
+		return 0, errors.New("resource set R is empty")
 	}
 	var r rV1
 	if err := json.Unmarshal(data, &r); err != nil {
-		return 0, describeJSONError("R", err)
+		return 0, describeJSONError("resource set R", err)
 	}
 	switch {
 	case r.Version == nil:
-		return 0, errors.New("R: version: missing (want 1)")
+		return 0, errors.New("resource set R: version: missing (want 1)")
 	case *r.Version != 1:
-		return 0, fmt.Errorf("R: version: got %v, only version 1 is supported", *r.Version)
+		return 0, fmt.Errorf("resource set R: version: got %v, only version 1 is supported", *r.Version)
 	case r.Execution == nil:
-		return 0, errors.New("R: execution: missing")
+		return 0, errors.New("resource set R: execution: missing")
 	}
 	x := r.Execution
 	if len(bytes.TrimSpace(x.RLite)) == 0 || bytes.Equal(bytes.TrimSpace(x.RLite), []byte("null")) {
-		return 0, errors.New("R: execution.R_lite: missing")
+		return 0, errors.New("resource set R: execution.R_lite: missing")
 	}
 	if bytes.TrimSpace(x.RLite)[0] != '[' {
-		return 0, errors.New("R: execution.R_lite: want a list")
+		return 0, errors.New("resource set R: execution.R_lite: want a list")
 	}
 	if x.StartTime != nil && (*x.StartTime < 0 || math.IsNaN(*x.StartTime)) {
-		return 0, fmt.Errorf("R: execution.starttime: %v is negative", *x.StartTime)
+		return 0, fmt.Errorf("resource set R: execution.starttime: %v is negative", *x.StartTime)
 	}
 	if x.Expiration == nil {
 		return 0, nil
 	}
 	e := *x.Expiration
 	if e < 0 || math.IsNaN(e) || math.IsInf(e, 0) {
-		return 0, fmt.Errorf("R: execution.expiration: %v is negative", e)
+		return 0, fmt.Errorf("resource set R: execution.expiration: %v is negative", e)
 	}
 	if e > 0 && x.StartTime != nil && e <= *x.StartTime {
-		return 0, fmt.Errorf("R: execution.expiration %v is not after execution.starttime %v",
+		return 0, fmt.Errorf("resource set R: execution.expiration %v is not after execution.starttime %v",
 			e, *x.StartTime)
 	}
 	return e, nil

@@ -269,7 +269,7 @@ func (w *watcher) collect(buf []byte) []*watchEntry {
 			w.log.Error("short inotify event", "len", len(buf), "want", next)
 			break
 		}
-		name := string(bytes.TrimRight(buf[unix.SizeofInotifyEvent:next], "\x00"))
+		name := bytes.TrimRight(buf[unix.SizeofInotifyEvent:next], "\x00")
 		buf = buf[next:]
 		switch {
 		case mask&unix.IN_Q_OVERFLOW != 0:
@@ -292,7 +292,7 @@ func (w *watcher) collect(buf []byte) []*watchEntry {
 			if dw == nil {
 				break
 			}
-			cwd, ok := dw.children[name]
+			cwd, ok := dw.children[string(name)]
 			if !ok {
 				break
 			}
