@@ -45,7 +45,6 @@ func (w *tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-
 func TestRoutes(t *testing.T) {
 	exp := time.Date(2024, 5, 1, 13, 0, 0, 0, time.UTC)
 	job := Job{ID: "42", Phase: PhaseRunning, Expiration: &exp, Grace: "2m0s"}
