@@ -59,3 +59,15 @@ proto:
 # Fails when the committed generated code is not what `make proto` makes.
 proto-check: proto
 	git diff --exit-code -- proto/gwpb
+
+# Packages (packaging/README.md): the .deb and .rpm of gracewatch-nodeagent
+# and gracewatch-aggregator in dist/, and their test (root; installs and
+# removes them on this machine; needs lintian, rpm and systemd's
+# systemd-analyze, see .ci/run).
+.PHONY: packages packages-test
+
+packages:
+	GO=$(GO) VERSION=$(VERSION) packaging/build.sh
+
+packages-test:
+	GO=$(GO) VERSION=$(VERSION) packaging/test.sh

@@ -114,6 +114,9 @@ func runServe(c *cli, name string, args []string) int {
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.Warn("sd_notify", "err", err)
 	}
+	if interval, err := daemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
+		go watchdog(runCtx, svc, interval/2, log)
+	}
 	log.Info("aggregator ready", "mesh", m.Addr(), "joined", m.Joined())
 
 	var failure error
@@ -382,4 +385,42 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// watchdog pings systemd's watchdog through the service's main loop (Sync)
+// every period, so a stuck loop stops the pings and systemd restarts the
+// aggregator; each ping also refreshes the STATUS line.
+func watchdog(ctx context.Context, svc *aggregator.Service, period time.Duration, log *slog.Logger) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := context.WithTimeout(ctx, period)
+		err := svc.Sync(sctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("main loop did not answer the watchdog", "err", err)
+			}
+			continue
+		}
+		counts := map[aggregator.State]int{}
+		nodes := svc.Nodes()
+		for _, n := range nodes {
+			counts[n.State]++
+		}
+		line := fmt.Sprintf("STATUS=%d nodes: %d up, %d teardown, %d down, %d unreachable", len(nodes),
+			counts[aggregator.StateUp], counts[aggregator.StateTeardown], counts[aggregator.StateDown], counts[aggregator.StateUnreachable])
+		msg := daemon.SdNotifyWatchdog
+		if line != last {
+			msg += "\n" + line
+			last = line
+		}
+		daemon.SdNotify(false, msg)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -420,4 +421,62 @@ func TestServeRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serve speaks sd_notify: READY, WATCHDOG pings through the service's main
+// loop with a STATUS line, STOPPING at exit. The test plays systemd.
+func TestServeSystemdNotify(t *testing.T) {
+	dir, err := os.MkdirTemp("", "gwaggnotify")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var mu sync.Mutex
+	var got []string
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			got = append(got, strings.Split(string(buf[:n]), "\n")...)
+			mu.Unlock()
+		}
+	}()
+	has := func(prefix string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range got {
+			if strings.HasPrefix(m, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	cfg := writeFile(t, filepath.Join(dir, "aggregator.toml"), `
+name = "agg-notify"
+[mesh]
+bind = "127.0.0.1:0"
+insecure = true
+[http]
+listen = "127.0.0.1:0"
+`, 0o644)
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_USEC", "300000")
+	srv := startServe(t, cfg)
+	waitFor(t, "READY=1", func() bool { return has("READY=1") })
+	waitFor(t, "WATCHDOG=1", func() bool { return has("WATCHDOG=1") })
+	waitFor(t, "a STATUS line", func() bool { return has("STATUS=0 nodes: 0 up, 0 teardown, 0 down, 0 unreachable") })
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	waitFor(t, "STOPPING=1", func() bool { return has("STOPPING=1") })
 }
