@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/coreos/go-systemd/v22/journal"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/cgroup"
@@ -21,6 +24,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -44,6 +48,7 @@ type Agent struct {
 	srv  *api.Server
 	proc *procfs.Reader
 	link *meshLink
+	reg  *prometheus.Registry
 }
 
 // New builds the agent from cfg: it sets up the cgroup subtree, loads the
@@ -91,6 +96,12 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The metrics follow the supervisor's hooks; they are served only with
+	// [metrics] listen.
+	a.reg = metrics.NewRegistry(metrics.ProgramNodeagent)
+	am := newAgentMetrics(a.reg, a.proc, cfg.Diagnostics.MaxBlockedReads)
+	notify := onChange
+	onChange = func(st api.Status) { notify(st); am.onChange(st) }
 	sup, err := teardown.New(teardown.Options{
 		Node:             cfg.NodeName,
 		StateDir:         cfg.StateDir,
@@ -107,6 +118,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		MaxExpirationAge: cfg.Teardown.MaxExpirationAge.D(),
 		OnReport:         onReport,
 		OnChange:         onChange,
+		OnEvent:          am.onEvent,
 	})
 	if err != nil {
 		return nil, err
@@ -134,10 +146,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var ml net.Listener
+	var msrv *http.Server
+	if a.cfg.Metrics.Listen != "" {
+		if ml, err = net.Listen("tcp", a.cfg.Metrics.Listen); err != nil {
+			l.Close()
+			return fmt.Errorf("metrics.listen: %w", err)
+		}
+		msrv = a.metricsServer()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -149,11 +170,23 @@ func (a *Agent) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("api: %w", err)
 		}
 	}()
+	if msrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := msrv.Serve(ml); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+	}
 	var m *mesh.Mesh
 	if a.link != nil {
 		st, err := a.sup.Status(ctx)
 		if err != nil {
 			cancel()
+			if msrv != nil {
+				msrv.Close()
+			}
 			wg.Wait()
 			return err
 		}
@@ -162,6 +195,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err != nil {
 			cancel()
 			a.srv.Shutdown(context.Background())
+			if msrv != nil {
+				msrv.Close()
+			}
 			wg.Wait()
 			return fmt.Errorf("mesh: %w", err)
 		}
@@ -184,8 +220,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		a.log.Warn("sd_notify", "err", err)
 	}
-	a.log.Info("node agent ready", "node", a.cfg.NodeName, "socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
-		"state_dir", a.cfg.StateDir, "pid", os.Getpid())
+	attrs := []any{"node", a.cfg.NodeName, "socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
+		"state_dir", a.cfg.StateDir, "pid", os.Getpid()}
+	if ml != nil {
+		attrs = append(attrs, "metrics", ml.Addr().String())
+	}
+	a.log.Info("node agent ready", attrs...)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -197,6 +237,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer scancel()
 	if err := a.srv.Shutdown(sctx); err != nil && !errors.Is(err, context.Canceled) {
 		a.log.Warn("api shutdown", "err", err)
+	}
+	if msrv != nil {
+		if err := msrv.Shutdown(sctx); err != nil {
+			a.log.Warn("metrics shutdown", "err", err)
+			msrv.Close()
+		}
 	}
 	wg.Wait()
 	if m != nil {
@@ -216,6 +262,18 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// metricsServer returns the HTTP server of GET /metrics ([metrics] listen).
+func (a *Agent) metricsServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(a.reg, a.log))
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
 }
 
 // journalReport sends a report's summary to the journal with fields an

@@ -3,8 +3,10 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/config"
@@ -38,6 +40,15 @@ type Config struct {
 	API         APIConfig         `toml:"api"`
 	Diagnostics DiagnosticsConfig `toml:"diagnostics"`
 	Mesh        MeshConfig        `toml:"mesh"`
+	Metrics     MetricsConfig     `toml:"metrics"`
+}
+
+// MetricsConfig is the [metrics] table.
+type MetricsConfig struct {
+	// Listen is the TCP host:port on which GET /metrics serves the agent's
+	// Prometheus metrics (e.g. "127.0.0.1:9470"); empty (the default)
+	// serves none.
+	Listen string `toml:"listen"`
 }
 
 // MeshConfig is the agent's [mesh] table: mesh.Config plus the switch.
@@ -226,12 +237,23 @@ func (c *Config) Validate() error {
 	if d.MaxReports < 1 {
 		bad("diagnostics.max_reports", "must be at least 1, got %d", d.MaxReports)
 	}
+	if l := c.Metrics.Listen; l != "" {
+		if _, port, err := net.SplitHostPort(l); err != nil || !validPort(port) {
+			bad("metrics.listen", "want host:port (e.g. \"127.0.0.1:9470\") or empty, got %q", l)
+		}
+	}
 	if c.Mesh.Enabled {
 		if err := c.Mesh.Config.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validPort reports whether p is a port number from 1 to 65535.
+func validPort(p string) bool {
+	n, err := strconv.ParseUint(p, 10, 16)
+	return err == nil && n > 0
 }
 
 func indexByte(s string, b byte) int {

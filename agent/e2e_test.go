@@ -63,6 +63,7 @@ type node struct {
 
 type nodeOpts struct {
 	grace, killWait, unkillableAfter, autoResume string
+	metricsListen                                string // [metrics] listen; empty: none
 }
 
 func startNode(t testing.TB, o nodeOpts) *node {
@@ -107,6 +108,9 @@ auto_resume = %q
 sample_interval = "300ms"
 read_timeout = "1s"
 `, filepath.Join(dir, "state"), n.socket, n.root, o.grace, o.killWait, o.unkillableAfter, o.autoResume)
+	if o.metricsListen != "" {
+		cfg += fmt.Sprintf("\n[metrics]\nlisten = %q\n", o.metricsListen)
+	}
 	if err := os.WriteFile(n.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

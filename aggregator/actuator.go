@@ -26,6 +26,9 @@ const (
 	waitDelay = 5 * time.Second
 )
 
+// errTimedOut is the error of a command that outlived its timeout.
+var errTimedOut = errors.New("timed out")
+
 // actuators runs the [[actuator]] commands on transitions, when this
 // aggregator leads. The rule, per node:
 //
@@ -50,6 +53,10 @@ type actuators struct {
 	clock    clock.Clock
 	backoff  time.Duration
 	log      *slog.Logger
+	// onRun, if set, is told every run's transition and error (nil:
+	// success), from the run's goroutine; it must not block. Set before
+	// the first observe.
+	onRun func(on string, err error)
 
 	mu     sync.Mutex
 	ctx    context.Context
@@ -239,6 +246,9 @@ func (a *actuators) runWithRetries(ctx context.Context, node, on, reason string,
 	for attempt := 1; attempt <= retries+1; attempt++ {
 		start := time.Now()
 		exit, out, err := runCommand(ctx, argv, c.Timeout.D(), node, on, reason)
+		if a.onRun != nil {
+			a.onRun(on, err)
+		}
 		log := a.log.With("node", node, "transition", on, "actuator", index, "attempt", attempt,
 			"exit", exit, "duration", time.Since(start).Round(time.Millisecond))
 		if err == nil {
@@ -322,7 +332,7 @@ func runCommand(ctx context.Context, argv []string, timeout time.Duration, node,
 	}
 	if ctx.Err() != nil && err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("timed out after %v (process group killed)", timeout)
+			err = fmt.Errorf("%w after %v (process group killed)", errTimedOut, timeout)
 		} else {
 			err = fmt.Errorf("stopped: %w", ctx.Err())
 		}

@@ -86,6 +86,7 @@ func (s *Service) publishLocked(n Node) {
 		case sub.ch <- ev:
 		default:
 			sub.dropped.Store(true)
+			s.met.watchersDropped.Inc()
 			s.log.Warn("watcher dropped: too slow", "behind", cap(sub.ch))
 			s.dropLocked(sub)
 		}

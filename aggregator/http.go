@@ -17,7 +17,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -96,6 +99,11 @@ type ServerOptions struct {
 	// WriteTimeout bounds each write to a client (a stalled watcher is
 	// disconnected after it); 0 means DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// Registry, if set, is served on GET /metrics (with ReadToken, the
+	// token is required, as on the other read endpoints) and receives the
+	// server's own metrics (gracewatch_aggregator_http_requests_total).
+	// Pass the Service's Options.Registry to serve its metrics too.
+	Registry *prometheus.Registry
 }
 
 // Server serves the HTTP API (proto/openapi.yaml) over a Service. It is safe
@@ -108,6 +116,8 @@ type Server struct {
 	clock clock.Clock
 	mux   *http.ServeMux
 	hs    *http.Server
+	// requests counts the answered requests by route pattern.
+	requests *prometheus.CounterVec
 
 	// stopping ends when Shutdown starts; watch streams end with it.
 	stopping context.Context
@@ -136,6 +146,14 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 		s.token = sha256.Sum256(o.Token)
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	var reg prometheus.Registerer
+	if o.Registry != nil {
+		reg = o.Registry
+	}
+	var err error
+	if s.requests, err = newRequestsCounter(reg); err != nil {
+		log.Error("cannot register the HTTP metrics", "err", err)
+	}
 	s.routes()
 	s.hs = &http.Server{
 		Handler:           s,
@@ -187,11 +205,12 @@ const (
 )
 
 func (s *Server) routes() {
-	routes := []struct {
+	type route struct {
 		method, path string
 		access       access
 		h            http.HandlerFunc
-	}{
+	}
+	routes := []route{
 		{"GET", "/v1/nodes", read, s.handleNodes},
 		{"GET", "/v1/nodes/{name}", read, s.handleNode},
 		{"POST", "/v1/nodes/{name}/resume", admin, s.handleAction(gwpb.Action_ACTION_RESUME)},
@@ -200,6 +219,9 @@ func (s *Server) routes() {
 		{"GET", "/v1/config", read, s.handleConfig},
 		{"GET", "/healthz", public, s.handleHealth},
 		{"GET", "/readyz", public, s.handleReady},
+	}
+	if s.opts.Registry != nil {
+		routes = append(routes, route{"GET", "/metrics", read, metrics.Handler(s.opts.Registry, s.log).ServeHTTP})
 	}
 	for _, rt := range routes {
 		h, acc := rt.h, rt.access
@@ -224,9 +246,12 @@ func (s *Server) routes() {
 	})
 }
 
-// ServeHTTP routes the request.
+// ServeHTTP routes the request and counts it by its route's pattern.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mux.ServeHTTP(w, r)
+	rec := &statusRecorder{ResponseWriter: w}
+	s.mux.ServeHTTP(rec, r)
+	// The mux has set r.Pattern to the pattern that matched.
+	s.requests.WithLabelValues(routeLabel(r), methodLabel(r.Method), rec.status()).Inc()
 }
 
 // authorize checks the bearer token where acc asks for it; it answers 401

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -94,6 +96,10 @@ type Options struct {
 	// ActuatorBackoff is the first retry delay of a failed actuator (it
 	// doubles, up to a minute); 0 means one second.
 	ActuatorBackoff time.Duration
+	// Registry, if set, receives the Service's metrics
+	// (gracewatch_aggregator_*; see metrics.go). Nil keeps them
+	// unregistered.
+	Registry prometheus.Registerer
 }
 
 // Service keeps what the mesh says about every node, serves the view derived
@@ -111,6 +117,7 @@ type Service struct {
 	log   *slog.Logger
 	epoch string // qualifies event ids: they are only meaningful here
 	act   *actuators
+	met   *serviceMetrics
 
 	// The inbox: the callbacks append, the loop takes.
 	inMu  sync.Mutex
@@ -230,6 +237,15 @@ func New(o Options) (*Service, error) {
 		waiters: map[string]*waiter{},
 	}
 	s.act = newActuators(o.Actuators, o.Clock, o.ActuatorBackoff, log)
+	s.met = newServiceMetrics(s)
+	s.act.onRun = s.met.actuatorRun
+	if o.Registry != nil {
+		for _, c := range s.met.collectors() {
+			if err := o.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("aggregator: metrics: %w", err)
+			}
+		}
+	}
 	s.aggInfo = []AggregatorInfo{{Name: o.Name, Status: mesh.StatusAlive, Self: true}}
 	return s, nil
 }
@@ -477,16 +493,20 @@ func (s *Service) recompute(dirty map[string]bool) {
 	sort.Strings(names)
 
 	type change struct {
-		node  Node
-		prev  State
-		first bool
+		node   Node
+		prev   State
+		first  bool
+		cause  string
+		in     *NodeInput
+		prevAt time.Time // the enforcement time before this recomputation
 	}
 	var changes []change
 	s.mu.Lock()
 	added := false
 	for _, name := range names {
 		in := s.inputs[name]
-		n := computeNode(in, now, p)
+		n, cause := computeNodeCause(in, now, p)
+		prevAt := s.enforce[name]
 		if at, ok := nextEnforcement(in, now, p); ok {
 			s.enforce[name] = at
 		} else {
@@ -501,7 +521,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 			added = true
 		}
 		s.publishLocked(n.Summary())
-		changes = append(changes, change{n, prev.State, !had})
+		changes = append(changes, change{n, prev.State, !had, cause, in, prevAt})
 	}
 	if added {
 		s.names = s.names[:0]
@@ -519,6 +539,11 @@ func (s *Service) recompute(dirty map[string]bool) {
 			} else {
 				s.log.Info("node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
 					"reason", logText(c.node.Reason))
+				var d time.Time
+				if c.node.State == StateDown {
+					d, _ = violationDeadline(c.in, c.cause, c.prevAt, now, p)
+				}
+				s.met.transition(c.node.State, c.cause, d, now)
 			}
 			s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
 		}

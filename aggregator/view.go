@@ -195,6 +195,24 @@ func Compute(in []NodeInput, now time.Time, p Policy) []Node {
 }
 
 func computeNode(in *NodeInput, now time.Time, p Policy) Node {
+	n, _ := computeNodeCause(in, now, p)
+	return n
+}
+
+// Causes of a node's served state, by the rule of Compute that gave it:
+// the label values of gracewatch_aggregator_transitions_total.
+const (
+	causeAgent           = "agent"            // rule 6: the agent's own state
+	causeCentralDeadline = "central_deadline" // rule 2: no report by D + allowance
+	causeUnreachable     = "unreachable"      // rule 3: the member is dead or left
+	causeDecodeError     = "decode_error"     // rule 4: the meta does not decode
+	causeNoState         = "no_state"         // rule 4: the agent published none
+	causeUnknownState    = "unknown_state"    // rule 4: a state this build does not know
+)
+
+// computeNodeCause is computeNode that also says which rule decided the
+// state (one of the cause constants).
+func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	n := Node{
 		Name:      in.Name,
 		Member:    in.Status,
@@ -232,16 +250,16 @@ func computeNode(in *NodeInput, now time.Time, p Policy) Node {
 				n.Reason += " (" + goneReason(in.Status) + ")"
 			}
 			n.Since = timePtr(at)
-			return n
+			return n, causeCentralDeadline
 		}
 	}
 
 	// Rules 3 to 5: unreachable.
-	unreachable := ""
+	unreachable, cause := "", ""
 	since := in.StatusSince
 	switch {
 	case gone(in.Status):
-		unreachable = goneReason(in.Status)
+		unreachable, cause = goneReason(in.Status), causeUnreachable
 		if meta != nil && meta.GetState() != gwpb.State_STATE_UP {
 			unreachable += "; last reported " + stateName(meta.GetState())
 			if reason != "" {
@@ -249,11 +267,12 @@ func computeNode(in *NodeInput, now time.Time, p Policy) Node {
 			}
 		}
 	case meta == nil && in.GossipErr != nil:
-		unreachable = "meta does not decode: " + in.GossipErr.Error()
+		unreachable, cause = "meta does not decode: "+in.GossipErr.Error(), causeDecodeError
 	case meta == nil:
-		unreachable = "the agent has published no state"
+		unreachable, cause = "the agent has published no state", causeNoState
 	case !knownState(meta.GetState()):
 		unreachable = fmt.Sprintf("the agent reports an unknown state (%d)", int32(meta.GetState()))
+		cause = causeUnknownState
 		since = msTime(meta.GetSinceMs())
 	}
 	if unreachable != "" {
@@ -266,7 +285,7 @@ func computeNode(in *NodeInput, now time.Time, p Policy) Node {
 			}
 		}
 		n.Since = timePtr(since)
-		return n
+		return n, cause
 	}
 
 	// Rule 6: the agent's own state.
@@ -288,7 +307,7 @@ func computeNode(in *NodeInput, now time.Time, p Policy) Node {
 	case gwpb.State_STATE_DOWN:
 		n.State = StateDown
 	}
-	return n
+	return n, causeAgent
 }
 
 // freshest returns the freshest meta of in and whether in.Update is of that

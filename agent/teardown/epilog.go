@@ -54,6 +54,9 @@ func (s *Supervisor) RunEpilog(ctx context.Context, id string, req api.EpilogReq
 	var opErr error
 	err = s.do(ctx, func() {
 		run, opErr = s.spawnEpilog(id, path, req, dir, peer, hasPeer)
+		if opErr != nil {
+			s.emit(Event{Kind: EventEpilogStartError, Job: id, Err: opErr})
+		}
 		s.changed()
 	})
 	if err != nil {
@@ -74,6 +77,7 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 		j = &job{ID: id, Expiration: now, Grace: s.o.Grace, Registered: now, Phase: api.PhaseRunning}
 		s.jobs[id] = j
 		s.log.Info("job registered by its epilogue", "job", id, "expiration", now, "grace", j.Grace)
+		s.emit(Event{Kind: EventRegistered, Job: id})
 	}
 	switch j.Phase {
 	case api.PhaseRunning:
@@ -165,9 +169,11 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 	go func() {
 		err := cmd.Wait()
 		status := exitStatus(cmd, err)
+		sig := signaled(cmd)
 		s.post(func() {
 			delete(j.children, pid)
 			s.log.Info("epilogue exited", "job", id, "pid", pid, "status", status)
+			s.emit(Event{Kind: EventEpilogExited, Job: id, Status: status, Signaled: sig})
 			run.exit <- status
 			s.check(j)
 			s.changed()
@@ -194,6 +200,15 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 		return 128 + int(ws.Signal())
 	}
 	return cmd.ProcessState.ExitCode()
+}
+
+// signaled reports whether a signal ended the process.
+func signaled(cmd *exec.Cmd) bool {
+	if cmd.ProcessState == nil {
+		return false
+	}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 // tail copies the epilogue's output files to out until it exits, then drains

@@ -70,6 +70,10 @@ type Options struct {
 	// OnReport, if set, is called on the main loop with every report of a
 	// violating teardown (for the journal, later the mesh). It must not block.
 	OnReport func(*diagnose.Report)
+	// OnEvent, if set, is called on the main loop with every Event (job
+	// registered, deadline missed, escalation, release, epilogue exit): what
+	// the agent's metrics count. It must not block.
+	OnEvent func(Event)
 }
 
 // job is the supervisor's record of one job. Exported fields are persisted.
@@ -409,6 +413,7 @@ func (s *Supervisor) overdue(j *job) {
 	j.Violated = true
 	j.Summary = fmt.Sprintf("job %s teardown exceeded grace %v", j.ID, j.Grace)
 	s.log.Warn("grace violated", "job", j.ID, "deadline", j.Deadline, "cgroup", j.Cgroup, "foreign", j.Foreign)
+	s.emit(Event{Kind: EventOverdue, Job: j.ID})
 	s.persist()
 	// The node is latched DOWN as soon as the snapshot before the first
 	// signal is in, so the DOWN everyone sees first already names what is
@@ -441,6 +446,7 @@ func (s *Supervisor) escalateTerm(j *job) {
 	j.Term = s.o.Clock.Now()
 	n := s.signal(j, syscall.SIGTERM)
 	s.log.Warn("escalation", "job", j.ID, "signal", "SIGTERM", "processes", n)
+	s.emit(Event{Kind: EventEscalation, Job: j.ID, Signal: "SIGTERM"})
 	s.persist()
 	s.armAt(j, j.Term.Add(s.o.KillWait), func() { s.escalateKill(j) })
 }
@@ -467,6 +473,7 @@ func (s *Supervisor) escalateKill(j *job) {
 		n += k
 	}
 	s.log.Warn("escalation", "job", j.ID, "signal", "SIGKILL", "processes", n)
+	s.emit(Event{Kind: EventEscalation, Job: j.ID, Signal: "SIGKILL"})
 	s.persist()
 	s.armAt(j, j.Kill.Add(s.o.UnkillableAfter), func() { s.classify(j) })
 }
@@ -628,6 +635,7 @@ func (s *Supervisor) release(j *job) {
 	}
 	os.RemoveAll(s.jobOutDir(j.ID))
 	s.log.Info("teardown released", "job", j.ID, "outcome", j.Outcome, "after_end", now.Sub(j.Ended).Round(time.Millisecond))
+	s.emit(Event{Kind: EventReleased, Job: j.ID, Outcome: j.Outcome, Duration: now.Sub(j.Ended)})
 	if j.Violated {
 		if r := j.lastReport; r != nil {
 			r.Outcome = j.Outcome
@@ -921,6 +929,7 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 		s.jobs[j.ID] = j
 		s.watch(j)
 		s.log.Info("job registered", "job", j.ID, "expiration", exp, "no_expiration", none, "grace", grace, "foreign", foreign)
+		s.emit(Event{Kind: EventRegistered, Job: j.ID})
 		s.changed()
 		out = j.wire()
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -64,7 +65,9 @@ func runServe(c *cli, name string, args []string) int {
 			return c.fail(err)
 		}
 	}
+	reg := metrics.NewRegistry(metrics.ProgramAggregator)
 	svc, err := aggregator.New(aggregator.Options{
+		Registry:     reg,
 		Name:         cfg.Name,
 		Policy:       cfg.ViewPolicy(),
 		Grace:        cfg.Policy.Grace.D(),
@@ -82,7 +85,7 @@ func runServe(c *cli, name string, args []string) int {
 	if len(token) > 0 && cfg.HTTP.TLSCert == "" && !isLoopback(l.Addr()) {
 		log.Warn("the admin token travels in clear text: set http.tls_cert and http.tls_key", "listen", l.Addr().String())
 	}
-	srv := aggregator.NewServer(svc, aggregator.ServerOptions{Token: token, ReadToken: cfg.HTTP.ReadToken, Logger: logger})
+	srv := aggregator.NewServer(svc, aggregator.ServerOptions{Token: token, ReadToken: cfg.HTTP.ReadToken, Logger: logger, Registry: reg})
 	serveErr := make(chan error, 1)
 	go func() {
 		if cfg.HTTP.TLSCert != "" {

@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/procfs"
+	"github.com/gracewatch/gracewatch/agent/teardown"
+	"github.com/gracewatch/gracewatch/internal/metrics"
+)
+
+const subsystem = "agent"
+
+// Label values, each set fixed: the agent's metrics carry no job id, pid or
+// node name.
+var (
+	teardownOutcomes = []string{"clean", "exited", diagnose.OutcomeTerminated, diagnose.OutcomeKilled, diagnose.OutcomeHung}
+	escalationSigs   = []string{"SIGTERM", "SIGKILL"}
+	epilogueResults  = []string{"success", "failure", "signaled", "start_error"}
+	nodeStates       = []string{api.StateUp, api.StateTeardown, api.StateDown}
+	hungClasses      = []diagnose.Class{diagnose.Unkillable, diagnose.ExitHang, diagnose.KillableD, diagnose.Missed, diagnose.Dying, diagnose.Zombie}
+)
+
+// teardownBuckets suit grace periods: from 100 ms (an epilogue that exits at
+// once) to an hour (a long grace, or a teardown hung that long).
+var teardownBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+
+// agentMetrics are the node agent's gracewatch_agent_* metrics. They are
+// fed by the supervisor's hooks, which run on its main loop: onChange with
+// every status (node state, latch, hung processes, active teardowns) and
+// onEvent with every event (registrations, violations, escalations,
+// releases, epilogue exits). The /proc reader's counters are read at scrape
+// time. Its methods are safe for concurrent use and never block.
+type agentMetrics struct {
+	reg *prometheus.Registry
+
+	jobs             prometheus.Counter
+	violations       prometheus.Counter
+	teardowns        *prometheus.CounterVec
+	teardownDuration prometheus.Histogram
+	escalations      *prometheus.CounterVec
+	epilogues        *prometheus.CounterVec
+	activeTeardowns  prometheus.Gauge
+	nodeState        *prometheus.GaugeVec
+	downLatched      prometheus.Gauge
+	hung             *prometheus.GaugeVec
+	proc             *procCollector // nil without a /proc reader
+}
+
+// newAgentMetrics returns the metrics, registered in reg (which also gets
+// the /proc reader's collector when proc is not nil).
+func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked int) *agentMetrics {
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: metrics.Namespace, Subsystem: subsystem, Name: name, Help: help}
+	}
+	m := &agentMetrics{
+		reg: reg,
+		jobs: prometheus.NewCounter(prometheus.CounterOpts(opts("jobs_registered_total",
+			"Jobs registered (job start, or an epilogue for an unknown job)."))),
+		violations: prometheus.NewCounter(prometheus.CounterOpts(opts("grace_violations_total",
+			"Teardowns not done by their deadline D."))),
+		teardowns: prometheus.NewCounterVec(prometheus.CounterOpts(opts("teardowns_total",
+			"Teardowns ended (released), by outcome: clean (by D), exited (after D, before a signal), terminated (after SIGTERM), killed (after SIGKILL), hung (outlived unkillable_after).")),
+			[]string{"outcome"}),
+		teardownDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "teardown_duration_seconds",
+			Help:    "Time from a job's end T_end to the release of its teardown.",
+			Buckets: teardownBuckets,
+		}),
+		escalations: prometheus.NewCounterVec(prometheus.CounterOpts(opts("escalations_total",
+			"Escalation steps taken on overdue teardowns, by signal.")), []string{"signal"}),
+		epilogues: prometheus.NewCounterVec(prometheus.CounterOpts(opts("epilogues_total",
+			"Epilogues started by this agent that ended, by result: success (exit 0), failure (another exit code), signaled (killed by a signal), start_error (never started).")),
+			[]string{"result"}),
+		activeTeardowns: prometheus.NewGauge(prometheus.GaugeOpts(opts("active_teardowns",
+			"Teardowns in progress (within grace or overdue)."))),
+		nodeState: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("node_state",
+			"The node's state: 1 for the current one, 0 for the others.")), []string{"state"}),
+		downLatched: prometheus.NewGauge(prometheus.GaugeOpts(opts("down_latched",
+			"1 while the node's DOWN latch is held (a grace violation or a drain, until resumed)."))),
+		hung: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("hung_processes",
+			"Processes of overdue teardowns in the latest diagnosis, by class.")), []string{"class"}),
+	}
+	for _, v := range teardownOutcomes {
+		m.teardowns.WithLabelValues(v)
+	}
+	for _, v := range escalationSigs {
+		m.escalations.WithLabelValues(v)
+	}
+	for _, v := range epilogueResults {
+		m.epilogues.WithLabelValues(v)
+	}
+	for _, c := range hungClasses {
+		m.hung.WithLabelValues(string(c))
+	}
+	m.onChange(api.Status{State: api.StateUp})
+	if proc != nil {
+		m.proc = newProcCollector(proc, maxBlocked)
+	}
+	reg.MustRegister(m.collectors()...)
+	return m
+}
+
+// collectors returns every collector of m.
+func (m *agentMetrics) collectors() []prometheus.Collector {
+	cs := []prometheus.Collector{m.jobs, m.violations, m.teardowns, m.teardownDuration, m.escalations, m.epilogues,
+		m.activeTeardowns, m.nodeState, m.downLatched, m.hung}
+	if m.proc != nil {
+		cs = append(cs, m.proc)
+	}
+	return cs
+}
+
+// onChange sets the gauges from a status (teardown.Options.OnChange).
+func (m *agentMetrics) onChange(st api.Status) {
+	for _, s := range nodeStates {
+		v := 0.0
+		if s == st.State {
+			v = 1
+		}
+		m.nodeState.WithLabelValues(s).Set(v)
+	}
+	if st.State == api.StateDown {
+		m.downLatched.Set(1)
+	} else {
+		m.downLatched.Set(0)
+	}
+	active := 0
+	for _, j := range st.Jobs {
+		if j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue {
+			active++
+		}
+	}
+	m.activeTeardowns.Set(float64(active))
+	counts := make(map[string]int, len(hungClasses))
+	for _, h := range st.Hung {
+		counts[h.Class]++
+	}
+	for _, c := range hungClasses {
+		m.hung.WithLabelValues(string(c)).Set(float64(counts[string(c)]))
+	}
+}
+
+// onEvent counts an event (teardown.Options.OnEvent).
+func (m *agentMetrics) onEvent(ev teardown.Event) {
+	switch ev.Kind {
+	case teardown.EventRegistered:
+		m.jobs.Inc()
+	case teardown.EventOverdue:
+		m.violations.Inc()
+	case teardown.EventEscalation:
+		m.escalations.WithLabelValues(ev.Signal).Inc()
+	case teardown.EventReleased:
+		m.teardowns.WithLabelValues(ev.Outcome).Inc()
+		m.teardownDuration.Observe(ev.Duration.Seconds())
+	case teardown.EventEpilogExited:
+		switch {
+		case ev.Signaled:
+			m.epilogues.WithLabelValues("signaled").Inc()
+		case ev.Status == 0:
+			m.epilogues.WithLabelValues("success").Inc()
+		default:
+			m.epilogues.WithLabelValues("failure").Inc()
+		}
+	case teardown.EventEpilogStartError:
+		m.epilogues.WithLabelValues("start_error").Inc()
+	}
+}
+
+// procCollector reads the /proc reader's counters at scrape time.
+type procCollector struct {
+	proc       *procfs.Reader
+	maxBlocked int
+
+	blocked, max, reads, timeouts, refused *prometheus.Desc
+}
+
+func newProcCollector(proc *procfs.Reader, maxBlocked int) *procCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, subsystem, name), help, nil, nil)
+	}
+	return &procCollector{
+		proc:       proc,
+		maxBlocked: maxBlocked,
+		blocked: d("proc_blocked_reads",
+			"Reads of /proc that did not return within read_timeout and are still outstanding (each holds a thread)."),
+		max: d("proc_blocked_reads_max",
+			"The bound on outstanding blocked reads (max_blocked_reads); beyond it reads are refused."),
+		reads:    d("proc_reads_total", "Reads of /proc started for diagnostics."),
+		timeouts: d("proc_read_timeouts_total", "Reads of /proc that did not return within read_timeout."),
+		refused:  d("proc_reads_refused_total", "Reads of /proc refused because max_blocked_reads were outstanding."),
+	}
+}
+
+var _ prometheus.Collector = (*procCollector)(nil)
+
+func (c *procCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.blocked, c.max, c.reads, c.timeouts, c.refused} {
+		ch <- d
+	}
+}
+
+func (c *procCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.proc.Stats()
+	ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.GaugeValue, float64(st.Blocked))
+	ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(c.maxBlocked))
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.Reads))
+	ch <- prometheus.MustNewConstMetric(c.timeouts, prometheus.CounterValue, float64(st.Timeouts))
+	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.Refused))
+}

@@ -1,0 +1,61 @@
+package teardown
+
+import "time"
+
+// EventKind says what happened in an Event.
+type EventKind string
+
+// Event kinds.
+const (
+	// EventRegistered: a job was registered (job start, or an epilogue for
+	// an unknown job).
+	EventRegistered EventKind = "registered"
+	// EventOverdue: a teardown was not done by its deadline D (a grace
+	// violation).
+	EventOverdue EventKind = "overdue"
+	// EventEscalation: an escalation step signalled an overdue teardown;
+	// Signal is "SIGTERM" or "SIGKILL". The second SIGKILL pass made before
+	// survivors are classified is part of the SIGKILL step and not told.
+	EventEscalation EventKind = "escalation"
+	// EventReleased: a teardown ended (every process gone, every epilogue
+	// reaped); Outcome is clean, exited, terminated, killed or hung and
+	// Duration is the time from T_end to the release.
+	EventReleased EventKind = "released"
+	// EventEpilogExited: an epilogue this process started was reaped;
+	// Status is its exit code, or 128+N with Signaled when signal N killed
+	// it. Epilogues re-adopted after a restart are not this process's
+	// children and are not told.
+	EventEpilogExited EventKind = "epilog-exited"
+	// EventEpilogStartError: an epilogue could not be started (its cgroup,
+	// its output files, or the exec failed); Err says why.
+	EventEpilogStartError EventKind = "epilog-start-error"
+)
+
+// Event is one thing that happened on the supervisor's main loop, for
+// counters such as the agent's metrics: the status (Options.OnChange) tells
+// where the node is, events tell what happened on the way, including what
+// a status between two notifications would not show. Events are told once,
+// by the process in which they happened; nothing is replayed after a
+// restart.
+type Event struct {
+	Kind EventKind
+	// Job is the job's id.
+	Job string
+	// Signal is set for EventEscalation.
+	Signal string
+	// Outcome and Duration are set for EventReleased.
+	Outcome  string
+	Duration time.Duration
+	// Status and Signaled are set for EventEpilogExited.
+	Status   int
+	Signaled bool
+	// Err is set for EventEpilogStartError.
+	Err error
+}
+
+// emit tells ev to Options.OnEvent, if set. It runs on the main loop.
+func (s *Supervisor) emit(ev Event) {
+	if s.o.OnEvent != nil {
+		s.o.OnEvent(ev)
+	}
+}

@@ -1,0 +1,89 @@
+package teardown
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+)
+
+// eventLog records what OnEvent is told.
+type eventLog struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (l *eventLog) add(ev Event) {
+	l.mu.Lock()
+	l.evs = append(l.evs, ev)
+	l.mu.Unlock()
+}
+
+// lines returns the events as "kind job detail".
+func (l *eventLog) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, ev := range l.evs {
+		s := string(ev.Kind) + " " + ev.Job
+		switch ev.Kind {
+		case EventEscalation:
+			s += " " + ev.Signal
+		case EventReleased:
+			s += fmt.Sprintf(" %s %v", ev.Outcome, ev.Duration)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestOnEvent(t *testing.T) {
+	log := &eventLog{}
+	h := newHarness(t, func(o *Options) { o.OnEvent = log.add })
+	ctx := context.Background()
+	// Job 1 ends within grace; job 2 ignores SIGTERM and goes after SIGKILL.
+	h.start1("1", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/1")
+	h.start1("2", t0.Add(time.Hour).Format(time.RFC3339), "5s", "/foreign/2")
+	h.cg.SetPopulated("/foreign/1", true)
+	h.cg.SetPopulated("/foreign/2", true)
+	h.s.EndJob(ctx, "1")
+	h.s.EndJob(ctx, "2")
+	h.advance(3 * time.Second)
+	h.cg.SetPopulated("/foreign/1", false)
+	h.status()
+	h.advance(2 * time.Second)
+	h.eventually("SIGTERM", func(st api.Status) bool { return st.Jobs[1].Escalation == escTerm })
+	h.advance(10 * time.Second)
+	h.cg.SetPopulated("/foreign/2", false)
+	h.status()
+	want := []string{
+		"registered 1",
+		"registered 2",
+		"released 1 clean 3s",
+		"overdue 2",
+		"escalation 2 SIGTERM",
+		"escalation 2 SIGKILL",
+		"released 2 killed 15s",
+	}
+	if got := log.lines(); !slices.Equal(got, want) {
+		t.Fatalf("events:\n%q\nwant:\n%q", got, want)
+	}
+}
+
+// An epilogue that cannot start is told as such (the fake cgroups start
+// nothing), after the registration it made.
+func TestOnEventEpilogStartError(t *testing.T) {
+	log := &eventLog{}
+	h := newHarness(t, func(o *Options) { o.OnEvent = log.add })
+	_, err := h.s.RunEpilog(context.Background(), "5", api.EpilogRequest{Argv: []string{"/bin/true"}}, nil)
+	if err == nil {
+		t.Fatal("the fake cgroups started an epilogue")
+	}
+	if got, want := log.lines(), []string{"registered 5", "epilog-start-error 5"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+}

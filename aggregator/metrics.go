@@ -1,0 +1,292 @@
+package aggregator
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/mesh"
+)
+
+const subsystem = "aggregator"
+
+// deadlineBuckets suit the time from a teardown deadline D to the DOWN
+// served here: the agent latches within half a second of D, the central
+// deadline adds clock_skew_allowance (5 s by default).
+var deadlineBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// Actuator run results.
+const (
+	resultSuccess = "success"
+	resultFailure = "failure"
+	resultTimeout = "timeout"
+)
+
+// transitionCauses lists the (to, cause) pairs Compute can give, so that
+// each series exists from the start.
+var transitionCauses = [][2]string{
+	{string(StateUp), causeAgent},
+	{string(StateTeardown), causeAgent},
+	{string(StateDown), causeAgent},
+	{string(StateDown), causeCentralDeadline},
+	{string(StateUnreachable), causeUnreachable},
+	{string(StateUnreachable), causeDecodeError},
+	{string(StateUnreachable), causeNoState},
+	{string(StateUnreachable), causeUnknownState},
+	{string(StateDown), causeUnreachable},
+	{string(StateDown), causeDecodeError},
+	{string(StateDown), causeNoState},
+	{string(StateDown), causeUnknownState},
+}
+
+// serviceMetrics are the Service's gracewatch_aggregator_* metrics. The
+// counters are updated where things happen (the loop's recomputation, the
+// actuators' goroutines, the watchers' publication); the gauges are read
+// from the Service at scrape time. No label names a node: counts are by
+// state and by cause only. Safe for concurrent use; nothing blocks.
+type serviceMetrics struct {
+	transitions     *prometheus.CounterVec
+	downLatency     prometheus.Histogram
+	actuatorRuns    *prometheus.CounterVec
+	watchersDropped prometheus.Counter
+	state           *stateCollector
+}
+
+func opts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: metrics.Namespace, Subsystem: subsystem, Name: name, Help: help}
+}
+
+func newServiceMetrics(s *Service) *serviceMetrics {
+	m := &serviceMetrics{
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts(opts("transitions_total",
+			"Changes of a node's served state, by the new state and what decided it: agent (its own report), central_deadline (no report by D + clock_skew_allowance), unreachable (dead or left), decode_error, no_state, unknown_state. A node's first sight is not counted.")),
+			[]string{"to", "cause"}),
+		downLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "deadline_to_down_seconds",
+			Help:    "For a node that went down by a grace violation (its agent's report, or the central deadline): the time from its teardown deadline D to when this aggregator served it down.",
+			Buckets: deadlineBuckets,
+		}),
+		actuatorRuns: prometheus.NewCounterVec(prometheus.CounterOpts(opts("actuator_runs_total",
+			"Actuator command runs (each attempt, retries included), by transition and result.")),
+			[]string{"on", "result"}),
+		watchersDropped: prometheus.NewCounter(prometheus.CounterOpts(opts("watchers_dropped_total",
+			"Watchers of /v1/watch disconnected for falling behind."))),
+		state: newStateCollector(s),
+	}
+	for _, tc := range transitionCauses {
+		m.transitions.WithLabelValues(tc[0], tc[1])
+	}
+	for _, on := range []string{OnDown, OnUp} {
+		for _, r := range []string{resultSuccess, resultFailure, resultTimeout} {
+			m.actuatorRuns.WithLabelValues(on, r)
+		}
+	}
+	return m
+}
+
+// collectors returns every collector of m.
+func (m *serviceMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.state}
+}
+
+// actuatorRun counts one run of an actuator command (actuators.onRun).
+func (m *serviceMetrics) actuatorRun(on string, err error) {
+	r := resultSuccess
+	switch {
+	case errors.Is(err, errTimedOut):
+		r = resultTimeout
+	case err != nil:
+		r = resultFailure
+	}
+	m.actuatorRuns.WithLabelValues(on, r).Inc()
+}
+
+// transition counts a node's change of served state and, for a down by a
+// grace violation, observes the time from its deadline D to now.
+func (m *serviceMetrics) transition(to State, cause string, d time.Time, now time.Time) {
+	m.transitions.WithLabelValues(string(to), cause).Inc()
+	if !d.IsZero() {
+		m.downLatency.Observe(now.Sub(d).Seconds())
+	}
+}
+
+// violationDeadline returns the teardown deadline D that a node's change
+// into down at now answers, when it is a grace violation: the central
+// deadline's D, or, for the agent's own down, the earliest deadline of its
+// overdue teardowns (from its StateUpdate), else that of the teardown this
+// aggregator served before (prevAt is its enforcement time, D +
+// allowance). A down before D (a drain) is not a violation.
+func violationDeadline(in *NodeInput, cause string, prevAt time.Time, now time.Time, p Policy) (time.Time, bool) {
+	meta, current := freshest(in)
+	var d time.Time
+	switch cause {
+	case causeCentralDeadline:
+		at, ok := enforceAt(in, meta, current, p)
+		if !ok {
+			return time.Time{}, false
+		}
+		d = at.Add(-p.ClockSkewAllowance)
+	case causeAgent:
+		if current {
+			for _, td := range in.Update.GetTeardowns() {
+				if td.GetPhase() != "overdue" {
+					continue
+				}
+				if t := msTime(td.GetDeadlineMs()); !t.IsZero() && (d.IsZero() || t.Before(d)) {
+					d = t
+				}
+			}
+		}
+		if d.IsZero() && !prevAt.IsZero() {
+			d = prevAt.Add(-p.ClockSkewAllowance)
+		}
+	}
+	if d.IsZero() || now.Before(d) {
+		return time.Time{}, false
+	}
+	return d, true
+}
+
+// stateCollector reads the Service's view, watchers, leadership and mesh
+// at scrape time.
+type stateCollector struct {
+	s                                        *Service
+	nodes, watchers, leader, joined, members *prometheus.Desc
+}
+
+func newStateCollector(s *Service) *stateCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, subsystem, name), help, labels, nil)
+	}
+	return &stateCollector{
+		s:        s,
+		nodes:    d("nodes", "Nodes by served state.", "state"),
+		watchers: d("watchers", "Watchers of /v1/watch connected."),
+		leader:   d("actuator_leader", "1 while this aggregator runs the actuators (the live one with the lowest name)."),
+		joined:   d("mesh_joined", "1 once the mesh's first join completed."),
+		members:  d("mesh_members", "Mesh members seen (agents and aggregators, this one included), by liveness.", "status"),
+	}
+}
+
+var _ prometheus.Collector = (*stateCollector)(nil)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.nodes, c.watchers, c.leader, c.joined, c.members} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	counts := make(map[State]int, len(States))
+	s.mu.RLock()
+	for _, n := range s.view {
+		counts[n.State]++
+	}
+	watchers, lowest, m := len(s.subs), s.leader == s.opts.Name, s.mesh
+	s.mu.RUnlock()
+	for _, st := range States {
+		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(counts[st]), string(st))
+	}
+	ch <- prometheus.MustNewConstMetric(c.watchers, prometheus.GaugeValue, float64(watchers))
+	members := map[mesh.Status]int{}
+	joined := false
+	if m != nil {
+		joined = m.Joined()
+		for _, mb := range m.Members() {
+			members[mb.Status]++
+		}
+	}
+	// As updateLeadership decides: the lowest live name, once joined.
+	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, boolValue(lowest && joined))
+	ch <- prometheus.MustNewConstMetric(c.joined, prometheus.GaugeValue, boolValue(joined))
+	for _, st := range []mesh.Status{mesh.StatusAlive, mesh.StatusSuspect, mesh.StatusDead, mesh.StatusLeft} {
+		ch <- prometheus.MustNewConstMetric(c.members, prometheus.GaugeValue, float64(members[st]), string(st))
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// newRequestsCounter returns gracewatch_aggregator_http_requests_total,
+// registered in reg (or the one already there) when reg is not nil.
+func newRequestsCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	cv := prometheus.NewCounterVec(prometheus.CounterOpts(opts("http_requests_total",
+		"HTTP requests answered, by route pattern (unmatched: no route), method and status code. A watch counts when its stream ends.")),
+		[]string{"route", "method", "code"})
+	if reg == nil {
+		return cv, nil
+	}
+	if err := reg.Register(cv); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return cv, err
+		}
+		cv = are.ExistingCollector.(*prometheus.CounterVec)
+	}
+	return cv, nil
+}
+
+// routeLabel is the path of the route pattern that served r ("GET
+// /v1/nodes/{name}" → "/v1/nodes/{name}"), never the request's own path;
+// "unmatched" for the catch-all and for the mux's own redirects.
+func routeLabel(r *http.Request) string {
+	p := r.Pattern
+	if i := strings.IndexByte(p, ' '); i >= 0 {
+		p = p[i+1:]
+	}
+	if p == "" || p == "/" {
+		return "unmatched"
+	}
+	return p
+}
+
+// methodLabel bounds the method label: a client may send any token.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
+}
+
+// statusRecorder remembers the status code of a response. Unwrap lets
+// http.ResponseController reach the connection's Flush and deadlines (the
+// watch stream needs them).
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusRecorder) status() string {
+	if w.code == 0 {
+		return strconv.Itoa(http.StatusOK)
+	}
+	return strconv.Itoa(w.code)
+}

@@ -1,0 +1,188 @@
+package aggregator
+
+import (
+	"errors"
+	"flag"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/internal/metrics/metricstest"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// A cluster's morning, through the fake mesh and the fake clock, scraped
+// from the real /metrics: n3's agent reports its grace violation 0.5 s
+// after D, n2's agent goes silent and the central deadline puts it down 5 s
+// (the allowance) after D, an administrator drains n4 (whose second and
+// third actuators fail and time out), n5's meta stops decoding, n6 dies,
+// and n3 comes back up.
+func TestMetricsGolden(t *testing.T) {
+	reg := metrics.NewRegistry(metrics.ProgramAggregator)
+	none := 0
+	acts := []ActuatorConfig{
+		{On: OnDown, Command: []string{"true"}, Retries: &none},
+		{On: OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ]`, "{node}"}, Retries: &none},
+		{On: OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ] || exec sleep 10`, "{node}"},
+			Timeout: config.Dur(200 * time.Millisecond), Retries: &none},
+		{On: OnUp, Command: []string{"true"}, Retries: &none},
+	}
+	h := newHarness(t, func(o *Options) { o.Registry, o.Actuators = reg, acts })
+	settle := func() {
+		h.sync()
+		waitFor(t, "the actuators to finish", func() bool { return !h.svc.act.busy() })
+	}
+	d := at(time.Minute)
+	for _, n := range []string{"n1", "n4", "n5", "n6"} {
+		h.member(n, upMeta(1, 1))
+	}
+	h.member("n2", teardownMeta(1, 2, d))
+	h.member("n3", teardownMeta(1, 2, d))
+	h.member("n4", downMeta(1, 2, "drained by root: disk"))
+	h.mesh.SetMember(mesh.Member{Name: "n5", Status: mesh.StatusAlive, Since: t0, MetaErr: errors.New("proto: cannot parse invalid wire-format data")})
+	h.status("n6", mesh.StatusDead)
+	h.advance(time.Minute + 500*time.Millisecond)
+	h.update("n3", &gwpb.StateUpdate{Meta: downMeta(1, 3, "job 7 teardown exceeded grace 1m0s"),
+		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(d)}}})
+	h.advance(4500 * time.Millisecond)
+	h.wantState("n2", StateDown)
+	h.wantState("n3", StateDown)
+	settle()
+	h.member("n3", upMeta(1, 4))
+	settle()
+	h.wantState("n3", StateUp)
+
+	sub := h.svc.Subscribe("")
+	defer sub.Close()
+	base := h.serve(ServerOptions{Registry: reg})
+	for _, r := range []struct {
+		method, path string
+		code         int
+	}{
+		{"GET", "/v1/nodes", 200},
+		{"GET", "/v1/nodes/n1", 200},
+		{"GET", "/v1/nodes/n1", 200},
+		{"GET", "/v1/nodes/zz", 404},
+		{"POST", "/v1/nodes/n1/drain", 403},
+		{"DELETE", "/v1/nodes", 405},
+		{"FOO", "/v1/nodes", 405},
+		{"GET", "/nope/secret-42", 404},
+	} {
+		req, _ := http.NewRequest(r.method, base+r.path, strings.NewReader(`{"reason":"x"}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != r.code {
+			t.Fatalf("%s %s: %d, want %d", r.method, r.path, resp.StatusCode, r.code)
+		}
+	}
+	got := metricstest.ScrapeURL(t, base+"/metrics", nil)
+	metricstest.Golden(t, filepath.Join("testdata", "metrics.golden"), got, *update)
+	if strings.Contains(string(got), "secret-42") || strings.Contains(string(got), `"n1"`) {
+		t.Error("/metrics carries a raw path or a node name")
+	}
+
+	metricstest.Lint(t, reg)
+	srv := NewServer(h.svc, ServerOptions{Registry: reg}) // the counter already there is reused
+	for _, c := range append(h.svc.met.collectors(), srv.requests) {
+		problems, err := testutil.CollectAndLint(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+// /metrics is a read endpoint: with read_token it needs the token; without
+// a registry there is none.
+func TestMetricsAccess(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.Registry = prometheus.NewRegistry() })
+	base := h.serve(ServerOptions{})
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("without a registry: %d, want 404", resp.StatusCode)
+	}
+
+	reg := metrics.NewRegistry(metrics.ProgramAggregator)
+	h = newHarness(t, func(o *Options) { o.Registry = reg })
+	base = h.serve(ServerOptions{Registry: reg, Token: []byte(testToken), ReadToken: true})
+	if r := call(t, "GET", base+"/metrics", "", ""); r.status != 401 {
+		t.Errorf("read_token without a token: %d, want 401", r.status)
+	}
+	r := call(t, "GET", base+"/metrics", testToken, "")
+	if r.status != 200 || !strings.Contains(string(r.body), `gracewatch_build_info{goversion=`) {
+		t.Errorf("with the token: %d\n%s", r.status, r.body)
+	}
+	got := metricstest.ScrapeURL(t, base+"/metrics", http.Header{"Authorization": {"Bearer " + testToken}})
+	for _, want := range []string{
+		`gracewatch_aggregator_http_requests_total{code="401",method="GET",route="/metrics"} 1`,
+		`gracewatch_aggregator_http_requests_total{code="200",method="GET",route="/metrics"} 1`,
+	} {
+		if !strings.Contains(string(got), want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// Two Services cannot share a registry: the second one's metrics would
+// collide with the first's.
+func TestMetricsRegistryConflict(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := New(Options{Name: "a", Registry: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{Name: "b", Registry: reg}); err == nil {
+		t.Fatal("a second Service registered its metrics in the same registry")
+	}
+}
+
+func TestViolationDeadline(t *testing.T) {
+	d := at(time.Minute)
+	p := defaultPolicy
+	overdue := &gwpb.StateUpdate{Meta: downMeta(1, 3, "violation"),
+		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(d)}, {Job: "8", Phase: "teardown", DeadlineMs: ms(at(time.Hour))}}}
+	for _, tc := range []struct {
+		name   string
+		in     NodeInput
+		cause  string
+		prevAt time.Time
+		now    time.Time
+		want   time.Time
+	}{
+		{name: "agent report names the overdue teardown", in: NodeInput{Name: "n", Update: overdue, Direct: overdue.Meta},
+			cause: causeAgent, now: d.Add(time.Second), want: d},
+		{name: "agent down after the served teardown", in: alive("n", downMeta(1, 3, "x")),
+			cause: causeAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(2 * time.Second), want: d},
+		{name: "drain before D", in: alive("n", downMeta(1, 3, "drained")),
+			cause: causeAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(-time.Second)},
+		{name: "drain from up", in: alive("n", downMeta(1, 3, "drained")), cause: causeAgent, now: d},
+		{name: "central deadline", in: alive("n", teardownMeta(1, 2, d)),
+			cause: causeCentralDeadline, now: d.Add(p.ClockSkewAllowance), want: d},
+		{name: "unreachable is down", in: alive("n", nil), cause: causeUnreachable, now: d},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := violationDeadline(&tc.in, tc.cause, tc.prevAt, tc.now, p)
+			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
+				t.Fatalf("violationDeadline = %v %v, want %v", got, ok, tc.want)
+			}
+		})
+	}
+}

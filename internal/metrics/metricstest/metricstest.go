@@ -1,0 +1,154 @@
+// Package metricstest compares gracewatch's /metrics output with golden
+// files. Only the gracewatch_ families are compared: the Go runtime's and
+// the process's metrics vary from run to run, and so do build_info's
+// version and goversion labels, which are replaced by placeholders.
+package metricstest
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gracewatch/gracewatch/internal/metrics"
+)
+
+var buildLabels = regexp.MustCompile(`\b(version|goversion)="[^"]*"`)
+
+// Filter keeps the lines of gracewatch_ families of an exposition in the
+// text format (HELP, TYPE and samples), with build_info's version labels
+// replaced by placeholders.
+func Filter(text []byte) []byte {
+	prefix := metrics.Namespace + "_"
+	var out bytes.Buffer
+	for line := range strings.Lines(string(text)) {
+		name := line
+		if rest, ok := strings.CutPrefix(line, "# HELP "); ok {
+			name = rest
+		} else if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name = rest
+		}
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if strings.HasPrefix(name, prefix+"build_info") {
+			line = buildLabels.ReplaceAllStringFunc(line, func(m string) string {
+				k, _, _ := strings.Cut(m, "=")
+				return k + `="` + strings.ToUpper(k) + `"`
+			})
+		}
+		out.WriteString(line)
+	}
+	return out.Bytes()
+}
+
+// Scrape gets h's /metrics in the text format, as Prometheus would, and
+// returns the body (filtered by Filter).
+func Scrape(t testing.TB, h http.Handler) []byte {
+	t.Helper()
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Header.Set("Accept", "text/plain")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	return Filter(rec.Body.Bytes())
+}
+
+// ScrapeURL gets url (a /metrics endpoint) over HTTP with the given headers
+// and returns the body (filtered by Filter).
+func ScrapeURL(t testing.TB, url string, header http.Header) []byte {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "text/plain")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Fatalf("GET %s: Content-Type %q, want text/plain", url, ct)
+	}
+	return Filter(body)
+}
+
+// Golden compares got with the file at path; with update it rewrites the
+// file instead.
+func Golden(t testing.TB, path string, got []byte, update bool) {
+	t.Helper()
+	if update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run the test with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("/metrics differs from %s (run with -update if the change is intended)\n%s", path, diff(string(want), string(got)))
+	}
+}
+
+// Lint fails t with every problem promlint finds in g's metrics (all of
+// them, the Go runtime's and the process's included).
+func Lint(t testing.TB, g prometheus.Gatherer) {
+	t.Helper()
+	problems, err := testutil.GatherAndLint(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// diff lists the lines only in want (-) and only in got (+).
+func diff(want, got string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for l := range strings.Lines(s) {
+			m[l] = true
+		}
+		return m
+	}
+	w, g := in(want), in(got)
+	var b strings.Builder
+	for l := range strings.Lines(want) {
+		if !g[l] {
+			b.WriteString("- " + l)
+		}
+	}
+	for l := range strings.Lines(got) {
+		if !w[l] {
+			b.WriteString("+ " + l)
+		}
+	}
+	return b.String()
+}
