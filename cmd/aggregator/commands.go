@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pelletier/go-toml/v2"
 	"log/slog"
 	"net"
 	"os"
@@ -426,4 +427,51 @@ func watchdog(ctx context.Context, svc *aggregator.Service, period time.Duration
 		}
 		daemon.SdNotify(false, msg)
 	}
+}
+
+// runConfigCheck ("config check") validates a configuration file as serve
+// would — the mesh key file and the admin token file included — and prints
+// the effective configuration, defaults filled in, as TOML.
+func runConfigCheck(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	cfgPath := f.String("config", "", "configuration `file` (default "+aggregator.DefaultConfigPath+" if it exists)")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 1, "check"); !ok {
+		return code
+	}
+	if f.args[0] != "check" {
+		fmt.Fprintf(c.stderr, "aggregator: unknown config subcommand %q (want check)\n", f.args[0])
+		return exitUsage
+	}
+	path := *cfgPath
+	if path == "" {
+		if _, err := os.Stat(aggregator.DefaultConfigPath); err == nil {
+			path = aggregator.DefaultConfigPath
+		}
+	}
+	cfg, err := aggregator.LoadConfig(path)
+	if err != nil {
+		return c.fail(err)
+	}
+	if !cfg.Mesh.Insecure {
+		if _, err := mesh.LoadKeyring(cfg.Mesh.Keyring); err != nil {
+			return c.fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
+		}
+	}
+	if cfg.HTTP.AdminTokenFile != "" {
+		if _, err := aggregator.LoadToken(cfg.HTTP.AdminTokenFile); err != nil {
+			return c.fail(fmt.Errorf("%s: key \"http.admin_token_file\": %w", path, err))
+		}
+	}
+	out, err := toml.Marshal(cfg)
+	if err != nil {
+		return c.fail(err)
+	}
+	if path == "" {
+		path = "(defaults)"
+	}
+	fmt.Fprintf(c.stdout, "# %s is valid; the effective configuration:\n%s", path, out)
+	return exitOK
 }

@@ -56,6 +56,8 @@ func init() {
 			summary: "ask a node's agent to latch it DOWN", run: runAction, isClient: true},
 		{name: "keygen", args: "FILE",
 			summary: "write a new mesh key file (mode 0600; never overwrites)", run: runKeygen},
+		{name: "config", args: "check [--config FILE]",
+			summary: "validate a configuration file and print the effective one", run: runConfigCheck},
 		{name: "version", summary: "print the version", run: runVersion},
 		{name: "help", args: "[COMMAND]", summary: "show this help or a command's", run: runHelp},
 	}

@@ -480,3 +480,53 @@ listen = "127.0.0.1:0"
 	}
 	waitFor(t, "STOPPING=1", func() bool { return has("STOPPING=1") })
 }
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "mesh.key")
+	if r := runCLI(t, nil, "keygen", key); r.code != 0 {
+		t.Fatalf("keygen: %+v", r)
+	}
+	tokenFile := writeFile(t, filepath.Join(dir, "admin.token"), token+"\n", 0o600)
+	good := writeFile(t, filepath.Join(dir, "good.toml"), fmt.Sprintf(`name = "agg-7"
+[mesh]
+keyring = %q
+[http]
+admin_token_file = %q
+[policy]
+grace = "90s"
+[[actuator]]
+on = "down"
+command = ["true", "{node}"]
+`, key, tokenFile), 0o644)
+	r := runCLI(t, nil, "config", "check", "--config", good)
+	if r.code != 0 {
+		t.Fatalf("config check of a good file: %+v", r)
+	}
+	printed := writeFile(t, filepath.Join(dir, "printed.toml"), r.stdout, 0o644)
+	cfg, err := aggregator.LoadConfig(printed)
+	if err != nil {
+		t.Fatalf("printed configuration does not load: %v\n%s", err, r.stdout)
+	}
+	if cfg.Name != "agg-7" || cfg.Policy.Grace.D() != 90*time.Second || len(cfg.Actuators) != 1 || cfg.Mesh.Keyring != key {
+		t.Fatalf("effective configuration %+v", cfg)
+	}
+	open := writeFile(t, filepath.Join(dir, "open.token"), token+"\n", 0o644)
+	cases := []struct{ name, text, want string }{
+		{"unknown key", "[policy]\ngrase = \"3s\"\n", `:2: key "policy.grase": unknown key`},
+		{"no keyring", "name = \"a\"\n", "mesh.keyring"},
+		{"readable token", fmt.Sprintf("[mesh]\nkeyring = %q\n[http]\nadmin_token_file = %q\n", key, open), "http.admin_token_file"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".toml"), tc.text, 0o644)
+			r := runCLI(t, nil, "config", "check", "--config", p)
+			if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q: want 1 and %q", r.code, r.stderr, tc.want)
+			}
+		})
+	}
+	if r := runCLI(t, nil, "config", "show"); r.code != 2 {
+		t.Fatalf("config show: %+v", r)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"github.com/gracewatch/gracewatch/agent"
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/internal/version"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/pelletier/go-toml/v2"
 )
 
 func runServe(c *cli, name string, args []string) int {
@@ -335,6 +337,44 @@ func runResume(c *cli, name string, args []string) int {
 		return c.printJSON(st)
 	}
 	fmt.Fprintf(c.stdout, "node %s resumed: state %s\n", st.Node, st.State)
+	return exitOK
+}
+
+// runConfigCheck validates a configuration file as serve would (including
+// the mesh key file's permissions) and prints the effective configuration,
+// defaults filled in, as TOML.
+func runConfigCheck(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	cfgPath := f.String("config", "", "configuration `file` (default "+defaultConfigPath+" if it exists)")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	path := *cfgPath
+	if path == "" {
+		if _, err := os.Stat(defaultConfigPath); err == nil {
+			path = defaultConfigPath
+		}
+	}
+	cfg, err := agent.LoadConfig(path)
+	if err != nil {
+		return c.fail(err)
+	}
+	if cfg.Mesh.Enabled && !cfg.Mesh.Insecure {
+		if _, err := mesh.LoadKeyring(cfg.Mesh.Keyring); err != nil {
+			return c.fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
+		}
+	}
+	out, err := toml.Marshal(cfg)
+	if err != nil {
+		return c.fail(err)
+	}
+	if path == "" {
+		path = "(defaults)"
+	}
+	fmt.Fprintf(c.stdout, "# %s is valid; the effective configuration:\n%s", path, out)
 	return exitOK
 }
 

@@ -74,6 +74,8 @@ func init() {
 			summary: "show diagnostics of hung teardowns", run: runDiagnose, isClient: true},
 		{name: "resume", args: "--reason TEXT [--json]",
 			summary: "clear the node's DOWN latch", run: runResume, isClient: true},
+		{name: "config check", args: "[--config FILE]",
+			summary: "validate a configuration file and print the effective configuration", run: runConfigCheck},
 		{name: "version", summary: "print the version", run: runVersion},
 		{name: "help", args: "[COMMAND]", summary: "show this help or a command's", run: runHelp},
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gracewatch/gracewatch/agent"
+	"github.com/gracewatch/gracewatch/mesh"
 	"io"
 	"net/http"
 	"os"
@@ -486,3 +488,52 @@ func TestHelpVersionUsage(t *testing.T) {
 }
 
 var _ io.Writer = lockedSink{}
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "mesh.key")
+	if err := mesh.WriteKeyFile(key); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.toml")
+	os.WriteFile(good, []byte(fmt.Sprintf(`node_name = "n7"
+[teardown]
+grace = "90"
+[mesh]
+enabled = true
+join = ["127.0.0.1:7946"]
+keyring = %q
+`, key)), 0o600)
+	r := nodeagent(t, nil, "config", "check", "--config", good)
+	if r.code != 0 {
+		t.Fatalf("config check of a good file: %d %s", r.code, r.stderr)
+	}
+	// The printed configuration is itself a valid file with the same values.
+	printed := filepath.Join(dir, "printed.toml")
+	os.WriteFile(printed, []byte(r.stdout), 0o600)
+	cfg, err := agent.LoadConfig(printed)
+	if err != nil {
+		t.Fatalf("printed configuration does not load: %v\n%s", err, r.stdout)
+	}
+	if cfg.NodeName != "n7" || cfg.Teardown.Grace.D() != 90*time.Second || !cfg.Mesh.Enabled || cfg.Mesh.Keyring != key {
+		t.Fatalf("effective configuration %+v", cfg)
+	}
+
+	cases := []struct{ name, text, want string }{
+		{"unknown key", "[teardown]\ngrase = \"3s\"\n", `:2: key "teardown.grase": unknown key`},
+		{"bad value", "[teardown]\nauto_resume = \"sometimes\"\n", `teardown.auto_resume`},
+		{"world-readable key", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\n", filepath.Join(dir, "open.key")), "mesh.keyring"},
+	}
+	os.WriteFile(filepath.Join(dir, "open.key"), []byte("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"), 0o644)
+	os.Chmod(filepath.Join(dir, "open.key"), 0o644)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".toml")
+			os.WriteFile(p, []byte(tc.text), 0o600)
+			r := nodeagent(t, nil, "config", "check", "--config", p)
+			if r.code != 1 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, p) {
+				t.Fatalf("exit %d, stderr %q: want 1 and %q naming the file", r.code, r.stderr, tc.want)
+			}
+		})
+	}
+}
