@@ -1,0 +1,29 @@
+package aggregator
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzParseConfig: whatever the bytes of aggregator.toml, parsing never
+// panics, and an error names the file.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("name = \"agg-1\"\n[mesh]\ninsecure = true\n[policy]\ngrace = \"90s\"\n"))
+	f.Add([]byte("[mesh]\ninsecure = true\n[[actuator]]\non = \"down\"\ncommand = [\"scontrol\", \"{node}\", \"{reason}\"]\ntimeout = \"5s\"\n"))
+	f.Add([]byte("[[actuator]]\non = \"sideways\"\ncommand = []\n"))
+	f.Add([]byte("[http]\nlisten = \"not an address\"\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := ParseConfig("fuzz.toml", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz.toml") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		for _, a := range cfg.Actuators {
+			if len(a.Command) == 0 || (a.On != OnDown && a.On != OnUp) {
+				t.Fatalf("accepted an invalid actuator: %+v", a)
+			}
+		}
+	})
+}
