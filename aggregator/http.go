@@ -219,6 +219,7 @@ func (s *Server) routes() {
 		{"GET", "/v1/config", read, s.handleConfig},
 		{"GET", "/healthz", public, s.handleHealth},
 		{"GET", "/readyz", public, s.handleReady},
+		{"GET", "/{$}", public, s.handleUI}, // a read route: handleUI checks the token itself, from the header or ?token=
 	}
 	if s.opts.Registry != nil {
 		routes = append(routes, route{"GET", "/metrics", read, metrics.Handler(s.opts.Registry, s.log).ServeHTTP})

@@ -1,0 +1,466 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"image/png"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+var (
+	chromiumPath     = flag.String("chromium", "/usr/bin/chromium", "the Chromium that the status page's browser tests drive (Debian: apt-get install chromium)")
+	updateScreenshot = flag.Bool("update-screenshot", false, "write the status page's screenshot to testdata/status-page.png")
+)
+
+const (
+	// browserTimeout bounds a whole browser test, browserStep one wait in
+	// it. Generous: CI machines are slow to start a browser.
+	browserTimeout = 90 * time.Second
+	browserStep    = 30 * time.Second
+	screenshotFile = "status-page.png"
+)
+
+// browser is a headless Chromium with one tab, for one test.
+type browser struct {
+	t   *testing.T
+	tab context.Context
+
+	mu       sync.Mutex
+	problems []string // exceptions and CSP violations the page reported
+}
+
+// newBrowser starts Chromium (skipping the test outside CI when there is
+// none) and stops it, and every goroutine of chromedp, at the test's end.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	st, err := os.Stat(*chromiumPath)
+	testutil.Require(t, err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0,
+		fmt.Sprintf("needs Chromium at %s (apt-get install chromium, or -chromium=PATH)", *chromiumPath))
+
+	root, cancelRoot := context.WithTimeout(context.Background(), browserTimeout)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(root,
+		chromedp.ExecPath(*chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true), // containers have a small /dev/shm
+		chromedp.Flag("force-color-profile", "srgb"), // the same colours on every machine
+		chromedp.Flag("password-store", "basic"),     // no keyring over D-Bus
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 860),
+	)
+	tab, cancelTab := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	b := &browser{t: t, tab: tab}
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc() // waits for the browser to exit
+		cancelRoot()
+	})
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("starting %s: %v", *chromiumPath, err)
+	}
+
+	// Subscribe before the page loads so that nothing is missed.
+	messages := chromedp.Console(tab)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || strings.Contains(m.Text, "Content Security Policy") {
+				b.mu.Lock()
+				b.problems = append(b.problems, m.String())
+				b.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { <-done }) // runs before the cancels above: cancel first
+	t.Cleanup(cancelTab)
+	return b
+}
+
+// run runs actions with a bounded context.
+func (b *browser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.tab, browserStep)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// waitFor waits until the JavaScript expression is true.
+func (b *browser) waitFor(what, expr string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.tab, browserStep)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(browserStep)))
+	if err != nil {
+		b.t.Fatalf("waiting for %s: %v\npage: %+v", what, err, b.page())
+	}
+}
+
+// checkProblems fails the test for every exception or CSP violation the
+// page reported.
+func (b *browser) checkProblems() {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.problems {
+		b.t.Errorf("the page reported: %s", p)
+	}
+}
+
+// pageView is what the test reads of the page's DOM.
+type pageView struct {
+	Stream    string            `json:"stream"`
+	Snapshots int               `json:"snapshots"`
+	Events    int               `json:"events"`
+	Banner    string            `json:"banner"`
+	Title     string            `json:"title"`
+	Agg       string            `json:"agg"`
+	Ready     string            `json:"ready"`
+	Counts    map[string]int    `json:"counts"`
+	Tiles     []tileView        `json:"tiles"`
+	Down      []rowView         `json:"down"`
+	Teardown  []rowView         `json:"teardown"`
+	Announced string            `json:"announced"`
+	Legend    string            `json:"legend"`
+	Injected  int               `json:"injected"`
+	Attrs     map[string]string `json:"attrs"`
+}
+
+type tileView struct {
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	Class  string `json:"class"`
+	Letter string `json:"letter"`
+	Title  string `json:"title"`
+}
+
+type rowView struct {
+	Name     string `json:"name"`
+	Text     string `json:"text"`
+	Datetime string `json:"datetime"`
+}
+
+const pageViewJS = `(() => {
+  const all = (s) => [...document.querySelectorAll(s)];
+  const text = (id) => document.getElementById(id).textContent;
+  const rows = (id) => all('#' + id + ' tbody tr').map((tr) => ({
+    name: tr.dataset.name, text: tr.innerText.replace(/\s+/g, ' ').trim(),
+    datetime: (tr.querySelector('time') || { getAttribute: () => '' }).getAttribute('datetime') || '' }));
+  const s = document.getElementById('stream');
+  const banner = document.getElementById('banner');
+  return {
+    stream: s.dataset.state, snapshots: +s.dataset.snapshots, events: +s.dataset.events,
+    banner: banner.hidden ? '' : banner.textContent, title: document.title,
+    agg: text('agg-name'), ready: document.getElementById('ready').dataset.state,
+    counts: Object.fromEntries(['total', 'up', 'teardown', 'down', 'unreachable'].map((k) => [k, +text('n-' + k)])),
+    tiles: all('#grid .tile').map((li) => ({ name: li.dataset.name, state: li.dataset.state, class: li.className,
+      letter: li.querySelector('.l').textContent, title: li.title })),
+    down: rows('down-list'), teardown: rows('teardown-list'),
+    announced: text('down-live'),
+    legend: document.querySelector('.legend').innerText.replace(/\s+/g, ' ').trim(),
+    injected: all('main img, main script, main b, main i:not(.prog i)').length,
+    attrs: { downLive: document.querySelector('#down [aria-live]') ? document.querySelector('#down [aria-live]').getAttribute('aria-live') : '' },
+  };
+})()`
+
+func (b *browser) page() pageView {
+	ctx, cancel := context.WithTimeout(b.tab, browserStep)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[pageView](pageViewJS))
+	if err != nil {
+		b.t.Fatalf("reading the page: %v", err)
+	}
+	return v
+}
+
+// restartable is the real HTTP server over a Service, which a test can stop
+// and start again on the same address (to make the page reconnect).
+type restartable struct {
+	t    *testing.T
+	svc  *Service
+	opts ServerOptions
+	addr string
+
+	srv  *Server
+	done chan error
+}
+
+func serveRestartable(t *testing.T, svc *Service, o ServerOptions) *restartable {
+	t.Helper()
+	rs := &restartable{t: t, svc: svc, opts: o, addr: "127.0.0.1:0"}
+	rs.start()
+	t.Cleanup(rs.stop)
+	return rs
+}
+
+func (rs *restartable) base() string { return "http://" + rs.addr }
+
+func (rs *restartable) start() {
+	rs.t.Helper()
+	l, err := net.Listen("tcp", rs.addr)
+	if err != nil {
+		rs.t.Fatalf("listen on %s: %v", rs.addr, err)
+	}
+	rs.addr = l.Addr().String()
+	rs.srv = NewServer(rs.svc, rs.opts)
+	rs.done = make(chan error, 1)
+	go func() { rs.done <- rs.srv.Serve(l) }()
+}
+
+func (rs *restartable) stop() {
+	if rs.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := rs.srv.Shutdown(ctx); err != nil {
+		rs.t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-rs.done; err != nil {
+		rs.t.Errorf("Serve: %v", err)
+	}
+	rs.srv = nil
+}
+
+// statusCluster is the cluster the browser tests show: two partitions, a
+// few nodes in every state. now is the fake clock's time, near the real
+// one, so that relative times read as they would in production.
+func statusCluster(h *harness, now time.Time) {
+	meta := func(st gwpb.State, seq uint64, since time.Time) *gwpb.Meta {
+		return &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: seq, State: st, SinceMs: since.UnixMilli()}
+	}
+	for i := 1; i <= 36; i++ {
+		h.mesh.SetMember(AgentMember(fmt.Sprintf("cn%02d", i), meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now))
+	}
+	for i := 1; i <= 12; i++ {
+		h.mesh.SetMember(AgentMember(fmt.Sprintf("gpu%d", i), meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now))
+	}
+	teardown := func(name, job string, started time.Time, grace time.Duration) {
+		m := meta(gwpb.State_STATE_TEARDOWN, 2, started)
+		free := started.Add(grace)
+		m.DeadlineMs, m.FreeAtMs, m.Reason = free.UnixMilli(), free.UnixMilli(), "job "+job+" tearing down"
+		h.mesh.SetMember(AgentMember(name, m, now))
+		h.mesh.Deliver(name, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{Meta: m,
+			Teardowns: []*gwpb.Teardown{{Job: job, Phase: "teardown", EndedMs: started.UnixMilli(), DeadlineMs: free.UnixMilli(), GraceMs: grace.Milliseconds()}}}}})
+	}
+	teardown("cn07", "41871", now.Add(-48*time.Second), 4*time.Minute)
+	teardown("gpu3", "41902", now.Add(-100*time.Second), 2*time.Minute)
+	down := func(name string, since time.Time, reason string) {
+		m := meta(gwpb.State_STATE_DOWN, 2, since)
+		m.Reason = reason
+		h.mesh.SetMember(AgentMember(name, m, now))
+	}
+	down("cn12", now.Add(-7*time.Minute-12*time.Second), "job 41833 teardown exceeded grace 120s: 2 processes in D state (nfs)")
+	down("gpu9", now.Add(-3*time.Hour-4*time.Minute), "drained by ops: Xid 79, GPU fell off the bus (ticket HW-2291)")
+	dead := AgentMember("cn33", meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now.Add(-25*time.Minute))
+	dead.Status = mesh.StatusDead
+	h.mesh.SetMember(dead)
+	h.sync()
+}
+
+// TestStatusPageInBrowser opens the status page in headless Chromium over
+// the real HTTP server, checks what it shows, changes nodes through the
+// fake mesh and checks that the page follows live, through a restart of the
+// server (the page resumes with Last-Event-ID), and takes a screenshot.
+// Without a read token the page watches with EventSource; with one, with
+// fetch (EventSource cannot send the header).
+func TestStatusPageInBrowser(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		opts       ServerOptions
+		query      string
+		screenshot bool
+	}{
+		{name: "EventSource", screenshot: true},
+		{name: "fetch with read_token", opts: ServerOptions{Token: []byte(testToken), ReadToken: true}, query: "?token=" + testToken},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBrowser(t)
+			now := time.Now().UTC().Truncate(time.Second)
+			h := newHarnessClock(t, clock.NewFake(now))
+			statusCluster(h, now)
+			if c.opts.ReadToken {
+				// Strings from the API are text, never markup.
+				m := &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 2, State: gwpb.State_STATE_DOWN,
+					SinceMs: now.Add(-time.Minute).UnixMilli(), Reason: `<img src=x onerror="document.title='pwned'"><b>bold</b>`}
+				h.mesh.SetMember(AgentMember(`x"><script>document.title='pwned'</script>`, m, now))
+				h.sync()
+			}
+			c.opts.Logger = testLogger(t)
+			c.opts.Clock = h.clk
+			srv := serveRestartable(t, h.svc, c.opts)
+
+			b.run("open the page", chromedp.Navigate(srv.base()+"/"+c.query))
+			want := h.svc.Nodes()
+			b.waitFor("the snapshot", fmt.Sprintf(`document.getElementById('stream').dataset.state === 'live' &&
+				+document.getElementById('stream').dataset.snapshots === 1 && +document.getElementById('n-total').textContent === %d`, len(want)))
+			// The header: /healthz and /readyz (public), /v1/config (a read
+			// route: with read_token, the page sends the token).
+			b.waitFor("the aggregator's name, readiness and grace", `document.getElementById('agg-name').textContent === 'agg-1' &&
+				document.getElementById('ready').dataset.state === 'ok' && document.getElementById('agg-grace').textContent === '120 s'`)
+			p := b.page()
+
+			// The grid: every node, sorted by name (numbers in names in
+			// numeric order), coloured and lettered by state.
+			if len(p.Tiles) != len(want) {
+				t.Fatalf("%d tiles, want %d", len(p.Tiles), len(want))
+			}
+			var names []string
+			byState := map[string]int{}
+			letters := map[string]string{"up": "U", "teardown": "T", "down": "D", "unreachable": "?"}
+			for _, tile := range p.Tiles {
+				names = append(names, tile.Name)
+				byState[tile.State]++
+				if tile.Class != "tile st-"+tile.State || tile.Letter != letters[tile.State] {
+					t.Errorf("tile %s (%s): class %q, letter %q", tile.Name, tile.State, tile.Class, tile.Letter)
+				}
+				if n, _ := h.svc.Node(tile.Name); string(n.State) != tile.State || !strings.HasPrefix(tile.Title, n.Name+": "+string(n.State)) {
+					t.Errorf("tile %s: state %s, title %q; the service says %s", tile.Name, tile.State, tile.Title, n.State)
+				}
+			}
+			if i, j := slices.Index(names, "gpu2"), slices.Index(names, "gpu9"); i < 0 || names[i+1] != "gpu3" || j < 0 || names[j+1] != "gpu10" ||
+				!slices.IsSorted(names[:36]) || names[0] != "cn01" {
+				t.Errorf("tiles not in name order: %v", names)
+			}
+			wantDown := 2
+			if c.opts.ReadToken {
+				wantDown = 3
+			}
+			if byState["up"] != 43 || byState["teardown"] != 2 || byState["down"] != wantDown || byState["unreachable"] != 1 {
+				t.Errorf("tiles by state: %v", byState)
+			}
+			if p.Counts["total"] != len(want) || p.Counts["up"] != 43 || p.Counts["down"] != wantDown || p.Counts["unreachable"] != 1 {
+				t.Errorf("summary: %v", p.Counts)
+			}
+			if p.Legend != "U up T teardown D down ? unreachable" {
+				t.Errorf("legend %q", p.Legend)
+			}
+
+			// The DOWN list, newest first, with reasons; the teardowns with
+			// their free_at.
+			if len(p.Down) != wantDown || p.Down[wantDown-2].Name != "cn12" || p.Down[wantDown-1].Name != "gpu9" ||
+				!strings.Contains(p.Down[wantDown-2].Text, "2 processes in D state (nfs)") ||
+				!strings.Contains(p.Down[wantDown-2].Text, "7 min ago") {
+				t.Errorf("down list: %+v", p.Down)
+			}
+			if p.Attrs["downLive"] != "polite" {
+				t.Errorf("the down list has no aria-live region: %v", p.Attrs)
+			}
+			if len(p.Teardown) != 2 || p.Teardown[0].Name != "gpu3" || p.Teardown[1].Name != "cn07" {
+				t.Fatalf("teardowns: %+v", p.Teardown)
+			}
+			cn07, _ := h.svc.Node("cn07")
+			if p.Teardown[1].Datetime != cn07.FreeAt.Format(time.RFC3339Nano) ||
+				!strings.Contains(p.Teardown[1].Text, cn07.FreeAt.Format("2006-01-02 15:04:05")+" UTC") ||
+				!strings.Contains(p.Teardown[1].Text, "job 41871") || !strings.Contains(p.Teardown[1].Text, "in 3 min") {
+				t.Errorf("teardown of cn07 (free at %v): %+v", cn07.FreeAt, p.Teardown[1])
+			}
+			if c.opts.ReadToken {
+				if p.Injected != 0 || p.Title == "pwned" || !strings.Contains(p.Down[0].Text, `<img src=x onerror=`) {
+					t.Errorf("markup from the API reached the DOM: %d elements, title %q, row %+v", p.Injected, p.Title, p.Down[0])
+				}
+			}
+
+			// Live: a node goes down; the page follows without a reload.
+			h.member("cn03", &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 2, State: gwpb.State_STATE_DOWN,
+				SinceMs: now.UnixMilli(), Reason: "job 41900 teardown exceeded grace 120s: 1 unkillable process"})
+			b.waitFor("cn03 down", `(() => { const t = document.querySelector('#grid .tile[data-name="cn03"]');
+				const r = document.querySelector('#down-list tr[data-name="cn03"]');
+				return t && t.classList.contains('st-down') && r && r.textContent.includes('1 unkillable process'); })()`)
+			p = b.page()
+			if p.Down[0].Name != "cn03" || p.Counts["down"] != wantDown+1 || !strings.HasPrefix(p.Title, fmt.Sprintf("(%d down) ", wantDown+1)) {
+				t.Errorf("after cn03 went down: down %+v, counts %v, title %q", p.Down, p.Counts, p.Title)
+			}
+			if !strings.Contains(p.Announced, "cn03 is down: job 41900") {
+				t.Errorf("not announced: %q", p.Announced)
+			}
+			if p.Snapshots != 1 || p.Events == 0 {
+				t.Errorf("%d snapshots, %d events: want the change as an event", p.Snapshots, p.Events)
+			}
+
+			if c.screenshot {
+				b.screenshot()
+			}
+
+			// The server goes away: the page says so and keeps the last
+			// view; a change meanwhile arrives when it comes back, as a
+			// missed event (Last-Event-ID), not a new snapshot.
+			srv.stop()
+			b.waitFor("the reconnecting state", `document.getElementById('stream').dataset.state === 'reconnecting' && !document.getElementById('banner').hidden`)
+			if p := b.page(); !strings.Contains(p.Banner, "reconnecting") || len(p.Tiles) != len(want) {
+				t.Errorf("while reconnecting: banner %q, %d tiles", p.Banner, len(p.Tiles))
+			}
+			h.member("cn03", &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 3, State: gwpb.State_STATE_UP, SinceMs: now.UnixMilli()})
+			srv.start()
+			b.waitFor("cn03 up after the reconnection", `document.getElementById('stream').dataset.state === 'live' &&
+				document.querySelector('#grid .tile[data-name="cn03"]').dataset.state === 'up' &&
+				!document.querySelector('#down-list tr[data-name="cn03"]')`)
+			if p := b.page(); p.Snapshots != 1 || p.Banner != "" {
+				t.Errorf("after the reconnection: %d snapshots (want 1: resumed), banner %q", p.Snapshots, p.Banner)
+			}
+			b.checkProblems()
+		})
+	}
+}
+
+// screenshot takes a full-page screenshot, checks that it is a sane PNG,
+// and writes it under the test's temporary directory and, with
+// -update-screenshot, to testdata/.
+func (b *browser) screenshot() {
+	b.t.Helper()
+	// Settle: the countdowns tick once a second, the bar animates.
+	b.run("settle", chromedp.Sleep(600*time.Millisecond))
+	ctx, cancel := context.WithTimeout(b.tab, browserStep)
+	defer cancel()
+	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(buf))
+	if err != nil {
+		b.t.Fatalf("the screenshot is not a PNG: %v", err)
+	}
+	if sz := img.Bounds().Size(); sz.X != 1280 || sz.Y < 600 || sz.Y > 4000 {
+		b.t.Errorf("screenshot of %v, want 1280 wide and 600 to 4000 high", sz)
+	}
+	path := filepath.Join(b.t.TempDir(), screenshotFile)
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s (%d KiB)", path, len(buf)>>10)
+	if *updateScreenshot {
+		if err := os.WriteFile(filepath.Join("testdata", screenshotFile), buf, 0o644); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+}
