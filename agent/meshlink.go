@@ -34,11 +34,12 @@ type meshLink struct {
 	sup latcher
 	m   *mesh.Mesh
 
-	mu      sync.Mutex
-	latest  *api.Status
-	reports map[string]*diagnose.Report // latest report of each job, for StateUpdate
-	wake    chan struct{}
-	ctrl    chan ctrlMsg
+	mu       sync.Mutex
+	latest   *api.Status
+	reports  map[string]*diagnose.Report // latest report of each job, for StateUpdate
+	wake     chan struct{}               // the direct sender's
+	wakeMeta chan struct{}               // the meta updater's
+	ctrl     chan ctrlMsg
 }
 
 type ctrlMsg struct {
@@ -48,11 +49,12 @@ type ctrlMsg struct {
 
 func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 	return &meshLink{
-		log:     logger.With("component", "meshlink"),
-		sup:     sup,
-		reports: make(map[string]*diagnose.Report),
-		wake:    make(chan struct{}, 1),
-		ctrl:    make(chan ctrlMsg, 64),
+		log:      logger.With("component", "meshlink"),
+		sup:      sup,
+		reports:  make(map[string]*diagnose.Report),
+		wake:     make(chan struct{}, 1),
+		wakeMeta: make(chan struct{}, 1),
+		ctrl:     make(chan ctrlMsg, 64),
 	}
 }
 
@@ -73,9 +75,11 @@ func (l *meshLink) onReport(r *diagnose.Report) {
 }
 
 func (l *meshLink) kick() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	for _, c := range []chan struct{}{l.wake, l.wakeMeta} {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -101,8 +105,24 @@ func (l *meshLink) MemberChanged(m mesh.Member) {
 	}
 }
 
-// run publishes and handles control messages until ctx ends.
+// run publishes and handles control messages until ctx ends. The direct
+// sends and the meta updates run in two loops of their own, each taking the
+// latest status: memberlist's UpdateNode waits for the gossip retransmits
+// (most of a second), and a change must not wait behind the previous one's.
 func (l *meshLink) run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.wakeMeta:
+				l.updateMeta()
+			}
+		}
+	}()
+	defer func() { <-done }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,7 +135,20 @@ func (l *meshLink) run(ctx context.Context) {
 	}
 }
 
-// publish sends the latest status: meta by UpdateNode, the full update to
+// updateMeta puts the latest status in the node's gossiped meta.
+func (l *meshLink) updateMeta() {
+	l.mu.Lock()
+	st := l.latest
+	l.mu.Unlock()
+	if st == nil {
+		return
+	}
+	if err := l.m.SetMeta(metaOf(*st)); err != nil {
+		l.log.Warn("cannot update node meta", "err", err)
+	}
+}
+
+// publish sends the latest status with teardowns and reports straight to
 // every aggregator.
 func (l *meshLink) publish() {
 	l.mu.Lock()
@@ -139,9 +172,6 @@ func (l *meshLink) publish() {
 		return
 	}
 	meta := metaOf(*st)
-	if err := l.m.SetMeta(meta); err != nil {
-		l.log.Warn("cannot update node meta", "err", err)
-	}
 	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: teardownsOf(*st)}
 	sort.Slice(reports, func(a, b int) bool { return reports[a].Job < reports[b].Job })
 	for _, r := range reports {

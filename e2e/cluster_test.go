@@ -56,9 +56,11 @@ timeout = "5s"
 			t.Fatalf("served free_at %v, agent's deadline %v", td.FreeAt, d)
 		}
 		down, ev := w.next(t, "n1", "down", 10*time.Second)
-		if late := ev.At.Sub(d); late > time.Second || late < 0 {
+		late := ev.At.Sub(d)
+		if late > time.Second || late < 0 {
 			t.Fatalf("down seen %v after the deadline (want within 1 s)", late)
 		}
+		t.Logf("down seen by a /v1/watch client %v after D", late.Round(time.Millisecond))
 		// The agent latches at D once its first snapshot is in, so the very
 		// first DOWN already names what is hung.
 		if !strings.Contains(down.Reason, "job 201 teardown exceeded grace 3s") || !strings.Contains(down.Reason, "sleep") {

@@ -50,7 +50,13 @@ func Summarize(r *Report) string {
 		if n == 0 {
 			continue
 		}
-		part := fmt.Sprintf("%d %s", n, c)
+		label := string(c)
+		if c == Missed && r.Timeline.Term == nil {
+			// Before any signal a sleeping or running process has missed
+			// nothing: it is simply still there.
+			label = "still running"
+		}
+		part := fmt.Sprintf("%d %s", n, label)
 		if len(details) > 0 {
 			part += " (" + strings.Join(details, "; ") + ")"
 		}

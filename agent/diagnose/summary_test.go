@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -21,6 +22,7 @@ func fuseCat(pid int) Process {
 }
 
 func TestSummarize(t *testing.T) {
+	termAt := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name string
 		r    Report
@@ -49,7 +51,7 @@ func TestSummarize(t *testing.T) {
 		},
 		{
 			name: "three detailed, worst first, counts for the rest",
-			r: Report{Job: "9", Grace: "10s", Processes: []Process{
+			r: Report{Job: "9", Grace: "10s", Timeline: Timeline{Term: &termAt}, Processes: []Process{
 				{PID: 30, Comm: "sleep", Class: Missed, State: "S", Wchan: "hrtimer_nanosleep"},
 				{PID: 31, Comm: "z", Class: Zombie, State: "Z"},
 				{PID: 20, Comm: "bash", Class: KillableD, State: "D", Wchan: "wait_for_vfork_done"},
@@ -61,8 +63,16 @@ func TestSummarize(t *testing.T) {
 		},
 		{
 			name: "kept on one line",
-			r:    Report{Job: "a\nb", Grace: "1s", Processes: []Process{{PID: 4, Comm: "x\ty", Class: Missed, State: "S"}}},
+			r:    Report{Job: "a\nb", Grace: "1s", Timeline: Timeline{Term: &termAt}, Processes: []Process{{PID: 4, Comm: "x\ty", Class: Missed, State: "S"}}},
 			want: "job a b teardown exceeded grace 1s: 1 missed (pid 4 x y, S)",
+		},
+		{
+			name: "before any signal a sleeping process is still running, not missed",
+			r: Report{Job: "6", Grace: "3s", Stage: StageBeforeSignal, Processes: []Process{
+				{PID: 40, Comm: "sh", Class: Missed, State: "S", Wchan: "do_wait"},
+				{PID: 41, Comm: "cat", Class: Missed, State: "S", Wchan: "request_wait_answer"},
+			}},
+			want: "job 6 teardown exceeded grace 3s: 2 still running (pid 40 sh, S in do_wait; pid 41 cat, S in request_wait_answer)",
 		},
 		{
 			name: "no network file system",
