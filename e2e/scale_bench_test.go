@@ -1,0 +1,546 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// BenchmarkDownLatency measures how long after a teardown deadline D a
+// scheduler watching GET /v1/watch sees the node go down, with a real
+// aggregator process and GW_BENCH_LATENCY_SIZES (default 100,1000) simulated
+// agents: memberlist members in this process, built with mesh.New (role
+// agent, profile "lan", encrypted with a key file made by `aggregator
+// keygen`, as deployed), joined to the aggregator as their seed in parallel,
+// paced batches (see startSwarm).
+//
+// Each simulated agent publishes what a real one does (agent/meshlink.go):
+// a Meta of metaOf's layout through SetMeta and a StateUpdate (meta, reason,
+// teardowns) to every aggregator through SendToRole, on every change. Per
+// mode, GW_BENCH_DOWNS agents (default 20), one every GW_BENCH_SPACING
+// (default 1s), enter teardown with a deadline D GW_BENCH_LEAD ahead
+// (default 3s) and at D, on their own timer, latch down with the agent's
+// reason, as an agent does at D. A /v1/watch client records when the first
+// "down" event of each node arrives; the latency is that instant minus D
+// (one clock: every process is on this machine). The modes
+// (GW_BENCH_MODES, default all three):
+//
+//   - agent: SetMeta, then SendToRole, one after the other, as
+//     meshLink.publish does today. SetMeta blocks until memberlist has
+//     retransmitted the meta's broadcast its full count (4·⌈log10(n+1)⌉
+//     times, three per 200 ms gossip round), so the direct send leaves
+//     that much later.
+//   - gossip: SetMeta only (the direct send lost): what the fallback gives.
+//   - sendfirst: SendToRole, then SetMeta: what publishing the direct send
+//     first would give.
+//
+// The aggregator runs with its defaults (GOGC 100, clock_skew_allowance
+// 5s, so its own enforcement of D, which has a different reason and is
+// counted apart, cannot hide a late agent report under 5 s). This process
+// runs with GOGC GW_BENCH_GOGC (default 400), as DESIGN advises for many
+// memberlists in one process.
+//
+// All the members' gossip lands on this one process: each meta change is
+// re-broadcast by every member, as a join is. On 2 cores, 100 members are
+// comfortable; 400 are at the edge (a burst of changes can tip the process
+// into an overload of late probes, suspicion and refutations that does not
+// end by itself); 600 and more do not fit. The benchmark fails if the
+// members do not calm down (under 1.5 cores over 10 s) within GW_BENCH_CALM
+// (default 2m) after they are ready, and flags a mode during which
+// this process used more than 1.5 cores as OVERLOADED. Run with
+// -benchtime 1x; a run at 100 and 400 members takes about 6 minutes.
+func BenchmarkDownLatency(b *testing.B) {
+	sizes := benchInts(b, "GW_BENCH_LATENCY_SIZES", []int{100, 1000})
+	modes := []string{"agent", "gossip", "sendfirst"}
+	if v := os.Getenv("GW_BENCH_MODES"); v != "" {
+		modes = strings.Split(v, ",")
+		for _, m := range modes {
+			if !slices.Contains([]string{"agent", "gossip", "sendfirst"}, m) {
+				b.Fatalf("GW_BENCH_MODES=%q: want agent, gossip and/or sendfirst", v)
+			}
+		}
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(benchInts(b, "GW_BENCH_GOGC", []int{400})[0]))
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			for range b.N {
+				downLatency(b, n, modes)
+			}
+		})
+	}
+}
+
+// simAgent is a simulated node agent: a mesh member that publishes as
+// agent/meshlink.go does.
+type simAgent struct {
+	name string
+	m    *mesh.Mesh
+	seq  uint64
+}
+
+// meta is agent.metaOf's layout for a node in state with one job whose
+// deadline is d (zero: none).
+func (a *simAgent) meta(state gwpb.State, since time.Time, reason string, d time.Time) *gwpb.Meta {
+	a.seq++
+	m := &gwpb.Meta{Schema: gwpb.SchemaVersion, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: a.seq,
+		State: state, SinceMs: since.UnixMilli(), Reason: reason}
+	if !d.IsZero() {
+		m.DeadlineMs = d.UnixMilli()
+	}
+	if state == gwpb.State_STATE_TEARDOWN {
+		m.FreeAtMs = d.UnixMilli()
+	}
+	return m
+}
+
+// publishTimes is how long one publication's two steps took.
+type publishTimes struct {
+	lag           time.Duration // from D to the start of the down publication
+	setMeta, send time.Duration
+	setMetaErr    error
+	sendErr       error
+}
+
+// publish sends a state as mode says (see BenchmarkDownLatency).
+func (a *simAgent) publish(mode string, meta *gwpb.Meta, up *gwpb.StateUpdate) publishTimes {
+	var pt publishTimes
+	setMeta := func() {
+		t0 := time.Now()
+		pt.setMetaErr = a.m.SetMeta(meta)
+		pt.setMeta = time.Since(t0)
+	}
+	send := func() {
+		t0 := time.Now()
+		var n int
+		n, pt.sendErr = a.m.SendToRole(gwpb.Role_ROLE_AGGREGATOR, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: up}})
+		if pt.sendErr == nil && n == 0 {
+			pt.sendErr = errors.New("no aggregator alive in the member list")
+		}
+		pt.send = time.Since(t0)
+	}
+	switch mode {
+	case "agent":
+		setMeta()
+		send()
+	case "gossip":
+		setMeta()
+	case "sendfirst":
+		send()
+		setMeta()
+	}
+	return pt
+}
+
+// downLatency runs one aggregator, n simulated agents and every mode.
+func downLatency(b *testing.B, n int, modes []string) {
+	downs := benchInts(b, "GW_BENCH_DOWNS", []int{20})[0]
+	spacing := benchDuration(b, "GW_BENCH_SPACING", time.Second)
+	lead := benchDuration(b, "GW_BENCH_LEAD", 3*time.Second)
+	settle := benchDuration(b, "GW_BENCH_SETTLE", max(10*time.Second, time.Duration(n)*50*time.Millisecond))
+	port := benchInts(b, "GW_BENCH_PORT", []int{17960})[0]
+	if downs < 1 || downs*len(modes) > n {
+		b.Fatalf("GW_BENCH_DOWNS=%d × %d modes does not fit in %d members", downs, len(modes), n)
+	}
+
+	dir := b.TempDir()
+	keyfile := filepath.Join(dir, "mesh.key")
+	if out, err := exec.Command(bins.aggregator, "keygen", keyfile).CombinedOutput(); err != nil {
+		b.Fatalf("keygen: %v %s", err, out)
+	}
+	label := "bench-" + filepath.Base(dir)
+	mport, hport := freePort(b), freePort(b)
+	seed := fmt.Sprintf("127.0.0.1:%d", mport)
+	cfg := filepath.Join(dir, "aggregator.toml")
+	text := fmt.Sprintf(`name = "agg-1"
+log_format = "json"
+log_level = "info"
+
+[mesh]
+bind = %q
+label = %q
+keyring = %q
+
+[http]
+listen = "127.0.0.1:%d"
+
+[policy]
+grace = %q
+`, seed, label, keyfile, hport, lead.String())
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	g := &aggregator{proc: &proc{t: b, name: "agg-1", args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &syncBuffer{}},
+		url: fmt.Sprintf("http://127.0.0.1:%d", hport), config: cfg}
+	g.start()
+	b.Cleanup(func() { g.stop(); g.dumpIfFailed() })
+	g.waitReady()
+
+	agents := make([]*simAgent, n)
+	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
+		mc := mesh.DefaultConfig()
+		mc.Bind, mc.Label, mc.Keyring, mc.Join = addr, label, keyfile, []string{seed}
+		a := &simAgent{name: fmt.Sprintf("node%04d", i)}
+		meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
+		m, err := mesh.New(mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan"})
+		if err != nil {
+			return nil, err
+		}
+		a.m = m
+		agents[i] = a
+		return m, nil
+	}, func() error {
+		ns, err := fetchNodes(g.url + "/v1/nodes?state=up")
+		switch {
+		case err != nil:
+			return err
+		case len(ns) != n:
+			return fmt.Errorf("the aggregator serves %d of %d nodes up", len(ns), n)
+		}
+		return nil
+	})
+	// The joins' gossip must die down, and the process must not be stuck
+	// in the overload that many memberlists on 2 cores can fall into
+	// (late probes, suspicion, refutations, more gossip): then it would
+	// measure the overload, not the mesh.
+	aggPid := g.cmd.Process.Pid
+	calmBy := time.Now().Add(benchDuration(b, "GW_BENCH_CALM", 2*time.Minute))
+	time.Sleep(settle)
+	var steadyCPU, steadyAgg float64
+	for {
+		cpu0, agg0, t0 := cpuTime(), procCPU(aggPid), time.Now()
+		time.Sleep(10 * time.Second)
+		steadyCPU = (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
+		steadyAgg = (procCPU(aggPid) - agg0).Seconds() / time.Since(t0).Seconds()
+		if steadyCPU < 1.5 {
+			break
+		}
+		if time.Now().After(calmBy) {
+			b.Fatalf("the %d members still use %.2f cores (load average %s) %v after they were ready: overloaded, not measuring",
+				n, steadyCPU, loadAvg(), settle+benchDuration(b, "GW_BENCH_CALM", 2*time.Minute))
+		}
+	}
+	progress(b, "steady state over 10 s: this process %.2f cores, the aggregator %.2f cores (load average %s)",
+		steadyCPU, steadyAgg, loadAvg())
+	b.ReportMetric(steadyCPU, "cores-members")
+	b.ReportMetric(steadyAgg, "cores-aggregator")
+
+	w := g.watch(b)
+	type arrival struct {
+		at     time.Time
+		reason string
+	}
+	var mu sync.Mutex
+	want := map[string]bool{}
+	got := map[string]arrival{}
+	allIn := make(chan struct{}, 1)
+	go func() {
+		for {
+			var ev event
+			select {
+			case ev = <-w.events:
+			case <-w.done:
+				return
+			}
+			if ev.Type != "node" {
+				continue
+			}
+			var nd node
+			if json.Unmarshal([]byte(ev.Data), &nd) != nil || nd.State != "down" {
+				continue
+			}
+			mu.Lock()
+			if _, seen := got[nd.Name]; want[nd.Name] && !seen {
+				got[nd.Name] = arrival{ev.At, nd.Reason}
+				if len(got) == len(want) {
+					select {
+					case allIn <- struct{}{}:
+					default:
+					}
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+
+	order := rand.Perm(n)
+	for k, mode := range modes {
+		picked := order[k*downs : (k+1)*downs]
+		mu.Lock()
+		clear(want)
+		clear(got)
+		for _, i := range picked {
+			want[agents[i].name] = true
+		}
+		mu.Unlock()
+		deadlines := make([]time.Time, downs)
+		times := make([]publishTimes, downs)
+		var wg sync.WaitGroup
+		begin, cpu0 := time.Now(), cpuTime()
+		for j, i := range picked {
+			a := agents[i]
+			wg.Go(func() {
+				time.Sleep(time.Until(begin.Add(time.Duration(j) * spacing)))
+				now := time.Now()
+				d := now.Add(lead).Truncate(time.Millisecond)
+				deadlines[j] = d
+				job := "bench-" + strconv.Itoa(j)
+				td := &gwpb.Teardown{Job: job, Phase: "teardown", EndedMs: now.UnixMilli(), DeadlineMs: d.UnixMilli(), GraceMs: lead.Milliseconds()}
+				meta := a.meta(gwpb.State_STATE_TEARDOWN, now, "", d)
+				a.publish(mode, meta, &gwpb.StateUpdate{Meta: meta, Teardowns: []*gwpb.Teardown{td}})
+				time.Sleep(time.Until(d))
+				reason := fmt.Sprintf("job %s teardown exceeded grace %v", job, lead)
+				meta = a.meta(gwpb.State_STATE_DOWN, d, reason, d)
+				td.Phase = "overdue"
+				lag := time.Since(d)
+				times[j] = a.publish(mode, meta, &gwpb.StateUpdate{Meta: meta, Reason: reason, Teardowns: []*gwpb.Teardown{td}})
+				times[j].lag = lag
+			})
+		}
+		wg.Wait()
+		last := slices.MaxFunc(deadlines, func(x, y time.Time) int { return x.Compare(y) })
+		select {
+		case <-allIn:
+		case <-time.After(time.Until(last.Add(20 * time.Second))):
+		}
+		cores := (cpuTime() - cpu0).Seconds() / time.Since(begin).Seconds()
+		mu.Lock()
+		var lat []time.Duration
+		central := 0
+		var missing []string
+		for j, i := range picked {
+			name := agents[i].name
+			arr, ok := got[name]
+			if !ok {
+				missing = append(missing, name)
+				continue
+			}
+			lat = append(lat, arr.at.Sub(deadlines[j]))
+			if strings.HasPrefix(arr.reason, "no report after teardown deadline") {
+				central++
+			}
+		}
+		mu.Unlock()
+		if len(missing) > 0 {
+			b.Fatalf("mode %s: no down event within 20 s of the last deadline for %d of %d nodes: %s",
+				mode, len(missing), downs, strings.Join(missing, " "))
+		}
+		slices.Sort(lat)
+		var setMeta, send, lags []time.Duration
+		var setMetaErrs, sendErrs int
+		for _, pt := range times {
+			setMeta, send, lags = append(setMeta, pt.setMeta), append(send, pt.send), append(lags, pt.lag)
+			if pt.setMetaErr != nil {
+				setMetaErrs++
+			}
+			if pt.sendErr != nil {
+				sendErrs++
+			}
+		}
+		slices.Sort(setMeta)
+		slices.Sort(send)
+		slices.Sort(lags)
+		overload := ""
+		if cores > 1.5 {
+			overload = " OVERLOADED (these figures measure the overload of this process, not the mesh)"
+		}
+		progress(b, "%s: this process used %.2f cores%s (load average %s)", mode, cores, overload, loadAvg())
+		progress(b, "%s: D to the down event p50 %v, p99 %v, max %v (%d of %d from the aggregator's own enforcement); "+
+			"the down publication started p50 %v max %v after D (the teardown's was still running, or the timer was late), "+
+			"its SetMeta took p50 %v max %v (%d errors), its SendToRole p50 %v max %v (%d errors); all: %v",
+			mode, ms(percentile(lat, 50)), ms(percentile(lat, 99)), ms(lat[len(lat)-1]), central, downs,
+			ms(percentile(lags, 50)), ms(lags[len(lags)-1]),
+			ms(percentile(setMeta, 50)), ms(setMeta[len(setMeta)-1]), setMetaErrs,
+			ms(percentile(send, 50)), ms(send[len(send)-1]), sendErrs, roundAll(lat))
+		b.ReportMetric(float64(percentile(lat, 50))/1e6, "p50-ms-"+mode)
+		b.ReportMetric(float64(percentile(lat, 99))/1e6, "p99-ms-"+mode)
+		b.ReportMetric(float64(lat[len(lat)-1])/1e6, "max-ms-"+mode)
+		b.ReportMetric(cores, "cores-"+mode)
+		time.Sleep(10 * time.Second) // let the last broadcasts go before the next mode
+	}
+}
+
+// startSwarm starts n members with create, at 127.0.(40+i/250).(1+i%250)
+// on one port (Linux routes all of 127/8 to lo): in parallel batches of
+// GW_BENCH_JOIN_BATCH (default 20), each member after a random delay within
+// its batch's time. A batch of k members joining a cluster of m gets
+// k·max(m,100)/L seconds, L being GW_BENCH_JOIN_LOAD (default 800
+// joins·members/s), because every join costs every member gossip (see
+// mesh's BenchmarkGossipBytes). Then it waits until ready returns nil, and
+// fails after GW_BENCH_CONVERGE (default 4m) from the last start. The
+// members are shut down at cleanup.
+func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mesh.Mesh, error), ready func() error) {
+	b.Helper()
+	batch := max(1, benchInts(b, "GW_BENCH_JOIN_BATCH", []int{20})[0])
+	load := max(1, benchInts(b, "GW_BENCH_JOIN_LOAD", []int{800})[0])
+	converge := benchDuration(b, "GW_BENCH_CONVERGE", 4*time.Minute)
+	members := make([]*mesh.Mesh, n)
+	b.Cleanup(func() {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for _, m := range members {
+			if m != nil {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					m.Shutdown()
+				})
+			}
+		}
+		wg.Wait()
+	})
+	begin := time.Now()
+	lastAt, lastCPU := begin, cpuTime()
+	for lo := 0; lo < n; lo += batch {
+		hi := min(lo+batch, n)
+		span := time.Duration(float64(hi-lo) * float64(max(lo, 100)) / float64(load) * float64(time.Second))
+		batchEnd := time.Now().Add(span)
+		errs := make([]error, hi-lo)
+		var wg sync.WaitGroup
+		for i := lo; i < hi; i++ {
+			addr := fmt.Sprintf("127.0.%d.%d:%d", 40+i/250, 1+i%250, port)
+			wg.Go(func() {
+				time.Sleep(rand.N(span + 1))
+				m, err := create(i, addr)
+				if err != nil {
+					errs[i-lo] = fmt.Errorf("member %d at %s: %w", i, addr, err)
+					return
+				}
+				members[i] = m
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			b.Fatalf("starting the members: %v", err)
+		}
+		time.Sleep(time.Until(batchEnd))
+		if hi/100 != lo/100 || hi == n {
+			now, cpu := time.Now(), cpuTime()
+			progress(b, "%d members started after %v (%.2f cores since the last line)", hi, now.Sub(begin).Round(time.Millisecond),
+				(cpu-lastCPU).Seconds()/now.Sub(lastAt).Seconds())
+			lastAt, lastCPU = now, cpu
+		}
+	}
+	started := time.Now()
+	for {
+		err := ready()
+		if err == nil {
+			break
+		}
+		if time.Since(started) > converge {
+			b.Fatalf("%d members not ready within %v (GW_BENCH_CONVERGE) of the last start: %v", n, converge, err)
+		}
+		time.Sleep(time.Second)
+	}
+	progress(b, "%d members started in %v, ready %v later", n, started.Sub(begin).Round(time.Millisecond),
+		time.Since(started).Round(time.Millisecond))
+}
+
+// procCPU is the CPU time (user and system) of process pid so far.
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command (which may hold spaces) in parentheses.
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loadAvg is the first three fields of /proc/loadavg: other work on the
+// machine skews the figures.
+func loadAvg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// percentile returns the p-th percentile of sorted (nearest rank).
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = ms(d)
+	}
+	return out
+}
+
+// progress logs a step (at once with -v: these benchmarks run for
+// minutes).
+func progress(b *testing.B, format string, args ...any) {
+	b.Helper()
+	b.Logf(format, args...)
+}
+
+// benchInts reads a comma-separated list of integers from the environment
+// variable name, or returns def.
+func benchInts(b *testing.B, name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			b.Fatalf("%s=%q: want non-negative integers separated by commas", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// benchDuration reads a duration from the environment variable name, or
+// returns def.
+func benchDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		b.Fatalf("%s=%q: want a duration such as 30s", name, v)
+	}
+	return d
+}
