@@ -58,10 +58,10 @@ import (
 
 const (
 	// netnsNet is the test's subnet; it exists only inside its namespaces.
-	netnsNet = "198.18.0."
-	hubAddr  = netnsNet + "1"
-	meshPort = 7946
-	httpPort = 8470
+	netnsNet      = "198.18.0."
+	netnsHubAddr  = netnsNet + "1"
+	netnsMeshPort = 7946
+	netnsHTTPPort = 8470
 	// netnsGrace and netnsAllowance are the agents' G and the aggregator's
 	// clock_skew_allowance.
 	netnsGrace     = 3 * time.Second
@@ -96,12 +96,13 @@ type netnsCluster struct {
 	addr    map[string]string // node -> IP
 }
 
-// run runs a command (bounded) and returns its combined output.
-func run(name string, args ...string) (string, error) {
-	return runIn(nil, name, args...)
+// netnsRun runs a command (bounded) and returns its combined output.
+func netnsRun(name string, args ...string) (string, error) {
+	return netnsRunIn(nil, name, args...)
 }
 
-func runIn(stdin io.Reader, name string, args ...string) (string, error) {
+// netnsRunIn is netnsRun with stdin.
+func netnsRunIn(stdin io.Reader, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -115,7 +116,7 @@ func runIn(stdin io.Reader, name string, args ...string) (string, error) {
 
 func (c *netnsCluster) must(name string, args ...string) string {
 	c.t.Helper()
-	out, err := run(name, args...)
+	out, err := netnsRun(name, args...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -140,14 +141,14 @@ func newNetnsCluster(t *testing.T, agents int) *netnsCluster {
 	var made []string
 	t.Cleanup(func() { c.removeNamespaces(made) })
 
-	if out, err := run("ip", "netns", "add", c.hub); err != nil {
+	if out, err := netnsRun("ip", "netns", "add", c.hub); err != nil {
 		testutil.Require(t, false, fmt.Sprintf("cannot create a network namespace: %v %s", err, out))
 	}
 	made = append(made, c.hub)
 	c.ns["agg"] = c.hub
 	c.must("ip", "-n", c.hub, "link", "set", "lo", "up")
 	c.must("ip", "-n", c.hub, "link", "add", "br0", "type", "bridge")
-	c.must("ip", "-n", c.hub, "addr", "add", hubAddr+"/24", "dev", "br0")
+	c.must("ip", "-n", c.hub, "addr", "add", netnsHubAddr+"/24", "dev", "br0")
 	c.must("ip", "-n", c.hub, "link", "set", "br0", "up")
 	for i := 1; i <= agents; i++ {
 		node := fmt.Sprintf("n%d", i)
@@ -189,7 +190,7 @@ func (c *netnsCluster) removeNamespaces(names []string) {
 		if tid := threadIn(ns); tid != 0 {
 			c.t.Errorf("thread %d of the test process is in namespace %s", tid, ns)
 		}
-		if out, err := run("ip", "netns", "pids", ns); err == nil {
+		if out, err := netnsRun("ip", "netns", "pids", ns); err == nil {
 			for _, f := range strings.Fields(out) {
 				if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
 					c.t.Errorf("process %d was still in namespace %s at cleanup; killing it", pid, ns)
@@ -197,18 +198,18 @@ func (c *netnsCluster) removeNamespaces(names []string) {
 				}
 			}
 		}
-		_, _ = run("ip", "netns", "exec", ns, "nft", "delete", "table", "netdev", "gw")
+		_, _ = netnsRun("ip", "netns", "exec", ns, "nft", "delete", "table", "netdev", "gw")
 		if ns == c.hub {
 			for node := range c.addr {
-				_, _ = run("ip", "-n", ns, "link", "del", "v-"+node)
+				_, _ = netnsRun("ip", "-n", ns, "link", "del", "v-"+node)
 			}
-			_, _ = run("ip", "-n", ns, "link", "del", "br0")
+			_, _ = netnsRun("ip", "-n", ns, "link", "del", "br0")
 		}
-		if _, err := run("ip", "netns", "del", ns); err != nil {
+		if _, err := netnsRun("ip", "netns", "del", ns); err != nil {
 			c.t.Errorf("cleanup: %v", err)
 		}
 	}
-	if out, err := run("ip", "netns", "list"); err == nil && strings.Contains(out, c.prefix) {
+	if out, err := netnsRun("ip", "netns", "list"); err == nil && strings.Contains(out, c.prefix) {
 		c.t.Errorf("cleanup: namespaces left behind:\n%s", out)
 	}
 }
@@ -297,12 +298,12 @@ admin_token_file = %[6]q
 [policy]
 grace = %[7]q
 clock_skew_allowance = %[8]q
-`, hubAddr, meshPort, c.label, c.keyfile, httpPort, filepath.Join(c.dir, "token"), netnsGrace.String(), netnsAllowance.String())
+`, netnsHubAddr, netnsMeshPort, c.label, c.keyfile, netnsHTTPPort, filepath.Join(c.dir, "token"), netnsGrace.String(), netnsAllowance.String())
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
 	g := &aggregator{proc: &proc{t: c.t, name: "agg", logs: &syncBuffer{}},
-		url: fmt.Sprintf("http://%s:%d", hubAddr, httpPort), config: cfg}
+		url: fmt.Sprintf("http://%s:%d", netnsHubAddr, netnsHTTPPort), config: cfg}
 	c.startIn(c.hub, g.proc, bins.aggregator, "serve", "--config", cfg)
 	g.waitReady()
 	c.checkIn(c.hub, g.cmd.Process.Pid, bins.aggregator)
@@ -344,7 +345,7 @@ label = %q
 keyring = %q
 rejoin_interval = "2s"
 `, name, filepath.Join(dir, "state"), a.socket, a.root, netnsGrace.String(),
-		c.addr[name], meshPort, hubAddr, meshPort, c.label, c.keyfile)
+		c.addr[name], netnsMeshPort, netnsHubAddr, netnsMeshPort, c.label, c.keyfile)
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -451,7 +452,7 @@ func dialInNetns(ctx context.Context, nsPath, network, addr string) (net.Conn, e
 // nft loads an nft script into namespace ns.
 func (c *netnsCluster) nft(ns, script string) {
 	c.t.Helper()
-	if _, err := runIn(strings.NewReader(script), "ip", "netns", "exec", ns, "nft", "-f", "-"); err != nil {
+	if _, err := netnsRunIn(strings.NewReader(script), "ip", "netns", "exec", ns, "nft", "-f", "-"); err != nil {
 		c.t.Fatalf("nft in %s: %v\nscript:\n%s", ns, err, script)
 	}
 }
@@ -464,8 +465,8 @@ func (c *netnsCluster) nft(ns, script string) {
 // which no real network does. Bridged traffic between agents does not pass
 // br0's hooks, so a fault on the hub affects only the aggregator's traffic.
 
-// nic is the interface of host in its namespace.
-func nic(host string) string {
+// netnsNIC is the interface of host in its namespace.
+func netnsNIC(host string) string {
 	if host == "agg" {
 		return "br0"
 	}
@@ -487,7 +488,7 @@ func (c *netnsCluster) cut(host string) {
 	chain in { type filter hook ingress device %[1]q priority 0; counter drop; }
 	chain out { type filter hook egress device %[1]q priority 0; counter drop; }
 }
-`, nic(host)))
+`, netnsNIC(host)))
 }
 
 // loss drops pct % of the packets on host's NIC at random, in and out. The
@@ -499,16 +500,16 @@ func (c *netnsCluster) loss(host string, pct int) {
 	chain in { type filter hook ingress device %[1]q priority 0; counter; numgen random mod 100 < %[2]d counter drop; }
 	chain out { type filter hook egress device %[1]q priority 0; counter; numgen random mod 100 < %[2]d counter drop; }
 }
-`, nic(host), pct))
+`, netnsNIC(host), pct))
 }
 
-var counterRE = regexp.MustCompile(`counter packets (\d+)`)
+var netnsCounterRE = regexp.MustCompile(`counter packets (\d+)`)
 
 // lossCounters returns the packets seen and dropped by host's loss rules.
 func (c *netnsCluster) lossCounters(host string) (seen, dropped int64) {
 	c.t.Helper()
 	out := c.must("ip", "netns", "exec", c.ns[host], "nft", "list", "table", "netdev", "gw")
-	m := counterRE.FindAllStringSubmatch(out, -1)
+	m := netnsCounterRE.FindAllStringSubmatch(out, -1)
 	if len(m) != 4 {
 		c.t.Fatalf("nft counters of %s: %q", host, out)
 	}
@@ -569,36 +570,6 @@ func declaredDead(p *proc, since time.Time) (map[string]bool, time.Time) {
 		}
 	}
 	return gone, last
-}
-
-// waitDeclaredDead waits (bounded) until each agent named in want has
-// declared at least that many members dead since the cut, and returns when
-// the last death was declared by any process of the cluster.
-func (c *netnsCluster) waitDeclaredDead(want map[string]int, since time.Time, timeout time.Duration) time.Time {
-	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		done := true
-		for name, n := range want {
-			if gone, _ := declaredDead(c.agent(name).proc, since); len(gone) < n {
-				done = false
-			}
-		}
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the cut-off agents did not declare the others dead within %v", timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	var last time.Time
-	for _, p := range append([]*proc{c.agg.proc}, agentProcs(c.agents)...) {
-		if _, l := declaredDead(p, since); l.After(last) {
-			last = l
-		}
-	}
-	return last
 }
 
 // meshNode is a node of the view with the mesh's opinion of its agent.
