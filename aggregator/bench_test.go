@@ -23,14 +23,15 @@ import (
 
 // The benchmarks here serve a view of GW_BENCH_NODES nodes (default 10,000,
 // the size): per hundred nodes, one down (a latched grace violation
-// with its StateUpdate, teardown and a diagnostics report of a few KiB), one
+// with its StateUpdate, teardown and a diagnostics report of about 2 KB), one
 // in teardown (deadline an hour ahead, so the view does not change while it
 // is measured), one unreachable every two hundred (the mesh declared it
 // dead), the rest up. The Service runs on a FakeMesh and the wall clock; the
 // HTTP server is the real one on 127.0.0.1:0 and the client Go's, with
 // keep-alive connections.
 
-// benchMix is the share of each kind of node in benchNodes.
+// The mix (see benchKind): one node in benchDownEvery is down, one in
+// benchTeardownEvery in teardown, one in benchUnreachableEvery unreachable.
 const (
 	benchDownEvery        = 100
 	benchTeardownEvery    = 100
@@ -63,7 +64,7 @@ func benchKind(i int) State {
 	return StateUp
 }
 
-// benchDetail is a diagnostics report's JSON of a few KiB, as an agent
+// benchDetail is a diagnostics report's JSON of about 2 KB, as an agent
 // sends one.
 var benchDetail = func() []byte {
 	type proc struct {

@@ -411,7 +411,7 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr, seed string)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	progress(b, "%d members started in %v, all saw all %v later", n, started.Sub(begin).Round(time.Millisecond),
+	progress(b, "%d members started in %v, converged %v later", n, started.Sub(begin).Round(time.Millisecond),
 		time.Since(started).Round(time.Millisecond))
 	return members
 }
