@@ -112,34 +112,13 @@ func DefaultConfig() Config {
 // LoadConfig reads path over the defaults and validates the result. An empty
 // path gives the defaults. Errors name the file, and the line and key where
 // the TOML decoder knows them.
-func LoadConfig(path string) (Config, error) {
-	if path == "" {
-		return ParseConfig("", nil)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return DefaultConfig(), fmt.Errorf("read config: %w", err)
-	}
-	return ParseConfig(path, data)
-}
+func LoadConfig(path string) (Config, error) { return config.LoadWith(path, ParseConfig) }
 
 // ParseConfig decodes data, the content of the file named name, over the
 // defaults and validates the result; nil data gives the defaults. Errors
 // name the file, and the line and key where the TOML decoder knows them.
 func ParseConfig(name string, data []byte) (Config, error) {
-	cfg := DefaultConfig()
-	if data != nil {
-		if err := config.Decode(name, data, &cfg); err != nil {
-			return cfg, err
-		}
-	}
-	if err := cfg.Validate(); err != nil {
-		if name == "" {
-			name = "defaults"
-		}
-		return cfg, fmt.Errorf("%s: %w", name, err)
-	}
-	return cfg, nil
+	return config.Parse(name, data, DefaultConfig())
 }
 
 // placeholder matches "{word}" in actuator arguments.

@@ -173,3 +173,39 @@ func (d *Duration) unmarshalRaw(raw string) error {
 		return d.UnmarshalText([]byte(strconv.FormatInt(n, 10)))
 	}
 }
+
+// Parse decodes data, the content of the file named name, over cfg (the
+// defaults) and validates the result; nil data gives the defaults. Errors
+// name the file, and the line and key where the TOML decoder knows them.
+// Both programs' ParseConfig are this.
+func Parse[T any, PT interface {
+	*T
+	Validate() error
+}](name string, data []byte, cfg T) (T, error) {
+	if data != nil {
+		if err := Decode(name, data, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	if err := PT(&cfg).Validate(); err != nil {
+		if name == "" {
+			name = "defaults"
+		}
+		return cfg, fmt.Errorf("%s: %w", name, err)
+	}
+	return cfg, nil
+}
+
+// LoadWith reads the file at path and hands it to parse; an empty path
+// gives parse's defaults. Both programs' LoadConfig are this.
+func LoadWith[T any](path string, parse func(name string, data []byte) (T, error)) (T, error) {
+	if path == "" {
+		return parse("", nil)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		cfg, _ := parse("", nil)
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	return parse(path, data)
+}
