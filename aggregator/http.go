@@ -303,16 +303,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusBadRequest, "format: unknown format %q (want json or hostlist)", format)
 		return
 	}
-	nodes := s.svc.Nodes()
-	if want != "" {
-		kept := nodes[:0]
-		for _, n := range nodes {
-			if n.State == want {
-				kept = append(kept, n)
-			}
-		}
-		nodes = kept
-	}
+	nodes := s.svc.NodesIn(want)
 	if format == "hostlist" {
 		names := make([]string, len(nodes))
 		for i, n := range nodes {
