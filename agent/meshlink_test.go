@@ -37,3 +37,24 @@ func TestMetaOf(t *testing.T) {
 		t.Fatalf("down meta %v", down)
 	}
 }
+
+func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
+	since := time.UnixMilli(1_800_000_000_000)
+	up := api.Status{Node: "n1", State: api.StateUp, Since: since, Seq: 42, Incarnation: 3}
+	g := gossipedMeta(up)
+	if g.SinceMs != 0 || g.Seq != 42 || g.Incarnation != 3 || g.State != gwpb.State_STATE_UP {
+		t.Fatalf("gossiped up meta %v: want since_ms 0, seq and incarnation kept", g)
+	}
+	if d := metaOf(up); d.SinceMs != since.UnixMilli() {
+		t.Fatalf("direct meta %v lost since_ms", d)
+	}
+	gb, _ := mesh.EncodeMeta(g)
+	db, _ := mesh.EncodeMeta(metaOf(up))
+	if len(gb) >= len(db) {
+		t.Fatalf("gossiped up meta %d bytes, direct %d: want smaller", len(gb), len(db))
+	}
+	down := api.Status{Node: "n1", State: api.StateDown, Reason: "hung", Since: since, Seq: 43, Incarnation: 3}
+	if g := gossipedMeta(down); g.SinceMs != since.UnixMilli() {
+		t.Fatalf("gossiped down meta %v: since_ms must stay", g)
+	}
+}

@@ -180,17 +180,14 @@ func gossipTraffic(b *testing.B, sink *byteCounter, n int, withMesh bool) traffi
 		port++
 	}
 	tr := traffic{n: n, span: window, period: pushPullPeriod(n)}
-	// An up agent's meta (agent.metaOf's layout: schema, role,
-	// incarnation, seq, state, since). Its values differ from node to
-	// node, as in a real cluster, where compression of push-pulls finds
-	// less to share: agent boots (incarnation), state changes (seq) and
-	// the time of the last change within a week.
-	now := time.Now()
+	// An up agent's gossiped meta (agent.gossipedMeta's layout: schema,
+	// role, incarnation, seq, state). Its values differ from node to node,
+	// as in a real cluster, where compression of push-pulls finds less to
+	// share: agent boots (incarnation) and state changes (seq).
 	metas := make([]*gwpb.Meta, n)
 	var metaBytes int
 	for i := range metas {
-		metas[i] = &gwpb.Meta{Incarnation: 1 + rand.Uint64N(20), Seq: 1 + rand.Uint64N(5000), State: gwpb.State_STATE_UP,
-			SinceMs: now.Add(-rand.N(7 * 24 * time.Hour)).UnixMilli()}
+		metas[i] = &gwpb.Meta{Incarnation: 1 + rand.Uint64N(20), Seq: 1 + rand.Uint64N(5000), State: gwpb.State_STATE_UP}
 		enc, err := EncodeMeta(initialMeta(metas[i], gwpb.Role_ROLE_AGENT))
 		if err != nil {
 			b.Fatal(err)

@@ -195,7 +195,7 @@ type Meta struct {
 	State         State                  `protobuf:"varint,5,opt,name=state,proto3,enum=gracewatch.v1.State" json:"state,omitempty"`
 	FreeAtMs      int64                  `protobuf:"varint,6,opt,name=free_at_ms,json=freeAtMs,proto3" json:"free_at_ms,omitempty"`     // Unix milliseconds; 0 unless state is TEARDOWN
 	DeadlineMs    int64                  `protobuf:"varint,7,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"` // deadline D of the latest teardown; 0 if none
-	SinceMs       int64                  `protobuf:"varint,8,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`          // when state last changed
+	SinceMs       int64                  `protobuf:"varint,8,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`          // when state last changed; 0 in an up node's gossiped meta
 	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`                            // short reason; empty when up
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
