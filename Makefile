@@ -7,7 +7,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build test test-short lint fuzz bench demo clean proto proto-check
+.PHONY: all build test test-short lint fuzz fuzz-corpus bench demo clean proto proto-check
 
 all: build
 
@@ -34,6 +34,20 @@ fuzz:
 	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
 	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+# Commit what fuzzing found: copy the inputs that widened coverage (kept by
+# go test in its cache) into each package's testdata/fuzz, where every
+# `go test` runs them as regression cases. Run after `make fuzz`.
+fuzz-corpus:
+	@set -e; cache=$$($(GO) env GOCACHE)/fuzz; mod=$$($(GO) list -m); \
+	for pkg in $$($(GO) list $(PKGS)); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+	    src=$$cache/$$pkg/$$f; [ -d $$src ] || continue; \
+	    mkdir -p $$dir/testdata/fuzz/$$f; cp -n $$src/* $$dir/testdata/fuzz/$$f/; \
+	    echo "$$pkg $$f: $$(ls $$dir/testdata/fuzz/$$f | wc -l) inputs"; \
 	  done; \
 	done
 
