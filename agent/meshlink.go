@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -40,6 +41,7 @@ type meshLink struct {
 	wake     chan struct{}               // the direct sender's
 	wakeMeta chan struct{}               // the meta updater's
 	ctrl     chan ctrlMsg
+	sender   *stateSender // the direct sends; set by run
 }
 
 type ctrlMsg struct {
@@ -106,10 +108,14 @@ func (l *meshLink) MemberChanged(m mesh.Member) {
 }
 
 // run publishes and handles control messages until ctx ends. The direct
-// sends and the meta updates run in two loops of their own, each taking the
-// latest status: memberlist's UpdateNode waits for the gossip retransmits
-// (most of a second), and a change must not wait behind the previous one's.
+// sends and the meta updates run apart, each taking the latest status:
+// memberlist's UpdateNode waits for the gossip retransmits (most of a
+// second), and a change must not wait behind the previous one's. The
+// direct sends go through a stateSender, so that a newer state is not
+// queued behind an older one's send either.
 func (l *meshLink) run(ctx context.Context) {
+	l.sender = newStateSender(ctx, l.sendState, clock.Real{}, l.log)
+	defer l.sender.close()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -148,8 +154,22 @@ func (l *meshLink) updateMeta() {
 	}
 }
 
-// publish sends the latest status with teardowns and reports straight to
-// every aggregator.
+// sendState sends u to one aggregator. It returns when ctx ends even if
+// the send still waits in memberlist's connect (bounded by the profile's
+// TCP timeout, which then ends it).
+func (l *meshLink) sendState(ctx context.Context, node string, u *gwpb.StateUpdate) error {
+	errc := make(chan error, 1)
+	go func() { errc <- l.m.Send(node, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: u}}) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// publish hands the latest status with teardowns and reports to the
+// sender, for every alive aggregator.
 func (l *meshLink) publish() {
 	l.mu.Lock()
 	st := l.latest
@@ -182,10 +202,7 @@ func (l *meshLink) publish() {
 		up.Reports = append(up.Reports, &gwpb.Report{Job: r.Job, Stage: r.Stage, Outcome: r.Outcome,
 			Summary: r.Summary, TakenMs: r.Taken.UnixMilli(), DetailJson: detail})
 	}
-	n, err := l.m.SendToRole(gwpb.Role_ROLE_AGGREGATOR, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: up}})
-	if err != nil {
-		l.log.Warn("state update not delivered to every aggregator", "sent", n, "err", err)
-	}
+	l.sender.publish(up, l.m.AliveMembers(gwpb.Role_ROLE_AGGREGATOR))
 }
 
 // control carries out one Control and answers with a ControlAck.

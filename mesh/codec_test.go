@@ -195,9 +195,9 @@ func TestSchemaNewerMessage(t *testing.T) {
 	if err != nil || genv.GetFrom() != "node1" || genv.GetControl().GetId() != "x" {
 		t.Errorf("envelope with a new field: %v, %v", genv, err)
 	}
-	// A body type of schema N+1 (a new oneof member, field 13).
+	// A body type of schema N+1 (a new oneof member, field 20).
 	nb, _ := EncodeEnvelope(&gwpb.Envelope{Schema: 2, From: "node1"})
-	nb = protowire.AppendTag(nb, 13, protowire.BytesType)
+	nb = protowire.AppendTag(nb, 20, protowire.BytesType)
 	nb = protowire.AppendBytes(nb, []byte{0x08, 0x01})
 	genv, err = DecodeEnvelope(nb)
 	if err != nil || genv.GetBody() != nil || genv.GetFrom() != "node1" || genv.GetSchema() != 2 {

@@ -64,6 +64,11 @@ type Options struct {
 	// (memberlist.DefaultLocalConfig: faster failure detection, for tests
 	// and benchmarks).
 	Profile string
+	// Tune, if set, is called with memberlist's configuration just before
+	// New starts memberlist, once New has filled it in. It exists for
+	// benchmarks that run many members in one process (a lighter
+	// Transport, no compression); programs leave it nil.
+	Tune func(*memberlist.Config)
 }
 
 // Mesh is this process's membership of the mesh. Its methods are safe for
@@ -177,6 +182,9 @@ func New(o Options) (*Mesh, error) {
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
 	mc.Logger = newStdLogger(logger)
+	if o.Tune != nil {
+		o.Tune(mc)
+	}
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -313,15 +321,7 @@ func (m *Mesh) SendToRole(role gwpb.Role, env *gwpb.Envelope) (sent int, err err
 	if err != nil {
 		return 0, fmt.Errorf("send to role %s: %w", role, err)
 	}
-	var targets []string
-	m.mu.Lock()
-	for name, st := range m.members {
-		if name != m.name && st.Status == StatusAlive && st.Role == role {
-			targets = append(targets, name)
-		}
-	}
-	m.mu.Unlock()
-	slices.Sort(targets)
+	targets := m.AliveMembers(role)
 	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, sendParallel)
@@ -341,6 +341,21 @@ func (m *Mesh) SendToRole(role gwpb.Role, env *gwpb.Envelope) (sent int, err err
 		}
 	}
 	return sent, errors.Join(errs...)
+}
+
+// AliveMembers returns the names of the alive members of role but this
+// one, sorted.
+func (m *Mesh) AliveMembers(role gwpb.Role) []string {
+	var names []string
+	m.mu.Lock()
+	for name, st := range m.members {
+		if name != m.name && st.Status == StatusAlive && st.Role == role {
+			names = append(names, name)
+		}
+	}
+	m.mu.Unlock()
+	slices.Sort(names)
+	return names
 }
 
 func (m *Mesh) encode(env *gwpb.Envelope) ([]byte, error) {

@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// Defaults of the state sender.
+const (
+	// sendMaxInFlight bounds the attempts in flight to one aggregator.
+	sendMaxInFlight = 4
+	// sendRetryFirst is how long an attempt may run (or how soon after it
+	// started a failed one is repeated) before the next attempt of the
+	// same state starts. A new TCP connection that lost its SYN or SYN-ACK
+	// retries only 1 s later, then 3 s (memberlist dials with the
+	// profile's TCP timeout, 10 s in the LAN profile, for every purpose):
+	// a fresh connection half a second in is the faster way through.
+	sendRetryFirst = 500 * time.Millisecond
+	// sendRetryMax caps the doubling delay between attempts.
+	sendRetryMax = 8 * time.Second
+	// sendWarnAfter is the failed attempts of one state to one aggregator
+	// after which it is logged as a warning (before: debug).
+	sendWarnAfter = 3
+)
+
+// sendFunc sends u to the named aggregator. It must return soon after ctx
+// ends.
+type sendFunc func(ctx context.Context, node string, u *gwpb.StateUpdate) error
+
+// stateSender delivers the node's latest StateUpdate to every aggregator,
+// latest wins: a newer state never waits behind an older one's send. Each
+// publish starts an attempt to every target at once (in parallel with any
+// attempt still in flight, at most maxInFlight per target); a state that a
+// newer one replaced before its turn is never sent. The latest state is
+// sent again while no attempt of it has succeeded: sendRetryFirst after its
+// first attempt started, then after doubling delays up to sendRetryMax,
+// whether the previous attempt failed or still hangs in its connect.
+// Aggregators order states by (incarnation, seq), so arrivals out of order
+// and duplicates are harmless. A target that is not an alive member any
+// more (mesh.ErrNotAlive, ErrUnknownMember) is not retried: its return
+// makes the link publish again.
+//
+// Its methods are safe for concurrent use and never block on the network.
+type stateSender struct {
+	ctx   context.Context
+	send  sendFunc
+	clock clock.Clock
+	log   *slog.Logger
+
+	maxInFlight          int
+	retryFirst, retryMax time.Duration
+
+	mu      sync.Mutex
+	closed  bool
+	version uint64 // of latest, counted from 1
+	latest  *gwpb.StateUpdate
+	targets map[string]*sendTarget
+	wg      sync.WaitGroup // attempts in flight
+}
+
+// sendTarget is one aggregator's delivery state. Guarded by stateSender.mu.
+type sendTarget struct {
+	name      string
+	delivered uint64 // newest version an attempt delivered
+	inFlight  int
+	attempts  int  // attempts of the current version
+	failures  int  // failed attempts of the current version
+	waiting   bool // an attempt is due but every slot is taken
+	timer     clock.Timer
+	timerGen  uint64
+	removed   bool
+}
+
+// newStateSender returns a sender whose attempts run under ctx: once ctx
+// ends no attempt starts and close returns once those in flight returned.
+func newStateSender(ctx context.Context, send sendFunc, clk clock.Clock, logger *slog.Logger) *stateSender {
+	return &stateSender{
+		ctx:         ctx,
+		send:        send,
+		clock:       clk,
+		log:         logger,
+		maxInFlight: sendMaxInFlight,
+		retryFirst:  sendRetryFirst,
+		retryMax:    sendRetryMax,
+		targets:     make(map[string]*sendTarget),
+	}
+}
+
+// publish makes u the state to deliver to targets (the alive aggregators),
+// replacing any older one, and starts an attempt to each target that has a
+// free slot. Targets not listed are forgotten. u must not be modified
+// afterwards: attempts marshal it concurrently.
+func (s *stateSender) publish(u *gwpb.StateUpdate, targets []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ctx.Err() != nil {
+		return
+	}
+	s.version++
+	s.latest = u
+	keep := make(map[string]bool, len(targets))
+	for _, name := range targets {
+		keep[name] = true
+	}
+	for name, t := range s.targets {
+		if !keep[name] {
+			s.stopTimerLocked(t)
+			t.removed = true
+			delete(s.targets, name)
+		}
+	}
+	for _, name := range targets {
+		t := s.targets[name]
+		if t == nil {
+			t = &sendTarget{name: name}
+			s.targets[name] = t
+		}
+		t.attempts, t.failures = 0, 0
+		s.stopTimerLocked(t)
+		s.attemptLocked(t)
+	}
+}
+
+// close stops every retry, makes publish a no-op, and waits for the
+// attempts in flight, which return once the sender's ctx has ended.
+func (s *stateSender) close() {
+	s.mu.Lock()
+	s.closed = true
+	for _, t := range s.targets {
+		s.stopTimerLocked(t)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *stateSender) stopTimerLocked(t *sendTarget) {
+	if t.timer != nil {
+		t.timer.Stop()
+		t.timer = nil
+	}
+	t.timerGen++
+	t.waiting = false
+}
+
+// attemptLocked starts an attempt of the latest version to t, if t does
+// not have it yet, and arms the next attempt.
+func (s *stateSender) attemptLocked(t *sendTarget) {
+	if s.closed || t.removed || t.delivered >= s.version || s.ctx.Err() != nil {
+		return
+	}
+	s.stopTimerLocked(t)
+	if t.inFlight >= s.maxInFlight {
+		t.waiting = true // started when an attempt returns
+		return
+	}
+	t.inFlight++
+	t.attempts++
+	v, u := s.version, s.latest
+	delay := s.retryFirst << min(t.attempts-1, 30)
+	if delay <= 0 || delay > s.retryMax {
+		delay = s.retryMax
+	}
+	gen := t.timerGen
+	t.timer = s.clock.AfterFunc(delay, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if t.timerGen == gen {
+			t.timer = nil
+			s.attemptLocked(t)
+		}
+	})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := s.send(s.ctx, t.name, u)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		t.inFlight--
+		s.doneLocked(t, v, err)
+		if t.waiting {
+			s.attemptLocked(t)
+		}
+	}()
+}
+
+// doneLocked records the outcome of an attempt of version v to t.
+func (s *stateSender) doneLocked(t *sendTarget, v uint64, err error) {
+	switch {
+	case err == nil:
+		if v > t.delivered {
+			t.delivered = v
+		}
+		if t.delivered >= s.version {
+			s.stopTimerLocked(t)
+		}
+		if t.failures > 0 && v == s.version {
+			s.log.Debug("state update delivered after failed attempts", "to", t.name, "attempts", t.attempts, "failed", t.failures)
+		}
+	case s.ctx.Err() != nil:
+	case v != s.version:
+		// A newer state replaced it: its own attempts report.
+	case errors.Is(err, mesh.ErrNotAlive) || errors.Is(err, mesh.ErrUnknownMember) || errors.Is(err, mesh.ErrClosed):
+		s.stopTimerLocked(t)
+		s.log.Debug("state update not delivered, the aggregator is not an alive member", "to", t.name, "err", err)
+	case errors.Is(err, mesh.ErrTooLarge):
+		s.stopTimerLocked(t)
+		s.log.Warn("state update too large to send; the gossiped meta still carries the state", "to", t.name, "err", err)
+	default:
+		t.failures++
+		if t.failures == sendWarnAfter {
+			s.log.Warn("state update not delivered yet; retrying", "to", t.name, "attempts", t.attempts, "err", err)
+		} else {
+			s.log.Debug("state update attempt failed", "to", t.name, "attempt", t.attempts, "err", err)
+		}
+	}
+}

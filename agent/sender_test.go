@@ -1,0 +1,297 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// fakeSends is a sendFunc whose every call blocks until the test answers
+// it (or its ctx ends), so that tests decide which attempt hangs, fails or
+// succeeds, and when.
+type fakeSends struct {
+	clk *clock.Fake
+
+	mu        sync.Mutex
+	calls     []*fakeCall
+	inFlight  int
+	maxFlight int
+	delivered map[string][]uint64 // node -> seqs delivered, in order
+}
+
+type fakeCall struct {
+	node   string
+	seq    uint64
+	at     time.Time
+	answer chan error
+}
+
+func newFakeSends(clk *clock.Fake) *fakeSends {
+	return &fakeSends{clk: clk, delivered: map[string][]uint64{}}
+}
+
+func (f *fakeSends) send(ctx context.Context, node string, u *gwpb.StateUpdate) error {
+	c := &fakeCall{node: node, seq: u.GetMeta().GetSeq(), at: f.clk.Now(), answer: make(chan error, 1)}
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	f.inFlight++
+	f.maxFlight = max(f.maxFlight, f.inFlight)
+	f.mu.Unlock()
+	var err error
+	select {
+	case err = <-c.answer:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	f.mu.Lock()
+	f.inFlight--
+	if err == nil {
+		f.delivered[node] = append(f.delivered[node], c.seq)
+	}
+	f.mu.Unlock()
+	return err
+}
+
+// call waits (bounded) for the i-th call (from 0) and returns it.
+func (f *fakeSends) call(t *testing.T, i int) *fakeCall {
+	t.Helper()
+	var c *fakeCall
+	waitUntil(t, fmt.Sprintf("send call %d", i), func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.calls) > i {
+			c = f.calls[i]
+		}
+		return c != nil
+	})
+	return c
+}
+
+func (f *fakeSends) numCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+func (f *fakeSends) seqs() []uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []uint64
+	for _, c := range f.calls {
+		out = append(out, c.seq)
+	}
+	return out
+}
+
+// waitDelivered waits (bounded) until node got seq.
+func (f *fakeSends) waitDelivered(t *testing.T, node string, seq uint64) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("seq %d delivered to %s", seq, node), func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Contains(f.delivered[node], seq)
+	})
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func stateUpdate(seq uint64) *gwpb.StateUpdate {
+	return &gwpb.StateUpdate{Meta: &gwpb.Meta{Incarnation: 1, Seq: seq}}
+}
+
+// newTestSender returns a sender on a fake clock and fake sends, closed
+// (after its ctx is cancelled) when the test ends.
+func newTestSender(t *testing.T) (*stateSender, *fakeSends, *clock.Fake, context.CancelFunc) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	f := newFakeSends(clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newStateSender(ctx, f.send, clk, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { cancel(); s.close() })
+	return s, f, clk, cancel
+}
+
+// settled waits until no attempt is in flight and checks that no retry is
+// armed.
+func settled(t *testing.T, s *stateSender, clk *clock.Fake) {
+	t.Helper()
+	waitUntil(t, "no attempt in flight", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, tg := range s.targets {
+			if tg.inFlight > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := clk.Pending(); n != 0 {
+		t.Errorf("%d retries armed, want none", n)
+	}
+}
+
+func TestStateSenderNewerOvertakesAStuckSend(t *testing.T) {
+	s, f, clk, _ := newTestSender(t)
+	s.publish(stateUpdate(1), []string{"agg"})
+	stuck := f.call(t, 0) // its connect hangs
+	s.publish(stateUpdate(2), []string{"agg"})
+	newer := f.call(t, 1)
+	if newer.seq != 2 {
+		t.Fatalf("second send carries seq %d, want 2", newer.seq)
+	}
+	newer.answer <- nil
+	f.waitDelivered(t, "agg", 2)
+	stuck.answer <- errors.New("i/o timeout")
+	settled(t, s, clk)
+	clk.Advance(time.Minute)
+	if got := f.seqs(); !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("sends %v, want [1 2]: the stale one is not retried once a newer one is delivered", got)
+	}
+}
+
+func TestStateSenderRetriesTheLatestWithBackoff(t *testing.T) {
+	s, f, clk, _ := newTestSender(t)
+	start := clk.Now()
+	s.publish(stateUpdate(7), []string{"agg"})
+	wantAt := []time.Duration{0, 500 * time.Millisecond, 1500 * time.Millisecond, 3500 * time.Millisecond}
+	for i, at := range wantAt {
+		if i > 0 {
+			clk.Set(start.Add(at - time.Millisecond))
+			if n := f.numCalls(); n != i {
+				t.Fatalf("attempt %d started before its back-off (%d calls at %v)", i+1, n, at-time.Millisecond)
+			}
+			clk.Set(start.Add(at))
+		}
+		c := f.call(t, i)
+		if c.seq != 7 || !c.at.Equal(start.Add(at)) {
+			t.Fatalf("attempt %d: seq %d at %v, want seq 7 at %v", i+1, c.seq, c.at.Sub(start), at)
+		}
+		if i < len(wantAt)-1 {
+			c.answer <- errors.New("connection refused")
+		} else {
+			c.answer <- nil
+		}
+	}
+	f.waitDelivered(t, "agg", 7)
+	settled(t, s, clk)
+}
+
+func TestStateSenderStartsAFreshAttemptWhileOneHangs(t *testing.T) {
+	s, f, clk, _ := newTestSender(t)
+	s.publish(stateUpdate(3), []string{"agg"})
+	hung := f.call(t, 0)
+	clk.Advance(sendRetryFirst)
+	fresh := f.call(t, 1)
+	if fresh.seq != 3 {
+		t.Fatalf("fresh attempt carries seq %d, want 3", fresh.seq)
+	}
+	fresh.answer <- nil
+	f.waitDelivered(t, "agg", 3)
+	waitUntil(t, "the retry disarmed", func() bool { return clk.Pending() == 0 })
+	hung.answer <- errors.New("i/o timeout")
+	settled(t, s, clk)
+}
+
+func TestStateSenderBoundsAttemptsAndDropsStaleStates(t *testing.T) {
+	s, f, clk, _ := newTestSender(t)
+	s.maxInFlight = 2
+	s.publish(stateUpdate(1), []string{"agg"})
+	first := f.call(t, 0)
+	s.publish(stateUpdate(2), []string{"agg"})
+	f.call(t, 1)
+	for seq := uint64(3); seq <= 5; seq++ {
+		s.publish(stateUpdate(seq), []string{"agg"})
+	}
+	clk.Advance(time.Minute) // retries are due, but no slot is free
+	if n := f.numCalls(); n != 2 {
+		t.Fatalf("%d sends with every slot taken, want 2", n)
+	}
+	first.answer <- errors.New("i/o timeout")
+	latest := f.call(t, 2)
+	if latest.seq != 5 {
+		t.Fatalf("the freed slot sent seq %d, want the latest, 5", latest.seq)
+	}
+	latest.answer <- nil
+	f.waitDelivered(t, "agg", 5)
+	f.call(t, 1).answer <- nil
+	settled(t, s, clk)
+	if got := f.seqs(); !slices.Equal(got, []uint64{1, 2, 5}) {
+		t.Errorf("sends %v, want [1 2 5]: 3 and 4 were replaced before their turn", got)
+	}
+	if f.maxFlight > 2 {
+		t.Errorf("%d sends in flight at once, want at most 2", f.maxFlight)
+	}
+}
+
+func TestStateSenderStopsForMembersThatAreGone(t *testing.T) {
+	s, f, clk, _ := newTestSender(t)
+	s.publish(stateUpdate(1), []string{"agg-1", "agg-2"})
+	for _, c := range []*fakeCall{f.call(t, 0), f.call(t, 1)} {
+		if c.node == "agg-1" {
+			c.answer <- fmt.Errorf("send to agg-1: %w", mesh.ErrNotAlive)
+		} else {
+			c.answer <- errors.New("connection refused")
+		}
+	}
+	// agg-2 left the member list before its retry.
+	waitUntil(t, "both attempts returned", func() bool { return f.numCalls() == 2 && f.inFlightNow() == 0 })
+	s.publish(stateUpdate(2), []string{"agg-3"})
+	f.call(t, 2).answer <- nil
+	f.waitDelivered(t, "agg-3", 2)
+	settled(t, s, clk)
+	clk.Advance(time.Hour)
+	if n := f.numCalls(); n != 3 {
+		t.Errorf("%d sends, want 3: no retry to a dead member or one no longer listed", n)
+	}
+}
+
+func (f *fakeSends) inFlightNow() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inFlight
+}
+
+func TestStateSenderCloseLeavesNothingBehind(t *testing.T) {
+	s, f, clk, cancel := newTestSender(t)
+	s.publish(stateUpdate(1), []string{"agg-1", "agg-2"})
+	f.call(t, 1)
+	clk.Advance(sendRetryFirst)
+	f.call(t, 3) // a second, hedging attempt to each
+	cancel()
+	closed := make(chan struct{})
+	go func() { s.close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("close did not return after ctx ended")
+	}
+	if n := f.inFlightNow(); n != 0 {
+		t.Errorf("%d sends still in flight after close", n)
+	}
+	if n := clk.Pending(); n != 0 {
+		t.Errorf("%d retries still armed after close", n)
+	}
+	s.publish(stateUpdate(2), []string{"agg-1"})
+	clk.Advance(time.Hour)
+	if n := f.numCalls(); n != 4 {
+		t.Errorf("%d sends, want 4: nothing starts after close", n)
+	}
+}
