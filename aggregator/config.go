@@ -21,8 +21,12 @@ const (
 	DefaultListen             = "127.0.0.1:8470"
 	DefaultGrace              = 120 * time.Second
 	DefaultClockSkewAllowance = 5 * time.Second
-	DefaultActuatorTimeout    = 30 * time.Second
-	DefaultActuatorRetries    = 5
+	// DefaultUnreachableAfter is long enough for a member that memberlist
+	// wrongly declared dead to refute it (well under a second under 10 %
+	// packet loss and at the heal of a partition; BENCHMARKS.md, "Faults").
+	DefaultUnreachableAfter = 2 * time.Second
+	DefaultActuatorTimeout  = 30 * time.Second
+	DefaultActuatorRetries  = 5
 )
 
 // Actuator transitions (ActuatorConfig.On).
@@ -77,6 +81,9 @@ type PolicyConfig struct {
 	// on="down" actuators). Off, they are served unreachable, which is not
 	// schedulable either, and no actuator runs.
 	UnreachableIsDown bool `toml:"unreachable_is_down"`
+	// UnreachableAfter is how long a member must stay dead or left before
+	// it is served unreachable; until then it keeps its state. 0: at once.
+	UnreachableAfter config.Duration `toml:"unreachable_after"`
 }
 
 // ActuatorConfig is one [[actuator]] table: a command run on a transition.
@@ -105,6 +112,7 @@ func DefaultConfig() Config {
 		Policy: PolicyConfig{
 			Grace:              config.Dur(DefaultGrace),
 			ClockSkewAllowance: config.Dur(DefaultClockSkewAllowance),
+			UnreachableAfter:   config.Dur(DefaultUnreachableAfter),
 		},
 	}
 }
@@ -172,6 +180,9 @@ func (c *Config) Validate() error {
 	if d := p.ClockSkewAllowance.D(); d < 0 || d > time.Hour {
 		bad("policy.clock_skew_allowance", "want 0 to 1h, got %v", d)
 	}
+	if d := p.UnreachableAfter.D(); d < 0 || d > time.Hour {
+		bad("policy.unreachable_after", "want 0 to 1h, got %v", d)
+	}
 
 	var haveDown, haveUp bool
 	for i := range c.Actuators {
@@ -222,5 +233,6 @@ func (c *Config) ViewPolicy() Policy {
 	return Policy{
 		ClockSkewAllowance: c.Policy.ClockSkewAllowance.D(),
 		UnreachableIsDown:  c.Policy.UnreachableIsDown,
+		UnreachableAfter:   c.Policy.UnreachableAfter.D(),
 	}
 }

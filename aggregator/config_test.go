@@ -31,7 +31,8 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if cfg.HTTP.Listen != "127.0.0.1:8470" || cfg.HTTP.ReadToken {
 		t.Errorf("http = %+v", cfg.HTTP)
 	}
-	if cfg.Policy.Grace.D() != 120*time.Second || cfg.Policy.ClockSkewAllowance.D() != 5*time.Second || cfg.Policy.UnreachableIsDown {
+	if cfg.Policy.Grace.D() != 120*time.Second || cfg.Policy.ClockSkewAllowance.D() != 5*time.Second || cfg.Policy.UnreachableIsDown ||
+		cfg.Policy.UnreachableAfter.D() != DefaultUnreachableAfter {
 		t.Errorf("policy = %+v", cfg.Policy)
 	}
 	if cfg.Mesh.Label != "gracewatch" {
@@ -58,6 +59,7 @@ read_token = true
 grace = "90s"
 clock_skew_allowance = 2
 unreachable_is_down = true
+unreachable_after = "500ms"
 
 [[actuator]]
 on = "down"
@@ -89,7 +91,7 @@ retries = 0
 	if up.Timeout.D() != 10*time.Second || *up.Retries != 0 {
 		t.Errorf("up: timeout %v retries %d", up.Timeout.D(), *up.Retries)
 	}
-	if p := cfg.ViewPolicy(); p.ClockSkewAllowance != 2*time.Second || !p.UnreachableIsDown {
+	if p := cfg.ViewPolicy(); p.ClockSkewAllowance != 2*time.Second || !p.UnreachableIsDown || p.UnreachableAfter != 500*time.Millisecond {
 		t.Errorf("ViewPolicy = %+v", p)
 	}
 }
@@ -120,6 +122,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"read_token without a token", "[mesh]\ninsecure = true\n[http]\nread_token = true\n", []string{`"http.read_token"`}},
 		{"bad listen", "[mesh]\ninsecure = true\n[http]\nlisten = \"8470\"\n", []string{`"http.listen"`}},
 		{"negative allowance", "[mesh]\ninsecure = true\n[policy]\nclock_skew_allowance = \"-1s\"\n", []string{`"policy.clock_skew_allowance"`}},
+		{"negative unreachable_after", "[mesh]\ninsecure = true\n[policy]\nunreachable_after = \"-1s\"\n", []string{`"policy.unreachable_after"`}},
 		{"mesh needs a keyring", "", []string{"mesh.keyring"}},
 		{"log level", "log_level = \"loud\"\n[mesh]\ninsecure = true\n", []string{`"log_level"`}},
 	}

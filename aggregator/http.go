@@ -69,6 +69,9 @@ type ClusterConfig struct {
 	// ClockSkewAllowance is in seconds.
 	ClockSkewAllowance float64 `json:"clock_skew_allowance"`
 	UnreachableIsDown  bool    `json:"unreachable_is_down"`
+	// UnreachableAfter is in seconds: how long a member must stay dead or
+	// left before it is served unreachable.
+	UnreachableAfter float64 `json:"unreachable_after"`
 	// Schema is the mesh schema version this aggregator speaks.
 	Schema int `json:"schema"`
 }
@@ -378,6 +381,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		Grace:              s.svc.Grace().Seconds(),
 		ClockSkewAllowance: p.ClockSkewAllowance.Seconds(),
 		UnreachableIsDown:  p.UnreachableIsDown,
+		UnreachableAfter:   p.UnreachableAfter.Seconds(),
 		Schema:             gwpb.SchemaVersion,
 	})
 }

@@ -109,8 +109,9 @@ type Options struct {
 // Its mesh callbacks (HandleMessage, MemberChanged) never block: they append
 // to an unbounded queue that one goroutine, started by Run, drains in
 // batches, recomputing the nodes each batch touched. A timer armed for the
-// earliest central deadline recomputes the nodes in teardown when it falls
-// due; nothing polls. The read methods are safe for concurrent use.
+// earliest time at which a node's view changes by time alone (a central
+// deadline, the end of a gone member's Policy.UnreachableAfter) recomputes
+// the nodes due when it fires; nothing polls. The read methods are safe for concurrent use.
 type Service struct {
 	opts  Options
 	clock clock.Clock
@@ -126,7 +127,7 @@ type Service struct {
 
 	// Owned by the loop goroutine.
 	inputs  map[string]*NodeInput
-	enforce map[string]time.Time // nodes in teardown: when time alone changes them
+	enforce map[string]time.Time // nodes whose view time alone changes, and when
 	aggs    map[string]mesh.Member
 	timer   clock.Timer
 	timerAt time.Time
@@ -445,7 +446,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 			return false
 		}
 		in := s.nodeInput(from)
-		if in.Update == nil || !newer(in.Update.GetMeta(), u.GetMeta()) {
+		if replacesUpdate(in.Update, u) {
 			in.Update = u
 		}
 		if newer(u.GetMeta(), in.Direct) {
@@ -468,6 +469,30 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 		s.log.Debug("message of an unknown type ignored", "from", from)
 	}
 	return false
+}
+
+// replacesUpdate reports whether StateUpdate u replaces old. The agent's
+// sends arrive in any order (it starts a newer one without waiting for an
+// older one, and repeats one that seems lost): a newer (incarnation, seq)
+// wins; of two of the same state, the one with the later report (a
+// diagnosis adds a report without changing the state).
+func replacesUpdate(old, u *gwpb.StateUpdate) bool {
+	switch {
+	case old == nil || newer(u.GetMeta(), old.GetMeta()):
+		return true
+	case newer(old.GetMeta(), u.GetMeta()):
+		return false
+	}
+	return latestTaken(u) >= latestTaken(old)
+}
+
+// latestTaken is the taken_ms of u's latest report, 0 without one.
+func latestTaken(u *gwpb.StateUpdate) int64 {
+	var ms int64
+	for _, r := range u.GetReports() {
+		ms = max(ms, r.GetTakenMs())
+	}
+	return ms
 }
 
 // nodeInput returns the input of node, creating it for a node the mesh has
@@ -558,7 +583,7 @@ func sameNode(a, b Node) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
 
-// armTimer arms the one timer for the earliest central deadline.
+// armTimer arms the one timer for the earliest time in s.enforce.
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
 	for _, at := range s.enforce {
@@ -671,7 +696,7 @@ func (s *Service) NodesIn(want State) []Node {
 		}
 		return out
 	}
-	var out []Node
+	out := []Node{} // an empty list, not null, in JSON
 	for _, name := range s.names {
 		if n := s.view[name]; n.State == want {
 			out = append(out, n.Summary())

@@ -321,3 +321,83 @@ func TestServiceRunStopsSubscriptions(t *testing.T) {
 		t.Errorf("ready after stop: %+v", r)
 	}
 }
+
+// TestServiceUnreachableAfter: a member declared dead that comes back
+// within Policy.UnreachableAfter never changes the served view (no event);
+// one that stays dead is served unreachable when the window ends, by the
+// enforcement timer, and the actuators run once.
+func TestServiceUnreachableAfter(t *testing.T) {
+	window := 2 * time.Second
+	f := newActFixture(t, 0, func(o *Options) {
+		o.Policy.UnreachableAfter = window
+		o.Policy.UnreachableIsDown = true
+	})
+	f.member("n1", upMeta(1, 1))
+	f.settle()
+	sub := f.svc.Subscribe("")
+	defer sub.Close()
+
+	// A flap: dead, then alive again 1.9 s later.
+	f.status("n1", mesh.StatusDead)
+	if got := f.clk.Pending(); got != 1 {
+		t.Fatalf("%d timers pending, want the window's", got)
+	}
+	f.advance(window - 100*time.Millisecond)
+	f.wantState("n1", StateUp)
+	f.status("n1", mesh.StatusAlive)
+	f.advance(time.Minute)
+	f.settle()
+	select {
+	case ev := <-sub.C:
+		t.Fatalf("event during a flap within the window: %+v", ev.Node)
+	default:
+	}
+	if got := f.clk.Pending(); got != 0 {
+		t.Errorf("%d timers pending after the flap, want 0", got)
+	}
+	f.want(nil, nil)
+
+	// Dead for good: served unreachable (here down) when the window ends.
+	went := f.clk.Now()
+	f.status("n1", mesh.StatusDead)
+	f.advance(window - time.Millisecond)
+	f.wantState("n1", StateUp)
+	f.advance(time.Millisecond)
+	n := f.wantState("n1", StateDown)
+	if n.Member != mesh.StatusDead || !n.Since.Equal(went) || !strings.Contains(n.Reason, "the mesh declared the agent dead") {
+		t.Errorf("dead member served %s (member %s) since %v: %q; want down since it went", n.State, n.Member, fmtPtr(n.Since), n.Reason)
+	}
+	select {
+	case ev := <-sub.C:
+		if ev.Node.State != StateDown {
+			t.Errorf("event %+v, want down", ev.Node)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("no event when the window ended")
+	}
+	f.advance(time.Minute)
+	f.settle()
+	f.want([]string{"n1 unreachable since 2025-06-01T12:01:01.900Z: the mesh declared the agent dead"}, nil)
+	select {
+	case ev := <-sub.C:
+		t.Errorf("unexpected event %+v", ev.Node)
+	default:
+	}
+}
+
+// TestServiceUpdatesOutOfOrder: the agent's sends may arrive in any order;
+// an older state, or the same state without the report that came with a
+// later send, does not replace what is served.
+func TestServiceUpdatesOutOfOrder(t *testing.T) {
+	h := newHarness(t)
+	h.member("n1", upMeta(1, 1))
+	report := &gwpb.Report{Job: "7", Stage: "before-signal", Outcome: "hung", Summary: "1 hung", TakenMs: ms(at(time.Minute))}
+	withReport := &gwpb.StateUpdate{Meta: downMeta(1, 5, "job 7 hung"), Reports: []*gwpb.Report{report}}
+	h.update("n1", withReport)
+	h.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, 5, "job 7 hung")}) // the same state, sent before the report
+	h.update("n1", &gwpb.StateUpdate{Meta: teardownMeta(1, 4, at(time.Minute))})
+	n := h.wantState("n1", StateDown)
+	if n.Seq != 5 || n.LastReport == nil || n.LastReport.Job != "7" {
+		t.Errorf("served seq %d, report %+v; want seq 5 with job 7's report", n.Seq, n.LastReport)
+	}
+}

@@ -46,6 +46,18 @@ func ParseState(s string) (State, error) {
 // still alive: suspicion is memberlist's transient doubt.
 func gone(s mesh.Status) bool { return s == mesh.StatusDead || s == mesh.StatusLeft }
 
+// servedStatus is the member status Compute goes by at now: in.Status,
+// except that a member dead or left for less than p.UnreachableAfter still
+// counts as alive (the state it had before). A member whose StatusSince is
+// unknown gets no such delay.
+func servedStatus(in *NodeInput, now time.Time, p Policy) mesh.Status {
+	if gone(in.Status) && p.UnreachableAfter > 0 && !in.StatusSince.IsZero() &&
+		now.Before(in.StatusSince.Add(p.UnreachableAfter)) {
+		return mesh.StatusAlive
+	}
+	return in.Status
+}
+
 // Policy is the part of the configuration the view depends on.
 type Policy struct {
 	// ClockSkewAllowance is added to a teardown deadline before the
@@ -56,6 +68,12 @@ type Policy struct {
 	// UnreachableIsDown serves unreachable nodes (and nodes whose state
 	// cannot be read) as down, which also runs the on="down" actuators.
 	UnreachableIsDown bool
+	// UnreachableAfter is how long a member must have stayed dead or left
+	// before it is served unreachable; until then it keeps the state it
+	// had, so a member that memberlist declares dead and that refutes it
+	// (under packet loss, or at the heal of a partition) never flaps. 0
+	// serves it unreachable at once.
+	UnreachableAfter time.Duration
 }
 
 // NodeInput is everything the aggregator knows about one member that is a
@@ -176,7 +194,9 @@ func (n Node) Summary() Node {
 //     an agent that is stuck, or died during the teardown, still goes down
 //     on time. D is the earliest deadline of the teardowns in progress when
 //     the StateUpdate of that state is known, else the meta's deadline.
-//  3. A dead member, or one that left, is unreachable since it went.
+//  3. A dead member, or one that left, is unreachable since it went, once
+//     it has stayed so for UnreachableAfter; until then it is served as
+//     alive, with the state it reports (and member "alive").
 //  4. A live member whose state cannot be read (its meta does not decode,
 //     it published none, or it names a state this build does not know) is
 //     unreachable too, with the reason. It is not served down: a decoding
@@ -213,9 +233,10 @@ const (
 // computeNodeCause is computeNode that also says which rule decided the
 // state (one of the cause constants).
 func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
+	status := servedStatus(in, now, p)
 	n := Node{
 		Name:      in.Name,
-		Member:    in.Status,
+		Member:    status,
 		Role:      roleName(in.Role),
 		Teardowns: []Teardown{},
 	}
@@ -246,8 +267,8 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 			d := at.Add(-p.ClockSkewAllowance)
 			n.State = StateDown
 			n.Reason = "no report after teardown deadline " + formatTime(d)
-			if gone(in.Status) {
-				n.Reason += " (" + goneReason(in.Status) + ")"
+			if gone(status) {
+				n.Reason += " (" + goneReason(status) + ")"
 			}
 			n.Since = timePtr(at)
 			return n, causeCentralDeadline
@@ -258,8 +279,8 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	unreachable, cause := "", ""
 	since := in.StatusSince
 	switch {
-	case gone(in.Status):
-		unreachable, cause = goneReason(in.Status), causeUnreachable
+	case gone(status):
+		unreachable, cause = goneReason(status), causeUnreachable
 		if meta != nil && meta.GetState() != gwpb.State_STATE_UP {
 			unreachable += "; last reported " + stateName(meta.GetState())
 			if reason != "" {
@@ -280,7 +301,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		n.Reason = unreachable
 		if p.UnreachableIsDown {
 			n.State = StateDown
-			if gone(in.Status) && !since.IsZero() {
+			if gone(status) && !since.IsZero() {
 				n.Reason = "unreachable since " + formatTime(since) + ": " + unreachable
 			}
 		}
@@ -373,17 +394,21 @@ func enforceAt(in *NodeInput, meta *gwpb.Meta, current bool, p Policy) (time.Tim
 }
 
 // nextEnforcement returns the earliest time after now at which Compute's
-// answer for in changes by the passing of time alone, if any.
+// answer for in changes by the passing of time alone, if any: a teardown's
+// D + allowance, or the end of a gone member's UnreachableAfter.
 func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
-	meta, current := freshest(in)
-	if meta == nil || meta.GetState() != gwpb.State_STATE_TEARDOWN {
-		return time.Time{}, false
+	var next time.Time
+	if meta, current := freshest(in); meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
+		if at, ok := enforceAt(in, meta, current, p); ok && at.After(now) {
+			next = at
+		}
 	}
-	at, ok := enforceAt(in, meta, current, p)
-	if !ok || !at.After(now) {
-		return time.Time{}, false
+	if servedStatus(in, now, p) != in.Status {
+		if at := in.StatusSince.Add(p.UnreachableAfter); next.IsZero() || at.Before(next) {
+			next = at
+		}
 	}
-	return at, true
+	return next, !next.IsZero()
 }
 
 // fillDetails copies the teardowns and the latest report of u into n.

@@ -388,6 +388,87 @@ func TestNextEnforcement(t *testing.T) {
 	}
 }
 
+func TestComputeUnreachableAfter(t *testing.T) {
+	p := Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: 2 * time.Second}
+	went := at(10 * time.Minute)
+	gone := func(meta *gwpb.Meta, st mesh.Status) NodeInput {
+		in := alive("n1", meta)
+		in.Status, in.StatusSince = st, went
+		return in
+	}
+	deadline := went.Add(time.Second)
+	tests := []struct {
+		name   string
+		in     NodeInput
+		now    time.Time
+		policy Policy
+		state  State
+		member mesh.Status
+		reason string
+		since  time.Time
+	}{
+		{name: "dead within the window: served as before", in: gone(upMeta(1, 1), mesh.StatusDead),
+			now: went.Add(2*time.Second - time.Millisecond), policy: p, state: StateUp, member: mesh.StatusAlive, since: t0},
+		{name: "left within the window: served as before", in: gone(downMeta(1, 2, "hung"), mesh.StatusLeft),
+			now: went, policy: p, state: StateDown, member: mesh.StatusAlive, reason: "hung", since: at(time.Minute)},
+		{name: "dead for the window: unreachable since it went", in: gone(upMeta(1, 1), mesh.StatusDead),
+			now: went.Add(2 * time.Second), policy: p, state: StateUnreachable, member: mesh.StatusDead,
+			reason: "the mesh declared the agent dead", since: went},
+		{name: "left for the window, unreachable_is_down", in: gone(upMeta(1, 1), mesh.StatusLeft),
+			now: went.Add(time.Hour), policy: Policy{UnreachableAfter: 2 * time.Second, UnreachableIsDown: true},
+			state: StateDown, member: mesh.StatusLeft,
+			reason: "unreachable since 2025-06-01T12:10:00.000Z: the agent left the mesh", since: went},
+		{name: "window 0: unreachable at once", in: gone(upMeta(1, 1), mesh.StatusDead),
+			now: went, policy: Policy{}, state: StateUnreachable, member: mesh.StatusDead,
+			reason: "the mesh declared the agent dead", since: went},
+		{name: "unknown since: unreachable at once", in: func() NodeInput {
+			in := gone(upMeta(1, 1), mesh.StatusDead)
+			in.StatusSince = time.Time{}
+			return in
+		}(), now: went, policy: p, state: StateUnreachable, member: mesh.StatusDead, reason: "the mesh declared the agent dead"},
+		{name: "the central deadline still holds within the window", in: gone(teardownMeta(1, 3, deadline), mesh.StatusDead),
+			now: deadline.Add(5 * time.Second), policy: Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: time.Hour},
+			state: StateDown, member: mesh.StatusAlive,
+			reason: "no report after teardown deadline 2025-06-01T12:10:01.000Z", since: deadline.Add(5 * time.Second)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := Compute([]NodeInput{tt.in}, tt.now, tt.policy)[0]
+			if n.State != tt.state || n.Member != tt.member || n.Reason != tt.reason {
+				t.Errorf("got (%s, member %s, %q), want (%s, member %s, %q)", n.State, n.Member, n.Reason, tt.state, tt.member, tt.reason)
+			}
+			var want *time.Time
+			if !tt.since.IsZero() {
+				want = &tt.since
+			}
+			if !sameTime(n.Since, want) {
+				t.Errorf("since = %v, want %v", fmtPtr(n.Since), fmtPtr(want))
+			}
+		})
+	}
+}
+
+func TestNextEnforcementUnreachableAfter(t *testing.T) {
+	p := Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: 2 * time.Second}
+	went := at(time.Minute)
+	in := alive("n1", upMeta(1, 1))
+	in.Status, in.StatusSince = mesh.StatusDead, went
+	if got, ok := nextEnforcement(&in, went, p); !ok || !got.Equal(went.Add(2*time.Second)) {
+		t.Errorf("nextEnforcement = %v, %v; want the end of the window", got, ok)
+	}
+	if _, ok := nextEnforcement(&in, went.Add(2*time.Second), p); ok {
+		t.Error("the window is still pending once it has passed")
+	}
+	// The earlier of a teardown's D + allowance and the window's end.
+	in.Gossip = teardownMeta(1, 2, went.Add(-4*time.Second))
+	if got, ok := nextEnforcement(&in, went, p); !ok || !got.Equal(went.Add(time.Second)) {
+		t.Errorf("nextEnforcement = %v, %v; want D + allowance", got, ok)
+	}
+	if _, ok := nextEnforcement(&in, went, Policy{ClockSkewAllowance: -time.Hour}); ok {
+		t.Error("window 0 and a passed deadline: still pending")
+	}
+}
+
 func TestNodeSummaryDropsDetailOnly(t *testing.T) {
 	n := Node{Name: "n", LastReport: &Report{Job: "1", Detail: json.RawMessage(`{}`)}}
 	s := n.Summary()
