@@ -1,5 +1,3 @@
-//go:build netns
-
 package e2e
 
 // Helpers of the network-namespace tests (netns_test.go): a mesh of one
@@ -150,6 +148,7 @@ func newNetnsCluster(t *testing.T, agents int) *netnsCluster {
 	c.must("ip", "-n", c.hub, "link", "add", "br0", "type", "bridge")
 	c.must("ip", "-n", c.hub, "addr", "add", netnsHubAddr+"/24", "dev", "br0")
 	c.must("ip", "-n", c.hub, "link", "set", "br0", "up")
+	c.probeNftables()
 	for i := 1; i <= agents; i++ {
 		node := fmt.Sprintf("n%d", i)
 		ns := c.prefix + "-" + node
@@ -179,6 +178,23 @@ func newNetnsCluster(t *testing.T, agents int) *netnsCluster {
 		c.agg.waitNode(t, a.node, "up", 30*time.Second, func(n node) bool { return n.State == "up" })
 	}
 	return c
+}
+
+// probeNftables loads and deletes a fault table on the hub's bridge: the
+// faults need nftables' netdev ingress and egress hooks (egress: Linux
+// 5.16). Without them the tests skip, and fail when CI=true.
+func (c *netnsCluster) probeNftables() {
+	c.t.Helper()
+	script := `table netdev gwprobe {
+	chain in { type filter hook ingress device "br0" priority 0; counter; }
+	chain out { type filter hook egress device "br0" priority 0; counter; }
+}
+`
+	_, err := netnsRunIn(strings.NewReader(script), "ip", "netns", "exec", c.hub, "nft", "-f", "-")
+	if err == nil {
+		_, err = netnsRun("ip", "netns", "exec", c.hub, "nft", "delete", "table", "netdev", "gwprobe")
+	}
+	testutil.Require(c.t, err == nil, fmt.Sprintf("needs nftables with the netdev ingress and egress hooks (Linux 5.16 or later): %v", err))
 }
 
 // removeNamespaces ends any process still inside one of the test's
