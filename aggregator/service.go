@@ -134,6 +134,8 @@ type Service struct {
 	timerNo uint64 // generation of timer
 	recheck clock.Timer
 	leading bool
+	// handoverTo: aggregators seen joining in this batch (see sendHandovers).
+	handoverTo []string
 
 	// Shared with readers.
 	mu       sync.RWMutex
@@ -390,11 +392,36 @@ func (s *Service) process(batch []input) {
 	if membersChanged {
 		s.updateLeadership()
 	}
+	if len(s.handoverTo) > 0 {
+		s.sendHandovers(s.handoverTo)
+		s.handoverTo = nil
+	}
 	for _, env := range acks {
 		s.deliverAck(env.GetFrom(), env.GetAck())
 	}
 	for _, done := range syncs {
 		close(done)
+	}
+}
+
+// sendHandovers sends the gone agents this aggregator knows to each of the
+// named aggregators, which it has just seen join (see handoverOf). It runs
+// on the loop; the sends run on goroutines of their own.
+func (s *Service) sendHandovers(to []string) {
+	h := handoverOf(s.inputs)
+	if len(h.GetGone()) == 0 {
+		return
+	}
+	env := &gwpb.Envelope{Body: &gwpb.Envelope_Handover{Handover: h}}
+	m := s.mesh
+	for _, name := range to {
+		go func() {
+			if err := m.Send(name, env); err != nil {
+				s.log.Warn("handover of gone nodes not delivered", "to", name, "nodes", len(h.GetGone()), "err", err)
+				return
+			}
+			s.log.Info("gone nodes handed over", "to", name, "nodes", len(h.GetGone()))
+		}()
 	}
 }
 
@@ -405,7 +432,11 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 	}
 	if m.Name == s.opts.Name || m.Role == gwpb.Role_ROLE_AGGREGATOR {
 		if m.Name != s.opts.Name {
+			prev, had := s.aggs[m.Name]
 			s.aggs[m.Name] = m
+			if m.Status == mesh.StatusAlive && (!had || prev.Status != mesh.StatusAlive) {
+				s.handoverTo = append(s.handoverTo, m.Name)
+			}
 		}
 		return true
 	}
@@ -435,6 +466,16 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 		return false
 	}
 	if _, isAgg := s.aggs[from]; isAgg {
+		if h := env.GetHandover(); h != nil {
+			skip := func(name string) bool {
+				_, agg := s.aggs[name]
+				return agg || name == s.opts.Name
+			}
+			if n := adoptHandover(s.inputs, h, skip, dirty); n > 0 {
+				s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", n)
+			}
+			return false
+		}
 		s.log.Debug("message from an aggregator ignored", "from", from)
 		return false
 	}

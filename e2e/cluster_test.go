@@ -238,3 +238,42 @@ func TestGossipNeedsKeyAndLabel(t *testing.T) {
 		t.Fatalf("the good agent is gone: %+v", n)
 	}
 }
+
+// TestLateAggregatorKnowsGoneNodes: memberlist forgets a dead member
+// GossipToTheDeadTime (30 s) after its death, so an aggregator started
+// later learns of a node that died before it came only from another
+// aggregator's handover. Both must then serve it the same.
+func TestLateAggregatorKnowsGoneNodes(t *testing.T) {
+	c := newCluster(t)
+	agg1 := c.addAggregator("agg-1")
+	c.addAgent("n1")
+	n2 := c.addAgent("n2")
+	for _, a := range c.agents {
+		agg1.waitNode(t, a.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+	}
+	n2.crash()
+	gone := agg1.waitNode(t, "n2", "unreachable", 20*time.Second, func(n node) bool { return n.State == "unreachable" })
+	// Past GossipToTheDeadTime and the next probe round, by which time no
+	// member's memberlist lists n2 any more.
+	time.Sleep(40 * time.Second)
+
+	agg2 := c.addAggregator("agg-2")
+	start := time.Now()
+	deadline := start.Add(10 * time.Second)
+	want := states(agg1.nodes(t, ""))
+	for {
+		got, err := tryStates(agg2)
+		if err == nil && got == want {
+			t.Logf("late aggregator serves %s %v after it started", got, time.Since(start).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the late aggregator serves %q (err %v), want %q as the first one", got, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	late := agg2.waitNode(t, "n2", "unreachable", time.Second, func(n node) bool { return n.State == "unreachable" })
+	if late.Reason != gone.Reason || !late.Since.Equal(gone.Since) {
+		t.Fatalf("n2 on the late aggregator: %q since %v; on the first: %q since %v", late.Reason, late.Since, gone.Reason, gone.Since)
+	}
+}

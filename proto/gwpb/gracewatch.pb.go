@@ -683,6 +683,132 @@ func (x *ControlAck) GetMeta() *Meta {
 	return nil
 }
 
+// GoneMember is what an aggregator knows of an agent that is dead or has
+// left the mesh. memberlist forgets such a member GossipToTheDeadTime (30 s
+// on a LAN) after its death, so an aggregator that starts later learns of
+// it only from another aggregator.
+type GoneMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Left          bool                   `protobuf:"varint,2,opt,name=left,proto3" json:"left,omitempty"`                      // it announced its leave; otherwise dead
+	SinceMs       int64                  `protobuf:"varint,3,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"` // when it was seen gone
+	Meta          *Meta                  `protobuf:"bytes,4,opt,name=meta,proto3" json:"meta,omitempty"`                       // its last gossiped meta, if it decoded
+	Update        *StateUpdate           `protobuf:"bytes,5,opt,name=update,proto3" json:"update,omitempty"`                   // its last direct update, if any
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GoneMember) Reset() {
+	*x = GoneMember{}
+	mi := &file_gracewatch_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GoneMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GoneMember) ProtoMessage() {}
+
+func (x *GoneMember) ProtoReflect() protoreflect.Message {
+	mi := &file_gracewatch_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GoneMember.ProtoReflect.Descriptor instead.
+func (*GoneMember) Descriptor() ([]byte, []int) {
+	return file_gracewatch_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GoneMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GoneMember) GetLeft() bool {
+	if x != nil {
+		return x.Left
+	}
+	return false
+}
+
+func (x *GoneMember) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+func (x *GoneMember) GetMeta() *Meta {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+func (x *GoneMember) GetUpdate() *StateUpdate {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+// Handover goes from an aggregator to another aggregator it sees join, so
+// that every aggregator serves the same nodes.
+type Handover struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gone          []*GoneMember          `protobuf:"bytes,1,rep,name=gone,proto3" json:"gone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Handover) Reset() {
+	*x = Handover{}
+	mi := &file_gracewatch_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Handover) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Handover) ProtoMessage() {}
+
+func (x *Handover) ProtoReflect() protoreflect.Message {
+	mi := &file_gracewatch_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Handover.ProtoReflect.Descriptor instead.
+func (*Handover) Descriptor() ([]byte, []int) {
+	return file_gracewatch_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Handover) GetGone() []*GoneMember {
+	if x != nil {
+		return x.Gone
+	}
+	return nil
+}
+
 // Envelope frames every direct (SendReliable) message.
 type Envelope struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -693,6 +819,7 @@ type Envelope struct {
 	//	*Envelope_State
 	//	*Envelope_Control
 	//	*Envelope_Ack
+	//	*Envelope_Handover
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -700,7 +827,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_gracewatch_proto_msgTypes[6]
+	mi := &file_gracewatch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +839,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[6]
+	mi := &file_gracewatch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +852,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{6}
+	return file_gracewatch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Envelope) GetSchema() uint32 {
@@ -776,6 +903,15 @@ func (x *Envelope) GetAck() *ControlAck {
 	return nil
 }
 
+func (x *Envelope) GetHandover() *Handover {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Handover); ok {
+			return x.Handover
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -792,11 +928,17 @@ type Envelope_Ack struct {
 	Ack *ControlAck `protobuf:"bytes,12,opt,name=ack,proto3,oneof"`
 }
 
+type Envelope_Handover struct {
+	Handover *Handover `protobuf:"bytes,13,opt,name=handover,proto3,oneof"`
+}
+
 func (*Envelope_State) isEnvelope_Body() {}
 
 func (*Envelope_Control) isEnvelope_Body() {}
 
 func (*Envelope_Ack) isEnvelope_Body() {}
+
+func (*Envelope_Handover) isEnvelope_Body() {}
 
 var File_gracewatch_proto protoreflect.FileDescriptor
 
@@ -847,14 +989,24 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12'\n" +
-	"\x04meta\x18\x04 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\"\xd5\x01\n" +
+	"\x04meta\x18\x04 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\"\xac\x01\n" +
+	"\n" +
+	"GoneMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04left\x18\x02 \x01(\bR\x04left\x12\x19\n" +
+	"\bsince_ms\x18\x03 \x01(\x03R\asinceMs\x12'\n" +
+	"\x04meta\x18\x04 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\x122\n" +
+	"\x06update\x18\x05 \x01(\v2\x1a.gracewatch.v1.StateUpdateR\x06update\"9\n" +
+	"\bHandover\x12-\n" +
+	"\x04gone\x18\x01 \x03(\v2\x19.gracewatch.v1.GoneMemberR\x04gone\"\x8c\x02\n" +
 	"\bEnvelope\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x122\n" +
 	"\x05state\x18\n" +
 	" \x01(\v2\x1a.gracewatch.v1.StateUpdateH\x00R\x05state\x122\n" +
 	"\acontrol\x18\v \x01(\v2\x16.gracewatch.v1.ControlH\x00R\acontrol\x12-\n" +
-	"\x03ack\x18\f \x01(\v2\x19.gracewatch.v1.ControlAckH\x00R\x03ackB\x06\n" +
+	"\x03ack\x18\f \x01(\v2\x19.gracewatch.v1.ControlAckH\x00R\x03ack\x125\n" +
+	"\bhandover\x18\r \x01(\v2\x17.gracewatch.v1.HandoverH\x00R\bhandoverB\x06\n" +
 	"\x04body*A\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
@@ -885,7 +1037,7 @@ func file_gracewatch_proto_rawDescGZIP() []byte {
 }
 
 var file_gracewatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_gracewatch_proto_goTypes = []any{
 	(Role)(0),           // 0: gracewatch.v1.Role
 	(State)(0),          // 1: gracewatch.v1.State
@@ -896,7 +1048,9 @@ var file_gracewatch_proto_goTypes = []any{
 	(*StateUpdate)(nil), // 6: gracewatch.v1.StateUpdate
 	(*Control)(nil),     // 7: gracewatch.v1.Control
 	(*ControlAck)(nil),  // 8: gracewatch.v1.ControlAck
-	(*Envelope)(nil),    // 9: gracewatch.v1.Envelope
+	(*GoneMember)(nil),  // 9: gracewatch.v1.GoneMember
+	(*Handover)(nil),    // 10: gracewatch.v1.Handover
+	(*Envelope)(nil),    // 11: gracewatch.v1.Envelope
 }
 var file_gracewatch_proto_depIdxs = []int32{
 	0,  // 0: gracewatch.v1.Meta.role:type_name -> gracewatch.v1.Role
@@ -906,14 +1060,18 @@ var file_gracewatch_proto_depIdxs = []int32{
 	5,  // 4: gracewatch.v1.StateUpdate.reports:type_name -> gracewatch.v1.Report
 	2,  // 5: gracewatch.v1.Control.action:type_name -> gracewatch.v1.Action
 	3,  // 6: gracewatch.v1.ControlAck.meta:type_name -> gracewatch.v1.Meta
-	6,  // 7: gracewatch.v1.Envelope.state:type_name -> gracewatch.v1.StateUpdate
-	7,  // 8: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
-	8,  // 9: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 7: gracewatch.v1.GoneMember.meta:type_name -> gracewatch.v1.Meta
+	6,  // 8: gracewatch.v1.GoneMember.update:type_name -> gracewatch.v1.StateUpdate
+	9,  // 9: gracewatch.v1.Handover.gone:type_name -> gracewatch.v1.GoneMember
+	6,  // 10: gracewatch.v1.Envelope.state:type_name -> gracewatch.v1.StateUpdate
+	7,  // 11: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
+	8,  // 12: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
+	10, // 13: gracewatch.v1.Envelope.handover:type_name -> gracewatch.v1.Handover
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_gracewatch_proto_init() }
@@ -921,10 +1079,11 @@ func file_gracewatch_proto_init() {
 	if File_gracewatch_proto != nil {
 		return
 	}
-	file_gracewatch_proto_msgTypes[6].OneofWrappers = []any{
+	file_gracewatch_proto_msgTypes[8].OneofWrappers = []any{
 		(*Envelope_State)(nil),
 		(*Envelope_Control)(nil),
 		(*Envelope_Ack)(nil),
+		(*Envelope_Handover)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -932,7 +1091,7 @@ func file_gracewatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gracewatch_proto_rawDesc), len(file_gracewatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

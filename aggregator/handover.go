@@ -1,0 +1,88 @@
+package aggregator
+
+import (
+	"slices"
+
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxHandover bounds the members one Handover carries (a cluster that lost
+// more nodes than this has bigger problems; the rest are still served by
+// the aggregators that saw them go).
+const maxHandover = 20000
+
+// maxNodeNameLen bounds a handed-over member's name (a host name is at
+// most 253 bytes).
+const maxNodeNameLen = 255
+
+// handoverOf is the Handover of the agents in inputs that are dead or have
+// left, sorted by name. memberlist forgets a dead member GossipToTheDeadTime
+// after its death, so a newly started aggregator would otherwise never know
+// a node that died before it came: two aggregators would then answer
+// differently for it (one unreachable, the other unknown).
+func handoverOf(inputs map[string]*NodeInput) *gwpb.Handover {
+	h := &gwpb.Handover{}
+	for _, in := range inputs {
+		if !gone(in.Status) || in.Role != gwpb.Role_ROLE_AGENT {
+			continue
+		}
+		g := &gwpb.GoneMember{Name: in.Name, Left: in.Status == mesh.StatusLeft, Meta: in.Gossip, Update: in.Update}
+		if !in.StatusSince.IsZero() {
+			g.SinceMs = in.StatusSince.UnixMilli()
+		}
+		h.Gone = append(h.Gone, g)
+	}
+	slices.SortFunc(h.Gone, func(a, b *gwpb.GoneMember) int {
+		switch {
+		case a.GetName() < b.GetName():
+			return -1
+		case a.GetName() > b.GetName():
+			return 1
+		}
+		return 0
+	})
+	if len(h.Gone) > maxHandover {
+		h.Gone = h.Gone[:maxHandover]
+	}
+	return h
+}
+
+// adoptHandover adds the gone members of h that this aggregator does not
+// know at all to inputs, marking them in dirty. A member it knows in any
+// state is left alone: its own mesh is the better witness, and a member
+// that comes back is updated by the mesh as usual. Names for which skip
+// returns true (this aggregator, the other aggregators) are ignored. It
+// returns how many it adopted.
+func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(string) bool, dirty map[string]bool) int {
+	n := 0
+	for i, g := range h.GetGone() {
+		if i >= maxHandover {
+			break
+		}
+		name := g.GetName()
+		if name == "" || len(name) > maxNodeNameLen {
+			continue
+		}
+		if _, known := inputs[name]; known || skip(name) {
+			continue
+		}
+		in := &NodeInput{Name: name, Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusDead}
+		if g.GetLeft() {
+			in.Status = mesh.StatusLeft
+		}
+		in.StatusSince = msTime(g.GetSinceMs())
+		if m := g.GetMeta(); m != nil {
+			in.Gossip = proto.CloneOf(m)
+		}
+		if u := g.GetUpdate(); u != nil && u.GetMeta() != nil {
+			in.Update = proto.CloneOf(u)
+			in.Direct = in.Update.GetMeta()
+		}
+		inputs[name] = in
+		dirty[name] = true
+		n++
+	}
+	return n
+}
