@@ -138,8 +138,10 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	return a, nil
 }
 
-// Run serves until ctx ends, then stops the API and the supervisor. Running
-// epilogues are left running; a restarted agent re-adopts them.
+// Run serves until ctx ends, then waits up to [api] stop_wait for the
+// attached epilog streams (see drain) and stops the API and the
+// supervisor. Running epilogues are left running; a restarted agent
+// re-adopts them.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.cg.Close()
 	l, err := api.Listen(a.cfg.Socket, a.cfg.API.SocketGroup)
@@ -155,7 +157,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		msrv = a.metricsServer()
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// The supervisor, the mesh link and the watchdog run on ctx, which ends
+	// after the drain, not when the caller's does (see drain).
+	stop := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(stop))
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
@@ -227,12 +232,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("node agent ready", attrs...)
 	var runErr error
+	stopped := false
 	select {
-	case <-ctx.Done():
+	case <-stop.Done():
+		stopped = true
 	case runErr = <-errc:
 	}
-	cancel()
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
+	if stopped {
+		a.drain()
+	}
+	cancel()
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer scancel()
 	if err := a.srv.Shutdown(sctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -253,6 +263,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("node agent stopped")
 	return runErr
+}
+
+// drain waits, at most [api] stop_wait, for the epilog streams in progress
+// to end while the supervisor and the mesh still run, so that an epilogue
+// that ends meanwhile reports its exit status to its caller (a restart for
+// a package upgrade then never fails an exec system's epilog). New
+// connections find no socket: `nodeagent epilog` waits for the next agent.
+func (a *Agent) drain() {
+	wait := a.cfg.API.StopWait.D()
+	if wait <= 0 {
+		return
+	}
+	daemon.SdNotify(false, "STATUS=stopping: waiting up to "+wait.String()+" for epilog streams")
+	a.log.Info("stopping: waiting for the epilog streams in progress", "stop_wait", wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	start := time.Now()
+	if err := a.srv.Drain(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
+		a.log.Warn("epilog streams still running after stop_wait: they end now; the epilogues go on and the next agent re-adopts them",
+			"stop_wait", wait)
+		return
+	}
+	a.log.Info("epilog streams ended", "after", time.Since(start).Round(time.Millisecond))
 }
 
 // Run builds an agent from cfg and runs it until ctx ends.

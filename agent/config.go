@@ -98,6 +98,9 @@ type APIConfig struct {
 	AllowedGIDs []int `toml:"allowed_gids"`
 	// SocketGroup, if set, is the group owner of the socket (mode 0660).
 	SocketGroup string `toml:"socket_group"`
+	// StopWait is how long a stopping agent waits for the epilog streams
+	// in progress, so that their callers get the exit status (0: none).
+	StopWait config.Duration `toml:"stop_wait"`
 }
 
 // DiagnosticsConfig bounds the hung-process diagnostics.
@@ -129,7 +132,7 @@ func DefaultConfig() Config {
 			AutoResume:       AutoResumeNever,
 			MaxExpirationAge: config.Dur(24 * time.Hour),
 		},
-		API: APIConfig{AllowedUIDs: []int{0}},
+		API: APIConfig{AllowedUIDs: []int{0}, StopWait: config.Dur(20 * time.Second)},
 		Diagnostics: DiagnosticsConfig{
 			ProcRoot:        "/proc",
 			ReadTimeout:     config.Dur(2 * time.Second),
@@ -213,6 +216,9 @@ func (c *Config) Validate() error {
 		if g < 0 {
 			bad("api.allowed_gids", "negative gid %d", g)
 		}
+	}
+	if w := c.API.StopWait.D(); w < 0 || w > 10*time.Minute {
+		bad("api.stop_wait", "must be between 0 and 10m, got %v", w)
 	}
 	d := c.Diagnostics
 	if !filepath.IsAbs(d.ProcRoot) {

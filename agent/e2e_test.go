@@ -639,3 +639,42 @@ func TestSystemdNotify(t *testing.T) {
 	n.stop()
 	expect(mark, "STOPPING=1", 5*time.Second)
 }
+
+// An agent restart (a package upgrade) during an epilogue does not fail
+// the exec system's epilog: the stopping agent waits for the attached
+// epilogue and hands its exit status to the wrapper, and a wrapper that
+// starts while no agent runs waits for the next one.
+func TestAgentRestartDuringEpilog(t *testing.T) {
+	n := startNode(t, nodeOpts{grace: "30s"})
+	ep := n.epilog("301", "sh", "-c", "sleep 1.5; echo done; exit 3")
+	n.waitFor("teardown", 5*time.Second, func(st api.Status) bool { return st.State == api.StateTeardown })
+	stopAt := time.Now()
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond)
+	// No agent listens now (it drains): this wrapper waits for the next one.
+	late := n.epilog("302", "sh", "-c", "echo late; exit 0")
+	if code := waitExit(t, ep, 10*time.Second); code != 3 {
+		t.Fatalf("the wrapper of the epilogue running across the stop exited %d, want its status 3\nstdout %q stderr %q\nagent logs:\n%s",
+			code, ep.Stdout, ep.Stderr, n.logs)
+	}
+	if out := ep.Stdout.(*bytes.Buffer).String(); !strings.Contains(out, "done") {
+		t.Fatalf("wrapper output %q, want the epilogue's", out)
+	}
+	if err := n.cmd.Wait(); err != nil {
+		t.Fatalf("agent exit: %v", err)
+	}
+	t.Logf("agent stopped %v after SIGTERM, once the epilogue ended", time.Since(stopAt).Round(time.Millisecond))
+	if late.ProcessState != nil {
+		t.Fatalf("the late wrapper gave up while no agent ran: exit %d, stderr %q", late.ProcessState.ExitCode(), late.Stderr)
+	}
+	n.start()
+	if code := waitExit(t, late, 10*time.Second); code != 0 {
+		t.Fatalf("the late wrapper exited %d, want 0; stderr %q", code, late.Stderr)
+	}
+	if out := late.Stdout.(*bytes.Buffer).String(); !strings.Contains(out, "late") {
+		t.Fatalf("late wrapper output %q", out)
+	}
+	if !strings.Contains(n.logs.String(), "epilog streams ended") {
+		t.Fatalf("the agent did not log its drain:\n%s", n.logs)
+	}
+}

@@ -109,6 +109,8 @@ root = "$MNT/gracewatch-demo-$$-node$n"
 grace = "$GRACE"
 kill_wait = "2s"
 unkillable_after = "3s"
+[api]
+stop_wait = "2s"
 [diagnostics]
 sample_interval = "1s"
 [mesh]

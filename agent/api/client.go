@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/diagnose"
@@ -65,23 +66,64 @@ func (e *ServerError) Error() string {
 // use. Every call blocks until the answer arrives or ctx ends; there is no
 // other timeout.
 type Client struct {
-	socket string
-	hc     *http.Client
+	socket      string
+	hc          *http.Client
+	connectWait time.Duration
 }
 
 // NewClient returns a client of the agent listening at socket. It connects
 // lazily, on the first call.
 func NewClient(socket string) *Client {
+	c := &Client{socket: socket}
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dial(ctx) },
 		DisableCompression: true,
 		MaxIdleConns:       2,
 		IdleConnTimeout:    30 * time.Second,
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+	c.hc = &http.Client{Transport: tr}
+	return c
+}
+
+// SetConnectWait makes every call wait up to d for the agent to accept
+// the connection: a socket that does not exist or refuses connections (the
+// agent is restarting, or not started yet) is tried again with back-off
+// instead of failing at once. Only connecting is retried, so a request that
+// reached the agent is never sent twice. 0 (the default) fails at once. Set
+// it before the first call.
+func (c *Client) SetConnectWait(d time.Duration) { c.connectWait = d }
+
+// dial connects to the socket, retrying for c.connectWait while the agent
+// is not there.
+func (c *Client) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	start := time.Now()
+	pause := 50 * time.Millisecond
+	for {
+		conn, err := d.DialContext(ctx, "unix", c.socket)
+		if err == nil || !agentAbsent(err) {
+			return conn, err
+		}
+		left := c.connectWait - time.Since(start)
+		if left <= 0 {
+			return nil, err
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// agentAbsent reports whether a dial error means that no agent listens on
+// the socket now (as during its restart), as opposed to a refusal that
+// waiting does not cure (permissions, a path that is not a socket).
+func agentAbsent(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EAGAIN)
 }
 
 // Socket returns the socket path the client connects to.

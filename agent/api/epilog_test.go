@@ -205,3 +205,104 @@ func TestReadFrames(t *testing.T) {
 		})
 	}
 }
+
+// Drain lets an epilog stream in progress finish with its exit status,
+// while new connections are refused; then Shutdown succeeds.
+func TestEpilogDrain(t *testing.T) {
+	started, finish := make(chan struct{}), make(chan struct{})
+	svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+		close(started)
+		select {
+		case <-finish:
+			return 3, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}}
+	ts := startServer(t, svc, ServerOptions{}, "")
+	type result struct {
+		status int
+		err    error
+	}
+	res := make(chan result, 1)
+	go func() {
+		st, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"x"}}, nil, nil)
+		res <- result{st, err}
+	}()
+	<-started
+	drained := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		drained <- ts.srv.Drain(ctx)
+	}()
+	// Draining: the listener is closed, the stream goes on.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := NewClient(ts.socket).Status(context.Background())
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the draining server still accepts connections")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case r := <-res:
+		t.Fatalf("the stream ended while draining: %+v", r)
+	case err := <-drained:
+		t.Fatalf("Drain returned %v with a stream in progress", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(finish)
+	if r := <-res; r.err != nil || r.status != 3 {
+		t.Fatalf("epilog after drain: status %d, err %v; want 3, nil", r.status, r.err)
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+}
+
+// A client with a connect wait reaches an agent that starts late, and one
+// without fails at once.
+func TestClientConnectWait(t *testing.T) {
+	dir := shortTempDir(t)
+	socket := dir + "/agent.sock"
+	start := time.Now()
+	if _, err := NewClient(socket).Status(context.Background()); err == nil || time.Since(start) > time.Second {
+		t.Fatalf("no agent, no wait: err %v after %v; want an error at once", err, time.Since(start))
+	}
+	c := NewClient(socket)
+	c.SetConnectWait(300 * time.Millisecond)
+	start = time.Now()
+	if _, err := c.Status(context.Background()); err == nil || time.Since(start) < 200*time.Millisecond {
+		t.Fatalf("no agent, wait 300ms: err %v after %v; want an error after about 300ms", err, time.Since(start))
+	}
+
+	c = NewClient(socket)
+	c.SetConnectWait(20 * time.Second)
+	defer c.Close()
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		l, err := Listen(socket, "")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		srv := NewServer(&fakeService{}, ServerOptions{Logger: testLogger(t)})
+		go srv.Serve(l)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(ctx)
+		})
+	}()
+	start = time.Now()
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Fatalf("agent started 0.4 s late, wait 20 s: %v", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("answered after %v, before the agent started", d)
+	}
+}

@@ -99,7 +99,6 @@ func NewServer(svc Service, opts ServerOptions) *Server {
 		ConnContext:       s.connContext,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	s.hs.RegisterOnShutdown(s.stop)
 	return s
 }
 
@@ -113,6 +112,16 @@ func (s *Server) Serve(l net.Listener) error {
 	return err
 }
 
+// Drain stops accepting connections and waits until every request in
+// progress has ended, epilog streams included, or ctx ends (then it
+// returns ctx's error and the requests go on). The agent drains before it
+// stops, so that an epilogue that ends within the wait reports its exit
+// status to its caller; clients that connect meanwhile find no agent and,
+// with a connect wait, reach the next one. Call Shutdown after it.
+func (s *Server) Drain(ctx context.Context) error {
+	return s.hs.Shutdown(ctx)
+}
+
 // Shutdown stops accepting connections, ends the epilog streams in progress
 // (with an "error" frame saying that the agent keeps supervising) and waits
 // for the connections to finish until ctx ends; then it closes them. The
@@ -120,6 +129,9 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
 	err := s.hs.Shutdown(ctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // Drain closed the listeners already
+	}
 	if err != nil {
 		_ = s.hs.Close()
 	}

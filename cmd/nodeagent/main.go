@@ -53,7 +53,10 @@ type command struct {
 	args     string // argument synopsis
 	summary  string
 	run      func(c *cli, name string, args []string) int
-	isClient bool // takes --socket and --config
+	isClient bool // takes --socket, --config and --connect-wait
+	// connectWait is the default of --connect-wait: the commands an exec
+	// system runs wait for a restarting agent, the others fail at once.
+	connectWait time.Duration
 }
 
 var commands []*command
@@ -63,11 +66,11 @@ func init() {
 		{name: "serve", args: "[--config FILE] [--socket PATH] [--state-dir DIR] [--cgroup-root PATH] [--node NAME]",
 			summary: "run the node agent", run: runServe},
 		{name: "job start", args: "--job ID (--expiration RFC3339|UNIX-SECONDS | --R FILE) [--grace DUR] [--cgroup PATH] [--json]",
-			summary: "register a job and its expiration", run: runJobStart, isClient: true},
+			summary: "register a job and its expiration", run: runJobStart, isClient: true, connectWait: execConnectWait},
 		{name: "job end", args: "--job ID [--json]",
-			summary: "record that a job's tasks ended; its teardown starts", run: runJobEnd, isClient: true},
+			summary: "record that a job's tasks ended; its teardown starts", run: runJobEnd, isClient: true, connectWait: execConnectWait},
 		{name: "epilog", args: "--job ID [--timeout DUR] -- CMD [ARGS...]",
-			summary: "run an epilogue under the agent's supervision and exit with its status", run: runEpilog, isClient: true},
+			summary: "run an epilogue under the agent's supervision and exit with its status", run: runEpilog, isClient: true, connectWait: execConnectWait},
 		{name: "status", args: "[--json]",
 			summary: "show the node's teardown state, jobs and hung processes", run: runStatus, isClient: true},
 		{name: "diagnose", args: "[--job ID] [--json]",
@@ -168,10 +171,16 @@ func lookup(name string) *command {
 // flags is the flag set of one command.
 type flags struct {
 	*flag.FlagSet
-	cmd    *command
-	socket *string
-	config *string
+	cmd         *command
+	socket      *string
+	config      *string
+	connectWait *time.Duration
 }
+
+// execConnectWait is how long the commands an exec system runs (job start,
+// job end, epilog) wait for an agent that is not there: a restart, with
+// [api] stop_wait (20 s) and the start of the next agent, fits in it.
+const execConnectWait = 60 * time.Second
 
 func newFlags(name string) *flags {
 	cmd := lookup(name)
@@ -181,6 +190,8 @@ func newFlags(name string) *flags {
 	if cmd.isClient {
 		f.socket = fs.String("socket", "", "`path` of the agent's socket")
 		f.config = fs.String("config", "", "configuration `file` to take the socket path from")
+		f.connectWait = fs.Duration("connect-wait", cmd.connectWait,
+			"wait up to `duration` for an agent that is not running (restarting) before failing")
 	}
 	return f
 }
@@ -235,6 +246,18 @@ func (c *cli) fail(err error) int {
 // socket key of /etc/gracewatch/nodeagent.toml if it exists, else the
 // default.
 func (c *cli) client(f *flags) (*api.Client, error) {
+	cl, err := c.newClient(f)
+	if err != nil {
+		return nil, err
+	}
+	if *f.connectWait < 0 {
+		return nil, fmt.Errorf("--connect-wait: %v is negative", *f.connectWait)
+	}
+	cl.SetConnectWait(*f.connectWait)
+	return cl, nil
+}
+
+func (c *cli) newClient(f *flags) (*api.Client, error) {
 	if *f.socket != "" {
 		return api.NewClient(*f.socket), nil
 	}
