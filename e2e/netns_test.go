@@ -38,14 +38,13 @@ const gossipToTheDead = 30 * time.Second
 const maxDetection = 27 * time.Second
 
 // maxMerge bounds the time from a heal to the node merged back. A cut-off
-// agent that declared the aggregator dead rejoins it with its rejoin loop
-// (rejoin_interval 2 s ± 20 %, an attempt that started during the cut
-// waiting in memberlist's TCP connect for up to TCPTimeout, 10 s). One that
-// still holds the aggregator alive or suspect at the heal has no seed to
-// rejoin; it merges back at its next push-pull (PushPullInterval 30 s) with
-// a healthy member, which may take two rounds when the first picks the
-// other cut-off host. Plus a margin.
-const maxMerge = 65 * time.Second
+// agent that declared the aggregator dead rejoins it with its rejoin loop;
+// one that still holds the aggregator alive or suspect has no seed to
+// rejoin, and the aggregator rejoins it instead (mesh.rejoinDead, the
+// aggregator's rejoin loop). Either loop runs every rejoin_interval (2 s ±
+// 20 %), and an attempt that started during the cut waits in memberlist's
+// TCP connect for up to TCPTimeout (10 s) before the next. Plus a margin.
+const maxMerge = 25 * time.Second
 
 // TestNetnsPartitionHeals cuts two hosts off the mesh (every packet on the
 // host's NIC dropped, in its namespace): n3, up, and n4, latched down by a

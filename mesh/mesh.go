@@ -196,10 +196,12 @@ func New(o Options) (*Mesh, error) {
 
 	if len(m.seeds) == 0 {
 		m.joined.Store(true)
-		return m, nil
+	} else {
+		m.joinSeeds()
 	}
-	m.joinSeeds()
-	if every := cfg.RejoinInterval.D(); every > 0 {
+	// An aggregator runs the loop without seeds too: it rejoins the
+	// members it saw die (see rejoinDead).
+	if every := cfg.RejoinInterval.D(); every > 0 && (len(m.seeds) > 0 || m.role == gwpb.Role_ROLE_AGGREGATOR) {
 		m.loopDone = make(chan struct{})
 		go m.rejoinLoop(every)
 	}
@@ -484,10 +486,66 @@ func (m *Mesh) rejoinLoop(every time.Duration) {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.joinSeeds()
+			if len(m.seeds) > 0 {
+				m.joinSeeds()
+			}
+			if m.role == gwpb.Role_ROLE_AGGREGATOR {
+				m.rejoinDead()
+			}
 			t.Reset(jitter())
 		}
 	}
+}
+
+// Bounds of rejoinDead.
+const (
+	// rejoinDeadFor is how long after a member's death an aggregator
+	// keeps trying to join it.
+	rejoinDeadFor = 10 * time.Minute
+	// rejoinDeadMax bounds the members tried per round (in parallel).
+	rejoinDeadMax = 16
+)
+
+// rejoinDead tries to join, directly, the members that died here in the
+// last rejoinDeadFor (at most rejoinDeadMax of them per round, at random).
+// After a partition heals, a member that was cut off may still hold the
+// aggregator alive: its own rejoin loop then has no missing seed, and the
+// aggregator forgot it GossipToTheDeadTime after its death, so nothing
+// but the next push-pull between it and some healthy member would merge
+// it back (every 30 s scaled by log2(N/32)+1: 3 min at 1,000 members). A
+// member that is really gone costs one failed connect per round. Only
+// aggregators do this: they are few, and they are who must see the node.
+func (m *Mesh) rejoinDead() {
+	now := time.Now()
+	var addrs []string
+	m.mu.Lock()
+	for name, st := range m.members {
+		if name != m.name && st.Status == StatusDead && st.Addr != "" && now.Sub(st.Since) < rejoinDeadFor {
+			addrs = append(addrs, st.Addr)
+		}
+	}
+	m.mu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	addrs = addrs[:min(len(addrs), rejoinDeadMax)]
+	var wg sync.WaitGroup
+	for _, addr := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if m.stopped() {
+				return
+			}
+			if n, err := m.ml.Join([]string{addr}); n > 0 {
+				m.log.Info("rejoined a member that was dead", "addr", addr)
+			} else {
+				m.log.Debug("dead member still unreachable", "addr", addr, "err", flatten(err))
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // joinSeeds joins one seed that is not a live member here, trying them in

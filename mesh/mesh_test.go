@@ -337,3 +337,32 @@ func TestNewRefuses(t *testing.T) {
 		})
 	}
 }
+
+// An aggregator joins, by itself, a member it saw die that came back
+// without joining anyone: the member cut off by a partition that still
+// holds the aggregator alive has no missing seed to rejoin, and the
+// aggregator forgot it.
+func TestAggregatorRejoinsTheDead(t *testing.T) {
+	t.Parallel()
+	a := start(t, "a", aggr, func(o *Options) { o.Config.RejoinInterval = dur(200 * time.Millisecond) })
+	b := start(t, "b", agent, joining(a.Addr()))
+	waitFor(t, 10*time.Second, "a sees b", func() bool { return sees(a.Mesh, "b") })
+	addr := b.Addr()
+	if err := b.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "a sees b dead", func() bool { return statusOf(a.Mesh, "b") == StatusDead })
+	// b comes back at the same address and joins no one.
+	b2 := start(t, "b", agent, func(o *Options) {
+		o.Config.Bind = addr
+		o.Meta = &gwpb.Meta{Incarnation: 2}
+	})
+	took := waitFor(t, 5*time.Second, "a and b merge", func() bool {
+		m, _ := member(a.Mesh, "b")
+		return m.Status == StatusAlive && m.Meta.GetIncarnation() == 2 && sees(b2.Mesh, "a")
+	})
+	t.Logf("merged %v after b came back (rejoin interval 200ms)", took)
+	if !strings.Contains(a.logs.String(), "rejoined a member that was dead") {
+		t.Error("the rejoin is not logged")
+	}
+}
