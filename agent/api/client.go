@@ -76,7 +76,7 @@ type Client struct {
 func NewClient(socket string) *Client {
 	c := &Client{socket: socket}
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dial(ctx) },
+		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dial(ctx) },
 		DisableCompression: true,
 		MaxIdleConns:       2,
 		IdleConnTimeout:    30 * time.Second,
