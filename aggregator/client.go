@@ -95,6 +95,13 @@ func (c *Client) Drain(ctx context.Context, node, reason string) (Node, error) {
 	return c.action(ctx, node, "drain", reason)
 }
 
+// Forget removes a gone node (its agent dead or departed) from the view of
+// every aggregator.
+func (c *Client) Forget(ctx context.Context, node, reason string) error {
+	var f Forgotten
+	return c.call(ctx, "POST", "/v1/nodes/"+url.PathEscape(node)+"/forget", nil, ActionRequest{Reason: reason}, &f)
+}
+
 func (c *Client) action(ctx context.Context, node, action, reason string) (Node, error) {
 	var n Node
 	err := c.call(ctx, "POST", "/v1/nodes/"+url.PathEscape(node)+"/"+action, nil, ActionRequest{Reason: reason}, &n)

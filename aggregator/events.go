@@ -78,8 +78,18 @@ func (sub *Subscription) Dropped() bool { return sub.dropped.Load() }
 // publishLocked records an event for n and hands it to every watcher; s.mu
 // is held for writing.
 func (s *Service) publishLocked(n Node) {
+	s.publishEventLocked(Event{Node: n})
+}
+
+// publishForgetLocked records that the node name was forgotten; s.mu is
+// held for writing.
+func (s *Service) publishForgetLocked(name string) {
+	s.publishEventLocked(Event{Node: Node{Name: name}, Forgotten: true})
+}
+
+func (s *Service) publishEventLocked(ev Event) {
 	s.seq++
-	ev := Event{ID: s.eventID(s.seq), Seq: s.seq, Node: n}
+	ev.ID, ev.Seq = s.eventID(s.seq), s.seq
 	s.history[(s.seq-1)%uint64(len(s.history))] = ev
 	for sub := range s.subs {
 		select {

@@ -218,6 +218,7 @@ func (s *Server) routes() {
 		{"GET", "/v1/nodes/{name}", read, s.handleNode},
 		{"POST", "/v1/nodes/{name}/resume", admin, s.handleAction(gwpb.Action_ACTION_RESUME)},
 		{"POST", "/v1/nodes/{name}/drain", admin, s.handleAction(gwpb.Action_ACTION_DRAIN)},
+		{"POST", "/v1/nodes/{name}/forget", admin, s.handleForget},
 		{"GET", "/v1/watch", read, s.handleWatch},
 		{"GET", "/v1/config", read, s.handleConfig},
 		{"GET", "/healthz", public, s.handleHealth},
@@ -372,6 +373,36 @@ func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 		default:
 			s.writeError(w, http.StatusInternalServerError, "%v", err)
 		}
+	}
+}
+
+// handleForget removes a gone node from the view of every aggregator
+// (Service.Forget); the body gives the reason, as for resume and drain.
+func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	req, err := decodeAction(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", MaxBodyBytes)
+			return
+		}
+		s.writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	by := fmt.Sprintf("%s (HTTP from %s): %s", s.svc.Name(), r.RemoteAddr, req.Reason)
+	switch err := s.svc.Forget(r.Context(), name, by); {
+	case err == nil:
+		s.writeJSON(w, http.StatusOK, Forgotten{Name: name})
+	case errors.Is(err, ErrUnknownNode):
+		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
+	case errors.Is(err, ErrNotGone):
+		s.writeError(w, http.StatusConflict, "%v", err)
+	case errors.Is(err, ErrNotRunning):
+		s.writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case r.Context().Err() != nil:
+	default:
+		s.writeError(w, http.StatusInternalServerError, "%v", err)
 	}
 }
 

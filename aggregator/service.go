@@ -159,6 +159,7 @@ const (
 	inMessage
 	inTick
 	inSync
+	inForget
 	inSeed
 	inRecheck
 )
@@ -170,6 +171,8 @@ type input struct {
 	env    *gwpb.Envelope
 	done   chan struct{}
 	gen    uint64 // of the deadline timer that sent an inTick
+	forget string // inForget: the node; from: who asked
+	reply  chan error
 }
 
 type waiter struct {
@@ -186,6 +189,9 @@ type Event struct {
 	ID   string
 	Seq  uint64
 	Node Node
+	// Forgotten: the node Node.Name left the view (Service.Forget); the
+	// watch sends a "forget" event.
+	Forgotten bool
 }
 
 // AggregatorInfo is an aggregator member as /healthz lists it.
@@ -382,6 +388,12 @@ func (s *Service) process(batch []input) {
 			membersChanged = true
 		case inSync:
 			syncs = append(syncs, in.done)
+		case inForget:
+			err := s.forget(in.forget, in.from, true)
+			if err == nil {
+				delete(dirty, in.forget)
+			}
+			in.reply <- err
 		}
 	}
 	if len(dirty) > 0 {
@@ -466,6 +478,10 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 		return false
 	}
 	if _, isAgg := s.aggs[from]; isAgg {
+		if f := env.GetForget(); f != nil {
+			s.applyForget(from, f, dirty)
+			return false
+		}
 		if h := env.GetHandover(); h != nil {
 			skip := func(name string) bool {
 				_, agg := s.aggs[name]
@@ -571,6 +587,9 @@ func (s *Service) recompute(dirty map[string]bool) {
 	added := false
 	for _, name := range names {
 		in := s.inputs[name]
+		if in == nil { // forgotten since it was marked
+			continue
+		}
 		n, cause := computeNodeCause(in, now, p)
 		prevAt := s.enforce[name]
 		if at, ok := nextEnforcement(in, now, p); ok {

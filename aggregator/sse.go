@@ -16,7 +16,8 @@ import (
 //     when the Last-Event-ID header names an event the history still holds,
 //     the "node" events missed since it;
 //   - then one "node" event (data: the Node, without report detail) per
-//     change of a node, with "id: <epoch>-<seq>";
+//     change of a node, or a "forget" event (data: {"name": ...}) when a
+//     node leaves the view, with "id: <epoch>-<seq>";
 //   - a comment line every heartbeat interval, so that proxies and clients
 //     can tell a quiet stream from a dead one.
 //
@@ -58,7 +59,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeEvent(&buf, sub.SnapshotID, "snapshot", NodeList{Nodes: sub.Snapshot})
 	}
 	for _, ev := range sub.Missed {
-		writeEvent(&buf, ev.ID, "node", ev.Node)
+		writeChange(&buf, ev)
 	}
 	if !send() {
 		return
@@ -88,7 +89,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 				}
 				return
 			}
-			writeEvent(&buf, ev.ID, "node", ev.Node)
+			writeChange(&buf, ev)
 			// Send what else is queued in one write.
 			for more := true; more && buf.Len() < 64<<10; {
 				select {
@@ -97,7 +98,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 						more = false
 						break
 					}
-					writeEvent(&buf, ev.ID, "node", ev.Node)
+					writeChange(&buf, ev)
 				default:
 					more = false
 				}
@@ -121,6 +122,20 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 
 // writeEvent appends one SSE event to buf. JSON has no raw line breaks, so
 // the data is one line.
+// Forgotten is the data of a "forget" event.
+type Forgotten struct {
+	Name string `json:"name"`
+}
+
+// writeChange writes one event of the history: "node" or "forget".
+func writeChange(buf *bytes.Buffer, ev Event) {
+	if ev.Forgotten {
+		writeEvent(buf, ev.ID, "forget", Forgotten{Name: ev.Node.Name})
+		return
+	}
+	writeEvent(buf, ev.ID, "node", ev.Node)
+}
+
 func writeEvent(buf *bytes.Buffer, id, event string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {

@@ -107,6 +107,8 @@ func (w *watcher) next() sseEvent {
 			checkSchema(w.t, "NodeList", []byte(ev.data))
 		case "node":
 			checkSchema(w.t, "Node", []byte(ev.data))
+		case "forget":
+			checkSchema(w.t, "Forgotten", []byte(ev.data))
 		}
 		return ev
 	case <-time.After(testTimeout):

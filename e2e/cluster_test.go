@@ -276,4 +276,28 @@ func TestLateAggregatorKnowsGoneNodes(t *testing.T) {
 	if late.Reason != gone.Reason || !late.Since.Equal(gone.Since) {
 		t.Fatalf("n2 on the late aggregator: %q since %v; on the first: %q since %v", late.Reason, late.Since, gone.Reason, gone.Since)
 	}
+
+	// n2 was decommissioned: forgotten through one aggregator, by the CLI,
+	// it leaves both views.
+	out, err := execOut(bins.aggregator, "forget", "n2", "--reason", "decommissioned",
+		"--url", agg1.url, "--token-file", filepath.Join(c.dir, "token"))
+	if err != nil || !strings.Contains(out, "n2 forgotten") {
+		t.Fatalf("aggregator forget: %v\n%s", err, out)
+	}
+	for _, g := range []*aggregator{agg1, agg2} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, ok := g.node(t, "n2"); !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still serves n2 5 s after the forget", g.url)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if out, err := execOut(bins.aggregator, "forget", "n1", "--reason", "x",
+		"--url", agg1.url, "--token-file", filepath.Join(c.dir, "token")); err == nil || !strings.Contains(out, "409") && !strings.Contains(out, "alive") {
+		t.Fatalf("forget of a live node: %v\n%s", err, out)
+	}
 }

@@ -345,6 +345,21 @@ func (m *Mesh) SendToRole(role gwpb.Role, env *gwpb.Envelope) (sent int, err err
 	return sent, errors.Join(errs...)
 }
 
+// Forget removes a member that is dead or has left from Members; it
+// reports whether it did (false for an unknown or live member). memberlist
+// forgets a dead member by itself GossipToTheDeadTime after its death; this
+// is for the mesh's own table, which keeps every member it has seen.
+func (m *Mesh) Forget(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.members[name]
+	if !ok || name == m.name || (st.Status != StatusDead && st.Status != StatusLeft) {
+		return false
+	}
+	delete(m.members, name)
+	return true
+}
+
 // AliveMembers returns the names of the alive members of role but this
 // one, sorted.
 func (m *Mesh) AliveMembers(role gwpb.Role) []string {

@@ -261,10 +261,20 @@ func runAction(c *cli, name string, args []string) int {
 	node := f.args[0]
 	ctx := context.Background()
 	var n aggregator.Node
-	if name == "resume" {
+	switch name {
+	case "resume":
 		n, err = cl.Resume(ctx, node, *reason)
-	} else {
+	case "drain":
 		n, err = cl.Drain(ctx, node, *reason)
+	case "forget":
+		if err = cl.Forget(ctx, node, *reason); err != nil {
+			return c.fail(err)
+		}
+		if *asJSON {
+			return c.printJSON(aggregator.Forgotten{Name: node})
+		}
+		fmt.Fprintf(c.stdout, "%s forgotten\n", node)
+		return exitOK
 	}
 	if err != nil {
 		return c.fail(err)

@@ -54,6 +54,8 @@ func init() {
 			summary: "ask a node's agent to clear its DOWN latch", run: runAction, isClient: true},
 		{name: "drain", args: "NODE --reason TEXT [--json] [--url URL] [--token-file FILE]",
 			summary: "ask a node's agent to latch it DOWN", run: runAction, isClient: true},
+		{name: "forget", args: "NODE --reason TEXT [--json] [--url URL] [--token-file FILE]",
+			summary: "remove a dead or departed node (decommissioned, renamed) from every aggregator's view", run: runAction, isClient: true},
 		{name: "keygen", args: "FILE",
 			summary: "write a new mesh key file (mode 0600; never overwrites)", run: runKeygen},
 		{name: "config", args: "check [--config FILE]",

@@ -809,6 +809,60 @@ func (x *Handover) GetGone() []*GoneMember {
 	return nil
 }
 
+// Forget goes from an aggregator to the others when an administrator
+// removes gone nodes (decommissioned, renamed) from the view.
+type Forget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	By            string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Forget) Reset() {
+	*x = Forget{}
+	mi := &file_gracewatch_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forget) ProtoMessage() {}
+
+func (x *Forget) ProtoReflect() protoreflect.Message {
+	mi := &file_gracewatch_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forget.ProtoReflect.Descriptor instead.
+func (*Forget) Descriptor() ([]byte, []int) {
+	return file_gracewatch_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Forget) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *Forget) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 // Envelope frames every direct (SendReliable) message.
 type Envelope struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -820,6 +874,7 @@ type Envelope struct {
 	//	*Envelope_Control
 	//	*Envelope_Ack
 	//	*Envelope_Handover
+	//	*Envelope_Forget
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -827,7 +882,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_gracewatch_proto_msgTypes[8]
+	mi := &file_gracewatch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +894,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[8]
+	mi := &file_gracewatch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +907,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{8}
+	return file_gracewatch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Envelope) GetSchema() uint32 {
@@ -912,6 +967,15 @@ func (x *Envelope) GetHandover() *Handover {
 	return nil
 }
 
+func (x *Envelope) GetForget() *Forget {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Forget); ok {
+			return x.Forget
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -932,6 +996,10 @@ type Envelope_Handover struct {
 	Handover *Handover `protobuf:"bytes,13,opt,name=handover,proto3,oneof"`
 }
 
+type Envelope_Forget struct {
+	Forget *Forget `protobuf:"bytes,14,opt,name=forget,proto3,oneof"`
+}
+
 func (*Envelope_State) isEnvelope_Body() {}
 
 func (*Envelope_Control) isEnvelope_Body() {}
@@ -939,6 +1007,8 @@ func (*Envelope_Control) isEnvelope_Body() {}
 func (*Envelope_Ack) isEnvelope_Body() {}
 
 func (*Envelope_Handover) isEnvelope_Body() {}
+
+func (*Envelope_Forget) isEnvelope_Body() {}
 
 var File_gracewatch_proto protoreflect.FileDescriptor
 
@@ -998,7 +1068,10 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\x04meta\x18\x04 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\x122\n" +
 	"\x06update\x18\x05 \x01(\v2\x1a.gracewatch.v1.StateUpdateR\x06update\"9\n" +
 	"\bHandover\x12-\n" +
-	"\x04gone\x18\x01 \x03(\v2\x19.gracewatch.v1.GoneMemberR\x04gone\"\x8c\x02\n" +
+	"\x04gone\x18\x01 \x03(\v2\x19.gracewatch.v1.GoneMemberR\x04gone\".\n" +
+	"\x06Forget\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\"\xbd\x02\n" +
 	"\bEnvelope\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x122\n" +
@@ -1006,7 +1079,8 @@ const file_gracewatch_proto_rawDesc = "" +
 	" \x01(\v2\x1a.gracewatch.v1.StateUpdateH\x00R\x05state\x122\n" +
 	"\acontrol\x18\v \x01(\v2\x16.gracewatch.v1.ControlH\x00R\acontrol\x12-\n" +
 	"\x03ack\x18\f \x01(\v2\x19.gracewatch.v1.ControlAckH\x00R\x03ack\x125\n" +
-	"\bhandover\x18\r \x01(\v2\x17.gracewatch.v1.HandoverH\x00R\bhandoverB\x06\n" +
+	"\bhandover\x18\r \x01(\v2\x17.gracewatch.v1.HandoverH\x00R\bhandover\x12/\n" +
+	"\x06forget\x18\x0e \x01(\v2\x15.gracewatch.v1.ForgetH\x00R\x06forgetB\x06\n" +
 	"\x04body*A\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
@@ -1037,7 +1111,7 @@ func file_gracewatch_proto_rawDescGZIP() []byte {
 }
 
 var file_gracewatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_gracewatch_proto_goTypes = []any{
 	(Role)(0),           // 0: gracewatch.v1.Role
 	(State)(0),          // 1: gracewatch.v1.State
@@ -1050,7 +1124,8 @@ var file_gracewatch_proto_goTypes = []any{
 	(*ControlAck)(nil),  // 8: gracewatch.v1.ControlAck
 	(*GoneMember)(nil),  // 9: gracewatch.v1.GoneMember
 	(*Handover)(nil),    // 10: gracewatch.v1.Handover
-	(*Envelope)(nil),    // 11: gracewatch.v1.Envelope
+	(*Forget)(nil),      // 11: gracewatch.v1.Forget
+	(*Envelope)(nil),    // 12: gracewatch.v1.Envelope
 }
 var file_gracewatch_proto_depIdxs = []int32{
 	0,  // 0: gracewatch.v1.Meta.role:type_name -> gracewatch.v1.Role
@@ -1067,11 +1142,12 @@ var file_gracewatch_proto_depIdxs = []int32{
 	7,  // 11: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
 	8,  // 12: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
 	10, // 13: gracewatch.v1.Envelope.handover:type_name -> gracewatch.v1.Handover
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 14: gracewatch.v1.Envelope.forget:type_name -> gracewatch.v1.Forget
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_gracewatch_proto_init() }
@@ -1079,11 +1155,12 @@ func file_gracewatch_proto_init() {
 	if File_gracewatch_proto != nil {
 		return
 	}
-	file_gracewatch_proto_msgTypes[8].OneofWrappers = []any{
+	file_gracewatch_proto_msgTypes[9].OneofWrappers = []any{
 		(*Envelope_State)(nil),
 		(*Envelope_Control)(nil),
 		(*Envelope_Ack)(nil),
 		(*Envelope_Handover)(nil),
+		(*Envelope_Forget)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1091,7 +1168,7 @@ func file_gracewatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gracewatch_proto_rawDesc), len(file_gracewatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

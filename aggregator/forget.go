@@ -1,0 +1,105 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// ErrNotGone is Forget's error for a node whose agent is a live member.
+var ErrNotGone = errors.New("node not gone")
+
+// forgetter is the optional part of a Mesh that forgets gone members
+// (mesh.Mesh has it).
+type forgetter interface {
+	Forget(name string) bool
+}
+
+// Forget removes a node whose agent is dead or has left the mesh (a node
+// decommissioned or renamed) from this aggregator's view, and asks the
+// other aggregators to do the same. Watchers get a "forget" event. If the
+// node's agent comes back, it is a new node. Errors: ErrUnknownNode,
+// ErrNotGone (the agent is alive: nothing to forget), ErrNotRunning, or
+// ctx's error. Safe for concurrent use; it blocks until the loop has done
+// it.
+func (s *Service) Forget(ctx context.Context, name, by string) error {
+	s.mu.RLock()
+	running := s.running
+	s.mu.RUnlock()
+	if !running {
+		return ErrNotRunning
+	}
+	reply := make(chan error, 1)
+	s.enqueue(input{kind: inForget, from: by, forget: name, reply: reply})
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// forget runs on the loop: it removes name if its member is gone and, when
+// propagate is set, tells the other aggregators.
+func (s *Service) forget(name, by string, propagate bool) error {
+	in, ok := s.inputs[name]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownNode, name)
+	}
+	if !gone(in.Status) {
+		st := in.Status
+		if st == "" {
+			st = mesh.StatusAlive
+		}
+		return fmt.Errorf("%w: %s is a %s member of the mesh; only a dead or departed node can be forgotten", ErrNotGone, name, st)
+	}
+	delete(s.inputs, name)
+	delete(s.enforce, name)
+	s.mu.Lock()
+	prev := s.view[name]
+	delete(s.view, name)
+	if i, found := slices.BinarySearch(s.names, name); found {
+		s.names = slices.Delete(s.names, i, i+1)
+	}
+	s.publishForgetLocked(name)
+	s.mu.Unlock()
+	if f, ok := s.mesh.(forgetter); ok {
+		f.Forget(name)
+	}
+	s.log.Info("node forgotten", "node", name, "by", by, "was", prev.State, "reason", logText(prev.Reason))
+	if propagate {
+		var to []string
+		for agg, m := range s.aggs {
+			if m.Status == mesh.StatusAlive {
+				to = append(to, agg)
+			}
+		}
+		env := &gwpb.Envelope{Body: &gwpb.Envelope_Forget{Forget: &gwpb.Forget{Names: []string{name}, By: by}}}
+		m := s.mesh
+		for _, agg := range to {
+			go func() {
+				if err := m.Send(agg, env); err != nil {
+					s.log.Warn("forget not delivered to an aggregator; forget the node there too", "to", agg, "node", name, "err", err)
+				}
+			}()
+		}
+	}
+	return nil
+}
+
+// applyForget applies another aggregator's Forget: the nodes that are gone
+// here too are forgotten; one that is alive here is kept (this aggregator
+// sees its agent).
+func (s *Service) applyForget(from string, f *gwpb.Forget, dirty map[string]bool) {
+	for _, name := range f.GetNames() {
+		if err := s.forget(name, fmt.Sprintf("%s (from %s)", f.GetBy(), from), false); err != nil {
+			s.log.Info("forget from another aggregator not applied", "from", from, "node", name, "err", err)
+			continue
+		}
+		delete(dirty, name)
+	}
+}
