@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +66,10 @@ type actuators struct {
 	wg     sync.WaitGroup
 	leader bool
 	nodes  map[string]*actNode
+	// stateDir, if set, is where the drained nodes are kept across
+	// restarts (drained.json); saved is what was written last.
+	stateDir string
+	saved    []string
 }
 
 type actNode struct {
@@ -94,6 +100,59 @@ func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration,
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	return a
+}
+
+// remember loads the nodes gracewatch drained from dir and keeps that file
+// up to date from now on: a restarted aggregator then undrains a node that
+// came back while it was away, and does not drain again one still down.
+func (a *actuators) remember(dir string) error {
+	names, err := loadDrained(dir)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stateDir, a.saved = dir, names
+	for _, name := range names {
+		a.nodes[name] = &actNode{drained: true}
+	}
+	if len(names) > 0 {
+		a.log.Info("remembered the nodes gracewatch drained", "nodes", len(names), "file", filepath.Join(dir, drainedFile))
+	}
+	return nil
+}
+
+// forget drops a node that left the view (Service.Forget) and its
+// memory of a drain.
+func (a *actuators) forget(node string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := a.nodes[node]; n != nil && !n.running {
+		delete(a.nodes, node)
+		a.saveLocked()
+	}
+}
+
+// saveLocked writes the drained set if it changed; a.mu is held.
+func (a *actuators) saveLocked() {
+	if a.stateDir == "" {
+		return
+	}
+	var names []string
+	for name, n := range a.nodes {
+		if n.drained {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	if slices.Equal(names, a.saved) {
+		return
+	}
+	if err := saveDrained(a.stateDir, names); err != nil {
+		a.log.Error("cannot save the drained nodes; a restart will forget them", "dir", a.stateDir, "err", err)
+		return
+	}
+	a.saved = names
 }
 
 // start ties the actuators' commands to ctx.
@@ -143,6 +202,7 @@ func (a *actuators) observe(node string, st State, reason string, othersAlive bo
 	if first && st == StateDown && othersAlive && a.leader {
 		n.drained = true
 		a.log.Info("adopted a node already down: a live peer led when it went down", "node", node)
+		a.saveLocked()
 	}
 	a.kickLocked(node, n)
 }
@@ -168,6 +228,7 @@ func (a *actuators) setLeader(leader, othersAlive bool) {
 		n.elsewhere = false
 		a.kickLocked(name, n)
 	}
+	a.saveLocked()
 }
 
 // neededLocked returns the transition to actuate for n, if any.
@@ -230,6 +291,7 @@ func (a *actuators) runNode(name string, n *actNode) {
 		default:
 			n.failedUp = ep
 		}
+		a.saveLocked()
 		a.mu.Unlock()
 	}
 }

@@ -301,3 +301,49 @@ func TestActuatorsRestartedLeaderAdoptsWhatIsDown(t *testing.T) {
 	f.settle()
 	f.want(nil, []string{"n1 "})
 }
+
+// A restarted aggregator remembers what gracewatch drained: it undrains a
+// node that recovered while it was away and does not drain again one that
+// is still down. Without a state_dir it cannot.
+func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
+	state := t.TempDir()
+	withState := func(o *Options) { o.StateDir = state }
+	f1 := newActFixture(t, 0, withState)
+	f1.member("n1", upMeta(1, 1))
+	f1.member("n2", upMeta(1, 1))
+	f1.member("n1", downMeta(1, 2, "hung"))
+	f1.member("n2", downMeta(1, 2, "hung"))
+	f1.settle()
+	f1.want([]string{"n1 hung", "n2 hung"}, nil)
+	if names, err := loadDrained(state); err != nil || strings.Join(names, ",") != "n1,n2" {
+		t.Fatalf("drained.json: %v, %v; want n1 and n2", names, err)
+	}
+
+	// The restart: n1 recovered meanwhile, n2 is still down.
+	f2 := newActFixture(t, 0, withState)
+	f2.member("n1", upMeta(1, 3))
+	f2.member("n2", downMeta(1, 2, "hung"))
+	f2.settle()
+	f2.want(nil, []string{"n1 "})
+	if names, err := loadDrained(state); err != nil || strings.Join(names, ",") != "n2" {
+		t.Fatalf("drained.json after the undrain: %v, %v; want n2", names, err)
+	}
+	f2.member("n2", upMeta(1, 3))
+	f2.settle()
+	f2.want(nil, []string{"n1 ", "n2 "})
+
+	// Memory only: the same restart leaves n1 drained.
+	f3 := newActFixture(t, 0)
+	f3.member("n1", upMeta(1, 3))
+	f3.settle()
+	f3.want(nil, nil)
+
+	// A file that does not decode stops the start, naming it.
+	if err := os.WriteFile(filepath.Join(state, drainedFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	acts := []ActuatorConfig{{On: OnDown, Command: []string{"true"}, Timeout: config.Dur(time.Second)}}
+	if _, err := New(Options{Name: "agg-1", Actuators: acts, StateDir: state}); err == nil || !strings.Contains(err.Error(), drainedFile) {
+		t.Fatalf("New with a bad %s: %v", drainedFile, err)
+	}
+}

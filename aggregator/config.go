@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -45,6 +46,11 @@ type Config struct {
 	// LogFormat is "text" or "json"; LogLevel is debug, info, warn or error.
 	LogFormat string `toml:"log_format"`
 	LogLevel  string `toml:"log_level"`
+	// StateDir is where the actuators keep the nodes gracewatch drained,
+	// so that a restarted aggregator still undrains them. Empty: systemd's
+	// $STATE_DIRECTORY when set (the packaged unit's
+	// /var/lib/gracewatch-aggregator), else memory only.
+	StateDir string `toml:"state_dir"`
 
 	Mesh      mesh.Config      `toml:"mesh"`
 	HTTP      HTTPConfig       `toml:"http"`
@@ -146,6 +152,9 @@ func (c *Config) Validate() error {
 		}
 		h, _, _ = strings.Cut(h, ".")
 		c.Name = "aggregator-" + h
+	}
+	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+		bad("state_dir", "must be an absolute path, got %q", c.StateDir)
 	}
 	if strings.ContainsFunc(c.Name, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		bad("name", "%q holds white space or a control character", c.Name)

@@ -70,6 +70,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	if f, ok := s.mesh.(forgetter); ok {
 		f.Forget(name)
 	}
+	s.act.forget(name)
 	s.log.Info("node forgotten", "node", name, "by", by, "was", prev.State, "reason", logText(prev.Reason))
 	if propagate {
 		var to []string

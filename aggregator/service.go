@@ -96,6 +96,10 @@ type Options struct {
 	// ActuatorBackoff is the first retry delay of a failed actuator (it
 	// doubles, up to a minute); 0 means one second.
 	ActuatorBackoff time.Duration
+	// StateDir, if set, is where the actuators keep the nodes gracewatch
+	// drained (drained.json), so that a restarted aggregator still
+	// undrains them. Empty: in memory only.
+	StateDir string
 	// Registry, if set, receives the Service's metrics
 	// (gracewatch_aggregator_*; see metrics.go). Nil keeps them
 	// unregistered.
@@ -246,6 +250,11 @@ func New(o Options) (*Service, error) {
 		waiters: map[string]*waiter{},
 	}
 	s.act = newActuators(o.Actuators, o.Clock, o.ActuatorBackoff, log)
+	if o.StateDir != "" && len(o.Actuators) > 0 {
+		if err := s.act.remember(o.StateDir); err != nil {
+			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+	}
 	s.met = newServiceMetrics(s)
 	s.act.onRun = s.met.actuatorRun
 	if o.Registry != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -67,12 +68,23 @@ func runServe(c *cli, name string, args []string) int {
 		}
 	}
 	reg := metrics.NewRegistry(metrics.ProgramAggregator)
+	stateDir := cfg.StateDir
+	if stateDir == "" {
+		// systemd's StateDirectory= (the packaged unit's).
+		stateDir, _, _ = strings.Cut(c.getenv("STATE_DIRECTORY"), ":")
+	}
+	if stateDir != "" {
+		if err := os.MkdirAll(stateDir, 0o750); err != nil {
+			return c.fail(fmt.Errorf("state_dir: %w", err))
+		}
+	}
 	svc, err := aggregator.New(aggregator.Options{
 		Registry:     reg,
 		Name:         cfg.Name,
 		Policy:       cfg.ViewPolicy(),
 		Grace:        cfg.Policy.Grace.D(),
 		Actuators:    cfg.Actuators,
+		StateDir:     stateDir,
 		MeshInsecure: cfg.Mesh.Insecure,
 		Logger:       logger,
 	})

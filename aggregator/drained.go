@@ -1,0 +1,85 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// drainedFile is the file, under Options.StateDir, where the actuators
+// keep the nodes gracewatch drained.
+const drainedFile = "drained.json"
+
+// drainedState is drainedFile's content.
+type drainedState struct {
+	// Drained are the nodes whose on="down" actuators all succeeded and
+	// whose on="up" ones have not yet: gracewatch drained them and owes
+	// them an undrain.
+	Drained []string `json:"drained"`
+}
+
+// loadDrained reads the drained nodes from dir; a missing file is an
+// empty set. A file that does not decode is an error that names it.
+func loadDrained(dir string) ([]string, error) {
+	path := filepath.Join(dir, drainedFile)
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st drainedState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w (move it away to start without the memory of past drains)", path, err)
+	}
+	for i, name := range st.Drained {
+		if name == "" || len(name) > maxNodeNameLen {
+			return nil, fmt.Errorf("%s: drained[%d]: bad node name %q", path, i, name)
+		}
+	}
+	return st.Drained, nil
+}
+
+// saveDrained writes names to dir atomically (a temporary file, fsync,
+// rename, fsync of the directory), so that a crash leaves the old set or
+// the new one.
+func saveDrained(dir string, names []string) error {
+	names = slices.Clone(names)
+	slices.Sort(names)
+	if names == nil {
+		names = []string{}
+	}
+	b, err := json.MarshalIndent(drainedState{Drained: names}, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".drained-*.json")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, drainedFile)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
