@@ -312,6 +312,7 @@ func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
 	f1.member("n1", upMeta(1, 1))
 	f1.member("n2", upMeta(1, 1))
 	f1.member("n1", downMeta(1, 2, "hung"))
+	f1.settle() // one at a time: each node's commands run on a goroutine of its own
 	f1.member("n2", downMeta(1, 2, "hung"))
 	f1.settle()
 	f1.want([]string{"n1 hung", "n2 hung"}, nil)
@@ -322,6 +323,7 @@ func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
 	// The restart: n1 recovered meanwhile, n2 is still down.
 	f2 := newActFixture(t, 0, withState)
 	f2.member("n1", upMeta(1, 3))
+	f2.settle()
 	f2.member("n2", downMeta(1, 2, "hung"))
 	f2.settle()
 	f2.want(nil, []string{"n1 "})
