@@ -55,6 +55,16 @@ fuzz-corpus:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 20x -benchmem ./agent/... | tee bench.out
 
+# Failure detection and convergence of memberlist members on loopback
+# (BENCHMARKS.md, "Convergence and detection at scale"; about 10 min at
+# 1,000 members on a quiet 2-core machine), after the model's predictions
+# up to 20,000 members.
+SCALE_SIZES ?= 1000
+.PHONY: bench-scale
+bench-scale:
+	GW_MODEL_TABLE=1 $(GO) test -count=1 -run '^TestTable$$' -v ./internal/meshmodel/
+	GW_BENCH_SCALE_SIZES=$(SCALE_SIZES) $(GO) test -run '^$$' -bench ScaleTiming -benchtime 1x -v -timeout 40m ./mesh/
+
 # A local demonstration: the agent with a scripted hung epilogue.
 demo: build
 	./scripts/demo.sh
