@@ -62,7 +62,7 @@ bench: build
 SCALE_SIZES ?= 1000
 .PHONY: bench-scale
 bench-scale:
-	GW_MODEL_TABLE=1 $(GO) test -count=1 -run '^TestTable$$' -v ./internal/meshmodel/
+	$(GO) test -run '^$$' -bench ModelTable -benchtime 1x -v ./internal/meshmodel/
 	GW_BENCH_SCALE_SIZES=$(SCALE_SIZES) $(GO) test -run '^$$' -bench ScaleTiming -benchtime 1x -v -timeout 40m ./mesh/
 
 # A local demonstration: the agent with a scripted hung epilogue.

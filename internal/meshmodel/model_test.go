@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -189,13 +188,12 @@ func TestDetectTimeline(t *testing.T) {
 	}
 }
 
-// TestTable prints the model's predictions for the sizes BENCHMARKS.md
-// discusses, with GW_MODEL_TABLE=1 (`make bench-scale`); 20,000 members
-// take a few seconds.
-func TestTable(t *testing.T) {
-	if os.Getenv("GW_MODEL_TABLE") == "" {
-		t.Skip("set GW_MODEL_TABLE=1 to print the model's table")
-	}
+// BenchmarkModelTable prints the model's predictions for the sizes
+// BENCHMARKS.md discusses (`make bench-scale`; 20,000 members take a few
+// seconds):
+//
+//	go test -run '^$' -bench ModelTable -benchtime 1x -v ./internal/meshmodel/
+func BenchmarkModelTable(t *testing.B) {
 	p := DefaultLAN()
 	const runs = 21
 	var sb strings.Builder
