@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,11 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/testutil/looptransport"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"github.com/hashicorp/memberlist"
@@ -72,7 +69,7 @@ import (
 // -benchtime 1x; a run at 100 and 400 members takes about 6 minutes.
 //
 // With GW_BENCH_LIGHT=1 the simulated agents send uncompressed gossip and
-// use loopTransport (real sockets, one reused receive buffer) instead of
+// use looptransport.Transport (real sockets, one reused receive buffer) instead of
 // memberlist's NetTransport, through mesh.Options.Tune: the bytes and CPU
 // change, not memberlist's timing nor the encryption, and 1,000 members
 // fit (BENCHMARKS.md). The aggregator is unchanged.
@@ -211,10 +208,10 @@ grace = %q
 		a := &simAgent{name: fmt.Sprintf("node%04d", i)}
 		meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
 		o := mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan"}
-		var t *loopTransport
+		var t *looptransport.Transport
 		if light {
 			var err error
-			if t, err = newLoopTransport(addr); err != nil {
+			if t, err = looptransport.New(addr); err != nil {
 				return nil, err
 			}
 			o.Tune = func(c *memberlist.Config) { c.Transport, c.EnableCompression = t, false }
@@ -576,123 +573,4 @@ func benchDuration(b *testing.B, name string, def time.Duration) time.Duration {
 		b.Fatalf("%s=%q: want a duration such as 30s", name, v)
 	}
 	return d
-}
-
-// loopTransport (the same as mesh's, which lives in a test file there) is
-// a memberlist.Transport for benchmarks on loopback:
-// real UDP and TCP sockets on one address, as memberlist's NetTransport,
-// but each UDP packet is read into one reused buffer and only its bytes
-// are copied out (NetTransport allocates 64 KiB per packet, which with
-// hundreds of members in one process makes the garbage collector the
-// bottleneck), and destinations are parsed, not resolved. Timing is
-// unchanged: packets go through the kernel as before.
-type loopTransport struct {
-	udp      *net.UDPConn
-	tcp      *net.TCPListener
-	packetCh chan *memberlist.Packet
-	streamCh chan net.Conn
-	done     chan struct{}
-	closed   atomic.Bool
-	wg       sync.WaitGroup
-}
-
-var _ memberlist.Transport = (*loopTransport)(nil)
-
-func newLoopTransport(addr string) (*loopTransport, error) {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	tcp, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
-	if err != nil {
-		return nil, fmt.Errorf("tcp listener on %s: %w", addr, err)
-	}
-	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
-	if err != nil {
-		tcp.Close()
-		return nil, fmt.Errorf("udp listener on %s: %w", addr, err)
-	}
-	_ = udp.SetReadBuffer(2 << 20)
-	t := &loopTransport{udp: udp, tcp: tcp, packetCh: make(chan *memberlist.Packet),
-		streamCh: make(chan net.Conn), done: make(chan struct{})}
-	t.wg.Add(2)
-	go t.readPackets()
-	go t.accept()
-	return t, nil
-}
-
-func (t *loopTransport) FinalAdvertiseAddr(string, int) (net.IP, int, error) {
-	a := t.udp.LocalAddr().(*net.UDPAddr)
-	return a.IP.To4(), a.Port, nil
-}
-
-func (t *loopTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return time.Time{}, err
-	}
-	_, err = t.udp.WriteToUDPAddrPort(b, ap)
-	return time.Now(), err
-}
-
-func (t *loopTransport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
-func (t *loopTransport) StreamCh() <-chan net.Conn           { return t.streamCh }
-
-func (t *loopTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	return (&net.Dialer{Timeout: timeout}).Dial("tcp", addr)
-}
-
-func (t *loopTransport) Shutdown() error {
-	if t.closed.Swap(true) {
-		return nil
-	}
-	close(t.done)
-	t.tcp.Close()
-	t.udp.Close()
-	t.wg.Wait()
-	return nil
-}
-
-func (t *loopTransport) readPackets() {
-	defer t.wg.Done()
-	buf := make([]byte, 65536)
-	for {
-		n, from, err := t.udp.ReadFromUDPAddrPort(buf)
-		ts := time.Now()
-		if err != nil {
-			if t.closed.Load() {
-				return
-			}
-			continue
-		}
-		if n < 1 {
-			continue
-		}
-		p := &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: net.UDPAddrFromAddrPort(from), Timestamp: ts}
-		select {
-		case t.packetCh <- p:
-		case <-t.done:
-			return
-		}
-	}
-}
-
-func (t *loopTransport) accept() {
-	defer t.wg.Done()
-	for {
-		c, err := t.tcp.AcceptTCP()
-		if err != nil {
-			if t.closed.Load() {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		select {
-		case t.streamCh <- c:
-		case <-t.done:
-			c.Close()
-			return
-		}
-	}
 }

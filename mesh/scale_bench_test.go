@@ -1,15 +1,12 @@
 package mesh
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	_ "net/http/pprof" // GW_BENCH_PPROF
-	"net/netip"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -20,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/testutil/looptransport"
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
 )
@@ -36,7 +34,7 @@ import (
 // sequence number, and an event delegate that records when each member
 // learns of a change. Two things differ from a deployed mesh, both about
 // bytes and CPU, not timing: compression is off and there is no
-// encryption or label; and each member's transport is loopTransport (real
+// encryption or label; and each member's transport is looptransport.Transport (real
 // UDP and TCP sockets on its own 127.0.x.y address) instead of
 // memberlist's NetTransport, which allocates a fresh 64 KiB buffer for
 // every packet it receives. Without these, 1,000 members in one process
@@ -379,7 +377,7 @@ func (d *timingDelegate) NotifyUpdate(n *memberlist.Node) {
 }
 
 // newTimingMember starts a bare memberlist with DefaultLANConfig's timing
-// on a loopTransport at addr, joined to seed unless it is empty.
+// on a looptransport.Transport at addr, joined to seed unless it is empty.
 func newTimingMember(i int, addr, seed string, meta *seqMeta, rec *timingRecorder) (*memberlist.Memberlist, error) {
 	c := memberlist.DefaultLANConfig()
 	c.Name = fmt.Sprintf("node%05d", i)
@@ -389,7 +387,7 @@ func newTimingMember(i int, addr, seed string, meta *seqMeta, rec *timingRecorde
 	c.EnableCompression = false
 	d := &timingDelegate{index: i, meta: meta, rec: rec}
 	c.Delegate, c.Events = d, d
-	t, err := newLoopTransport(addr)
+	t, err := looptransport.New(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -463,122 +461,4 @@ func installTimingSink(b *testing.B) *timingSink {
 	}
 	b.Cleanup(func() { metrics.NewGlobal(conf, &metrics.BlackholeSink{}) })
 	return s
-}
-
-// loopTransport is a memberlist.Transport for benchmarks on loopback:
-// real UDP and TCP sockets on one address, as memberlist's NetTransport,
-// but each UDP packet is read into one reused buffer and only its bytes
-// are copied out (NetTransport allocates 64 KiB per packet, which with
-// hundreds of members in one process makes the garbage collector the
-// bottleneck), and destinations are parsed, not resolved. Timing is
-// unchanged: packets go through the kernel as before.
-type loopTransport struct {
-	udp      *net.UDPConn
-	tcp      *net.TCPListener
-	packetCh chan *memberlist.Packet
-	streamCh chan net.Conn
-	done     chan struct{}
-	closed   atomic.Bool
-	wg       sync.WaitGroup
-}
-
-var _ memberlist.Transport = (*loopTransport)(nil)
-
-func newLoopTransport(addr string) (*loopTransport, error) {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	tcp, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
-	if err != nil {
-		return nil, fmt.Errorf("tcp listener on %s: %w", addr, err)
-	}
-	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
-	if err != nil {
-		tcp.Close()
-		return nil, fmt.Errorf("udp listener on %s: %w", addr, err)
-	}
-	_ = udp.SetReadBuffer(2 << 20)
-	t := &loopTransport{udp: udp, tcp: tcp, packetCh: make(chan *memberlist.Packet),
-		streamCh: make(chan net.Conn), done: make(chan struct{})}
-	t.wg.Add(2)
-	go t.readPackets()
-	go t.accept()
-	return t, nil
-}
-
-func (t *loopTransport) FinalAdvertiseAddr(string, int) (net.IP, int, error) {
-	a := t.udp.LocalAddr().(*net.UDPAddr)
-	return a.IP.To4(), a.Port, nil
-}
-
-func (t *loopTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return time.Time{}, err
-	}
-	_, err = t.udp.WriteToUDPAddrPort(b, ap)
-	return time.Now(), err
-}
-
-func (t *loopTransport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
-func (t *loopTransport) StreamCh() <-chan net.Conn           { return t.streamCh }
-
-func (t *loopTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	return (&net.Dialer{Timeout: timeout}).Dial("tcp", addr)
-}
-
-func (t *loopTransport) Shutdown() error {
-	if t.closed.Swap(true) {
-		return nil
-	}
-	close(t.done)
-	t.tcp.Close()
-	t.udp.Close()
-	t.wg.Wait()
-	return nil
-}
-
-func (t *loopTransport) readPackets() {
-	defer t.wg.Done()
-	buf := make([]byte, 65536)
-	for {
-		n, from, err := t.udp.ReadFromUDPAddrPort(buf)
-		ts := time.Now()
-		if err != nil {
-			if t.closed.Load() {
-				return
-			}
-			continue
-		}
-		if n < 1 {
-			continue
-		}
-		p := &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: net.UDPAddrFromAddrPort(from), Timestamp: ts}
-		select {
-		case t.packetCh <- p:
-		case <-t.done:
-			return
-		}
-	}
-}
-
-func (t *loopTransport) accept() {
-	defer t.wg.Done()
-	for {
-		c, err := t.tcp.AcceptTCP()
-		if err != nil {
-			if t.closed.Load() {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		select {
-		case t.streamCh <- c:
-		case <-t.done:
-			c.Close()
-			return
-		}
-	}
 }
