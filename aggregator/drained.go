@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/gracewatch/gracewatch/internal/fsutil"
 )
 
 // drainedFile is the file, under Options.StateDir, where the actuators
@@ -56,30 +58,5 @@ func saveDrained(dir string, names []string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".drained-*.json")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, drainedFile)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsutil.WriteFileAtomic(filepath.Join(dir, drainedFile), append(b, '\n'), 0o640, ".drained-*.json")
 }

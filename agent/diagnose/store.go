@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/fsutil"
 )
 
 // ErrNoReport is returned by Store.Latest when the store holds no report of
@@ -200,40 +202,8 @@ func exists(path string) bool {
 }
 
 // writeAtomic writes data to path through a temporary file in the same
-// directory, with fsync of the file and of the directory.
+// directory (named tempPrefix..., which a restart removes), with fsync of
+// the file and of the directory.
 func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, tempPrefix+"*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly after the rename
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return fsutil.WriteFileAtomic(path, data, 0o600, tempPrefix+"*")
 }
