@@ -340,14 +340,8 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		req, err := decodeAction(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				s.writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", MaxBodyBytes)
-				return
-			}
-			s.writeError(w, http.StatusBadRequest, "%v", err)
+		req, ok := s.readAction(w, r)
+		if !ok {
 			return
 		}
 		by := fmt.Sprintf("%s (HTTP from %s)", s.svc.Name(), r.RemoteAddr)
@@ -376,18 +370,28 @@ func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 	}
 }
 
-// handleForget removes a gone node from the view of every aggregator
-// (Service.Forget); the body gives the reason, as for resume and drain.
-func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
+// readAction decodes the body of resume, drain and forget; on an error it
+// answers (400, or 413 for a body over MaxBodyBytes) and returns false.
+func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (ActionRequest, bool) {
 	req, err := decodeAction(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			s.writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", MaxBodyBytes)
-			return
+			return req, false
 		}
 		s.writeError(w, http.StatusBadRequest, "%v", err)
+		return req, false
+	}
+	return req, true
+}
+
+// handleForget removes a gone node from the view of every aggregator
+// (Service.Forget); the body gives the reason, as for resume and drain.
+func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	req, ok := s.readAction(w, r)
+	if !ok {
 		return
 	}
 	by := fmt.Sprintf("%s (HTTP from %s): %s", s.svc.Name(), r.RemoteAddr, req.Reason)
