@@ -57,7 +57,7 @@ type node struct {
 	config string
 	root   string
 	cmd    *exec.Cmd
-	logs   *bytes.Buffer
+	logs   *testutil.SyncBuffer
 	client *api.Client
 }
 
@@ -88,7 +88,7 @@ func startNode(t testing.TB, o nodeOpts) *node {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	n := &node{t: t, dir: dir, socket: filepath.Join(dir, "agent.sock"), config: filepath.Join(dir, "nodeagent.toml"),
-		root: cgrouptest.TempRoot(t), logs: &bytes.Buffer{}}
+		root: cgrouptest.TempRoot(t), logs: &testutil.SyncBuffer{}}
 	cfg := fmt.Sprintf(`node_name = "e2e"
 state_dir = %q
 socket = %q

@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -77,24 +75,7 @@ type proc struct {
 	name string
 	args []string
 	cmd  *exec.Cmd
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testutil.SyncBuffer
 }
 
 func (p *proc) start() {
@@ -227,7 +208,7 @@ clock_skew_allowance = "1s"
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	g := &aggregator{proc: &proc{t: c.t, name: name, args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &syncBuffer{}},
+	g := &aggregator{proc: &proc{t: c.t, name: name, args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &testutil.SyncBuffer{}},
 		url: fmt.Sprintf("http://127.0.0.1:%d", hport), config: cfg}
 	g.start()
 	c.seeds = append(c.seeds, fmt.Sprintf("127.0.0.1:%d", mport))
@@ -288,7 +269,7 @@ rejoin_interval = "2s"
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	a.proc = &proc{t: c.t, name: node, args: []string{bins.nodeagent, "serve", "--config", a.config}, logs: &syncBuffer{}}
+	a.proc = &proc{t: c.t, name: node, args: []string{bins.nodeagent, "serve", "--config", a.config}, logs: &testutil.SyncBuffer{}}
 	a.client = api.NewClient(a.socket)
 	a.start()
 	a.waitAPI()

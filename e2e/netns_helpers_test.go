@@ -318,7 +318,7 @@ clock_skew_allowance = %[8]q
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	g := &aggregator{proc: &proc{t: c.t, name: "agg", logs: &syncBuffer{}},
+	g := &aggregator{proc: &proc{t: c.t, name: "agg", logs: &testutil.SyncBuffer{}},
 		url: fmt.Sprintf("http://%s:%d", netnsHubAddr, netnsHTTPPort), config: cfg}
 	c.startIn(c.hub, g.proc, bins.aggregator, "serve", "--config", cfg)
 	g.waitReady()
@@ -365,7 +365,7 @@ rejoin_interval = "2s"
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
-	a.proc = &proc{t: c.t, name: name, logs: &syncBuffer{}}
+	a.proc = &proc{t: c.t, name: name, logs: &testutil.SyncBuffer{}}
 	a.client = api.NewClient(a.socket)
 	c.startIn(c.ns[name], a.proc, bins.nodeagent, "serve", "--config", a.config)
 	a.waitAPI()

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/looptransport"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -195,7 +196,7 @@ grace = %q
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	g := &aggregator{proc: &proc{t: b, name: "agg-1", args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &syncBuffer{}},
+	g := &aggregator{proc: &proc{t: b, name: "agg-1", args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &testutil.SyncBuffer{}},
 		url: fmt.Sprintf("http://127.0.0.1:%d", hport), config: cfg}
 	g.start()
 	b.Cleanup(func() { g.stop(); g.dumpIfFailed() })

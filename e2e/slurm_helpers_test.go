@@ -83,13 +83,13 @@ func shortHostname(t testing.TB) string {
 type daemon struct {
 	name string
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testutil.SyncBuffer
 	done chan struct{}
 }
 
 func startDaemon(t testing.TB, name string, cred *syscall.Credential, argv ...string) *daemon {
 	t.Helper()
-	d := &daemon{name: name, logs: &syncBuffer{}, done: make(chan struct{})}
+	d := &daemon{name: name, logs: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	// Ended with the test binary rather than left running if it dies.
@@ -495,7 +495,7 @@ type hangServer struct {
 	cmd   *exec.Cmd
 	done  chan struct{}
 	reads chan struct{} // one value per read of "hang" the server took
-	logs  *syncBuffer
+	logs  *testutil.SyncBuffer
 	once  sync.Once
 	err   error
 }
@@ -531,7 +531,7 @@ func startHangfs(t testing.TB, mnt string) *hangServer {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := &hangServer{t: t, mnt: mnt, done: make(chan struct{}), reads: make(chan struct{}, 64), logs: &syncBuffer{}}
+	h := &hangServer{t: t, mnt: mnt, done: make(chan struct{}), reads: make(chan struct{}, 64), logs: &testutil.SyncBuffer{}}
 	h.cmd = exec.Command(bin, mnt)
 	h.cmd.Stderr = h.logs
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

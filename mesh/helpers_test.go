@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"go.uber.org/goleak"
 )
@@ -81,29 +81,11 @@ func (r *recorder) changesOf(name string) []Member {
 	return out
 }
 
-// syncBuffer is a log sink that tests read while meshes write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // node is a started test mesh with its handler and log.
 type node struct {
 	*Mesh
 	rec  *recorder
-	logs *syncBuffer
+	logs *testutil.SyncBuffer
 }
 
 // testConfig is a loopback, insecure, fast configuration.
@@ -126,7 +108,7 @@ func start(t testing.TB, name string, role gwpb.Role, mod func(*Options)) *node 
 func tryStart(t testing.TB, name string, role gwpb.Role, mod func(*Options)) (*node, error) {
 	t.Helper()
 	rec := &recorder{}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	o := Options{
 		Name:    name,
 		Role:    role,

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -199,25 +200,8 @@ func startAgent(t *testing.T, name string) *testAgent {
 type server struct {
 	url    string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	done   chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var listenRE = regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`)
@@ -226,7 +210,7 @@ var listenRE = regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`)
 // listens.
 func startServe(t *testing.T, cfg string) *server {
 	t.Helper()
-	s := &server{cmd: exec.Command(binary, "serve", "--config", cfg), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	s := &server{cmd: exec.Command(binary, "serve", "--config", cfg), stderr: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw
 	if err := s.cmd.Start(); err != nil {

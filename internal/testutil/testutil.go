@@ -2,7 +2,9 @@
 package testutil
 
 import (
+	"bytes"
 	"os"
+	"sync"
 	"testing"
 )
 
@@ -27,4 +29,24 @@ func Require(t testing.TB, ok bool, reason string) {
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	Require(t, os.Geteuid() == 0, "needs root")
+}
+
+// SyncBuffer is a bytes.Buffer that may be written and read concurrently:
+// the output of a process (os/exec copies it on goroutines of its own) or a
+// logger that a test reads while the code under test writes.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
