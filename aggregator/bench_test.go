@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -297,19 +298,10 @@ func benchRequests(b *testing.B, url string, clients, want int) {
 	}
 	slices.Sort(lat)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(percentile(lat, 50)), "p50-ms")
-	b.ReportMetric(ms(percentile(lat, 99)), "p99-ms")
+	b.ReportMetric(ms(benchenv.Percentile(lat, 50)), "p50-ms")
+	b.ReportMetric(ms(benchenv.Percentile(lat, 99)), "p99-ms")
 	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
-}
-
-// percentile returns the p-th percentile of sorted (nearest rank).
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*p/100+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // procStatusKiB reads a "kB" field of /proc/self/status.

@@ -13,11 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/internal/testutil/looptransport"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -75,7 +75,7 @@ import (
 // change, not memberlist's timing nor the encryption, and 1,000 members
 // fit (BENCHMARKS.md). The aggregator is unchanged.
 func BenchmarkDownLatency(b *testing.B) {
-	sizes := benchInts(b, "GW_BENCH_LATENCY_SIZES", []int{100, 1000})
+	sizes := benchenv.Ints(b, "GW_BENCH_LATENCY_SIZES", []int{100, 1000})
 	modes := []string{"agent", "gossip", "metafirst"}
 	if v := os.Getenv("GW_BENCH_MODES"); v != "" {
 		modes = strings.Split(v, ",")
@@ -85,7 +85,7 @@ func BenchmarkDownLatency(b *testing.B) {
 			}
 		}
 	}
-	defer debug.SetGCPercent(debug.SetGCPercent(benchInts(b, "GW_BENCH_GOGC", []int{400})[0]))
+	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			for range b.N {
@@ -159,12 +159,12 @@ func (a *simAgent) publish(mode string, meta *gwpb.Meta, up *gwpb.StateUpdate) p
 
 // downLatency runs one aggregator, n simulated agents and every mode.
 func downLatency(b *testing.B, n int, modes []string) {
-	downs := benchInts(b, "GW_BENCH_DOWNS", []int{20})[0]
-	spacing := benchDuration(b, "GW_BENCH_SPACING", time.Second)
-	lead := benchDuration(b, "GW_BENCH_LEAD", 3*time.Second)
-	settle := benchDuration(b, "GW_BENCH_SETTLE", max(10*time.Second, time.Duration(n)*50*time.Millisecond))
-	port := benchInts(b, "GW_BENCH_PORT", []int{17960})[0]
-	light := benchInts(b, "GW_BENCH_LIGHT", []int{0})[0] != 0
+	downs := benchenv.Ints(b, "GW_BENCH_DOWNS", []int{20})[0]
+	spacing := benchenv.Duration(b, "GW_BENCH_SPACING", time.Second)
+	lead := benchenv.Duration(b, "GW_BENCH_LEAD", 3*time.Second)
+	settle := benchenv.Duration(b, "GW_BENCH_SETTLE", max(10*time.Second, time.Duration(n)*50*time.Millisecond))
+	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17960})[0]
+	light := benchenv.Ints(b, "GW_BENCH_LIGHT", []int{0})[0] != 0
 	if downs < 1 || downs*len(modes) > n {
 		b.Fatalf("GW_BENCH_DOWNS=%d × %d modes does not fit in %d members", downs, len(modes), n)
 	}
@@ -242,24 +242,24 @@ grace = %q
 	// (late probes, suspicion, refutations, more gossip): then it would
 	// measure the overload, not the mesh.
 	aggPid := g.cmd.Process.Pid
-	calmBy := time.Now().Add(benchDuration(b, "GW_BENCH_CALM", 2*time.Minute))
+	calmBy := time.Now().Add(benchenv.Duration(b, "GW_BENCH_CALM", 2*time.Minute))
 	time.Sleep(settle)
 	var steadyCPU, steadyAgg float64
 	for {
-		cpu0, agg0, t0 := cpuTime(), procCPU(aggPid), time.Now()
+		cpu0, agg0, t0 := benchenv.CPUTime(), procCPU(aggPid), time.Now()
 		time.Sleep(10 * time.Second)
-		steadyCPU = (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
+		steadyCPU = (benchenv.CPUTime() - cpu0).Seconds() / time.Since(t0).Seconds()
 		steadyAgg = (procCPU(aggPid) - agg0).Seconds() / time.Since(t0).Seconds()
 		if steadyCPU < 1.5 {
 			break
 		}
 		if time.Now().After(calmBy) {
 			b.Fatalf("the %d members still use %.2f cores (load average %s) %v after they were ready: overloaded, not measuring",
-				n, steadyCPU, loadAvg(), settle+benchDuration(b, "GW_BENCH_CALM", 2*time.Minute))
+				n, steadyCPU, benchenv.LoadAvg(), settle+benchenv.Duration(b, "GW_BENCH_CALM", 2*time.Minute))
 		}
 	}
 	progress(b, "steady state over 10 s: this process %.2f cores, the aggregator %.2f cores (load average %s)",
-		steadyCPU, steadyAgg, loadAvg())
+		steadyCPU, steadyAgg, benchenv.LoadAvg())
 	b.ReportMetric(steadyCPU, "cores-members")
 	b.ReportMetric(steadyAgg, "cores-aggregator")
 
@@ -314,7 +314,7 @@ grace = %q
 		deadlines := make([]time.Time, downs)
 		times := make([]publishTimes, downs)
 		var wg sync.WaitGroup
-		begin, cpu0 := time.Now(), cpuTime()
+		begin, cpu0 := time.Now(), benchenv.CPUTime()
 		for j, i := range picked {
 			a := agents[i]
 			wg.Go(func() {
@@ -344,7 +344,7 @@ grace = %q
 		case <-allIn:
 		case <-time.After(time.Until(last.Add(20 * time.Second))):
 		}
-		cores := (cpuTime() - cpu0).Seconds() / time.Since(begin).Seconds()
+		cores := (benchenv.CPUTime() - cpu0).Seconds() / time.Since(begin).Seconds()
 		mu.Lock()
 		var lat []time.Duration
 		central := 0
@@ -389,16 +389,16 @@ grace = %q
 		if cores > 1.5 {
 			overload = " OVERLOADED (these figures measure the overload of this process, not the mesh)"
 		}
-		progress(b, "%s: this process used %.2f cores%s (load average %s)", mode, cores, overload, loadAvg())
+		progress(b, "%s: this process used %.2f cores%s (load average %s)", mode, cores, overload, benchenv.LoadAvg())
 		progress(b, "%s: D to the down event p50 %v, p99 %v, max %v (%d of %d from the aggregator's own enforcement); "+
 			"the down publication started p50 %v max %v after D (the teardown's was still running, or the timer was late), "+
 			"its SetMeta took p50 %v max %v (%d errors), its SendToRole p50 %v max %v (%d errors); all: %v",
-			mode, ms(percentile(lat, 50)), ms(percentile(lat, 99)), ms(lat[len(lat)-1]), central, downs,
-			ms(percentile(lags, 50)), ms(lags[len(lags)-1]),
-			ms(percentile(setMeta, 50)), ms(setMeta[len(setMeta)-1]), setMetaErrs,
-			ms(percentile(send, 50)), ms(send[len(send)-1]), sendErrs, roundAll(lat))
-		b.ReportMetric(float64(percentile(lat, 50))/1e6, "p50-ms-"+mode)
-		b.ReportMetric(float64(percentile(lat, 99))/1e6, "p99-ms-"+mode)
+			mode, ms(benchenv.Percentile(lat, 50)), ms(benchenv.Percentile(lat, 99)), ms(lat[len(lat)-1]), central, downs,
+			ms(benchenv.Percentile(lags, 50)), ms(lags[len(lags)-1]),
+			ms(benchenv.Percentile(setMeta, 50)), ms(setMeta[len(setMeta)-1]), setMetaErrs,
+			ms(benchenv.Percentile(send, 50)), ms(send[len(send)-1]), sendErrs, roundAll(lat))
+		b.ReportMetric(float64(benchenv.Percentile(lat, 50))/1e6, "p50-ms-"+mode)
+		b.ReportMetric(float64(benchenv.Percentile(lat, 99))/1e6, "p99-ms-"+mode)
 		b.ReportMetric(float64(lat[len(lat)-1])/1e6, "max-ms-"+mode)
 		b.ReportMetric(cores, "cores-"+mode)
 		time.Sleep(10 * time.Second) // let the last broadcasts go before the next mode
@@ -416,9 +416,9 @@ grace = %q
 // members are shut down at cleanup.
 func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mesh.Mesh, error), ready func() error) {
 	b.Helper()
-	batch := max(1, benchInts(b, "GW_BENCH_JOIN_BATCH", []int{20})[0])
-	load := max(1, benchInts(b, "GW_BENCH_JOIN_LOAD", []int{800})[0])
-	converge := benchDuration(b, "GW_BENCH_CONVERGE", 4*time.Minute)
+	batch := max(1, benchenv.Ints(b, "GW_BENCH_JOIN_BATCH", []int{20})[0])
+	load := max(1, benchenv.Ints(b, "GW_BENCH_JOIN_LOAD", []int{800})[0])
+	converge := benchenv.Duration(b, "GW_BENCH_CONVERGE", 4*time.Minute)
 	members := make([]*mesh.Mesh, n)
 	b.Cleanup(func() {
 		var wg sync.WaitGroup
@@ -435,7 +435,7 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mes
 		wg.Wait()
 	})
 	begin := time.Now()
-	lastAt, lastCPU := begin, cpuTime()
+	lastAt, lastCPU := begin, benchenv.CPUTime()
 	for lo := 0; lo < n; lo += batch {
 		hi := min(lo+batch, n)
 		span := time.Duration(float64(hi-lo) * float64(max(lo, 100)) / float64(load) * float64(time.Second))
@@ -460,7 +460,7 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mes
 		}
 		time.Sleep(time.Until(batchEnd))
 		if hi/100 != lo/100 || hi == n {
-			now, cpu := time.Now(), cpuTime()
+			now, cpu := time.Now(), benchenv.CPUTime()
 			progress(b, "%d members started after %v (%.2f cores since the last line)", hi, now.Sub(begin).Round(time.Millisecond),
 				(cpu-lastCPU).Seconds()/now.Sub(lastAt).Seconds())
 			lastAt, lastCPU = now, cpu
@@ -498,35 +498,6 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
 
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// loadAvg is the first three fields of /proc/loadavg: other work on the
-// machine skews the figures.
-func loadAvg() string {
-	data, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// percentile returns the p-th percentile of sorted (nearest rank).
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(float64(len(sorted))*p/100+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
 func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 func roundAll(ds []time.Duration) []time.Duration {
@@ -542,36 +513,4 @@ func roundAll(ds []time.Duration) []time.Duration {
 func progress(b *testing.B, format string, args ...any) {
 	b.Helper()
 	b.Logf(format, args...)
-}
-
-// benchInts reads a comma-separated list of integers from the environment
-// variable name, or returns def.
-func benchInts(b *testing.B, name string, def []int) []int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 {
-			b.Fatalf("%s=%q: want non-negative integers separated by commas", name, v)
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// benchDuration reads a duration from the environment variable name, or
-// returns def.
-func benchDuration(b *testing.B, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		b.Fatalf("%s=%q: want a duration such as 30s", name, v)
-	}
-	return d
 }

@@ -6,17 +6,14 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"runtime/debug"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
@@ -91,8 +88,8 @@ func BenchmarkMetaPropagation(b *testing.B) {
 // member per period. Sizes come from GW_BENCH_GOSSIP_SIZES (default 1000).
 // Run with -benchtime 1x.
 func BenchmarkGossipBytes(b *testing.B) {
-	sizes := benchInts(b, "GW_BENCH_GOSSIP_SIZES", []int{1000})
-	defer debug.SetGCPercent(debug.SetGCPercent(benchInts(b, "GW_BENCH_GOGC", []int{400})[0]))
+	sizes := benchenv.Ints(b, "GW_BENCH_GOSSIP_SIZES", []int{1000})
+	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
 	sink := installByteCounter(b)
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
@@ -172,10 +169,10 @@ func (t traffic) String() string {
 // down before it returns.
 func gossipTraffic(b *testing.B, sink *byteCounter, n int, withMesh bool) traffic {
 	b.Helper()
-	window := benchDuration(b, "GW_BENCH_WINDOW", 30*time.Second)
-	settleMax := benchDuration(b, "GW_BENCH_SETTLE", 3*time.Minute)
-	k := benchInts(b, "GW_BENCH_EXCHANGES", []int{40})[0]
-	port := benchInts(b, "GW_BENCH_PORT", []int{17946})[0]
+	window := benchenv.Duration(b, "GW_BENCH_WINDOW", 30*time.Second)
+	settleMax := benchenv.Duration(b, "GW_BENCH_SETTLE", 3*time.Minute)
+	k := benchenv.Ints(b, "GW_BENCH_EXCHANGES", []int{40})[0]
+	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17946})[0]
 	if withMesh {
 		port++
 	}
@@ -239,15 +236,15 @@ func gossipTraffic(b *testing.B, sink *byteCounter, n int, withMesh bool) traffi
 	defer shutdownAll(members)
 
 	tr.settled = settleGossip(b, sink, n, settleMax)
-	progress(b, "join gossip settled after %v; counting %v (load average %s)", tr.settled.Round(time.Second), window, loadAvg())
-	before, cpu0 := sink.snapshot(), cpuTime()
+	progress(b, "join gossip settled after %v; counting %v (load average %s)", tr.settled.Round(time.Second), window, benchenv.LoadAvg())
+	before, cpu0 := sink.snapshot(), benchenv.CPUTime()
 	time.Sleep(window)
-	after, cpu1 := sink.snapshot(), cpuTime()
+	after, cpu1 := sink.snapshot(), benchenv.CPUTime()
 	d := after.minus(before)
 	tr.udpBytes, tr.udpPackets, tr.tcpBytes = d.udpBytes, d.udpPackets, d.tcpBytes
 	tr.connects, tr.suspects, tr.deads = d.connects, d.suspects, d.deads
 	tr.cores = (cpu1 - cpu0).Seconds() / window.Seconds()
-	progress(b, "window done (load average %s)", loadAvg())
+	progress(b, "window done (load average %s)", benchenv.LoadAvg())
 	tr.minSeen = n
 	for _, m := range members {
 		tr.minSeen = min(tr.minSeen, m.NumMembers())
@@ -345,13 +342,13 @@ func swarmAddr(i, port int) string {
 // cleanup if the caller has not done so.
 func startSwarm(b *testing.B, n, port int, create func(i int, addr, seed string) (benchMember, error)) []benchMember {
 	b.Helper()
-	batch := max(1, benchInts(b, "GW_BENCH_JOIN_BATCH", []int{20})[0])
-	load := max(1, benchInts(b, "GW_BENCH_JOIN_LOAD", []int{1500})[0])
-	converge := benchDuration(b, "GW_BENCH_CONVERGE", 4*time.Minute)
+	batch := max(1, benchenv.Ints(b, "GW_BENCH_JOIN_BATCH", []int{20})[0])
+	load := max(1, benchenv.Ints(b, "GW_BENCH_JOIN_LOAD", []int{1500})[0])
+	converge := benchenv.Duration(b, "GW_BENCH_CONVERGE", 4*time.Minute)
 	members := make([]benchMember, n)
 	b.Cleanup(func() { shutdownAll(members) })
 	begin := time.Now()
-	lastAt, lastCPU := begin, cpuTime()
+	lastAt, lastCPU := begin, benchenv.CPUTime()
 	m, err := create(0, swarmAddr(0, port), "")
 	if err != nil {
 		b.Fatalf("member 0 at %s: %v", swarmAddr(0, port), err)
@@ -381,7 +378,7 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr, seed string)
 		}
 		time.Sleep(time.Until(batchEnd))
 		if hi/100 != lo/100 || hi == n {
-			now, cpu := time.Now(), cpuTime()
+			now, cpu := time.Now(), benchenv.CPUTime()
 			progress(b, "%d members started after %v (%.2f cores since the last line)", hi, now.Sub(begin).Round(time.Millisecond),
 				(cpu-lastCPU).Seconds()/now.Sub(lastAt).Seconds())
 			lastAt, lastCPU = now, cpu
@@ -509,56 +506,4 @@ func installByteCounter(b *testing.B) *byteCounter {
 	}
 	b.Cleanup(func() { metrics.NewGlobal(conf, &metrics.BlackholeSink{}) })
 	return c
-}
-
-// loadAvg is the first three fields of /proc/loadavg: other work on the
-// machine skews the figures.
-func loadAvg() string {
-	data, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// benchInts reads a comma-separated list of integers from the environment
-// variable name, or returns def.
-func benchInts(b *testing.B, name string, def []int) []int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 {
-			b.Fatalf("%s=%q: want non-negative integers separated by commas", name, v)
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-// benchDuration reads a duration from the environment variable name, or
-// returns def.
-func benchDuration(b *testing.B, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		b.Fatalf("%s=%q: want a duration such as 30s", name, v)
-	}
-	return d
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/internal/testutil/looptransport"
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
@@ -62,21 +63,21 @@ import (
 // GW_BENCH_MAX_RSS_MB (default 8192), before the machine runs out.
 // GW_BENCH_PPROF=127.0.0.1:port serves net/http/pprof during the run.
 func BenchmarkScaleTiming(b *testing.B) {
-	sizes := benchInts(b, "GW_BENCH_SCALE_SIZES", []int{1000})
-	repeats := max(1, benchInts(b, "GW_BENCH_REPEATS", []int{5})[0])
-	gap := benchDuration(b, "GW_BENCH_GAP", 10*time.Second)
-	limit := benchDuration(b, "GW_BENCH_ROUND_LIMIT", 2*time.Minute)
-	settleMax := benchDuration(b, "GW_BENCH_SETTLE", 3*time.Minute)
-	port := benchInts(b, "GW_BENCH_PORT", []int{17946})[0] + 2
-	defer debug.SetGCPercent(debug.SetGCPercent(benchInts(b, "GW_BENCH_GOGC", []int{400})[0]))
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(benchInts(b, "GW_BENCH_MEMLIMIT_MB", []int{6144})[0]) << 20))
+	sizes := benchenv.Ints(b, "GW_BENCH_SCALE_SIZES", []int{1000})
+	repeats := max(1, benchenv.Ints(b, "GW_BENCH_REPEATS", []int{5})[0])
+	gap := benchenv.Duration(b, "GW_BENCH_GAP", 10*time.Second)
+	limit := benchenv.Duration(b, "GW_BENCH_ROUND_LIMIT", 2*time.Minute)
+	settleMax := benchenv.Duration(b, "GW_BENCH_SETTLE", 3*time.Minute)
+	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17946})[0] + 2
+	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(benchenv.Ints(b, "GW_BENCH_MEMLIMIT_MB", []int{6144})[0]) << 20))
 	if addr := os.Getenv("GW_BENCH_PPROF"); addr != "" {
 		// Profiles of a run in progress, e.g. GW_BENCH_PPROF=127.0.0.1:6060.
 		srv := &http.Server{Addr: addr}
 		go srv.ListenAndServe()
 		defer srv.Close()
 	}
-	stop := watchRSS(int64(benchInts(b, "GW_BENCH_MAX_RSS_MB", []int{8192})[0]) << 20)
+	stop := watchRSS(int64(benchenv.Ints(b, "GW_BENCH_MAX_RSS_MB", []int{8192})[0]) << 20)
 	defer stop()
 	sink := installTimingSink(b)
 	for _, n := range sizes {
@@ -91,7 +92,7 @@ func BenchmarkScaleTiming(b *testing.B) {
 				members := startSwarm(b, n, port, create)
 				defer shutdownAll(members)
 				settled := settleGossip(b, sink.byteCounter, n, settleMax)
-				progress(b, "join gossip settled after %v (load average %s)", settled.Round(time.Second), loadAvg())
+				progress(b, "join gossip settled after %v (load average %s)", settled.Round(time.Second), benchenv.LoadAvg())
 
 				var conv, det []roundStats
 				alive := make([]int, n)
@@ -104,13 +105,13 @@ func BenchmarkScaleTiming(b *testing.B) {
 					x := alive[rand.IntN(len(alive))]
 					seq := metas[x].bump()
 					name := memberlistOf(members[x]).LocalNode().Name
-					cpu0, t0 := cpuTime(), time.Now()
+					cpu0, t0 := benchenv.CPUTime(), time.Now()
 					rec.arm(name, x, kindUpdate, seq, n)
 					go memberlistOf(members[x]).UpdateNode(limit)
 					s := rec.wait(b, len(alive)-1, t0, limit)
-					s.cores = (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
+					s.cores = (benchenv.CPUTime() - cpu0).Seconds() / time.Since(t0).Seconds()
 					conv = append(conv, s)
-					progress(b, "round %d: meta of %s: %s (load average %s)", r+1, name, s, loadAvg())
+					progress(b, "round %d: meta of %s: %s (load average %s)", r+1, name, s, benchenv.LoadAvg())
 
 					quiet(b, sink, gap)
 					// Detection.
@@ -119,18 +120,18 @@ func BenchmarkScaleTiming(b *testing.B) {
 					alive = slices.Delete(alive, k, k+1)
 					name = memberlistOf(members[v]).LocalNode().Name
 					before := sink.snapshot()
-					cpu0, t0 = cpuTime(), time.Now()
+					cpu0, t0 = benchenv.CPUTime(), time.Now()
 					rec.arm(name, v, kindLeave, 0, n)
 					sink.arm(t0)
 					members[v].Shutdown()
 					members[v] = nil
 					s = rec.wait(b, len(alive), t0, limit)
-					s.cores = (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
+					s.cores = (benchenv.CPUTime() - cpu0).Seconds() / time.Since(t0).Seconds()
 					s.firstSuspect, s.firstDead = sink.firsts(t0)
 					d := sink.snapshot().minus(before)
 					s.suspects, s.deads = d.suspects, d.deads
 					det = append(det, s)
-					progress(b, "round %d: %s shut down: %s (load average %s)", r+1, name, s, loadAvg())
+					progress(b, "round %d: %s shut down: %s (load average %s)", r+1, name, s, benchenv.LoadAvg())
 				}
 				reportRounds(b, "conv", conv)
 				reportRounds(b, "det", det)

@@ -1,0 +1,77 @@
+// Package benchenv holds what gracewatch's long benchmarks share: their
+// settings from the environment (GW_BENCH_*), the machine's load beside
+// their figures, and percentiles.
+package benchenv
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Ints reads a comma-separated list of non-negative integers from the
+// environment variable name, or returns def; a bad value fails b.
+func Ints(b testing.TB, name string, def []int) []int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			b.Fatalf("%s=%q: want non-negative integers separated by commas", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// Duration reads a duration from the environment variable name, or
+// returns def; a bad value fails b.
+func Duration(b testing.TB, name string, def time.Duration) time.Duration {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		b.Fatalf("%s=%q: want a duration such as 30s", name, v)
+	}
+	return d
+}
+
+// LoadAvg is the first three fields of /proc/loadavg: other work on the
+// machine skews the figures.
+func LoadAvg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// CPUTime is the CPU time (user and system) this process has used.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Percentile returns the p-th percentile of sorted (nearest rank); 0 for
+// an empty slice.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}

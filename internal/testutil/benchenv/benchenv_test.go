@@ -1,0 +1,44 @@
+package benchenv
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSettings(t *testing.T) {
+	t.Setenv("GW_TEST_INTS", "100, 400,1000")
+	if got := Ints(t, "GW_TEST_INTS", nil); len(got) != 3 || got[0] != 100 || got[2] != 1000 {
+		t.Fatalf("Ints = %v", got)
+	}
+	if got := Ints(t, "GW_TEST_UNSET", []int{7}); len(got) != 1 || got[0] != 7 {
+		t.Fatalf("Ints default = %v", got)
+	}
+	t.Setenv("GW_TEST_DUR", "90s")
+	if got := Duration(t, "GW_TEST_DUR", time.Second); got != 90*time.Second {
+		t.Fatalf("Duration = %v", got)
+	}
+	if got := Duration(t, "GW_TEST_UNSET", time.Second); got != time.Second {
+		t.Fatalf("Duration default = %v", got)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 20; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 10 * time.Millisecond}, {99, 20 * time.Millisecond}, {0, time.Millisecond}, {100, 20 * time.Millisecond}} {
+		if got := Percentile(d, c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if Percentile(nil, 50) != 0 {
+		t.Error("empty: want 0")
+	}
+	if LoadAvg() == "" || CPUTime() <= 0 {
+		t.Error("LoadAvg or CPUTime empty")
+	}
+}
