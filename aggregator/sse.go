@@ -120,8 +120,6 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeEvent appends one SSE event to buf. JSON has no raw line breaks, so
-// the data is one line.
 // Forgotten is the data of a "forget" event.
 type Forgotten struct {
 	Name string `json:"name"`
@@ -136,6 +134,8 @@ func writeChange(buf *bytes.Buffer, ev Event) {
 	writeEvent(buf, ev.ID, "node", ev.Node)
 }
 
+// writeEvent appends one SSE event to buf. JSON has no raw line breaks, so
+// the data is one line.
 func writeEvent(buf *bytes.Buffer, id, event string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {

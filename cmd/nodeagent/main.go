@@ -206,6 +206,9 @@ func (f *flags) parse(c *cli, args []string) (code int, ok bool) {
 	if err != nil {
 		return c.usageError(f, "%v", err), false
 	}
+	if f.connectWait != nil && *f.connectWait < 0 {
+		return c.usageError(f, "--connect-wait: %v is negative", *f.connectWait), false
+	}
 	return 0, true
 }
 
@@ -241,44 +244,35 @@ func (c *cli) fail(err error) int {
 	return exitError
 }
 
-// client resolves the socket path and returns a client: --socket, else the
-// socket key of an explicit --config, else $GRACEWATCH_SOCKET, else the
-// socket key of /etc/gracewatch/nodeagent.toml if it exists, else the
-// default.
+// client returns a client of the agent's socket (see socketPath) that
+// waits --connect-wait for an agent that is not there.
 func (c *cli) client(f *flags) (*api.Client, error) {
-	cl, err := c.newClient(f)
+	path, err := c.socketPath(f)
 	if err != nil {
 		return nil, err
 	}
-	if *f.connectWait < 0 {
-		return nil, fmt.Errorf("--connect-wait: %v is negative", *f.connectWait)
-	}
+	cl := api.NewClient(path)
 	cl.SetConnectWait(*f.connectWait)
 	return cl, nil
 }
 
-func (c *cli) newClient(f *flags) (*api.Client, error) {
-	if *f.socket != "" {
-		return api.NewClient(*f.socket), nil
-	}
-	if *f.config != "" {
-		s, err := socketFromConfig(*f.config)
-		if err != nil {
-			return nil, err
-		}
-		return api.NewClient(s), nil
+// socketPath resolves the socket path: --socket, else the socket key of an
+// explicit --config, else $GRACEWATCH_SOCKET, else the socket key of
+// /etc/gracewatch/nodeagent.toml if it exists, else the default.
+func (c *cli) socketPath(f *flags) (string, error) {
+	switch {
+	case *f.socket != "":
+		return *f.socket, nil
+	case *f.config != "":
+		return socketFromConfig(*f.config)
 	}
 	if s := c.getenv(api.SocketEnv); s != "" {
-		return api.NewClient(s), nil
+		return s, nil
 	}
 	if _, err := os.Stat(defaultConfigPath); err == nil {
-		s, err := socketFromConfig(defaultConfigPath)
-		if err != nil {
-			return nil, err
-		}
-		return api.NewClient(s), nil
+		return socketFromConfig(defaultConfigPath)
 	}
-	return api.NewClient(api.DefaultSocketPath), nil
+	return api.DefaultSocketPath, nil
 }
 
 // socketFromConfig reads the socket key of a configuration file (strictly

@@ -376,6 +376,7 @@ func TestEpilogUsage(t *testing.T) {
 		{[]string{"epilog", "--", "true"}, "--job is required"},
 		{[]string{"epilog", "--job", "9", "--timeout", "soon", "--", "true"}, `invalid value "soon" for flag -timeout`},
 		{[]string{"epilog", "--job", "9", "--timeout", "-1s", "--", "true"}, "--timeout: -1s is negative"},
+		{[]string{"epilog", "--job", "9", "--connect-wait", "-1s", "--", "true"}, "--connect-wait: -1s is negative"},
 	}
 	for _, tt := range tests {
 		res := nodeagent(t, nil, tt.args...)
