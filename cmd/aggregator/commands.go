@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"github.com/pelletier/go-toml/v2"
 	"log/slog"
@@ -390,14 +389,7 @@ func runHelp(c *cli, name string, args []string) int {
 	return cmd.run(c, cmd.name, []string{"-h"})
 }
 
-func (c *cli) printJSON(v any) int {
-	enc := json.NewEncoder(c.stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return c.fail(err)
-	}
-	return exitOK
-}
+func (c *cli) printJSON(v any) int { return c.out().PrintJSON(v) }
 
 func timeOrDash(t *time.Time) string {
 	if t == nil {

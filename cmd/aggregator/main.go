@@ -11,16 +11,16 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/internal/cmdutil"
 )
 
 // Exit codes, as the nodeagent's.
 const (
-	exitOK    = 0
-	exitError = 1 // the aggregator refused, or could not be reached
-	exitUsage = 2 // bad command line
+	exitOK    = cmdutil.ExitOK
+	exitError = cmdutil.ExitError
+	exitUsage = cmdutil.ExitUsage
 )
 
 func main() {
@@ -107,25 +107,7 @@ func usage(w io.Writer) {
 }
 
 func commandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: aggregator %s %s\n\n%s.\n", cmd.name, cmd.args, upperFirst(cmd.summary))
-	if fs == nil {
-		return
-	}
-	has := false
-	fs.VisitAll(func(*flag.Flag) { has = true })
-	if has {
-		fmt.Fprintln(w, "\nflags:")
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-}
-
-func upperFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
+	cmdutil.CommandUsage(w, "aggregator", cmd.name, cmd.args, cmd.summary, fs)
 }
 
 // flags is the flag set of one command.
@@ -176,15 +158,7 @@ func (f *flags) parse(c *cli, args []string) (code int, ok bool) {
 }
 
 // isSet reports whether the flag name was given.
-func (f *flags) isSet(name string) bool {
-	set := false
-	f.Visit(func(fl *flag.Flag) {
-		if fl.Name == name {
-			set = true
-		}
-	})
-	return set
-}
+func (f *flags) isSet(name string) bool { return cmdutil.IsSet(f.FlagSet, name) }
 
 // nArgs requires exactly n positional arguments.
 func (f *flags) nArgs(c *cli, n int, what string) (int, bool) {
@@ -199,13 +173,15 @@ func (f *flags) nArgs(c *cli, n int, what string) (int, bool) {
 
 // usageError prints a usage error naming the command and exits 2.
 func (c *cli) usageError(f *flags, format string, a ...any) int {
-	fmt.Fprintf(c.stderr, "aggregator %s: %s\n", f.cmd.name, fmt.Sprintf(format, a...))
-	fmt.Fprintf(c.stderr, "usage: aggregator %s %s\n", f.cmd.name, f.cmd.args)
-	return exitUsage
+	return c.out().UsageError(f.cmd.name, f.cmd.args, format, a...)
 }
 
 // fail prints an error of the aggregator or of the connection and exits 1.
 func (c *cli) fail(err error) int {
-	fmt.Fprintf(c.stderr, "aggregator: %v\n", err)
-	return exitError
+	return c.out().Fail(err)
+}
+
+// out is where c writes, for cmdutil.
+func (c *cli) out() cmdutil.Out {
+	return cmdutil.Out{Prog: "aggregator", Stdout: c.stdout, Stderr: c.stderr}
 }

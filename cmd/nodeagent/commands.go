@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -432,14 +431,7 @@ func inputMsg(err error) string {
 	return err.Error()
 }
 
-func (c *cli) printJSON(v any) int {
-	enc := json.NewEncoder(c.stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return c.fail(err)
-	}
-	return exitOK
-}
+func (c *cli) printJSON(v any) int { return c.out().PrintJSON(v) }
 
 // formatTime writes t in the local zone, to the second.
 func formatTime(t time.Time) string {

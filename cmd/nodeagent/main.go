@@ -17,14 +17,15 @@ import (
 	"github.com/gracewatch/gracewatch/agent"
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/cgroup"
+	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
 )
 
 // Exit codes.
 const (
-	exitOK    = 0
-	exitError = 1 // the agent refused, or could not be reached
-	exitUsage = 2 // bad command line
+	exitOK    = cmdutil.ExitOK
+	exitError = cmdutil.ExitError
+	exitUsage = cmdutil.ExitUsage
 	// exitTimeout is what timeout(1) uses: the epilogue outlived --timeout.
 	exitTimeout = 124
 )
@@ -138,25 +139,7 @@ func usage(w io.Writer) {
 }
 
 func commandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: nodeagent %s %s\n\n%s.\n", cmd.name, cmd.args, upperFirst(cmd.summary))
-	if fs == nil {
-		return
-	}
-	has := false
-	fs.VisitAll(func(*flag.Flag) { has = true })
-	if has {
-		fmt.Fprintln(w, "\nflags:")
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-}
-
-func upperFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
+	cmdutil.CommandUsage(w, "nodeagent", cmd.name, cmd.args, cmd.summary, fs)
 }
 
 func lookup(name string) *command {
@@ -213,15 +196,7 @@ func (f *flags) parse(c *cli, args []string) (code int, ok bool) {
 }
 
 // isSet reports whether the flag name was given.
-func (f *flags) isSet(name string) bool {
-	set := false
-	f.Visit(func(fl *flag.Flag) {
-		if fl.Name == name {
-			set = true
-		}
-	})
-	return set
-}
+func (f *flags) isSet(name string) bool { return cmdutil.IsSet(f.FlagSet, name) }
 
 // noArgs refuses positional arguments.
 func (f *flags) noArgs(c *cli) (int, bool) {
@@ -233,15 +208,17 @@ func (f *flags) noArgs(c *cli) (int, bool) {
 
 // usageError prints a usage error naming the command and exits 2.
 func (c *cli) usageError(f *flags, format string, a ...any) int {
-	fmt.Fprintf(c.stderr, "nodeagent %s: %s\n", f.cmd.name, fmt.Sprintf(format, a...))
-	fmt.Fprintf(c.stderr, "usage: nodeagent %s %s\n", f.cmd.name, f.cmd.args)
-	return exitUsage
+	return c.out().UsageError(f.cmd.name, f.cmd.args, format, a...)
 }
 
 // fail prints an error of the agent or of the connection and exits 1.
 func (c *cli) fail(err error) int {
-	fmt.Fprintf(c.stderr, "nodeagent: %v\n", err)
-	return exitError
+	return c.out().Fail(err)
+}
+
+// out is where c writes, for cmdutil.
+func (c *cli) out() cmdutil.Out {
+	return cmdutil.Out{Prog: "nodeagent", Stdout: c.stdout, Stderr: c.stderr}
 }
 
 // client returns a client of the agent's socket (see socketPath) that
