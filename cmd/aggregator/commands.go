@@ -17,6 +17,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/version"
@@ -180,16 +181,7 @@ func isLoopback(a net.Addr) bool {
 }
 
 func newLogger(c *cli, cfg aggregator.Config) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by cfg.Validate
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler
-	if cfg.LogFormat == "json" {
-		h = slog.NewJSONHandler(c.stderr, opts)
-	} else {
-		h = slog.NewTextHandler(c.stderr, opts)
-	}
-	return slog.New(h).With("aggregator", cfg.Name)
+	return cmdutil.NewLogger(c.stderr, cfg.LogFormat, cfg.LogLevel).With("aggregator", cfg.Name)
 }
 
 func runNodes(c *cli, name string, args []string) int {

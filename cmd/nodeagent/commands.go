@@ -15,6 +15,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent"
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/pelletier/go-toml/v2"
@@ -83,16 +84,7 @@ func runServe(c *cli, name string, args []string) int {
 }
 
 func newLogger(c *cli, cfg agent.Config) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by cfg.Validate
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler
-	if cfg.LogFormat == "json" {
-		h = slog.NewJSONHandler(c.stderr, opts)
-	} else {
-		h = slog.NewTextHandler(c.stderr, opts)
-	}
-	return slog.New(h).With("node", cfg.NodeName)
+	return cmdutil.NewLogger(c.stderr, cfg.LogFormat, cfg.LogLevel).With("node", cfg.NodeName)
 }
 
 func runJobStart(c *cli, name string, args []string) int {

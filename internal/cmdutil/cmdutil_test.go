@@ -46,3 +46,17 @@ func TestCommandUsageAndIsSet(t *testing.T) {
 		t.Fatalf("no flags: %q", w.String())
 	}
 }
+
+func TestNewLogger(t *testing.T) {
+	var w bytes.Buffer
+	NewLogger(&w, "json", "warn").Info("hidden")
+	NewLogger(&w, "json", "warn").Warn("shown", "k", 1)
+	if got := w.String(); strings.Contains(got, "hidden") || !strings.Contains(got, `"msg":"shown","k":1`) {
+		t.Fatalf("json at warn: %q", got)
+	}
+	w.Reset()
+	NewLogger(&w, "text", "debug").Debug("d")
+	if !strings.Contains(w.String(), "level=DEBUG msg=d") {
+		t.Fatalf("text at debug: %q", w.String())
+	}
+}
