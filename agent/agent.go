@@ -280,7 +280,7 @@ func (a *Agent) drain() {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	start := time.Now()
-	if err := a.srv.Drain(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
+	if err := a.srv.Drain(ctx); err != nil {
 		a.log.Warn("epilog streams still running after stop_wait: they end now; the epilogues go on and the next agent re-adopts them",
 			"stop_wait", wait)
 		return
