@@ -95,12 +95,10 @@ func (s *Service) forget(name, by string, propagate bool) error {
 // applyForget applies another aggregator's Forget: the nodes that are gone
 // here too are forgotten; one that is alive here is kept (this aggregator
 // sees its agent).
-func (s *Service) applyForget(from string, f *gwpb.Forget, dirty map[string]bool) {
+func (s *Service) applyForget(from string, f *gwpb.Forget) {
 	for _, name := range f.GetNames() {
 		if err := s.forget(name, fmt.Sprintf("%s (from %s)", f.GetBy(), from), false); err != nil {
 			s.log.Info("forget from another aggregator not applied", "from", from, "node", name, "err", err)
-			continue
 		}
-		delete(dirty, name)
 	}
 }

@@ -398,11 +398,7 @@ func (s *Service) process(batch []input) {
 		case inSync:
 			syncs = append(syncs, in.done)
 		case inForget:
-			err := s.forget(in.forget, in.from, true)
-			if err == nil {
-				delete(dirty, in.forget)
-			}
-			in.reply <- err
+			in.reply <- s.forget(in.forget, in.from, true)
 		}
 	}
 	if len(dirty) > 0 {
@@ -488,7 +484,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 	}
 	if _, isAgg := s.aggs[from]; isAgg {
 		if f := env.GetForget(); f != nil {
-			s.applyForget(from, f, dirty)
+			s.applyForget(from, f)
 			return false
 		}
 		if h := env.GetHandover(); h != nil {
@@ -596,7 +592,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 	added := false
 	for _, name := range names {
 		in := s.inputs[name]
-		if in == nil { // forgotten since it was marked
+		if in == nil { // forgotten (Service.Forget) after it was marked dirty
 			continue
 		}
 		n, cause := computeNodeCause(in, now, p)
