@@ -186,9 +186,12 @@ func (c *cluster) addAggregator(name string) *aggregator {
 	mport, hport := freePort(c.t), freePort(c.t)
 	cfg := filepath.Join(c.dir, name+".toml")
 	join := c.seeds
+	// A state_dir, as the packaged unit has (systemd's StateDirectory=): a
+	// restarted aggregator remembers what it drained.
 	text := fmt.Sprintf(`name = %q
 log_format = "json"
 log_level = "debug"
+state_dir = %q
 
 [mesh]
 bind = "127.0.0.1:%d"
@@ -204,7 +207,7 @@ admin_token_file = %q
 [policy]
 grace = "3s"
 clock_skew_allowance = "1s"
-%s`, name, mport, tomlList(join), c.label, c.keyfile, hport, filepath.Join(c.dir, "token"), c.aggConf)
+%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, hport, filepath.Join(c.dir, "token"), c.aggConf)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
