@@ -48,7 +48,10 @@ var errTimedOut = errors.New("timed out")
 // that takes over while another aggregator is alive (a restarted lowest
 // name). Only a down that no leader can have handled (seen while no other
 // aggregator was alive) is actuated on taking over; the commands should still be idempotent, as
-// scontrol and flux resource drain are.
+// scontrol and flux resource drain are. The Service tells of a node it has
+// just come to know only once Policy.Settle has passed, so that this
+// decision is taken with the agent's own state and with the other
+// aggregators known (a merge delivers the members in any order).
 // Commands for one node run one at a time, in a goroutine per node.
 type actuators struct {
 	down, up []ActuatorConfig
@@ -172,7 +175,8 @@ func (a *actuators) stop() {
 }
 
 // observe records a node's new served state (called on every change of
-// state, and on the first sight of a node). othersAlive says another
+// state, and at the end of the Service's settle hold of a node it has just
+// come to know). othersAlive says another
 // aggregator is alive: while this one does not lead, that one actuates the
 // transition; and a node first seen already down while one is alive was
 // that one's to drain.

@@ -349,3 +349,62 @@ func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
 		t.Fatalf("New with a bad %s: %v", drainedFile, err)
 	}
 }
+
+func withSettle(o *Options) { o.Policy.Settle = 3 * time.Second }
+
+// A restarted aggregator can be handed a gossiped meta older than the
+// agent's state: here a teardown whose deadline passed long ago, of an
+// agent that was resumed since. Within settle it is neither served down
+// nor actuated, and the agent's own state (up) arrives meanwhile: no
+// command runs. With settle 0 this drains the node and undrains it.
+func TestActuatorsSettleStaleGossip(t *testing.T) {
+	f := newActFixture(t, 0, withSettle)
+	f.member("n1", teardownMeta(1, 5, at(-time.Minute)))
+	f.wantState("n1", StateTeardown)
+	f.update("n1", &gwpb.StateUpdate{Meta: upMeta(1, 7)})
+	f.wantState("n1", StateUp)
+	f.advance(3 * time.Second)
+	f.settle()
+	f.want(nil, nil)
+	f.wantState("n1", StateUp)
+
+	// A later transition is actuated at once.
+	f.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, 8, "job 9 hung")})
+	f.settle()
+	f.want([]string{"n1 job 9 hung"}, nil)
+}
+
+// A merge delivers members in any order: a restarted leader can see a node
+// down before it sees the other aggregator that led meanwhile and drained
+// it. Held for settle, the node is decided once the peer is known: adopted
+// as drained, not drained a second time, and undrained when it comes back.
+// With settle 0 the restarted leader drains it again.
+func TestActuatorsSettleKnowsThePeers(t *testing.T) {
+	f := newActFixture(t, 0, withSettle)
+	f.member("n3", downMeta(1, 4, "job 301 hung"))
+	f.settle()
+	higher := mesh.Member{Name: "zz-agg", Role: gwpb.Role_ROLE_AGGREGATOR, Status: mesh.StatusAlive, Meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}}
+	f.mesh.SetMember(higher)
+	f.sync()
+	f.advance(3 * time.Second)
+	f.settle()
+	f.want(nil, nil)
+	f.member("n3", upMeta(1, 5))
+	f.settle()
+	f.want(nil, []string{"n3 "})
+}
+
+// Alone, a node first seen down is drained once settle has passed, and not
+// before.
+func TestActuatorsSettleLone(t *testing.T) {
+	f := newActFixture(t, 0, withSettle)
+	f.member("n1", downMeta(1, 2, "hung"))
+	f.settle()
+	f.want(nil, nil)
+	f.advance(3*time.Second - time.Millisecond)
+	f.settle()
+	f.want(nil, nil)
+	f.advance(time.Millisecond)
+	f.settle()
+	f.want([]string{"n1 hung"}, nil)
+}

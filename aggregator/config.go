@@ -26,8 +26,13 @@ const (
 	// wrongly declared dead to refute it (well under a second under 10 %
 	// packet loss and at the heal of a partition; BENCHMARKS.md, "Faults").
 	DefaultUnreachableAfter = 2 * time.Second
-	DefaultActuatorTimeout  = 30 * time.Second
-	DefaultActuatorRetries  = 5
+	// DefaultSettle covers what a newly seen node's agent needs to hear
+	// of this aggregator and send it its state: the gossip that spreads a
+	// joined member (about 1.1 s to every member at 10,000, BENCHMARKS.md
+	// "Convergence and detection at scale") and a retried send or two.
+	DefaultSettle          = 3 * time.Second
+	DefaultActuatorTimeout = 30 * time.Second
+	DefaultActuatorRetries = 5
 )
 
 // Actuator transitions (ActuatorConfig.On).
@@ -90,6 +95,10 @@ type PolicyConfig struct {
 	// UnreachableAfter is how long a member must stay dead or left before
 	// it is served unreachable; until then it keeps its state. 0: at once.
 	UnreachableAfter config.Duration `toml:"unreachable_after"`
+	// Settle is how long a node this aggregator has just come to know has
+	// to send its own state before gossip alone can make it down, and
+	// before the actuators act on it (see Policy.Settle). 0: at once.
+	Settle config.Duration `toml:"settle"`
 }
 
 // ActuatorConfig is one [[actuator]] table: a command run on a transition.
@@ -119,6 +128,7 @@ func DefaultConfig() Config {
 			Grace:              config.Dur(DefaultGrace),
 			ClockSkewAllowance: config.Dur(DefaultClockSkewAllowance),
 			UnreachableAfter:   config.Dur(DefaultUnreachableAfter),
+			Settle:             config.Dur(DefaultSettle),
 		},
 	}
 }
@@ -192,6 +202,9 @@ func (c *Config) Validate() error {
 	if d := p.UnreachableAfter.D(); d < 0 || d > time.Hour {
 		bad("policy.unreachable_after", "want 0 to 1h, got %v", d)
 	}
+	if d := p.Settle.D(); d < 0 || d > time.Hour {
+		bad("policy.settle", "want 0 to 1h, got %v", d)
+	}
 
 	var haveDown, haveUp bool
 	for i := range c.Actuators {
@@ -243,5 +256,6 @@ func (c *Config) ViewPolicy() Policy {
 		ClockSkewAllowance: c.Policy.ClockSkewAllowance.D(),
 		UnreachableIsDown:  c.Policy.UnreachableIsDown,
 		UnreachableAfter:   c.Policy.UnreachableAfter.D(),
+		Settle:             c.Policy.Settle.D(),
 	}
 }

@@ -32,7 +32,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Errorf("http = %+v", cfg.HTTP)
 	}
 	if cfg.Policy.Grace.D() != 120*time.Second || cfg.Policy.ClockSkewAllowance.D() != 5*time.Second || cfg.Policy.UnreachableIsDown ||
-		cfg.Policy.UnreachableAfter.D() != DefaultUnreachableAfter {
+		cfg.Policy.UnreachableAfter.D() != DefaultUnreachableAfter || cfg.Policy.Settle.D() != DefaultSettle {
 		t.Errorf("policy = %+v", cfg.Policy)
 	}
 	if cfg.Mesh.Label != "gracewatch" {
@@ -60,6 +60,7 @@ grace = "90s"
 clock_skew_allowance = 2
 unreachable_is_down = true
 unreachable_after = "500ms"
+settle = "1s"
 
 [[actuator]]
 on = "down"
@@ -91,7 +92,8 @@ retries = 0
 	if up.Timeout.D() != 10*time.Second || *up.Retries != 0 {
 		t.Errorf("up: timeout %v retries %d", up.Timeout.D(), *up.Retries)
 	}
-	if p := cfg.ViewPolicy(); p.ClockSkewAllowance != 2*time.Second || !p.UnreachableIsDown || p.UnreachableAfter != 500*time.Millisecond {
+	if p := cfg.ViewPolicy(); p.ClockSkewAllowance != 2*time.Second || !p.UnreachableIsDown || p.UnreachableAfter != 500*time.Millisecond ||
+		p.Settle != time.Second {
 		t.Errorf("ViewPolicy = %+v", p)
 	}
 }
@@ -123,6 +125,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad listen", "[mesh]\ninsecure = true\n[http]\nlisten = \"8470\"\n", []string{`"http.listen"`}},
 		{"negative allowance", "[mesh]\ninsecure = true\n[policy]\nclock_skew_allowance = \"-1s\"\n", []string{`"policy.clock_skew_allowance"`}},
 		{"negative unreachable_after", "[mesh]\ninsecure = true\n[policy]\nunreachable_after = \"-1s\"\n", []string{`"policy.unreachable_after"`}},
+		{"settle over an hour", "[mesh]\ninsecure = true\n[policy]\nsettle = \"2h\"\n", []string{`"policy.settle"`, "0 to 1h"}},
 		{"mesh needs a keyring", "", []string{"mesh.keyring"}},
 		{"log level", "log_level = \"loud\"\n[mesh]\ninsecure = true\n", []string{`"log_level"`}},
 	}

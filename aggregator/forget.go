@@ -59,6 +59,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	}
 	delete(s.inputs, name)
 	delete(s.enforce, name)
+	delete(s.held, name)
 	s.mu.Lock()
 	prev := s.view[name]
 	delete(s.view, name)

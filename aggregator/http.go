@@ -72,6 +72,9 @@ type ClusterConfig struct {
 	// UnreachableAfter is in seconds: how long a member must stay dead or
 	// left before it is served unreachable.
 	UnreachableAfter float64 `json:"unreachable_after"`
+	// Settle is in seconds: how long a newly seen node has to send its
+	// own state before gossip alone can make it down.
+	Settle float64 `json:"settle"`
 	// Schema is the mesh schema version this aggregator speaks.
 	Schema int `json:"schema"`
 }
@@ -417,6 +420,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		ClockSkewAllowance: p.ClockSkewAllowance.Seconds(),
 		UnreachableIsDown:  p.UnreachableIsDown,
 		UnreachableAfter:   p.UnreachableAfter.Seconds(),
+		Settle:             p.Settle.Seconds(),
 		Schema:             gwpb.SchemaVersion,
 	})
 }

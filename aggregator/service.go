@@ -132,6 +132,11 @@ type Service struct {
 	// Owned by the loop goroutine.
 	inputs  map[string]*NodeInput
 	enforce map[string]time.Time // nodes whose view time alone changes, and when
+	// held: nodes first seen less than Policy.Settle ago, and when the
+	// actuators hear of them. Until then gossip may be stale and the
+	// other aggregators may not be known yet (a merge delivers members in
+	// any order), so neither a drain nor an adoption is decided.
+	held    map[string]time.Time
 	aggs    map[string]mesh.Member
 	timer   clock.Timer
 	timerAt time.Time
@@ -243,6 +248,7 @@ func New(o Options) (*Service, error) {
 		wake:    make(chan struct{}, 1),
 		inputs:  map[string]*NodeInput{},
 		enforce: map[string]time.Time{},
+		held:    map[string]time.Time{},
 		aggs:    map[string]mesh.Member{},
 		view:    map[string]Node{},
 		history: make([]Event, o.History),
@@ -392,6 +398,11 @@ func (s *Service) process(batch []input) {
 					dirty[name] = true
 				}
 			}
+			for name, at := range s.held {
+				if !now.Before(at) {
+					dirty[name] = true
+				}
+			}
 		case inRecheck:
 			s.recheck = nil
 			membersChanged = true
@@ -464,7 +475,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		return false
 	}
 	if !known {
-		in = &NodeInput{Name: m.Name}
+		in = &NodeInput{Name: m.Name, FirstSeen: s.clock.Now()}
 		s.inputs[m.Name] = in
 	}
 	in.Role, in.Status, in.StatusSince = m.Role, m.Status, m.Since
@@ -562,7 +573,7 @@ func latestTaken(u *gwpb.StateUpdate) int64 {
 func (s *Service) nodeInput(node string) *NodeInput {
 	in := s.inputs[node]
 	if in == nil {
-		in = &NodeInput{Name: node, Role: gwpb.Role_ROLE_AGENT}
+		in = &NodeInput{Name: node, Role: gwpb.Role_ROLE_AGENT, FirstSeen: s.clock.Now()}
 		s.inputs[node] = in
 	}
 	return in
@@ -588,12 +599,17 @@ func (s *Service) recompute(dirty map[string]bool) {
 		prevAt time.Time // the enforcement time before this recomputation
 	}
 	var changes []change
+	var released []string // nodes whose hold ended: the actuators hear of them now
 	s.mu.Lock()
 	added := false
 	for _, name := range names {
 		in := s.inputs[name]
 		if in == nil { // forgotten (Service.Forget) after it was marked dirty
 			continue
+		}
+		if at, ok := s.held[name]; ok && !now.Before(at) {
+			delete(s.held, name)
+			released = append(released, name)
 		}
 		n, cause := computeNodeCause(in, now, p)
 		prevAt := s.enforce[name]
@@ -609,6 +625,9 @@ func (s *Service) recompute(dirty map[string]bool) {
 		s.view[name] = n
 		if !had {
 			added = true
+			if at := in.FirstSeen.Add(p.Settle); p.Settle > 0 && !in.FirstSeen.IsZero() && now.Before(at) {
+				s.held[name] = at
+			}
 		}
 		s.publishLocked(n.Summary())
 		changes = append(changes, change{n, prev.State, !had, cause, in, prevAt})
@@ -635,7 +654,14 @@ func (s *Service) recompute(dirty map[string]bool) {
 				}
 				s.met.transition(c.node.State, c.cause, d, now)
 			}
-			s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+			if _, held := s.held[c.node.Name]; !held {
+				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+			}
+		}
+	}
+	for _, name := range released {
+		if n, ok := s.view[name]; ok {
+			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive())
 		}
 	}
 	s.armTimer(now)
@@ -648,12 +674,15 @@ func sameNode(a, b Node) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
 
-// armTimer arms the one timer for the earliest time in s.enforce.
+// armTimer arms the one timer for the earliest time in s.enforce and
+// s.held.
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
-	for _, at := range s.enforce {
-		if next.IsZero() || at.Before(next) {
-			next = at
+	for _, m := range []map[string]time.Time{s.enforce, s.held} {
+		for _, at := range m {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
 		}
 	}
 	if next.Equal(s.timerAt) && s.timer != nil {

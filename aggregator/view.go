@@ -74,6 +74,15 @@ type Policy struct {
 	// (under packet loss, or at the heal of a partition) never flaps. 0
 	// serves it unreachable at once.
 	UnreachableAfter time.Duration
+	// Settle is how long a node this aggregator has just come to know (at
+	// its start, or when the node appears) has to send its own state before
+	// gossip alone can make it down: a gossiped meta can be older than the
+	// agent's state (memberlist repairs a missed update only at the next
+	// push-pull), and an agent sends its state straight to every aggregator
+	// it sees join. A node known only from gossip is not served down by the
+	// central deadline before NodeInput.FirstSeen + Settle. (The Service
+	// also holds the actuators for that long.) 0 trusts gossip at once.
+	Settle time.Duration
 }
 
 // NodeInput is everything the aggregator knows about one member that is a
@@ -101,6 +110,10 @@ type NodeInput struct {
 	// Its reason, teardowns and reports are served only while its meta is
 	// the freshest one: otherwise they describe a state the node has left.
 	Update *gwpb.StateUpdate
+	// FirstSeen is when this aggregator first heard of the node, from the
+	// mesh or the agent; zero when it learned it otherwise (another
+	// aggregator's handover), which Policy.Settle then does not hold.
+	FirstSeen time.Time
 }
 
 // Node is one node of the served view. It is the JSON of GET
@@ -193,7 +206,9 @@ func (n Node) Summary() Node {
 //     since D + allowance, whether or not the agent is still a live member:
 //     an agent that is stuck, or died during the teardown, still goes down
 //     on time. D is the earliest deadline of the teardowns in progress when
-//     the StateUpdate of that state is known, else the meta's deadline.
+//     the StateUpdate of that state is known, else the meta's deadline. A
+//     node known only from gossip (nothing received from its agent yet) is
+//     not served down so before FirstSeen + Settle: its gossip may be stale.
 //  3. A dead member, or one that left, is unreachable since it went, once
 //     it has stayed so for UnreachableAfter; until then it is served as
 //     alive, with the state it reports (and member "alive").
@@ -263,14 +278,14 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 
 	// Rule 2: central deadline enforcement.
 	if meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
-		if at, ok := enforceAt(in, meta, current, p); ok && !now.Before(at) {
+		if at, ok := enforceAt(in, meta, current, p); ok && !now.Before(later(at, settledAt(in, p))) {
 			d := at.Add(-p.ClockSkewAllowance)
 			n.State = StateDown
 			n.Reason = "no report after teardown deadline " + formatTime(d)
 			if gone(status) {
 				n.Reason += " (" + goneReason(status) + ")"
 			}
-			n.Since = timePtr(at)
+			n.Since = timePtr(later(at, settledAt(in, p)))
 			return n, causeCentralDeadline
 		}
 	}
@@ -393,14 +408,35 @@ func enforceAt(in *NodeInput, meta *gwpb.Meta, current bool, p Policy) (time.Tim
 	return d.Add(p.ClockSkewAllowance), true
 }
 
+// settledAt is when what gossip alone says of in may make it down: the
+// end of Policy.Settle after FirstSeen while nothing came from its agent;
+// zero when nothing holds it.
+func settledAt(in *NodeInput, p Policy) time.Time {
+	if p.Settle <= 0 || in.FirstSeen.IsZero() || in.Update != nil || in.Direct != nil {
+		return time.Time{}
+	}
+	return in.FirstSeen.Add(p.Settle)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // nextEnforcement returns the earliest time after now at which Compute's
 // answer for in changes by the passing of time alone, if any: a teardown's
-// D + allowance, or the end of a gone member's UnreachableAfter.
+// D + allowance (held until settledAt), or the end of a gone member's
+// UnreachableAfter.
 func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
 	var next time.Time
 	if meta, current := freshest(in); meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
-		if at, ok := enforceAt(in, meta, current, p); ok && at.After(now) {
-			next = at
+		if at, ok := enforceAt(in, meta, current, p); ok {
+			if at = later(at, settledAt(in, p)); at.After(now) {
+				next = at
+			}
 		}
 	}
 	if servedStatus(in, now, p) != in.Status {

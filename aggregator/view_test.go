@@ -502,3 +502,79 @@ func mustJSON(t testing.TB, v any) string {
 	}
 	return string(b)
 }
+
+// A node this aggregator has only just come to know, and only from gossip,
+// is not served down by the central deadline before Settle has passed: a
+// restarted aggregator can be handed a meta older than the agent's state
+// (in teardown long after the agent was resumed), and the agent's own
+// state is on its way.
+func TestComputeSettle(t *testing.T) {
+	p := Policy{ClockSkewAllowance: 5 * time.Second, Settle: 3 * time.Second}
+	deadline := at(time.Minute)
+	seen := at(10 * time.Minute) // long after D + allowance
+	gossipOnly := func() NodeInput {
+		in := alive("n1", teardownMeta(1, 3, deadline))
+		in.FirstSeen = seen
+		return in
+	}
+	centralReason := "no report after teardown deadline 2025-06-01T12:01:00.000Z"
+	tests := []struct {
+		name   string
+		in     NodeInput
+		now    time.Time
+		policy Policy
+		state  State
+		reason string
+		since  time.Time
+	}{
+		{name: "gossip only, within settle: the gossiped state", in: gossipOnly(),
+			now: seen.Add(3*time.Second - time.Millisecond), policy: p, state: StateTeardown, reason: "job 7 tearing down", since: t0},
+		{name: "gossip only, settle over: down since the end of settle", in: gossipOnly(),
+			now: seen.Add(3 * time.Second), policy: p, state: StateDown, reason: centralReason, since: seen.Add(3 * time.Second)},
+		{name: "the agent sent its state: no hold", in: func() NodeInput {
+			in := gossipOnly()
+			in.Update = &gwpb.StateUpdate{Meta: teardownMeta(1, 3, deadline)}
+			in.Direct = in.Update.Meta
+			return in
+		}(), now: seen, policy: p, state: StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
+		{name: "a ControlAck's meta counts as the agent's own", in: func() NodeInput {
+			in := gossipOnly()
+			in.Direct = teardownMeta(1, 3, deadline)
+			return in
+		}(), now: seen, policy: p, state: StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
+		{name: "settle 0: gossip is trusted at once", in: gossipOnly(),
+			now: seen, policy: Policy{ClockSkewAllowance: 5 * time.Second}, state: StateDown, reason: centralReason,
+			since: deadline.Add(5 * time.Second)},
+		{name: "first seen unknown (a handover): no hold", in: func() NodeInput {
+			in := gossipOnly()
+			in.FirstSeen = time.Time{}
+			return in
+		}(), now: seen, policy: p, state: StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
+		{name: "a deadline later than settle: D + allowance as ever", in: func() NodeInput {
+			in := alive("n1", teardownMeta(1, 3, seen.Add(time.Second)))
+			in.FirstSeen = seen
+			return in
+		}(), now: seen.Add(6 * time.Second), policy: p, state: StateDown,
+			reason: "no report after teardown deadline 2025-06-01T12:10:01.000Z", since: seen.Add(6 * time.Second)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := Compute([]NodeInput{tt.in}, tt.now, tt.policy)[0]
+			if n.State != tt.state || n.Reason != tt.reason {
+				t.Errorf("got (%s, %q), want (%s, %q)", n.State, n.Reason, tt.state, tt.reason)
+			}
+			if !sameTime(n.Since, &tt.since) {
+				t.Errorf("since = %v, want %v", fmtPtr(n.Since), tt.since)
+			}
+		})
+	}
+
+	// The timer wakes at the end of settle, not at the passed D + allowance.
+	in := gossipOnly()
+	if got, ok := nextEnforcement(&in, seen, p); !ok || !got.Equal(seen.Add(3*time.Second)) {
+		t.Errorf("nextEnforcement = %v, %v; want the end of settle", got, ok)
+	}
+	if _, ok := nextEnforcement(&in, seen.Add(3*time.Second), p); ok {
+		t.Error("still pending once settle has passed")
+	}
+}

@@ -27,6 +27,11 @@ import (
 
 var bins struct{ nodeagent, aggregator string }
 
+// aggSettle is the aggregators' [policy] settle: how long they hold a node
+// they have just come to know before gossip alone makes it down or
+// actuated.
+const aggSettle = 2 * time.Second
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gw-e2e-bin")
 	if err != nil {
@@ -207,7 +212,8 @@ admin_token_file = %q
 [policy]
 grace = "3s"
 clock_skew_allowance = "1s"
-%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, hport, filepath.Join(c.dir, "token"), c.aggConf)
+settle = %q
+%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, hport, filepath.Join(c.dir, "token"), aggSettle.String(), c.aggConf)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
