@@ -493,21 +493,31 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 	if from == s.opts.Name {
 		return false
 	}
+	// Forget and Handover come from aggregators only. The sender need not
+	// be a known aggregator yet: an aggregator hands over the moment it
+	// sees this one join, and that message can overtake the member event
+	// of the sender here. One known as an agent is refused.
+	if env.GetForget() != nil || env.GetHandover() != nil {
+		if in, agent := s.inputs[from]; agent && in.Role == gwpb.Role_ROLE_AGENT {
+			s.log.Warn("forget or handover from an agent ignored", "from", from)
+			return false
+		}
+	}
+	if f := env.GetForget(); f != nil {
+		s.applyForget(from, f)
+		return false
+	}
+	if h := env.GetHandover(); h != nil {
+		skip := func(name string) bool {
+			_, agg := s.aggs[name]
+			return agg || name == s.opts.Name || name == from
+		}
+		if n := adoptHandover(s.inputs, h, skip, dirty); n > 0 {
+			s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", n)
+		}
+		return false
+	}
 	if _, isAgg := s.aggs[from]; isAgg {
-		if f := env.GetForget(); f != nil {
-			s.applyForget(from, f)
-			return false
-		}
-		if h := env.GetHandover(); h != nil {
-			skip := func(name string) bool {
-				_, agg := s.aggs[name]
-				return agg || name == s.opts.Name
-			}
-			if n := adoptHandover(s.inputs, h, skip, dirty); n > 0 {
-				s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", n)
-			}
-			return false
-		}
 		s.log.Debug("message from an aggregator ignored", "from", from)
 		return false
 	}
