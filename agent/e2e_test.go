@@ -37,8 +37,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The client, and beside it the daemon that its serve re-executes.
 	nodeagentBin = filepath.Join(dir, "nodeagent")
-	build := exec.Command("go", "build", "-o", nodeagentBin, "github.com/gracewatch/gracewatch/cmd/nodeagent")
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/gracewatch/gracewatch/cmd/nodeagent",
+		"github.com/gracewatch/gracewatch/cmd/nodeagentd")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build nodeagent:", err)

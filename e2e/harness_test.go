@@ -40,13 +40,13 @@ func TestMain(m *testing.M) {
 	}
 	bins.nodeagent = filepath.Join(dir, "nodeagent")
 	bins.aggregator = filepath.Join(dir, "aggregator")
-	for out, pkg := range map[string]string{bins.nodeagent: "./cmd/nodeagent", bins.aggregator: "./cmd/aggregator"} {
-		build := exec.Command("go", "build", "-o", out, "github.com/gracewatch/gracewatch/"+strings.TrimPrefix(pkg, "./"))
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build:", err)
-			os.Exit(1)
-		}
+	// nodeagentd beside nodeagent: nodeagent serve re-executes it.
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/gracewatch/gracewatch/cmd/nodeagent",
+		"github.com/gracewatch/gracewatch/cmd/nodeagentd", "github.com/gracewatch/gracewatch/cmd/aggregator")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build:", err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

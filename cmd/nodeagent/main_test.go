@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,8 +23,11 @@ import (
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 )
 
-// binary is the nodeagent built once for the whole package.
-var binary string
+// binary is the nodeagent built once for the whole package, with the
+// daemon nodeagentd beside it (as make build leaves them in bin/);
+// lonely is a nodeagent alone in a folder, whose DaemonPath does not
+// exist.
+var binary, lonely string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gwcli")
@@ -31,12 +35,20 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "nodeagent")
-	build := exec.Command(goTool(), "build", "-o", binary, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	binary = filepath.Join(dir, "bin", "nodeagent")
+	lonely = filepath.Join(dir, "lonely", "nodeagent")
+	builds := [][]string{
+		{"build", "-o", binary, "."},
+		{"build", "-o", filepath.Join(dir, "bin", "nodeagentd"), "../nodeagentd"},
+		{"build", "-ldflags", "-X github.com/gracewatch/gracewatch/agent/cli.DaemonPath=" + filepath.Join(dir, "none", "nodeagentd"),
+			"-o", lonely, "."},
+	}
+	for _, args := range builds {
+		if out, err := exec.Command(goTool(), args...).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go %v: %v\n%s", args, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -450,12 +462,77 @@ func TestSocketFromConfig(t *testing.T) {
 	if res := nodeagent(t, nil, "status", "--config", cfg); res.code != 0 || !strings.Contains(res.stdout, "node:     n1") {
 		t.Errorf("status --config: %+v", res)
 	}
-	bad := filepath.Join(t.TempDir(), "bad.toml")
-	if err := os.WriteFile(bad, []byte("sockett = \"/x\"\n"), 0o644); err != nil {
+	// A client reads the socket key alone: a key it does not know (of a
+	// newer agent, or a typo the running agent never read) does not fail
+	// every job's epilog. serve and config check validate the whole file.
+	other := filepath.Join(t.TempDir(), "other.toml")
+	text := fmt.Sprintf("socket = %q\nfuture_key = 1\n[teardown]\ngrase = \"3s\"\n", socket)
+	if err := os.WriteFile(other, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if res := nodeagent(t, nil, "status", "--config", bad); res.code != 1 || !strings.Contains(res.stderr, bad+":1") || !strings.Contains(res.stderr, "sockett") {
-		t.Errorf("status with a bad config: %+v", res)
+	if res := nodeagent(t, nil, "status", "--config", other); res.code != 0 || !strings.Contains(res.stdout, "node:     n1") {
+		t.Errorf("status with keys the client does not read: %+v", res)
+	}
+	// A file that is not TOML, or a socket that is not a string, fails
+	// naming the file and line.
+	for _, bad := range []string{"socket = \"/x\"\n[teardown\n", "\nsocket = 7\n"} {
+		p := filepath.Join(t.TempDir(), "bad.toml")
+		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if res := nodeagent(t, nil, "status", "--config", p); res.code != 1 || !strings.Contains(res.stderr, p+":2") {
+			t.Errorf("status with %q: %+v", bad, res)
+		}
+	}
+}
+
+// The client that an exec system starts for every job links none of the
+// daemon's libraries: their initialisation alone took longer than the rest
+// of its start (BENCHMARKS.md, "Epilogue latency").
+func TestClientLinksNoDaemon(t *testing.T) {
+	out, err := exec.Command(goTool(), "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := strings.Fields(string(out))
+	for _, banned := range []string{
+		"github.com/gracewatch/gracewatch/agent", "github.com/gracewatch/gracewatch/agent/teardown",
+		"github.com/gracewatch/gracewatch/mesh", "github.com/gracewatch/gracewatch/internal/metrics",
+		"github.com/hashicorp/memberlist", "github.com/prometheus/client_golang/prometheus",
+		"github.com/shirou/gopsutil/v4/process", "github.com/coreos/go-systemd/v22/daemon",
+		"google.golang.org/protobuf/proto",
+	} {
+		for _, d := range deps {
+			if d == banned {
+				t.Errorf("nodeagent links %s", banned)
+			}
+		}
+	}
+	if !slices.Contains(deps, "github.com/gracewatch/gracewatch/agent/api") {
+		t.Errorf("go list -deps does not list agent/api: %q", deps)
+	}
+}
+
+// serve and config check re-execute nodeagentd; without it they say where
+// they looked.
+func TestDaemonMissing(t *testing.T) {
+	for _, args := range [][]string{{"serve"}, {"config", "check"}} {
+		cmd := exec.Command(lonely, args...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		want := "nodeagent: the daemon nodeagentd is not installed: looked for " + filepath.Join(filepath.Dir(lonely), "nodeagentd") + " and "
+		if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%v: %v, stderr %q; want exit 1 and %q", args, err, stderr.String(), want)
+		}
+	}
+	// Usage errors are the client's own: no daemon is needed to say them.
+	cmd := exec.Command(lonely, "serve", "--socket", "relative.sock")
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "not an absolute path") {
+		t.Errorf("serve --socket relative.sock alone: exit %d, %q", cmd.ProcessState.ExitCode(), out)
+	}
+	if out, err := exec.Command(lonely, "help", "serve").CombinedOutput(); err != nil || !strings.Contains(string(out), "usage: nodeagent serve") {
+		t.Errorf("help serve alone: %v, %q", err, out)
 	}
 }
 

@@ -47,12 +47,31 @@ func Load(path string, v any) error {
 	return Decode(path, data, v)
 }
 
+// LoadKeys reads the file at path into v like Load, but keys that v does
+// not have are ignored: for a program that reads a key or two of a file
+// that another program validates (the client's socket in the agent's
+// file). A file that is not TOML, or a known key of the wrong type, is
+// still an error naming the file and line.
+func LoadKeys(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	return decode(path, data, v, false)
+}
+
 // Decode decodes data, which came from the file named name, into v. Keys of v
 // absent from data keep their values. Unknown keys are errors; all of them are
 // reported, one per line of the returned error.
 func Decode(name string, data []byte, v any) error {
+	return decode(name, data, v, true)
+}
+
+func decode(name string, data []byte, v any, strictKeys bool) error {
 	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
+	if strictKeys {
+		dec.DisallowUnknownFields()
+	}
 	// Needed for Duration.UnmarshalTOML: without it an integer decodes into
 	// the duration as nanoseconds.
 	dec.EnableUnmarshalerInterface()

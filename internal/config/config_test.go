@@ -1,6 +1,9 @@
 package config
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +72,41 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("error does not name the file: %v", err)
 		}
 	})
+}
+
+// LoadKeys reads the keys its struct has and ignores the others; what is not
+// TOML, or a known key of the wrong type, is still an error at its line.
+func TestLoadKeys(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	type sock struct {
+		Socket string `toml:"socket"`
+	}
+	var v sock
+	if err := LoadKeys(write("ok.toml", "node_name = \"n1\"\nsocket = \"/run/x.sock\"\n[teardown]\ngrase = 3\n"), &v); err != nil || v.Socket != "/run/x.sock" {
+		t.Fatalf("LoadKeys = %v, socket %q", err, v.Socket)
+	}
+	if err := Load(filepath.Join(dir, "ok.toml"), &v); err == nil {
+		t.Fatal("Load accepted the keys LoadKeys ignores")
+	}
+	for name, text := range map[string]string{
+		"syntax.toml": "socket = \"/x\"\n[teardown\n",
+		"type.toml":   "\nsocket = 7\n",
+	} {
+		p := write(name, text)
+		err := LoadKeys(p, &sock{})
+		var ce *Error
+		if !errors.As(err, &ce) || ce.File != p || ce.Line != 2 {
+			t.Errorf("%s: %v; want an error at %s:2", name, err, p)
+		}
+	}
+	if err := LoadKeys(filepath.Join(dir, "missing.toml"), &sock{}); err == nil {
+		t.Error("LoadKeys of a missing file: no error")
+	}
 }

@@ -1,24 +1,18 @@
-package main
+package cli
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent"
 	"github.com/gracewatch/gracewatch/agent/api"
-	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/version"
-	"github.com/gracewatch/gracewatch/mesh"
-	"github.com/pelletier/go-toml/v2"
 )
 
 func runServe(c *cli, name string, args []string) int {
@@ -39,52 +33,69 @@ func runServe(c *cli, name string, args []string) int {
 			return c.usageError(f, "--%s: %q is not an absolute path", flagName, v)
 		}
 	}
-	path := *cfgPath
-	if path == "" {
-		if _, err := os.Stat(defaultConfigPath); err == nil {
-			path = defaultConfigPath
+	if c.daemon == nil {
+		return c.execDaemon(append([]string{"serve"}, args...))
+	}
+	return c.daemon.Serve(ServeOptions{Config: configPath(*cfgPath), Socket: *socket, StateDir: *stateDir,
+		CgroupRoot: *cgroupRoot, Node: *node}, c.out())
+}
+
+// configPath is the configuration file of serve and config check: the
+// flag's, else the default file if it exists, else none.
+func configPath(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if _, err := os.Stat(defaultConfigPath); err == nil {
+		return defaultConfigPath
+	}
+	return ""
+}
+
+// DaemonPath is where the packages install nodeagentd; nodeagent
+// re-executes it for serve and config check unless a nodeagentd stands
+// beside nodeagent itself (a build's bin/ folder).
+var DaemonPath = "/usr/libexec/gracewatch/nodeagentd"
+
+// daemonName is the daemon binary's file name.
+const daemonName = "nodeagentd"
+
+// daemonPath returns the daemon binary to run: nodeagentd beside this
+// executable, else DaemonPath. It names every place it looked at when
+// none holds it.
+func daemonPath() (string, error) {
+	var looked []string
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			p := filepath.Join(filepath.Dir(exe), daemonName)
+			if isExecutable(p) {
+				return p, nil
+			}
+			looked = append(looked, p)
 		}
 	}
-	cfg, err := agent.LoadConfig(path)
+	if isExecutable(DaemonPath) {
+		return DaemonPath, nil
+	}
+	looked = append(looked, DaemonPath)
+	return "", fmt.Errorf("the daemon %s is not installed: looked for %s", daemonName, strings.Join(looked, " and "))
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// execDaemon replaces this process with the daemon binary running args:
+// the same process, so systemd's notification socket and a supervisor's
+// signals reach the agent. It returns only on failure.
+func (c *cli) execDaemon(args []string) int {
+	path, err := daemonPath()
 	if err != nil {
 		return c.fail(err)
 	}
-	if *socket != "" {
-		cfg.Socket = *socket
-	}
-	if *stateDir != "" {
-		cfg.StateDir = *stateDir
-	}
-	if *cgroupRoot != "" {
-		cfg.Cgroup.Root = *cgroupRoot
-	}
-	if *node != "" {
-		cfg.NodeName = *node
-	}
-	if err := cfg.Validate(); err != nil {
-		return c.fail(fmt.Errorf("configuration with flags: %w", err))
-	}
-	logger := newLogger(c, cfg)
-	log := logger.With("component", "main")
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		// After the first signal, a second one kills at once.
-		<-ctx.Done()
-		stop()
-	}()
-	log.Info("starting", "version", version.Version, "config", path, "pid", os.Getpid())
-	if err := agent.Run(ctx, cfg, logger); err != nil {
-		log.Error("agent failed", "err", err)
-		return c.fail(err)
-	}
-	log.Info("stopped")
-	return exitOK
-}
-
-func newLogger(c *cli, cfg agent.Config) *slog.Logger {
-	return cmdutil.NewLogger(c.stderr, cfg.LogFormat, cfg.LogLevel).With("node", cfg.NodeName)
+	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
+	return c.fail(fmt.Errorf("run %s: %w", path, err))
 }
 
 func runJobStart(c *cli, name string, args []string) int {
@@ -343,30 +354,10 @@ func runConfigCheck(c *cli, name string, args []string) int {
 	if code, ok := f.noArgs(c); !ok {
 		return code
 	}
-	path := *cfgPath
-	if path == "" {
-		if _, err := os.Stat(defaultConfigPath); err == nil {
-			path = defaultConfigPath
-		}
+	if c.daemon == nil {
+		return c.execDaemon(append([]string{"config", "check"}, args...))
 	}
-	cfg, err := agent.LoadConfig(path)
-	if err != nil {
-		return c.fail(err)
-	}
-	if cfg.Mesh.Enabled && !cfg.Mesh.Insecure {
-		if _, err := mesh.LoadKeyring(cfg.Mesh.Keyring); err != nil {
-			return c.fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
-		}
-	}
-	out, err := toml.Marshal(cfg)
-	if err != nil {
-		return c.fail(err)
-	}
-	if path == "" {
-		path = "(defaults)"
-	}
-	fmt.Fprintf(c.stdout, "# %s is valid; the effective configuration:\n%s", path, out)
-	return exitOK
+	return c.daemon.ConfigCheck(configPath(*cfgPath), c.out())
 }
 
 func runVersion(c *cli, name string, args []string) int {

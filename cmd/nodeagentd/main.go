@@ -1,0 +1,94 @@
+// Command nodeagentd is gracewatch's node agent daemon: `nodeagentd serve`
+// runs the agent (the packaged unit starts it so), `nodeagentd config
+// check` validates its configuration. It takes every command of nodeagent
+// (agent/cli); nodeagent, the light client, re-executes it for these two.
+// This file only wires the parts together.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/gracewatch/gracewatch/agent"
+	"github.com/gracewatch/gracewatch/agent/cgroup"
+	"github.com/gracewatch/gracewatch/agent/cli"
+	"github.com/gracewatch/gracewatch/internal/cmdutil"
+	"github.com/gracewatch/gracewatch/internal/version"
+	"github.com/gracewatch/gracewatch/mesh"
+)
+
+func main() {
+	// First of all: when the agent re-executes itself as the shim that
+	// starts an epilogue inside its cgroup, this does not return.
+	cgroup.RunShimIfRequested()
+	os.Exit(cli.Run(os.Args[1:], os.Stdout, os.Stderr, &cli.Daemon{Serve: serve, ConfigCheck: configCheck}))
+}
+
+// serve runs the agent with the configuration and the flags' overrides.
+func serve(o cli.ServeOptions, out cmdutil.Out) int {
+	cfg, err := agent.LoadConfig(o.Config)
+	if err != nil {
+		return out.Fail(err)
+	}
+	if o.Socket != "" {
+		cfg.Socket = o.Socket
+	}
+	if o.StateDir != "" {
+		cfg.StateDir = o.StateDir
+	}
+	if o.CgroupRoot != "" {
+		cfg.Cgroup.Root = o.CgroupRoot
+	}
+	if o.Node != "" {
+		cfg.NodeName = o.Node
+	}
+	if err := cfg.Validate(); err != nil {
+		return out.Fail(fmt.Errorf("configuration with flags: %w", err))
+	}
+	logger := cmdutil.NewLogger(out.Stderr, cfg.LogFormat, cfg.LogLevel).With("node", cfg.NodeName)
+	log := logger.With("component", "main")
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		// After the first signal, a second one kills at once.
+		<-ctx.Done()
+		stop()
+	}()
+	log.Info("starting", "version", version.Version, "config", o.Config, "pid", os.Getpid())
+	if err := agent.Run(ctx, cfg, logger); err != nil {
+		log.Error("agent failed", "err", err)
+		return out.Fail(err)
+	}
+	log.Info("stopped")
+	return cmdutil.ExitOK
+}
+
+// configCheck validates a configuration file as serve would (including the
+// mesh key file's permissions) and prints the effective configuration,
+// defaults filled in, as TOML.
+func configCheck(path string, out cmdutil.Out) int {
+	cfg, err := agent.LoadConfig(path)
+	if err != nil {
+		return out.Fail(err)
+	}
+	if cfg.Mesh.Enabled && !cfg.Mesh.Insecure {
+		if _, err := mesh.LoadKeyring(cfg.Mesh.Keyring); err != nil {
+			return out.Fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
+		}
+	}
+	text, err := toml.Marshal(cfg)
+	if err != nil {
+		return out.Fail(err)
+	}
+	if path == "" {
+		path = "(defaults)"
+	}
+	fmt.Fprintf(out.Stdout, "# %s is valid; the effective configuration:\n%s", path, text)
+	return cmdutil.ExitOK
+}
