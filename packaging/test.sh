@@ -43,9 +43,9 @@ die() {
 }
 
 [ "$(id -u)" -eq 0 ] || { echo "packaging: test.sh must run as root (it installs the packages)" >&2; exit 1; }
-for tool in dpkg dpkg-deb dpkg-query rpm lintian systemd-analyze "$GO"; do
+for tool in dpkg dpkg-deb dpkg-query rpm lintian systemd-analyze file "$GO"; do
 	command -v "$tool" >/dev/null 2>&1 || {
-		echo "packaging: $tool is missing (apt-get install lintian rpm systemd)" >&2
+		echo "packaging: $tool is missing (apt-get install lintian rpm systemd file)" >&2
 		exit 1
 	}
 done
@@ -192,6 +192,15 @@ p=nodeagent pkg=gracewatch-nodeagent
 check "$pkg: .deb has no Depends" bash -c "[ -z \"\$(dpkg-deb -f ${deb[$p]} Depends)\" ]"
 check "$pkg: dpkg -i" dpkg -i "${deb[$p]}"
 deb_common nodeagent
+check "$pkg: /usr/libexec/gracewatch/nodeagentd 0755 root:root, the unit's ExecStart" bash -c "$(declare -f mode_owner)
+	mode_owner /usr/libexec/gracewatch/nodeagentd 755 root:root &&
+	grep -q '^ExecStart=/usr/libexec/gracewatch/nodeagentd serve ' /usr/lib/systemd/system/$pkg.service &&
+	/usr/libexec/gracewatch/nodeagentd version | grep -q '^nodeagent $raw_version '"
+check "$pkg: the client is a static executable, the daemon position-independent" bash -c "
+	file -L /usr/sbin/nodeagent | grep -q 'statically linked' && ! file -L /usr/sbin/nodeagent | grep -q 'pie executable' &&
+	file -L /usr/libexec/gracewatch/nodeagentd | grep -q 'pie executable'"
+check "$pkg: nodeagent config check runs the daemon's" bash -c "
+	/usr/sbin/nodeagent config check --config /etc/gracewatch/nodeagent.toml | grep -q 'is valid'"
 doc=/usr/share/doc/$pkg/examples
 check "$pkg: examples" bash -c "$(declare -f mode_owner)
 	mode_owner $doc/slurm-epilog.sh 755 root:root && mode_owner $doc/flux-epilog.sh 755 root:root &&
@@ -326,8 +335,9 @@ for p in "${PROGRAMS[@]}"; do
 		want+=("/usr/lib/sysusers.d/$pkg.conf" "/usr/share/doc/$pkg/examples/actuator-slurm.toml"
 			"/usr/share/doc/$pkg/examples/actuator-flux.toml")
 	else
-		want+=("/usr/share/doc/$pkg/examples/slurm-epilog.sh" "/usr/share/doc/$pkg/examples/flux-epilog.sh"
-			"/usr/share/doc/$pkg/examples/flux-prolog.sh" "/usr/share/doc/$pkg/examples/flux-housekeeping.toml")
+		want+=("/usr/libexec/gracewatch/nodeagentd" "/usr/share/doc/$pkg/examples/slurm-epilog.sh"
+			"/usr/share/doc/$pkg/examples/flux-epilog.sh" "/usr/share/doc/$pkg/examples/flux-prolog.sh"
+			"/usr/share/doc/$pkg/examples/flux-housekeeping.toml")
 	fi
 	check "$pkg.rpm: -qpl lists its files" contains "$T/$p.list" "${want[@]}"
 	check "$pkg.rpm: -qpl has no /etc/default nor Debian changelog" bash -c "! grep -E '^/etc/default/|changelog.Debian' $T/$p.list"
@@ -376,12 +386,16 @@ done
 # systemd-analyze verify wants the ExecStart binaries and the man pages of
 # Documentation=: copies of the units point at the built binaries in a
 # scratch folder, and MANPATH at the built man pages.
+# The binary each unit starts: the node agent's daemon, nodeagentd, is not
+# its client.
+declare -A unitbin=([nodeagent]=/usr/libexec/gracewatch/nodeagentd [aggregator]=/usr/sbin/aggregator)
 mkdir -p "$T/units" "$T/man/man8"
 for p in "${PROGRAMS[@]}"; do
-	pkg=gracewatch-$p
-	install -m 0755 "dist/.stage/$p/$p" "$T/units/$p"
+	pkg=gracewatch-$p bin=${unitbin[$p]}
+	staged=dist/.stage/$p/${bin##*/}
+	install -m 0755 "$staged" "$T/units/${bin##*/}"
 	cp "dist/.stage/$p/$p.8.gz" "$T/man/man8/"
-	sed "s|/usr/sbin/$p |$T/units/$p |" "packaging/systemd/$pkg.service" >"$T/units/$pkg.service"
+	sed "s|$bin |$T/units/${bin##*/} |" "packaging/systemd/$pkg.service" >"$T/units/$pkg.service"
 	check "$pkg.service: the copy differs only in the binary's path" \
 		bash -c "diff packaging/systemd/$pkg.service $T/units/$pkg.service | grep -c '^[<>]' | grep -qx 2"
 	check "$pkg.service: systemd-analyze verify prints nothing" bash -c "
@@ -390,9 +404,9 @@ for p in "${PROGRAMS[@]}"; do
 	# A unit with WatchdogSec= kills a binary that does not ping; a binary
 	# that pings wants the unit to use it.
 	if grep -q '^WatchdogSec=' "packaging/systemd/$pkg.service"; then
-		check "$pkg.service: WatchdogSec= and $p sends WATCHDOG=1" grep -qa 'WATCHDOG=1' "dist/.stage/$p/$p"
+		check "$pkg.service: WatchdogSec= and ${bin##*/} sends WATCHDOG=1" grep -qa 'WATCHDOG=1' "$staged"
 	else
-		check "$pkg.service: no WatchdogSec= and $p sends no WATCHDOG=1" bash -c "! grep -qa 'WATCHDOG=1' dist/.stage/$p/$p"
+		check "$pkg.service: no WatchdogSec= and ${bin##*/} sends no WATCHDOG=1" bash -c "! grep -qa 'WATCHDOG=1' $staged"
 	fi
 done
 u=packaging/systemd/gracewatch-nodeagent.service
@@ -406,9 +420,9 @@ check "aggregator unit: exposure of systemd-analyze security below 2.0" bash -c 
 	echo \"exposure \$score\"; awk -v s=\"\$score\" 'BEGIN { exit !(s != \"\" && s < 2.0) }'"
 
 # ---- the copyright file names every Go module linked in --------------------------
-for p in "${PROGRAMS[@]}"; do
-	check "gracewatch-$p: copyright names every module linked into $p" bash -c "
-		missing=\$($GO version -m dist/.stage/$p/$p | awk '\$1==\"dep\"{print \$2}' | while read -r m; do
+for b in nodeagent/nodeagent nodeagent/nodeagentd aggregator/aggregator; do
+	check "gracewatch-${b%/*}: copyright names every module linked into ${b#*/}" bash -c "
+		missing=\$($GO version -m dist/.stage/$b | awk '\$1==\"dep\"{print \$2}' | while read -r m; do
 			base=\${m%/v[0-9]*}; grep -qF \"\$base/\" packaging/copyright || echo \$m; done)
 		[ -z \"\$missing\" ] || { echo \"not in packaging/copyright: \$missing\"; exit 1; }"
 done
