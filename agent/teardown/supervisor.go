@@ -849,7 +849,11 @@ func (s *Supervisor) write() {
 	for _, id := range ids {
 		s.st.Jobs = append(s.st.Jobs, s.jobs[id])
 	}
-	data, err := json.MarshalIndent(s.st, "", "  ")
+	// Compact: the file is written after every event, with up to
+	// maxReleased released jobs in it; indenting took a third of the
+	// encoding, the encoding a quarter of the agent's CPU time in a run
+	// of epilogues (perf record), and 0.3-0.5 ms of each epilog.
+	data, err := json.Marshal(s.st)
 	if err == nil {
 		err = writeFileAtomic(s.statePath, data, 0o600)
 	}
