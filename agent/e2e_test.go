@@ -37,14 +37,24 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The client, and beside it the daemon that its serve re-executes.
+	// The client as the package builds it (static, no cgo: its start is
+	// what BenchmarkEpilogTrue measures), and beside it the daemon that
+	// its serve re-executes.
 	nodeagentBin = filepath.Join(dir, "nodeagent")
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/gracewatch/gracewatch/cmd/nodeagent",
-		"github.com/gracewatch/gracewatch/cmd/nodeagentd")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build nodeagent:", err)
-		os.Exit(1)
+	for _, b := range []struct {
+		pkg string
+		env []string
+	}{
+		{"github.com/gracewatch/gracewatch/cmd/nodeagent", []string{"CGO_ENABLED=0"}},
+		{"github.com/gracewatch/gracewatch/cmd/nodeagentd", nil},
+	} {
+		build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+"/", b.pkg)
+		build.Env = append(os.Environ(), b.env...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", b.pkg+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
