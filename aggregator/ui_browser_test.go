@@ -70,6 +70,10 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("force-color-profile", "srgb"), // the same colours on every machine
 		chromedp.Flag("password-store", "basic"),     // no keyring over D-Bus
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium puts its singleton socket in a folder of TMPDIR, which
+		// it does not remove: one of the test's own, removed after it
+		// (short: a socket path has at most 107 bytes).
+		chromedp.Env("TMPDIR="+shortTempDir(t)),
 		chromedp.WindowSize(1280, 860),
 	)
 	tab, cancelTab := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
@@ -463,4 +467,15 @@ func (b *browser) screenshot() {
 			b.t.Fatal(err)
 		}
 	}
+}
+
+// shortTempDir is a temporary folder with a short path, removed after t.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gwcr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }

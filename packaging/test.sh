@@ -374,7 +374,8 @@ done
 # shellcheck disable=SC2016 # backquotes of Markdown
 triaged=$(sed -n 's/^| `\([a-z0-9+.-]*\)` |.*/\1/p' packaging/lintian-triage.md | sort -u)
 for p in "${PROGRAMS[@]}"; do
-	lintian --no-tag-display-limit "${deb[$p]}" >"$T/lintian-$p.txt" 2>&1 || true
+	# TMPDIR: lintian leaves files (mldbm-elf-*) in it; $T is removed on exit.
+	TMPDIR=$T lintian --no-tag-display-limit "${deb[$p]}" >"$T/lintian-$p.txt" 2>&1 || true
 	grep -E '^[EWIPXO]: ' "$T/lintian-$p.txt" | sed 's/^/     /' || true
 	check "gracewatch-$p: lintian ran" bash -c "! grep -qE '^(internal error|.*: command not found)' $T/lintian-$p.txt"
 	check "gracewatch-$p: lintian: no error" bash -c "! grep -q '^E: ' $T/lintian-$p.txt"
