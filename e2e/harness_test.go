@@ -25,7 +25,7 @@ import (
 	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
-var bins struct{ nodeagent, aggregator string }
+var bins struct{ nodeagent, nodeagentd, aggregator string }
 
 // aggSettle is the aggregators' [policy] settle: how long they hold a node
 // they have just come to know before gossip alone makes it down or
@@ -39,6 +39,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bins.nodeagent = filepath.Join(dir, "nodeagent")
+	bins.nodeagentd = filepath.Join(dir, "nodeagentd")
 	bins.aggregator = filepath.Join(dir, "aggregator")
 	// nodeagentd beside nodeagent: nodeagent serve re-executes it.
 	build := exec.Command("go", "build", "-o", dir+"/", "github.com/gracewatch/gracewatch/cmd/nodeagent",

@@ -369,7 +369,9 @@ rejoin_interval = "2s"
 	a.client = api.NewClient(a.socket)
 	c.startIn(c.ns[name], a.proc, bins.nodeagent, "serve", "--config", a.config)
 	a.waitAPI()
-	c.checkIn(c.ns[name], a.cmd.Process.Pid, bins.nodeagent)
+	// nodeagent serve has re-executed nodeagentd (same pid) by the time
+	// the API answers.
+	c.checkIn(c.ns[name], a.cmd.Process.Pid, bins.nodeagentd)
 	c.agents = append(c.agents, a)
 	return a
 }
