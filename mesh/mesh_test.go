@@ -144,8 +144,16 @@ func TestLeave(t *testing.T) {
 	}
 	for _, n := range []*node{a, b} {
 		waitFor(t, 5*time.Second, n.Name()+" sees c left", func() bool { return statusOf(n.Mesh, "c") == StatusLeft })
-		ch := n.rec.changesOf("c")
-		if last := ch[len(ch)-1]; last.Status != StatusLeft || last.Meta == nil || last.Role != agent {
+		// The mesh records the status before it tells the Handler: wait
+		// for the Handler too.
+		lastChange := func() Member {
+			if ch := n.rec.changesOf("c"); len(ch) > 0 {
+				return ch[len(ch)-1]
+			}
+			return Member{}
+		}
+		waitFor(t, 5*time.Second, n.Name()+" is told c left", func() bool { return lastChange().Status == StatusLeft })
+		if last := lastChange(); last.Meta == nil || last.Role != agent {
 			t.Errorf("%s: last MemberChanged(c) = %+v, want left with its meta", n.Name(), last)
 		}
 	}
