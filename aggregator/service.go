@@ -393,14 +393,11 @@ func (s *Service) process(batch []input) {
 				s.timer, ticked = nil, true
 			}
 			now := s.clock.Now()
-			for name, at := range s.enforce {
-				if !now.Before(at) {
-					dirty[name] = true
-				}
-			}
-			for name, at := range s.held {
-				if !now.Before(at) {
-					dirty[name] = true
+			for _, due := range []map[string]time.Time{s.enforce, s.held} {
+				for name, at := range due {
+					if !now.Before(at) {
+						dirty[name] = true
+					}
 				}
 			}
 		case inRecheck:
@@ -635,7 +632,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		s.view[name] = n
 		if !had {
 			added = true
-			if at := in.FirstSeen.Add(p.Settle); p.Settle > 0 && !in.FirstSeen.IsZero() && now.Before(at) {
+			if at := settleEnd(in, p); now.Before(at) {
 				s.held[name] = at
 			}
 		}

@@ -278,15 +278,17 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 
 	// Rule 2: central deadline enforcement.
 	if meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
-		if at, ok := enforceAt(in, meta, current, p); ok && !now.Before(later(at, settledAt(in, p))) {
-			d := at.Add(-p.ClockSkewAllowance)
-			n.State = StateDown
-			n.Reason = "no report after teardown deadline " + formatTime(d)
-			if gone(status) {
-				n.Reason += " (" + goneReason(status) + ")"
+		if at, ok := enforceAt(in, meta, current, p); ok {
+			if down := later(at, settledAt(in, p)); !now.Before(down) {
+				d := at.Add(-p.ClockSkewAllowance)
+				n.State = StateDown
+				n.Reason = "no report after teardown deadline " + formatTime(d)
+				if gone(status) {
+					n.Reason += " (" + goneReason(status) + ")"
+				}
+				n.Since = timePtr(down)
+				return n, causeCentralDeadline
 			}
-			n.Since = timePtr(later(at, settledAt(in, p)))
-			return n, causeCentralDeadline
 		}
 	}
 
@@ -408,14 +410,22 @@ func enforceAt(in *NodeInput, meta *gwpb.Meta, current bool, p Policy) (time.Tim
 	return d.Add(p.ClockSkewAllowance), true
 }
 
-// settledAt is when what gossip alone says of in may make it down: the
-// end of Policy.Settle after FirstSeen while nothing came from its agent;
-// zero when nothing holds it.
-func settledAt(in *NodeInput, p Policy) time.Time {
-	if p.Settle <= 0 || in.FirstSeen.IsZero() || in.Update != nil || in.Direct != nil {
+// settleEnd is the end of Policy.Settle after in.FirstSeen; zero when
+// nothing is held (settle 0, or a node learned from a handover).
+func settleEnd(in *NodeInput, p Policy) time.Time {
+	if p.Settle <= 0 || in.FirstSeen.IsZero() {
 		return time.Time{}
 	}
 	return in.FirstSeen.Add(p.Settle)
+}
+
+// settledAt is when what gossip alone says of in may make it down:
+// settleEnd while nothing came from its agent; zero when nothing holds it.
+func settledAt(in *NodeInput, p Policy) time.Time {
+	if in.Update != nil || in.Direct != nil {
+		return time.Time{}
+	}
+	return settleEnd(in, p)
 }
 
 // later returns the later of a and b.
