@@ -36,12 +36,9 @@ const (
 	exitTimeout = 124
 )
 
-// DefaultConfigPath is read for the socket path (clients) and the
+// defaultConfigPath is read for the socket path (clients) and the
 // configuration (serve) when it exists and --config is not given.
-const DefaultConfigPath = "/etc/gracewatch/nodeagent.toml"
-
-// defaultConfigPath is DefaultConfigPath; a variable for the tests.
-var defaultConfigPath = DefaultConfigPath
+const defaultConfigPath = "/etc/gracewatch/nodeagent.toml"
 
 // Daemon is what only the daemon binary links: running the agent and
 // checking its configuration. Each function returns the exit code and
@@ -56,19 +53,13 @@ type Daemon struct {
 
 // ServeOptions are the flags of serve, checked (the paths are absolute).
 type ServeOptions struct {
-	// Config is the configuration file: --config, else DefaultConfigPath
-	// if it exists, else empty (the defaults).
+	// Config is the configuration file: --config, else
+	// /etc/gracewatch/nodeagent.toml if it exists, else empty (the
+	// defaults).
 	Config string
 	// Socket, StateDir, CgroupRoot and Node override the configuration's
 	// socket, state_dir, cgroup.root and node_name when not empty.
 	Socket, StateDir, CgroupRoot, Node string
-}
-
-// Run runs the command line args (without the program's name) and returns
-// the exit status. d nil: serve and config check re-execute the daemon
-// binary (see daemonPath) with the same arguments.
-func Run(args []string, stdout, stderr io.Writer, d *Daemon) int {
-	return run(args, stdout, stderr, d)
 }
 
 // cli is what a subcommand needs from the process.
@@ -116,7 +107,10 @@ func init() {
 	}
 }
 
-func run(args []string, stdout, stderr io.Writer, d *Daemon) int {
+// Run runs the command line args (without the program's name) and returns
+// the exit status. d nil: serve and config check re-execute the daemon
+// binary (see daemonPath) with the same arguments.
+func Run(args []string, stdout, stderr io.Writer, d *Daemon) int {
 	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now, daemon: d}
 	if len(args) == 0 {
 		usage(stderr)

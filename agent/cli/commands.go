@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/version"
 )
 
@@ -36,20 +37,8 @@ func runServe(c *cli, name string, args []string) int {
 	if c.daemon == nil {
 		return c.execDaemon(append([]string{"serve"}, args...))
 	}
-	return c.daemon.Serve(ServeOptions{Config: configPath(*cfgPath), Socket: *socket, StateDir: *stateDir,
-		CgroupRoot: *cgroupRoot, Node: *node}, c.out())
-}
-
-// configPath is the configuration file of serve and config check: the
-// flag's, else the default file if it exists, else none.
-func configPath(flagValue string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	if _, err := os.Stat(defaultConfigPath); err == nil {
-		return defaultConfigPath
-	}
-	return ""
+	return c.daemon.Serve(ServeOptions{Config: cmdutil.ConfigPath(*cfgPath, defaultConfigPath), Socket: *socket,
+		StateDir: *stateDir, CgroupRoot: *cgroupRoot, Node: *node}, c.out())
 }
 
 // DaemonPath is where the packages install nodeagentd; nodeagent
@@ -357,7 +346,7 @@ func runConfigCheck(c *cli, name string, args []string) int {
 	if c.daemon == nil {
 		return c.execDaemon(append([]string{"config", "check"}, args...))
 	}
-	return c.daemon.ConfigCheck(configPath(*cfgPath), c.out())
+	return c.daemon.ConfigCheck(cmdutil.ConfigPath(*cfgPath, defaultConfigPath), c.out())
 }
 
 func runVersion(c *cli, name string, args []string) int {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/pelletier/go-toml/v2"
 	"log/slog"
 	"net"
 	"os"
@@ -42,12 +41,7 @@ func runServe(c *cli, name string, args []string) int {
 	if code, ok := f.nArgs(c, 0, ""); !ok {
 		return code
 	}
-	path := *cfgPath
-	if path == "" {
-		if _, err := os.Stat(aggregator.DefaultConfigPath); err == nil {
-			path = aggregator.DefaultConfigPath
-		}
-	}
+	path := cmdutil.ConfigPath(*cfgPath, aggregator.DefaultConfigPath)
 	cfg, err := aggregator.LoadConfig(path)
 	if err != nil {
 		return c.fail(err)
@@ -451,12 +445,7 @@ func runConfigCheck(c *cli, name string, args []string) int {
 		fmt.Fprintf(c.stderr, "aggregator: unknown config subcommand %q (want check)\n", f.args[0])
 		return exitUsage
 	}
-	path := *cfgPath
-	if path == "" {
-		if _, err := os.Stat(aggregator.DefaultConfigPath); err == nil {
-			path = aggregator.DefaultConfigPath
-		}
-	}
+	path := cmdutil.ConfigPath(*cfgPath, aggregator.DefaultConfigPath)
 	cfg, err := aggregator.LoadConfig(path)
 	if err != nil {
 		return c.fail(err)
@@ -471,13 +460,5 @@ func runConfigCheck(c *cli, name string, args []string) int {
 			return c.fail(fmt.Errorf("%s: key \"http.admin_token_file\": %w", path, err))
 		}
 	}
-	out, err := toml.Marshal(cfg)
-	if err != nil {
-		return c.fail(err)
-	}
-	if path == "" {
-		path = "(defaults)"
-	}
-	fmt.Fprintf(c.stdout, "# %s is valid; the effective configuration:\n%s", path, out)
-	return exitOK
+	return c.out().PrintConfig(path, cfg)
 }

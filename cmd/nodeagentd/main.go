@@ -12,8 +12,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/pelletier/go-toml/v2"
-
 	"github.com/gracewatch/gracewatch/agent"
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/cli"
@@ -82,13 +80,5 @@ func configCheck(path string, out cmdutil.Out) int {
 			return out.Fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
 		}
 	}
-	text, err := toml.Marshal(cfg)
-	if err != nil {
-		return out.Fail(err)
-	}
-	if path == "" {
-		path = "(defaults)"
-	}
-	fmt.Fprintf(out.Stdout, "# %s is valid; the effective configuration:\n%s", path, text)
-	return cmdutil.ExitOK
+	return out.PrintConfig(path, cfg)
 }

@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
+
+	"github.com/pelletier/go-toml/v2"
 )
 
 // Exit codes of both programs' commands.
@@ -48,6 +51,33 @@ func (o Out) PrintJSON(v any) int {
 		return o.Fail(err)
 	}
 	return ExitOK
+}
+
+// PrintConfig prints what config check says of a valid configuration: that
+// the file at path (empty: none, the defaults alone) is valid, then the
+// effective configuration cfg as TOML.
+func (o Out) PrintConfig(path string, cfg any) int {
+	text, err := toml.Marshal(cfg)
+	if err != nil {
+		return o.Fail(err)
+	}
+	if path == "" {
+		path = "(defaults)"
+	}
+	fmt.Fprintf(o.Stdout, "# %s is valid; the effective configuration:\n%s", path, text)
+	return ExitOK
+}
+
+// ConfigPath is the configuration file a daemon reads: the --config flag's
+// value, else defaultPath if it exists, else empty (the defaults alone).
+func ConfigPath(flagValue, defaultPath string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if _, err := os.Stat(defaultPath); err == nil {
+		return defaultPath
+	}
+	return ""
 }
 
 // CommandUsage prints a command's synopsis, its summary as a sentence and

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -58,5 +60,31 @@ func TestNewLogger(t *testing.T) {
 	NewLogger(&w, "text", "debug").Debug("d")
 	if !strings.Contains(w.String(), "level=DEBUG msg=d") {
 		t.Fatalf("text at debug: %q", w.String())
+	}
+}
+
+func TestConfigPathAndPrintConfig(t *testing.T) {
+	dir := t.TempDir()
+	def := filepath.Join(dir, "default.toml")
+	if got := ConfigPath("", def); got != "" {
+		t.Errorf("ConfigPath with no default file = %q, want none", got)
+	}
+	if err := os.WriteFile(def, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := ConfigPath("", def); got != def {
+		t.Errorf("ConfigPath = %q, want the default %q", got, def)
+	}
+	if got := ConfigPath("/etc/x.toml", def); got != "/etc/x.toml" {
+		t.Errorf("ConfigPath with a flag = %q", got)
+	}
+
+	var stdout bytes.Buffer
+	o := Out{Prog: "aggregator", Stdout: &stdout, Stderr: io.Discard}
+	cfg := struct {
+		Name string `toml:"name"`
+	}{"agg-1"}
+	if code := o.PrintConfig("", cfg); code != ExitOK || stdout.String() != "# (defaults) is valid; the effective configuration:\nname = 'agg-1'\n" {
+		t.Fatalf("PrintConfig: %d %q", code, stdout.String())
 	}
 }
