@@ -37,24 +37,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The client as the package builds it (static, no cgo: its start is
-	// what BenchmarkEpilogTrue measures), and beside it the daemon that
-	// its serve re-executes.
+	// The client as the package builds it (its start is what
+	// BenchmarkEpilogTrue measures), and beside it the daemon that its
+	// serve re-executes.
 	nodeagentBin = filepath.Join(dir, "nodeagent")
-	for _, b := range []struct {
-		pkg string
-		env []string
-	}{
-		{"github.com/gracewatch/gracewatch/cmd/nodeagent", []string{"CGO_ENABLED=0"}},
-		{"github.com/gracewatch/gracewatch/cmd/nodeagentd", nil},
-	} {
-		build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+"/", b.pkg)
-		build.Env = append(os.Environ(), b.env...)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", b.pkg+":", err)
-			os.Exit(1)
-		}
+	if err := testutil.BuildPrograms(dir, "nodeagent", "nodeagentd"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

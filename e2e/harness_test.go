@@ -41,12 +41,8 @@ func TestMain(m *testing.M) {
 	bins.nodeagent = filepath.Join(dir, "nodeagent")
 	bins.nodeagentd = filepath.Join(dir, "nodeagentd")
 	bins.aggregator = filepath.Join(dir, "aggregator")
-	// nodeagentd beside nodeagent: nodeagent serve re-executes it.
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/gracewatch/gracewatch/cmd/nodeagent",
-		"github.com/gracewatch/gracewatch/cmd/nodeagentd", "github.com/gracewatch/gracewatch/cmd/aggregator")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build:", err)
+	if err := testutil.BuildPrograms(dir, "nodeagent", "nodeagentd", "aggregator"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

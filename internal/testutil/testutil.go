@@ -3,7 +3,9 @@ package testutil
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"sync"
 	"testing"
 )
@@ -49,4 +51,24 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// BuildPrograms builds the named programs of cmd/ ("nodeagent",
+// "nodeagentd", "aggregator") into dir, stripped as the packages are, and
+// nodeagent, the client that runs for every job, without cgo, static, as
+// packaging/build.sh builds it. nodeagent serve re-executes the nodeagentd
+// beside it.
+func BuildPrograms(dir string, names ...string) error {
+	for _, name := range names {
+		build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+"/",
+			"github.com/gracewatch/gracewatch/cmd/"+name)
+		build.Env = os.Environ()
+		if name == "nodeagent" {
+			build.Env = append(build.Env, "CGO_ENABLED=0")
+		}
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", name, err, out)
+		}
+	}
+	return nil
 }
