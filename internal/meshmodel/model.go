@@ -253,6 +253,17 @@ func SpreadOf(at []time.Duration, sent int) Spread {
 }
 
 // quantile is the q-quantile of sorted values (the nearest rank).
+// medianBy is the median (the upper one of an even count) of f over rs,
+// which must not be empty.
+func medianBy[T any](rs []T, f func(T) time.Duration) time.Duration {
+	v := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
@@ -342,14 +353,7 @@ func Detect(p Params, n, runs int, seed uint64) Detection {
 		}
 		rs = append(rs, d)
 	}
-	med := func(f func(Detection) time.Duration) time.Duration {
-		v := make([]time.Duration, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
+	med := func(f func(Detection) time.Duration) time.Duration { return medianBy(rs, f) }
 	conf := make([]int, len(rs))
 	for i, r := range rs {
 		conf[i] = r.Confirmations
@@ -378,14 +382,7 @@ func Converge(p Params, n, runs int, seed uint64) Spread {
 		rs = append(rs, s)
 		missed += s.Missed
 	}
-	med := func(f func(Spread) time.Duration) time.Duration {
-		v := make([]time.Duration, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
+	med := func(f func(Spread) time.Duration) time.Duration { return medianBy(rs, f) }
 	return Spread{
 		First:  med(func(s Spread) time.Duration { return s.First }),
 		P50:    med(func(s Spread) time.Duration { return s.P50 }),
