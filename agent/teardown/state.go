@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/fsutil"
@@ -64,4 +65,44 @@ func loadState(path string) (*persisted, error) {
 		return nil, fmt.Errorf("state file %s has version %d, this agent reads %d", path, p.Version, stateVersion)
 	}
 	return &p, nil
+}
+
+// persist marks the state for writing at the end of the current event
+// (flush), so one event writes the file once however many changes it made.
+func (s *Supervisor) persist() { s.unsaved = true }
+
+// flush writes the state file if the current event changed it. API calls
+// flush before they answer, so an acknowledged registration is durable.
+func (s *Supervisor) flush() {
+	if s.unsaved {
+		s.unsaved = false
+		s.write()
+	}
+}
+
+// write writes the state file. A failure is logged: the agent goes on
+// enforcing deadlines from memory.
+func (s *Supervisor) write() {
+	s.st.Version = stateVersion
+	s.st.Node = s.o.Node
+	s.st.Jobs = s.st.Jobs[:0]
+	ids := make([]string, 0, len(s.jobs))
+	for id := range s.jobs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s.st.Jobs = append(s.st.Jobs, s.jobs[id])
+	}
+	// Compact: the file is written after every event, with up to
+	// maxReleased released jobs in it; indenting took a third of the
+	// encoding, the encoding a quarter of the agent's CPU time in a run
+	// of epilogues (perf record), and 0.3-0.5 ms of each epilog.
+	data, err := json.Marshal(s.st)
+	if err == nil {
+		err = writeFileAtomic(s.statePath, data, 0o600)
+	}
+	if err != nil {
+		s.log.Error("cannot persist state", "path", s.statePath, "err", err)
+	}
 }

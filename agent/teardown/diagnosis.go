@@ -1,0 +1,158 @@
+package teardown
+
+// Diagnostics: snapshots taken off the main loop and the reports they make.
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+)
+
+// request builds a diagnostics request for j.
+func (s *Supervisor) request(j *job, stage string, single bool) diagnose.Request {
+	tl := diagnose.Timeline{TeardownStart: j.Ended, Deadline: j.Deadline}
+	if !j.Term.IsZero() {
+		t := j.Term
+		tl.Term = &t
+	}
+	if !j.Kill.IsZero() {
+		t := j.Kill
+		tl.Kill = &t
+	}
+	req := diagnose.Request{Job: j.ID, Grace: j.Grace, Stage: stage, Timeline: tl, SingleSample: single}
+	if j.Cgroup != "" {
+		req.Cgroups = append(req.Cgroups, diagnose.CgroupRef{Path: j.Cgroup, Owned: true})
+	}
+	if j.Foreign != "" {
+		req.Cgroups = append(req.Cgroups, diagnose.CgroupRef{Path: j.Foreign})
+	}
+	return req
+}
+
+// snapshot takes a report off the main loop and, back on it, stores it, folds
+// its summary into the reason and runs then (if set). then runs even when
+// there is no diagnoser.
+func (s *Supervisor) snapshot(j *job, stage string, single bool, then func()) {
+	if s.o.Diagnoser == nil {
+		if then != nil {
+			then()
+		}
+		return
+	}
+	req := s.request(j, stage, single)
+	j.snapshotRun = true
+	ctx := s.ctx
+	go func() {
+		r := s.o.Diagnoser.Snapshot(ctx, req)
+		s.post(func() {
+			j.snapshotRun = false
+			if r != nil {
+				r.Outcome = diagnose.OutcomePending
+				if stage == diagnose.StageAfterEscalation {
+					r.Outcome = diagnose.OutcomeHung
+					j.Outcome = diagnose.OutcomeHung
+				}
+				s.adoptReport(j, r)
+			}
+			if then != nil {
+				then()
+			}
+			s.changed()
+		})
+	}()
+}
+
+// adoptReport keeps r as j's latest report, saves it, and updates the reason.
+func (s *Supervisor) adoptReport(j *job, r *diagnose.Report) {
+	r.Node = s.o.Node
+	r.Summary = diagnose.Summarize(r)
+	if r.Stage != diagnose.StageOnDemand {
+		r.Suggestions = diagnose.Suggest(r)
+	}
+	j.lastReport = r
+	if s.o.Reports != nil {
+		path, err := s.o.Reports.Save(r)
+		if err != nil {
+			s.log.Error("cannot save report", "job", j.ID, "err", err)
+		} else {
+			j.Report = path
+		}
+	}
+	if !j.Violated {
+		return
+	}
+	j.Summary = r.Summary
+	attrs := []any{"job", j.ID, "stage", r.Stage, "outcome", r.Outcome, "report", j.Report, "summary", r.Summary}
+	for _, a := range diagnose.LogAttrs(r) {
+		attrs = append(attrs, a)
+	}
+	s.log.Warn("teardown diagnosis", attrs...)
+	if s.o.OnReport != nil {
+		s.o.OnReport(r)
+	}
+	s.refreshReason()
+	s.persist()
+}
+
+// Diagnose returns the latest report of each job with one (or of job), and a
+// fresh snapshot of a job still tearing down.
+func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Report, error) {
+	type item struct {
+		last *diagnose.Report
+		req  *diagnose.Request
+	}
+	var items []item
+	var opErr error
+	err := s.do(ctx, func() {
+		ids := make([]string, 0, len(s.jobs))
+		for k := range s.jobs {
+			ids = append(ids, k)
+		}
+		sort.Strings(ids)
+		if id != "" {
+			if s.jobs[id] == nil {
+				opErr = fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
+				return
+			}
+			ids = []string{id}
+		}
+		for _, k := range ids {
+			j := s.jobs[k]
+			it := item{last: j.lastReport}
+			if j.active() && (j.Cgroup != "" || j.Foreign != "") {
+				r := s.request(j, diagnose.StageOnDemand, false)
+				it.req = &r
+			}
+			if it.last != nil || it.req != nil {
+				items = append(items, it)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if opErr != nil {
+		return nil, opErr
+	}
+	out := []*diagnose.Report{}
+	for _, it := range items {
+		if it.req != nil && s.o.Diagnoser != nil {
+			r := s.o.Diagnoser.Snapshot(ctx, *it.req)
+			if r != nil {
+				r.Node = s.o.Node
+				r.Outcome = diagnose.OutcomePending
+				r.Summary = diagnose.Summarize(r)
+				r.Suggestions = diagnose.Suggest(r)
+				out = append(out, r)
+				continue
+			}
+		}
+		if it.last != nil {
+			out = append(out, it.last)
+		}
+	}
+	return out, nil
+}

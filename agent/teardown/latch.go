@@ -1,0 +1,147 @@
+package teardown
+
+// The node's DOWN latch: set by violations and drains, cleared by resume
+// or, when allowed, by a clean end.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+)
+
+// latchJob latches the node DOWN for overdue job j, once.
+func (s *Supervisor) latchJob(j *job) {
+	if j.Latched || j.Acknowledged || j.Phase != api.PhaseOverdue {
+		return
+	}
+	j.Latched = true
+	s.latchDown("grace", j.Summary, j.ID)
+	s.persist()
+}
+
+// latchDown latches the node DOWN for a violation of job id.
+func (s *Supervisor) latchDown(kind, reason, id string) {
+	l := &s.st.Latch
+	if !l.Down {
+		l.Down = true
+		l.Kind = kind
+		l.Since = s.o.Clock.Now()
+		l.Reason = reason
+	}
+	if id != "" && !slices.Contains(l.Jobs, id) {
+		l.Jobs = append(l.Jobs, id)
+	}
+	s.refreshReason()
+}
+
+// refreshReason rebuilds the latch reason from the violating jobs' summaries.
+func (s *Supervisor) refreshReason() {
+	l := &s.st.Latch
+	if !l.Down || l.Kind != "grace" {
+		return
+	}
+	var parts []string
+	for _, id := range l.Jobs {
+		j := s.jobs[id]
+		if j == nil {
+			continue
+		}
+		p := j.Summary
+		switch j.Outcome {
+		case diagnose.OutcomeTerminated:
+			p += "; terminated by SIGTERM"
+		case diagnose.OutcomeKilled:
+			p += "; killed by SIGKILL"
+		case "exited":
+			p += "; exited after the deadline"
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) > 0 {
+		l.Reason = strings.Join(parts, " | ")
+	}
+	const maxReason = 1024
+	if len(l.Reason) > maxReason {
+		l.Reason = l.Reason[:maxReason-3] + "..."
+	}
+}
+
+// maybeAutoResume clears a grace latch once every violating job is released,
+// when the site allows it.
+func (s *Supervisor) maybeAutoResume() {
+	l := &s.st.Latch
+	if s.o.AutoResume != AutoResumeWhenClean || !l.Down || l.Kind != "grace" {
+		return
+	}
+	for _, id := range l.Jobs {
+		if j := s.jobs[id]; j != nil && j.Phase != api.PhaseReleased {
+			return
+		}
+	}
+	s.log.Info("node auto-resumed: every process of the violating teardowns is gone", "jobs", l.Jobs, "was", l.Reason)
+	s.st.Latch = latch{}
+}
+
+// Resume clears the DOWN latch. Overdue jobs stay supervised but no longer
+// hold the node.
+func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error) {
+	if strings.TrimSpace(req.Reason) == "" {
+		return api.Status{}, &api.InputError{Field: "reason", Msg: "a reason is required"}
+	}
+	who := "unknown peer"
+	if p, ok := api.PeerFrom(ctx); ok {
+		who = fmt.Sprintf("uid %d pid %d", p.UID, p.PID)
+	}
+	var out api.Status
+	err := s.do(ctx, func() {
+		if s.st.Latch.Down {
+			s.log.Warn("node resumed", "by", who, "reason", req.Reason, "was", s.st.Latch.Reason)
+		}
+		s.st.Latch = latch{}
+		for _, j := range s.jobs {
+			if j.Phase == api.PhaseOverdue {
+				j.Acknowledged = true
+			}
+		}
+		s.changed()
+		s.persist()
+		out = s.status
+	})
+	return out, err
+}
+
+// Drain latches the node DOWN on an administrator's word. Like a grace
+// violation it holds until Resume; auto_resume never clears it.
+func (s *Supervisor) Drain(ctx context.Context, reason, by string) (api.Status, error) {
+	if err := api.ValidateReason(reason); err != nil {
+		return api.Status{}, err
+	}
+	var out api.Status
+	err := s.do(ctx, func() {
+		l := &s.st.Latch
+		text := "drained"
+		if by != "" {
+			text += " by " + by
+		}
+		text += ": " + reason
+		if !l.Down {
+			*l = latch{Down: true, Kind: "drain", Since: s.o.Clock.Now(), Reason: text}
+		} else {
+			// A drain on top of a violation: the violation's reason stays
+			// first, and only a resume clears the latch.
+			l.Kind = "drain"
+			if !strings.Contains(l.Reason, text) {
+				l.Reason = l.Reason + " | " + text
+			}
+		}
+		s.log.Warn("node drained", "by", by, "reason", reason)
+		s.changed()
+		s.persist()
+		out = s.status
+	})
+	return out, err
+}
