@@ -66,6 +66,10 @@ type Options struct {
 	// ShimPath is the executable Start re-executes as the shim; "" means
 	// /proc/self/exe. Its main must call RunShimIfRequested first.
 	ShimPath string
+	// FS is the file system through which cgroup v1 hierarchies are read
+	// (PopulatedV1, ProcsV1), rooted at "/"; nil means the host's. Tests
+	// count or fake reads through it.
+	FS fs.FS
 }
 
 // Manager owns one cgroup v2 subtree (Root): it creates, starts processes in,
@@ -82,6 +86,8 @@ type Manager struct {
 	forceShim bool
 	shimPath  string
 	w         *watcher
+	v1        []V1Mount // cgroup v1 hierarchies mounted beside cgroup2 (hybrid hosts)
+	fsys      fs.FS     // reads of v1 hierarchies
 }
 
 // New detects (or checks) the cgroup2 mount, prepares Root, probes Features,
@@ -134,6 +140,20 @@ func New(opts Options) (*Manager, error) {
 	}
 	if m.shimPath == "" {
 		m.shimPath = "/proc/self/exe"
+	}
+	m.fsys = opts.FS
+	if m.fsys == nil {
+		m.fsys = os.DirFS("/")
+	}
+	// The v1 hierarchies an exec system may keep its job cgroups in (a
+	// hybrid host). None found is not an error: foreign v1 cgroups are then
+	// refused by name.
+	if f, err := os.Open(filepath.Join(procRoot, "self", "mountinfo")); err == nil {
+		m.v1, err = FindV1Mounts(f)
+		f.Close()
+		if err != nil {
+			log.Warn("cannot list cgroup v1 hierarchies", "err", err)
+		}
 	}
 
 	delegated := opts.Root == ""
@@ -287,10 +307,23 @@ func (m *Manager) below(op, path string) (string, error) {
 		return "", fmt.Errorf("%s: cgroup %q is not an absolute path", op, path)
 	}
 	p := filepath.Clean(path)
-	if !within(p, m.mount) || p == m.mount {
-		return "", fmt.Errorf("%s: cgroup %s is not below the cgroup2 mount %s", op, p, m.mount)
+	if within(p, m.mount) && p != m.mount {
+		return p, nil
 	}
-	return p, nil
+	if v, ok := m.v1Of(p); ok && p != v.Mountpoint {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s: cgroup %s is not below the cgroup2 mount %s nor a cgroup v1 hierarchy", op, p, m.mount)
+}
+
+// v1Of returns the v1 hierarchy the clean absolute path p lies in.
+func (m *Manager) v1Of(p string) (V1Mount, bool) {
+	for _, v := range m.v1 {
+		if within(p, v.Mountpoint) {
+			return v, true
+		}
+	}
+	return V1Mount{}, false
 }
 
 // owned checks that path is strictly below Root and does not hold the agent

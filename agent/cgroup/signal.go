@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -187,9 +188,12 @@ func (m *Manager) signalPIDNoPidfd(pid int, p string, sig syscall.Signal) (bool,
 	return true, nil
 }
 
-// pidIn reports whether pid's cgroup v2 is p or below. A process that is gone
-// is (false, nil).
+// pidIn reports whether pid's cgroup (v2, or the v1 hierarchy p lies in)
+// is p or below. A process that is gone is (false, nil).
 func (m *Manager) pidIn(pid int, p string) (bool, error) {
+	if v, ok := m.v1Of(p); ok && !within(p, m.mount) {
+		return m.pidInV1(pid, p, v)
+	}
 	own, err := m.pidCgroup(strconv.Itoa(pid))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
@@ -202,4 +206,29 @@ func (m *Manager) pidIn(pid int, p string) (bool, error) {
 		return false, nil
 	}
 	return true, nil
+}
+
+// pidInV1 is pidIn for a cgroup of the v1 hierarchy v: the line of
+// /proc/PID/cgroup that names v's controllers.
+func (m *Manager) pidInV1(pid int, p string, v V1Mount) (bool, error) {
+	file := filepath.Join(m.procRoot, strconv.Itoa(pid), "cgroup")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			return false, nil
+		}
+		return false, fmt.Errorf("signal pid %d of cgroup %s: %w", pid, p, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !sameControllers(parts[1], v.Controllers) {
+			continue
+		}
+		if within(filepath.Join(v.Mountpoint, parts[2]), p) {
+			return true, nil
+		}
+		m.log.Debug("pid left the cgroup before the signal", "pid", pid, "cgroup", p, "now", parts[2])
+		return false, nil
+	}
+	return false, nil
 }

@@ -187,3 +187,76 @@ func writeFile(file, s string) error {
 	}
 	return werr
 }
+
+// TempV1 creates <mount of the v1 hierarchy controller>/gwtest-<random> (a
+// hybrid host's freezer, say) and returns its absolute path and its path
+// within the hierarchy ("/gwtest-..."). A t.Cleanup SIGKILLs every process
+// listed in the subtree's cgroup.procs (by pidfd, after checking each is
+// still there), waits up to CleanupTimeout for the lists to empty (v1 has
+// no populated flag: polled every 10 ms), and removes the cgroups deepest
+// first. Without root or that hierarchy the test is skipped, or failed when
+// CI=true. Call it from the test goroutine.
+func TempV1(t testing.TB, controller string) (dir, rel string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		testutil.Require(t, false, fmt.Sprintf("no /proc/self/mountinfo: %v", err))
+	}
+	mounts, err := cgroup.FindV1Mounts(f)
+	f.Close()
+	if err != nil {
+		testutil.Require(t, false, fmt.Sprintf("read cgroup v1 mounts: %v", err))
+	}
+	var mp string
+	for _, m := range mounts {
+		if slices.Contains(strings.Split(m.Controllers, ","), controller) {
+			mp = m.Mountpoint
+		}
+	}
+	testutil.Require(t, mp != "", fmt.Sprintf("no cgroup v1 %s hierarchy mounted", controller))
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	rel = "/gwtest-" + hex.EncodeToString(b[:])
+	dir = mp + rel
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		testutil.Require(t, false, fmt.Sprintf("cannot create a v1 cgroup: %v", err))
+	}
+	t.Cleanup(func() {
+		if err := destroyV1(dir); err != nil {
+			t.Errorf("clean up test v1 cgroup: %v", err)
+		}
+	})
+	return dir, rel
+}
+
+func destroyV1(dir string) error {
+	deadline := time.Now().Add(CleanupTimeout)
+	for {
+		pids, err := cgroup.Procs(dir)
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("v1 cgroup %s still lists %v after SIGKILL", dir, pids)
+		}
+		for _, pid := range pids {
+			fd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
+				continue
+			}
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			unix.Close(fd)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return removeTree(dir)
+}
+
+// JoinV1 moves pid into the v1 cgroup dir (its cgroup.procs).
+func JoinV1(dir string, pid int) error {
+	return writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid))
+}
