@@ -32,12 +32,39 @@ import (
 // shutdownTimeout bounds the graceful stop of the API server.
 const shutdownTimeout = 5 * time.Second
 
-// cgroups adapts cgroup.Manager to teardown.Cgroups.
-type cgroups struct{ *cgroup.Manager }
+// cgroups adapts cgroup.Manager to teardown.Cgroups, with the allow-list
+// of foreign cgroups ([teardown] foreign_cgroups).
+type cgroups struct {
+	*cgroup.Manager
+	allow cgroup.AllowList
+}
 
 func (cgroups) Populated(path string) (bool, error) { return cgroup.Populated(path) }
 
+// Resolve resolves a foreign cgroup that the allow-list admits.
+func (c cgroups) Resolve(spec string) (teardown.Foreign, error) {
+	f, err := c.ResolveAllowed(spec, c.allow)
+	if err != nil {
+		return teardown.Foreign{}, err
+	}
+	return teardown.Foreign{Path: f.Path, V1: f.V1(), Name: f.String()}, nil
+}
+
+// Procs lists a foreign cgroup's processes: v1 through the Manager's FS.
+func (c cgroups) Procs(path string, v1 bool, max int) ([]int, error) {
+	if v1 {
+		return c.ProcsV1(path, max)
+	}
+	pids, err := cgroup.Procs(path)
+	if max > 0 && len(pids) > max {
+		pids = pids[:max]
+	}
+	return pids, err
+}
+
 var _ teardown.Cgroups = cgroups{}
+
+var _ teardown.Expirations = (*expirationCommand)(nil)
 
 // Agent is a running node agent.
 type Agent struct {
@@ -102,11 +129,20 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	am := newAgentMetrics(a.reg, a.proc, cfg.Diagnostics.MaxBlockedReads)
 	notify := onChange
 	onChange = func(st api.Status) { notify(st); am.onChange(st) }
+	allow, err := cgroup.ParseAllowList(cfg.Teardown.ForeignCgroups)
+	if err != nil {
+		return nil, fmt.Errorf("teardown.foreign_cgroups: %w", err)
+	}
+	var exps teardown.Expirations
+	if len(cfg.Teardown.ExpirationCommand) > 0 {
+		exps = &expirationCommand{argv: cfg.Teardown.ExpirationCommand, timeout: cfg.Teardown.ExpirationTimeout.D()}
+	}
 	sup, err := teardown.New(teardown.Options{
 		Node:             cfg.NodeName,
 		StateDir:         cfg.StateDir,
 		Clock:            clock.Real{},
-		Cgroups:          cgroups{cg},
+		Cgroups:          cgroups{cg, allow},
+		Expirations:      exps,
 		Diagnoser:        snap,
 		Reports:          store,
 		Logger:           logger,

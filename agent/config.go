@@ -6,9 +6,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/mesh"
 )
@@ -88,7 +90,27 @@ type TeardownConfig struct {
 	// MaxExpirationAge refuses registrations whose expiration lies further in
 	// the past than this.
 	MaxExpirationAge config.Duration `toml:"max_expiration_age"`
+	// ForeignCgroups lists the exec systems' job cgroups the agent may
+	// observe (--cgroup of job start, job update and epilog): patterns
+	// "0::/glob" (cgroup v2), "controllers:/glob" (a v1 hierarchy) or
+	// absolute directory globs; a pattern admits the cgroups it matches
+	// and their descendants. Any other cgroup is refused.
+	ForeignCgroups []string `toml:"foreign_cgroups"`
+	// ExpirationCommand, if set, is the argv the agent runs (once per
+	// expiration, "{job}" replaced by the job's id) just before it would
+	// make a job overdue whose end was never reported: it prints the job's
+	// current expiration as the exec system knows it (RFC 3339, Unix
+	// seconds, or 0 for none), so that a time limit extended there alone
+	// moves the deadline instead of latching the node DOWN.
+	ExpirationCommand []string `toml:"expiration_command"`
+	// ExpirationTimeout bounds one run of ExpirationCommand.
+	ExpirationTimeout config.Duration `toml:"expiration_timeout"`
 }
+
+// DefaultForeignCgroups are Slurm's job cgroups: proctrack/cgroup on cgroup
+// v1 (freezer:/slurm/uid_U/job_J, or slurm_NODE with several slurmd on a
+// host) and cgroup/v2 under systemd.
+var DefaultForeignCgroups = []string{"freezer:/slurm*", "0::/system.slice/slurmstepd.scope/job_*"}
 
 // APIConfig controls who may use the local socket.
 type APIConfig struct {
@@ -126,11 +148,13 @@ func DefaultConfig() Config {
 		LogFormat: "text",
 		LogLevel:  "info",
 		Teardown: TeardownConfig{
-			Grace:            config.Dur(120 * time.Second),
-			KillWait:         config.Dur(10 * time.Second),
-			UnkillableAfter:  config.Dur(30 * time.Second),
-			AutoResume:       AutoResumeNever,
-			MaxExpirationAge: config.Dur(24 * time.Hour),
+			Grace:             config.Dur(120 * time.Second),
+			KillWait:          config.Dur(10 * time.Second),
+			UnkillableAfter:   config.Dur(30 * time.Second),
+			AutoResume:        AutoResumeNever,
+			MaxExpirationAge:  config.Dur(24 * time.Hour),
+			ForeignCgroups:    slices.Clone(DefaultForeignCgroups),
+			ExpirationTimeout: config.Dur(10 * time.Second),
 		},
 		API: APIConfig{AllowedUIDs: []int{0}, StopWait: config.Dur(20 * time.Second)},
 		Diagnostics: DiagnosticsConfig{
@@ -206,6 +230,15 @@ func (c *Config) Validate() error {
 	}
 	if t.MaxExpirationAge.D() <= 0 {
 		bad("teardown.max_expiration_age", "must be positive, got %v", t.MaxExpirationAge.D())
+	}
+	if _, err := cgroup.ParseAllowList(t.ForeignCgroups); err != nil {
+		bad("teardown.foreign_cgroups", "%v", err)
+	}
+	if len(t.ExpirationCommand) > 0 && !filepath.IsAbs(t.ExpirationCommand[0]) {
+		bad("teardown.expiration_command", "the command must be an absolute path, got %q", t.ExpirationCommand[0])
+	}
+	if to := t.ExpirationTimeout.D(); to < time.Second || to > 5*time.Minute {
+		bad("teardown.expiration_timeout", "must be between 1s and 5m, got %v", to)
 	}
 	for _, u := range c.API.AllowedUIDs {
 		if u < 0 {

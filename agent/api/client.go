@@ -146,6 +146,14 @@ func (c *Client) EndJob(ctx context.Context, id string) (Job, error) {
 	return job, err
 }
 
+// UpdateJob changes a registered job's expiration or adds its cgroup
+// (POST /v1/jobs/{id}/update).
+func (c *Client) UpdateJob(ctx context.Context, id string, req JobUpdateRequest) (Job, error) {
+	var job Job
+	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/update", req, &job)
+	return job, err
+}
+
 // Status returns the node's state (GET /v1/status).
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var st Status

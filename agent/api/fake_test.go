@@ -57,6 +57,11 @@ func (f *fakeService) EndJob(ctx context.Context, id string) (Job, error) {
 	return f.Job, f.Err
 }
 
+func (f *fakeService) UpdateJob(ctx context.Context, id string, req JobUpdateRequest) (Job, error) {
+	f.record(ctx, "UpdateJob", req)
+	return f.Job, f.Err
+}
+
 func (f *fakeService) RunEpilog(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
 	f.record(ctx, "RunEpilog", req)
 	if f.Err != nil {

@@ -54,6 +54,52 @@ func FuzzDecodeJobStart(f *testing.F) {
 	})
 }
 
+// FuzzDecodeJobUpdate feeds arbitrary bodies to the decoding and checks of
+// POST /v1/jobs/{id}/update: it never panics, an error maps to 400 (naming
+// a field) or 413, and an accepted request has a field to change, each well
+// formed.
+func FuzzDecodeJobUpdate(f *testing.F) {
+	for _, s := range []string{
+		`{"expiration":"1714568400"}`,
+		`{"expiration":"2024-05-01T13:00:00Z","cgroup":"freezer:/slurm/uid_0/job_5"}`,
+		`{"cgroup":"0::/system.slice/x"}`,
+		`{"expiration":"0"}`,
+		`{}`,
+		`{"expiration":""}`,
+		`{"expiration":"soon"}`,
+		`{"cgroup":"a\nb"}`,
+		`{"job":"5"}`,
+		`null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		body := http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(data)), MaxBodyBytes)
+		req, err := decodeJobUpdate(body, testNow)
+		if err != nil {
+			status, eb := errorResponse(err)
+			if status != 400 && status != 413 {
+				t.Fatalf("decode error %v maps to %d", err, status)
+			}
+			if eb.Error == "" || (status == 400 && eb.Field == "") {
+				t.Fatalf("error body %+v says nothing", eb)
+			}
+			return
+		}
+		if req.Expiration == "" && req.Cgroup == "" {
+			t.Fatal("accepted an update of nothing")
+		}
+		if req.Expiration != "" {
+			if _, _, err := ParseExpiration(req.Expiration, testNow, 0); err != nil {
+				t.Fatalf("accepted expiration %q: %v", req.Expiration, err)
+			}
+		}
+		if err := ValidateCgroup(req.Cgroup); err != nil {
+			t.Fatalf("accepted cgroup %q: %v", req.Cgroup, err)
+		}
+	})
+}
+
 // FuzzParseR: never panics; an accepted R has a finite, non-negative
 // expiration; an error says it is about R.
 func FuzzParseR(f *testing.F) {

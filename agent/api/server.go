@@ -148,6 +148,7 @@ func (s *Server) routes() {
 		{"GET", "/v1/status", s.handleStatus},
 		{"POST", "/v1/jobs", s.handleStartJob},
 		{"POST", "/v1/jobs/{id}/end", s.handleEndJob},
+		{"POST", "/v1/jobs/{id}/update", s.handleUpdateJob},
 		{"POST", "/v1/jobs/{id}/epilog", s.handleEpilog},
 		{"GET", "/v1/diagnose", s.handleDiagnose},
 		{"POST", "/v1/resume", s.handleResume},
@@ -330,6 +331,25 @@ func (s *Server) handleEndJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	job, err := s.svc.EndJob(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, job)
+}
+
+func (s *Server) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := ValidateJobID(id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	req, err := decodeJobUpdate(http.MaxBytesReader(w, r.Body, MaxBodyBytes), s.clock.Now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	job, err := s.svc.UpdateJob(r.Context(), id, req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -583,8 +603,30 @@ func decodeJobStart(r io.Reader, now time.Time) (JobStartRequest, error) {
 			return req, err
 		}
 	}
-	if strings.IndexByte(req.Cgroup, 0) >= 0 {
-		return req, inputErr("cgroup", "cgroup path contains a NUL byte")
+	if err := ValidateCgroup(req.Cgroup); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// decodeJobUpdate reads and checks the body of POST /v1/jobs/{id}/update:
+// at least one field, each well formed. Whether the new expiration lies
+// before now is the Service's check, against its own clock.
+func decodeJobUpdate(r io.Reader, now time.Time) (JobUpdateRequest, error) {
+	var req JobUpdateRequest
+	if err := decodeBody(r, &req); err != nil {
+		return req, err
+	}
+	if req.Expiration == "" && req.Cgroup == "" {
+		return req, inputErr("expiration", "nothing to update: give an expiration or a cgroup")
+	}
+	if req.Expiration != "" {
+		if _, _, err := ParseExpiration(req.Expiration, now, 0); err != nil {
+			return req, err
+		}
+	}
+	if err := ValidateCgroup(req.Cgroup); err != nil {
+		return req, err
 	}
 	return req, nil
 }
@@ -607,6 +649,8 @@ func errorResponse(err error) (int, ErrorBody) {
 		return http.StatusConflict, ErrorBody{Error: err.Error()}
 	case errors.Is(err, ErrForbidden):
 		return http.StatusForbidden, ErrorBody{Error: err.Error()}
+	case errors.Is(err, ErrFull):
+		return http.StatusServiceUnavailable, ErrorBody{Error: err.Error()}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, ErrorBody{Error: err.Error()}
 	}

@@ -43,8 +43,25 @@ type JobStartRequest struct {
 	Expiration string `json:"expiration"`
 	// Grace overrides the agent's default G ("90s"); empty keeps it.
 	Grace string `json:"grace,omitempty"`
-	// Cgroup is a foreign job cgroup (Slurm's, Flux's) to observe read-only,
-	// absolute or relative to the cgroup v2 mount.
+	// Cgroup is the exec system's own job cgroup (Slurm's, Flux's) to
+	// observe read-only: an absolute directory below the cgroup2 mount or a
+	// mounted v1 hierarchy, a path relative to the cgroup2 mount, or the
+	// form /proc/PID/cgroup prints ("0::/system.slice/x",
+	// "freezer:/slurm/uid_0/job_5"). It must match the agent's
+	// [teardown] foreign_cgroups.
+	Cgroup string `json:"cgroup,omitempty"`
+}
+
+// JobUpdateRequest is the body of POST /v1/jobs/{id}/update: what the exec
+// system changed about a registered job that is not released and not
+// overdue. At least one field is set.
+type JobUpdateRequest struct {
+	// Expiration is the job's new E (as in JobStartRequest; "0" removes
+	// it): its time limit was extended or shortened. It may not lie before
+	// now.
+	Expiration string `json:"expiration,omitempty"`
+	// Cgroup is the job's cgroup (as in JobStartRequest), for a job
+	// registered without one.
 	Cgroup string `json:"cgroup,omitempty"`
 }
 
@@ -57,6 +74,9 @@ type EpilogRequest struct {
 	Env []string `json:"env,omitempty"`
 	// Dir is the working directory; empty means "/".
 	Dir string `json:"dir,omitempty"`
+	// Cgroup, optional, is the job's own cgroup (as in JobStartRequest),
+	// observed as the teardown goes on, for a job registered without one.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // Frame is one line of the newline-delimited JSON stream answering an epilog
@@ -80,14 +100,20 @@ type Job struct {
 	Phase      string     `json:"phase"`
 	Expiration *time.Time `json:"expiration"` // nil: no expiration
 	Grace      string     `json:"grace"`
-	Ended      *time.Time `json:"ended,omitempty"`      // T_end
-	Deadline   *time.Time `json:"deadline"`             // D; nil while running
-	Cgroup     string     `json:"cgroup,omitempty"`     // the agent's own job cgroup
-	Foreign    string     `json:"foreign,omitempty"`    // observed cgroup
-	Epilogs    int        `json:"epilogs"`              // epilogues started
-	Escalation string     `json:"escalation,omitempty"` // "", "term", "kill", "classified"
-	Outcome    string     `json:"outcome,omitempty"`    // released: "clean", "terminated", "killed", "hung"
-	Released   *time.Time `json:"released,omitempty"`
+	Ended      *time.Time `json:"ended,omitempty"`    // T_end
+	EndedBy    string     `json:"ended_by,omitempty"` // what told T_end: report (job end), epilog, cgroup (it emptied)
+	Deadline   *time.Time `json:"deadline"`           // D = min(T_end, E) + G; E + G while running; nil without E and T_end
+	Cgroup     string     `json:"cgroup,omitempty"`   // the agent's own job cgroup
+	Foreign    string     `json:"foreign,omitempty"`  // observed cgroup (directory)
+	// ForeignName is the observed cgroup in /proc/PID/cgroup form, and
+	// Processes the pids it held when last observed (at most
+	// MaxListedProcesses), while the job is not released.
+	ForeignName string     `json:"foreign_name,omitempty"`
+	Processes   []int      `json:"processes,omitempty"`
+	Epilogs     int        `json:"epilogs"`              // epilogues started
+	Escalation  string     `json:"escalation,omitempty"` // "", "term", "kill", "classified"
+	Outcome     string     `json:"outcome,omitempty"`    // released: "clean", "terminated", "killed", "hung"
+	Released    *time.Time `json:"released,omitempty"`
 }
 
 // Hung is a supervised process that outlived its deadline.
@@ -150,8 +176,14 @@ type Service interface {
 	// StartJob registers a job. It fails with ErrDuplicateJob or an
 	// *InputError, and then changes nothing.
 	StartJob(ctx context.Context, req JobStartRequest) (Job, error)
-	// EndJob records T_end=now for a running job and starts its teardown.
+	// EndJob records T_end=now for a running job and starts its teardown
+	// (or for an overdue job whose end was never reported).
 	EndJob(ctx context.Context, id string) (Job, error)
+	// UpdateJob changes the expiration or adds the cgroup of a job that is
+	// running or tearing down. It fails with ErrUnknownJob, ErrConflict
+	// (released, overdue, another cgroup) or an *InputError, and then
+	// changes nothing.
+	UpdateJob(ctx context.Context, id string, req JobUpdateRequest) (Job, error)
 	// RunEpilog runs an epilogue for the job (registering it with E=now if
 	// unknown, ending it if running), streams its output to out and blocks
 	// until it exits, returning its status (128+signal if killed). If ctx ends
@@ -168,11 +200,15 @@ type Service interface {
 
 // Sentinel errors of the Service; the server maps them to HTTP statuses.
 var (
-	ErrUnknownJob   = errors.New("unknown job")            // 404
-	ErrDuplicateJob = errors.New("job already registered") // 409
-	ErrConflict     = errors.New("conflict")               // 409
-	ErrForbidden    = errors.New("forbidden")              // 403
+	ErrUnknownJob   = errors.New("unknown job")              // 404
+	ErrDuplicateJob = errors.New("job already registered")   // 409
+	ErrConflict     = errors.New("conflict")                 // 409
+	ErrForbidden    = errors.New("forbidden")                // 403
+	ErrFull         = errors.New("too many jobs registered") // 503
 )
+
+// MaxListedProcesses bounds Job.Processes.
+const MaxListedProcesses = 64
 
 // InputError is a request field that is wrong (HTTP 400).
 type InputError struct {

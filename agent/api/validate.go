@@ -94,6 +94,27 @@ func ValidateReason(reason string) error {
 	return nil
 }
 
+// MaxCgroupBytes is the longest cgroup path accepted (PATH_MAX).
+const MaxCgroupBytes = 4096
+
+// ValidateCgroup checks the form of a cgroup given on the API (empty is
+// none): at most MaxCgroupBytes of valid UTF-8 without NUL or newline. What
+// it names, and whether the agent may observe it, is the Service's check.
+// It returns an *InputError with Field "cgroup".
+func ValidateCgroup(cg string) error {
+	switch {
+	case len(cg) > MaxCgroupBytes:
+		return inputErr("cgroup", "cgroup %s is %d bytes, longer than %d", quote(cg), len(cg), MaxCgroupBytes)
+	case strings.IndexByte(cg, 0) >= 0:
+		return inputErr("cgroup", "cgroup path contains a NUL byte")
+	case strings.ContainsAny(cg, "\n\r"):
+		return inputErr("cgroup", "cgroup path contains a newline")
+	case !utf8.ValidString(cg):
+		return inputErr("cgroup", "cgroup path is not valid UTF-8")
+	}
+	return nil
+}
+
 // ValidateEpilog checks an epilog request: a non-empty argv without NUL
 // bytes, "K=V" environment entries, and an absolute working directory if
 // any. It returns an *InputError with Field "argv", "env" or "dir".
@@ -118,7 +139,7 @@ func ValidateEpilog(req EpilogRequest) error {
 	if req.Dir != "" && (!strings.HasPrefix(req.Dir, "/") || strings.IndexByte(req.Dir, 0) >= 0) {
 		return inputErr("dir", "working directory %s is not an absolute path", quote(req.Dir))
 	}
-	return nil
+	return ValidateCgroup(req.Cgroup)
 }
 
 const expirationForms = "want RFC 3339 such as 2024-05-01T12:00:00Z, Unix seconds such as 1700000000 or 1700000000.5, or 0 for no expiration"

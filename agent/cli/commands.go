@@ -105,27 +105,14 @@ func runJobStart(c *cli, name string, args []string) int {
 		return code
 	}
 	req := api.JobStartRequest{Job: *id, Grace: *grace, Cgroup: *cg}
-	switch {
-	case f.isSet("expiration") && f.isSet("R"):
-		return c.usageError(f, "give one of --expiration and --R, not both")
-	case f.isSet("expiration"):
-		if _, _, err := api.ParseExpiration(*exp, c.now(), 0); err != nil {
-			return c.usageError(f, "--expiration: %s", inputMsg(err))
-		}
-		req.Expiration = *exp
-	case f.isSet("R"):
-		data, err := os.ReadFile(*rFile)
-		if err != nil {
-			return c.usageError(f, "--R: %v", err)
-		}
-		e, err := api.ParseR(data)
-		if err != nil {
-			return c.usageError(f, "--R %s: %v", *rFile, err)
-		}
-		req.Expiration = api.FormatUnix(e)
-	default:
+	e, code, ok := expirationFlags(c, f, *exp, *rFile)
+	if !ok {
+		return code
+	}
+	if e == "" {
 		return c.usageError(f, "--expiration or --R is required")
 	}
+	req.Expiration = e
 	if *grace != "" {
 		if _, err := api.ParseGrace(*grace); err != nil {
 			return c.usageError(f, "--grace: %s", inputMsg(err))
@@ -150,6 +137,76 @@ func runJobStart(c *cli, name string, args []string) int {
 		exps = "expires " + formatTime(*job.Expiration)
 	}
 	fmt.Fprintf(c.stdout, "job %s registered: %s, grace %s\n", job.ID, exps, job.Grace)
+	return exitOK
+}
+
+// expirationFlags reads E from --expiration or --R (a Flux R file), as the
+// agent's API takes it; "" when neither is given.
+func expirationFlags(c *cli, f *flags, exp, rFile string) (string, int, bool) {
+	switch {
+	case f.isSet("expiration") && f.isSet("R"):
+		return "", c.usageError(f, "give one of --expiration and --R, not both"), false
+	case f.isSet("expiration"):
+		if _, _, err := api.ParseExpiration(exp, c.now(), 0); err != nil {
+			return "", c.usageError(f, "--expiration: %s", inputMsg(err)), false
+		}
+		return exp, 0, true
+	case f.isSet("R"):
+		data, err := os.ReadFile(rFile)
+		if err != nil {
+			return "", c.usageError(f, "--R: %v", err), false
+		}
+		e, err := api.ParseR(data)
+		if err != nil {
+			return "", c.usageError(f, "--R %s: %v", rFile, err), false
+		}
+		return api.FormatUnix(e), 0, true
+	}
+	return "", 0, true
+}
+
+func runJobUpdate(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	id := f.String("job", "", "the exec system's job `id` (required)")
+	exp := f.String("expiration", "", "the new expiration E: RFC 3339, Unix `seconds`, or 0 for none")
+	rFile := f.String("R", "", "Flux R version 1 `file` to take the new execution.expiration from")
+	cg := f.String("cgroup", "", "the exec system's job cgroup `path` to observe, for a job registered without one")
+	asJSON := f.Bool("json", false, "print the job as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.noArgs(c); !ok {
+		return code
+	}
+	if code, ok := checkJobFlag(c, f, *id); !ok {
+		return code
+	}
+	e, code, ok := expirationFlags(c, f, *exp, *rFile)
+	if !ok {
+		return code
+	}
+	if e == "" && *cg == "" {
+		return c.usageError(f, "give --expiration, --R or --cgroup")
+	}
+	cl, err := c.client(f)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer cl.Close()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	job, err := cl.UpdateJob(ctx, *id, api.JobUpdateRequest{Expiration: e, Cgroup: *cg})
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(job)
+	}
+	deadline := "none"
+	if job.Deadline != nil {
+		deadline = formatTime(*job.Deadline)
+	}
+	fmt.Fprintf(c.stdout, "job %s %s: deadline %s\n", job.ID, job.Phase, deadline)
 	return exitOK
 }
 
@@ -192,6 +249,7 @@ func runEpilog(c *cli, name string, args []string) int {
 	f := newFlags(name)
 	id := f.String("job", "", "the exec system's job `id` (required)")
 	timeout := f.Duration("timeout", 0, "give up waiting after this `duration` (exit 124); the agent keeps supervising")
+	cg := f.String("cgroup", "", "the exec system's job cgroup `path` to observe, for a job registered without one")
 	if code, ok := f.parse(c, args); !ok {
 		return code
 	}
@@ -208,7 +266,7 @@ func runEpilog(c *cli, name string, args []string) int {
 	if err != nil {
 		dir = "/"
 	}
-	req := api.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir}
+	req := api.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir, Cgroup: *cg}
 	if err := api.ValidateEpilog(req); err != nil {
 		return c.usageError(f, "%s", inputMsg(err))
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -37,6 +38,15 @@ func writeStatus(w io.Writer, st api.Status, now time.Time) {
 				orDash(j.Grace), timeOrDash(j.Deadline, "-"), j.Epilogs, orDash(j.Escalation), orDash(j.Outcome))
 		}
 		tw.Flush()
+		for _, j := range st.Jobs {
+			if j.ForeignName != "" && j.Phase != api.PhaseReleased {
+				procs := "no process"
+				if len(j.Processes) > 0 {
+					procs = fmt.Sprintf("pids %s", joinInts(j.Processes))
+				}
+				fmt.Fprintf(w, "  job %s observes cgroup %s: %s\n", j.ID, j.ForeignName, procs)
+			}
+		}
 	}
 	if len(st.Hung) > 0 {
 		fmt.Fprintln(w, "\nhung processes:")
@@ -128,4 +138,13 @@ func relative(t, now time.Time) string {
 		return (-d).String() + " ago"
 	}
 	return "now"
+}
+
+// joinInts writes pids as "12 13 14".
+func joinInts(n []int) string {
+	s := make([]string, len(n))
+	for i, v := range n {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, " ")
 }

@@ -45,7 +45,9 @@ const (
 
 // Timeline is the job's teardown clock.
 type Timeline struct {
-	TeardownStart time.Time  `json:"teardown_start"`
+	// Expiration is E, when the job has one.
+	Expiration    *time.Time `json:"expiration,omitempty"`
+	TeardownStart time.Time  `json:"teardown_start"` // T_end; zero while no end is known
 	Deadline      time.Time  `json:"deadline"`
 	Term          *time.Time `json:"term,omitempty"`
 	Kill          *time.Time `json:"kill,omitempty"`
@@ -144,10 +146,13 @@ type NodeContext struct {
 // Report is one diagnosis of one job's teardown. It is saved as JSON under
 // the state dir and sent to the aggregators.
 type Report struct {
-	Version     int          `json:"version"`
-	Node        string       `json:"node"`
-	Job         string       `json:"job"`
-	Stage       string       `json:"stage"`
+	Version int    `json:"version"`
+	Node    string `json:"node"`
+	Job     string `json:"job"`
+	Stage   string `json:"stage"`
+	// NotEnded is set for a job whose end was never reported by its
+	// deadline E + G: what is hung is the job itself, not its teardown.
+	NotEnded    bool         `json:"not_ended,omitempty"`
 	Taken       time.Time    `json:"taken"`
 	Grace       string       `json:"grace"`
 	Timeline    Timeline     `json:"timeline"`

@@ -89,6 +89,9 @@ type Request struct {
 	// Outcome, when not empty, is the report's outcome; otherwise it is
 	// derived from the stage, the timeline and what survives.
 	Outcome string
+	// NotEnded is set for a job whose end was never reported (Report.
+	// NotEnded).
+	NotEnded bool
 	// SingleSample takes one sample without waiting SampleInterval (the
 	// snapshot before the first signal must not delay SIGTERM). Thread.
 	// Scheduled is then unknown and false.
@@ -102,6 +105,9 @@ type CgroupRef struct {
 	// Owned is false for a foreign cgroup (Slurm's, Flux's) that is only
 	// observed. A snapshot never writes to any cgroup either way.
 	Owned bool
+	// V1 is set for a cgroup of a v1 hierarchy: it has neither
+	// cgroup.events nor cgroup.stat, only cgroup.procs.
+	V1 bool
 }
 
 // Snapshotter takes diagnostic snapshots of a job's processes. It is safe
@@ -174,6 +180,7 @@ func (s *Snapshotter) Snapshot(ctx context.Context, req Request) *Report {
 		Taken:    s.clock.Now(),
 		Grace:    req.Grace.String(),
 		Timeline: req.Timeline,
+		NotEnded: req.NotEnded,
 	}
 	errorf := func(format string, a ...any) { r.Errors = append(r.Errors, fmt.Sprintf(format, a...)) }
 
@@ -182,11 +189,15 @@ func (s *Snapshotter) Snapshot(ctx context.Context, req Request) *Report {
 	for _, ref := range req.Cgroups {
 		info := CgroupInfo{Path: ref.Path, Owned: ref.Owned}
 		var err error
-		if info.Events, err = cgroup.ReadKV(filepath.Join(ref.Path, "cgroup.events")); err != nil {
-			errorf("cgroup %s: cgroup.events unreadable: %s", ref.Path, procfs.Reason(err))
-		}
-		if info.Stat, err = cgroup.ReadKV(filepath.Join(ref.Path, "cgroup.stat")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errorf("cgroup %s: cgroup.stat unreadable: %s", ref.Path, procfs.Reason(err))
+		// A v1 cgroup has neither cgroup.events nor cgroup.stat: its
+		// process lists below are all there is.
+		if !ref.V1 {
+			if info.Events, err = cgroup.ReadKV(filepath.Join(ref.Path, "cgroup.events")); err != nil {
+				errorf("cgroup %s: cgroup.events unreadable: %s", ref.Path, procfs.Reason(err))
+			}
+			if info.Stat, err = cgroup.ReadKV(filepath.Join(ref.Path, "cgroup.stat")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errorf("cgroup %s: cgroup.stat unreadable: %s", ref.Path, procfs.Reason(err))
+			}
 		}
 		r.Cgroups = append(r.Cgroups, info)
 		list, err := cgroup.Procs(ref.Path)

@@ -24,12 +24,26 @@ const maxDetailed = 3
 // of the worst, with the file system of their suspect open file or cwd when
 // that is a network or FUSE one. When nothing survives it says so with the
 // outcome. The result is at most MaxSummaryBytes long.
+//
+// For a job whose end was never reported (NotEnded) it is
+//
+//	job 41 not ended by its deadline (E + 2m0s): 1 unkillable (pid 5814 a.out, D in request_wait_answer, fuse /scratch)
+//
+// or, with no process to name, NoEndSummary.
 func Summarize(r *Report) string {
 	head := fmt.Sprintf("job %s teardown exceeded grace %s", r.Job, r.Grace)
-	if r.Stage == StageOnDemand {
+	switch {
+	case r.NotEnded && r.Stage == StageOnDemand:
+		head = fmt.Sprintf("job %s running (deadline E + %s)", r.Job, r.Grace)
+	case r.NotEnded:
+		head = fmt.Sprintf("job %s not ended by its deadline (E + %s)", r.Job, r.Grace)
+	case r.Stage == StageOnDemand:
 		head = fmt.Sprintf("job %s teardown (grace %s)", r.Job, r.Grace)
 	}
 	if len(r.Processes) == 0 {
+		if r.NotEnded && r.Stage != StageOnDemand {
+			return NoEndSummary(r.Job, r.Grace)
+		}
 		return clipSummary(head + ": " + noneLeft(r.Outcome))
 	}
 	procs := worstFirst(r.Processes)
@@ -63,6 +77,14 @@ func Summarize(r *Report) string {
 		parts = append(parts, part)
 	}
 	return clipSummary(head + ": " + strings.Join(parts, ", "))
+}
+
+// NoEndSummary is the reason of a job whose end was never reported by its
+// deadline and that has no process to name (no observed cgroup, or an empty
+// one that never held a process): "job 41: no end reported by the deadline
+// (E + 2m0s)".
+func NoEndSummary(job, grace string) string {
+	return clipSummary(fmt.Sprintf("job %s: no end reported by the deadline (E + %s)", job, grace))
 }
 
 func noneLeft(outcome string) string {

@@ -22,12 +22,17 @@ func (s *Supervisor) request(j *job, stage string, single bool) diagnose.Request
 		t := j.Kill
 		tl.Kill = &t
 	}
-	req := diagnose.Request{Job: j.ID, Grace: j.Grace, Stage: stage, Timeline: tl, SingleSample: single}
+	if !j.NoExpiration && !j.Expiration.IsZero() {
+		e := j.Expiration
+		tl.Expiration = &e
+	}
+	req := diagnose.Request{Job: j.ID, Grace: j.Grace, Stage: stage, Timeline: tl, SingleSample: single,
+		NotEnded: j.Ended.IsZero()}
 	if j.Cgroup != "" {
 		req.Cgroups = append(req.Cgroups, diagnose.CgroupRef{Path: j.Cgroup, Owned: true})
 	}
 	if j.Foreign != "" {
-		req.Cgroups = append(req.Cgroups, diagnose.CgroupRef{Path: j.Foreign})
+		req.Cgroups = append(req.Cgroups, diagnose.CgroupRef{Path: j.Foreign, V1: j.ForeignV1})
 	}
 	return req
 }
@@ -122,7 +127,7 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 		for _, k := range ids {
 			j := s.jobs[k]
 			it := item{last: j.lastReport}
-			if j.active() && (j.Cgroup != "" || j.Foreign != "") {
+			if (j.active() && (j.Cgroup != "" || j.Foreign != "")) || (j.Phase == api.PhaseRunning && j.Foreign != "") {
 				r := s.request(j, diagnose.StageOnDemand, false)
 				it.req = &r
 			}

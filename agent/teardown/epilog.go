@@ -49,11 +49,15 @@ func (s *Supervisor) RunEpilog(ctx context.Context, id string, req api.EpilogReq
 		return 0, &api.InputError{Field: "argv", Msg: err.Error()}
 	}
 	peer, hasPeer := api.PeerFrom(ctx)
+	foreign, err := s.resolveForeign(req.Cgroup)
+	if err != nil {
+		return 0, err
+	}
 
 	var run *epilogRun
 	var opErr error
 	err = s.do(ctx, func() {
-		run, opErr = s.spawnEpilog(id, path, req, dir, peer, hasPeer)
+		run, opErr = s.spawnEpilog(id, path, req, dir, peer, hasPeer, foreign)
 		if opErr != nil {
 			s.emit(Event{Kind: EventEpilogStartError, Job: id, Err: opErr})
 		}
@@ -70,18 +74,34 @@ func (s *Supervisor) RunEpilog(ctx context.Context, id string, req api.EpilogReq
 
 // spawnEpilog runs on the main loop: register or end the job, make the
 // cgroup, watch it, start the process inside it and reap it in a goroutine.
-func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir string, peer api.Peer, hasPeer bool) (*epilogRun, error) {
+func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir string, peer api.Peer, hasPeer bool, foreign Foreign) (*epilogRun, error) {
 	now := s.o.Clock.Now()
 	j := s.jobs[id]
 	if j == nil {
+		if n := s.registered(); n >= s.o.MaxJobs {
+			return nil, fmt.Errorf("job %s: %w: %d jobs are registered and not released", id, api.ErrFull, n)
+		}
 		j = &job{ID: id, Expiration: now, Grace: s.o.Grace, Registered: now, Phase: api.PhaseRunning}
 		s.jobs[id] = j
 		s.log.Info("job registered by its epilogue", "job", id, "expiration", now, "grace", j.Grace)
 		s.emit(Event{Kind: EventRegistered, Job: id})
 	}
+	if foreign.Path != "" {
+		switch {
+		case j.Foreign == "":
+			s.setForeign(j, foreign)
+		case j.Foreign != foreign.Path:
+			// The epilogue runs all the same: refusing it would fail the
+			// exec system's epilog for a detail.
+			s.log.Warn("epilog names another cgroup than the job's; the job's is kept", "job", id,
+				"cgroup", j.ForeignName, "epilog_cgroup", foreign.Name)
+		}
+	}
 	switch j.Phase {
 	case api.PhaseRunning:
-		s.startTeardown(j, now)
+		s.startTeardown(j, now, endedByEpilog)
+	case api.PhaseOverdue:
+		s.endOverdue(j, endedByEpilog)
 	case api.PhaseReleased:
 		s.reopen(j)
 	}

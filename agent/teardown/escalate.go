@@ -5,12 +5,116 @@ package teardown
 import (
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 )
 
-// overdue handles the deadline: latch the node DOWN, snapshot, then SIGTERM.
+// outcomeUnreported is the outcome of an overdue job whose end was never
+// known, released when an administrator resumed the node and nothing was
+// left to watch.
+const outcomeUnreported = "unreported"
+
+// expire handles the deadline E + G of a job still running: no end was
+// reported by it. A job whose observed cgroup emptied has ended (its
+// emptying was missed between two polls); otherwise, once per expiration,
+// the exec system is asked whether E moved (Options.Expirations) before
+// the job is made overdue.
+func (s *Supervisor) expire(j *job) {
+	if j.Phase != api.PhaseRunning || j.asking {
+		return
+	}
+	if s.foreignEmptied(j) {
+		s.check(j)
+		return
+	}
+	if s.o.Expirations != nil && !j.Asked.Equal(j.Expiration) {
+		s.askExpiration(j)
+		return
+	}
+	s.overdueRunning(j)
+}
+
+// askExpiration runs the site's expiration command for j off the main loop
+// and, back on it, re-arms the deadline if E moved later (the time limit
+// was extended in the exec system alone), or makes the job overdue. A
+// command that fails, hangs (it is bounded by its timeout) or prints
+// garbage is logged and changes nothing but the latch it did not prevent.
+func (s *Supervisor) askExpiration(j *job) {
+	j.asking = true
+	was := j.Expiration
+	ctx := s.ctx
+	go func() {
+		out, err := s.o.Expirations.Expiration(ctx, j.ID)
+		s.post(func() {
+			j.asking = false
+			if j.Phase != api.PhaseRunning || !j.Expiration.Equal(was) || j.NoExpiration {
+				return // ended, or updated meanwhile: that word is newer
+			}
+			j.Asked = was
+			s.persist()
+			now := s.o.Clock.Now()
+			if err == nil {
+				var e time.Time
+				var none bool
+				e, none, err = api.ParseExpiration(out, now, s.o.MaxExpirationAge)
+				switch {
+				case err != nil:
+					err = fmt.Errorf("answer %s: %w", clipText(out), err)
+				case none:
+					s.log.Info("expiration command: the job has no time limit any more", "job", j.ID, "was", was)
+					j.NoExpiration, j.Expiration, j.Deadline = true, time.Time{}, time.Time{}
+					s.armRunning(j)
+					s.changed()
+					return
+				case e.After(was) && e.Add(j.Grace).After(now):
+					s.log.Info("expiration command: the job's expiration moved; deadline re-armed", "job", j.ID,
+						"was", was, "expiration", e, "deadline", e.Add(j.Grace))
+					j.Expiration, j.Deadline = e, e.Add(j.Grace)
+					s.armRunning(j)
+					s.changed()
+					return
+				default:
+					s.log.Info("expiration command: the expiration did not move", "job", j.ID, "expiration", e)
+				}
+			}
+			if err != nil {
+				s.log.Warn("expiration command failed; the deadline holds", "job", j.ID, "err", err)
+			}
+			s.overdueRunning(j)
+			s.changed()
+		})
+	}()
+}
+
+// clipText quotes a text from outside for a message, bounded.
+func clipText(s string) string {
+	const max = 80
+	if len(s) > max {
+		return fmt.Sprintf("%q... (%d bytes)", s[:max], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// overdueRunning makes a job overdue whose end was not reported by its
+// deadline E + G: exactly as a teardown that exceeds its grace, with the
+// job's own processes (its observed cgroup) as what is hung, or, with
+// nothing to observe, "no end reported by the deadline".
+func (s *Supervisor) overdueRunning(j *job) {
+	if j.Phase != api.PhaseRunning {
+		return
+	}
+	j.Phase = api.PhaseOverdue
+	j.Violated = true
+	j.Summary = diagnose.NoEndSummary(j.ID, j.Grace.String())
+	s.log.Warn("no end reported by the deadline", "job", j.ID, "expiration", j.Expiration, "deadline", j.Deadline,
+		"cgroup", j.ForeignName, "processes", len(j.pids))
+	s.escalate(j)
+}
+
+// overdue handles the deadline of a teardown: latch the node DOWN,
+// snapshot, then SIGTERM.
 func (s *Supervisor) overdue(j *job) {
 	if j.Phase != api.PhaseTeardown {
 		return
@@ -23,6 +127,11 @@ func (s *Supervisor) overdue(j *job) {
 	j.Violated = true
 	j.Summary = fmt.Sprintf("job %s teardown exceeded grace %v", j.ID, j.Grace)
 	s.log.Warn("grace violated", "job", j.ID, "deadline", j.Deadline, "cgroup", j.Cgroup, "foreign", j.Foreign)
+	s.escalate(j)
+}
+
+// escalate starts the escalation of a job that just became overdue.
+func (s *Supervisor) escalate(j *job) {
 	s.emit(Event{Kind: EventOverdue, Job: j.ID})
 	s.persist()
 	// The node is latched DOWN as soon as the snapshot before the first

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -18,6 +19,7 @@ type fakeCgroups struct {
 	kills     []string
 	removed   []string
 	reads     int // Populated calls: what an idle agent must not do
+	v1reads   int // Procs calls of v1 cgroups
 }
 
 var _ Cgroups = (*fakeCgroups)(nil)
@@ -28,11 +30,37 @@ func newFakeCgroups() *fakeCgroups {
 
 func (f *fakeCgroups) Create(rel string) (string, error) { return "/fake/" + rel, nil }
 
-func (f *fakeCgroups) Resolve(p string) (string, error) {
-	if p == "/missing" {
-		return "", errors.New("cgroup /missing does not exist")
+// Resolve accepts any path but /missing and /not-allowed/...; one below
+// /v1/ is a cgroup of a v1 hierarchy.
+func (f *fakeCgroups) Resolve(p string) (Foreign, error) {
+	switch {
+	case p == "/missing":
+		return Foreign{}, errors.New("cgroup /missing does not exist")
+	case strings.HasPrefix(p, "/not-allowed/"):
+		return Foreign{}, fmt.Errorf("cgroup %s: not in the allow-list", p)
+	case strings.HasPrefix(p, "/v1/"):
+		return Foreign{Path: p, V1: true, Name: "freezer:" + strings.TrimPrefix(p, "/v1")}, nil
 	}
-	return p, nil
+	return Foreign{Path: p, Name: "0::" + p}, nil
+}
+
+// Procs lists pid 1000 for a populated cgroup; it counts v1 reads apart.
+func (f *fakeCgroups) Procs(path string, v1 bool, max int) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v1 {
+		f.v1reads++
+	}
+	if f.populated[path] {
+		return []int{1000}, nil
+	}
+	return nil, nil
+}
+
+func (f *fakeCgroups) V1Reads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.v1reads
 }
 
 func (f *fakeCgroups) Start(cmd *exec.Cmd, path string) error {

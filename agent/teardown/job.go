@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,7 +26,12 @@ type job struct {
 	Deadline     time.Time     `json:"deadline,omitzero"`
 	Phase        string        `json:"phase"`
 	Cgroup       string        `json:"cgroup,omitempty"`
-	Foreign      string        `json:"foreign,omitempty"`
+	Foreign      string        `json:"foreign,omitempty"`      // observed cgroup's directory
+	ForeignName  string        `json:"foreign_name,omitempty"` // and its /proc/PID/cgroup form
+	ForeignV1    bool          `json:"foreign_v1,omitempty"`
+	ForeignSeen  bool          `json:"foreign_seen,omitempty"` // it held a process once: its emptying is the job's end
+	EndedBy      string        `json:"ended_by,omitempty"`     // what told T_end: report, epilog, cgroup
+	Asked        time.Time     `json:"asked,omitzero"`         // the E the expiration command was asked about
 	Epilogs      int           `json:"epilogs"`
 	EpilogPIDs   []int         `json:"epilog_pids,omitempty"`
 	Escalation   string        `json:"escalation,omitempty"`
@@ -42,6 +48,9 @@ type job struct {
 	// Runtime only.
 	children    map[int]chan int // epilogue pid → receives its exit status
 	timer       clock.Timer
+	poll        clock.Timer // v1 observation of the foreign cgroup
+	pids        []int       // the foreign cgroup's processes when last observed
+	asking      bool        // the expiration command runs
 	cancels     []func()
 	lastReport  *diagnose.Report
 	snapshotRun bool
@@ -57,8 +66,19 @@ func (j *job) wire() api.Job {
 		w.Expiration = &e
 	}
 	if !j.Ended.IsZero() {
-		e, d := j.Ended, j.Deadline
-		w.Ended, w.Deadline = &e, &d
+		e := j.Ended
+		w.Ended = &e
+		w.EndedBy = j.EndedBy
+	}
+	if !j.Deadline.IsZero() {
+		d := j.Deadline
+		w.Deadline = &d
+	}
+	if j.Foreign != "" {
+		w.ForeignName = j.ForeignName
+		if j.Phase != api.PhaseReleased {
+			w.Processes = slices.Clone(j.pids)
+		}
 	}
 	if !j.Released.IsZero() {
 		r := j.Released

@@ -103,8 +103,15 @@ func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Sta
 		}
 		s.st.Latch = latch{}
 		for _, j := range s.jobs {
-			if j.Phase == api.PhaseOverdue {
-				j.Acknowledged = true
+			if j.Phase != api.PhaseOverdue {
+				continue
+			}
+			j.Acknowledged = true
+			// A job whose end was never known and that has nothing left to
+			// watch would otherwise stay overdue for ever: the resume is
+			// the administrator's word that it is over.
+			if j.Ended.IsZero() && len(j.children) == 0 && !s.populated(j) {
+				s.release(j)
 			}
 		}
 		s.changed()

@@ -13,6 +13,17 @@ import (
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 )
 
+// v1PollInterval is how often a v1 foreign cgroup is read while its job is
+// registered and not released: v1 has no cgroup.events to watch.
+const v1PollInterval = time.Second
+
+// What told T_end (job.EndedBy).
+const (
+	endedByReport = "report" // job end
+	endedByEpilog = "epilog" // an epilogue started
+	endedByCgroup = "cgroup" // the observed job cgroup emptied
+)
+
 // readopt re-arms watches and timers of persisted jobs after a restart.
 func (s *Supervisor) readopt() {
 	for _, j := range s.jobs {
@@ -20,7 +31,15 @@ func (s *Supervisor) readopt() {
 			continue
 		}
 		s.watch(j)
-		if !j.active() {
+		if j.Phase == api.PhaseRunning {
+			// A state file of an earlier version has no deadline for a
+			// running job: it holds from registration now.
+			if j.Deadline.IsZero() && !j.NoExpiration {
+				j.Deadline = j.Expiration.Add(j.Grace)
+			}
+			s.log.Info("re-adopted running job", "job", j.ID, "deadline", j.Deadline, "foreign", j.ForeignName)
+			s.armRunning(j)
+			s.check(j)
 			continue
 		}
 		if s.o.Reports != nil {
@@ -44,14 +63,33 @@ func (s *Supervisor) readopt() {
 	}
 }
 
-// watch subscribes to the job's cgroups.
+// armRunning arms the deadline E + G of a running job (DESIGN.md 2: D holds
+// from registration, whether or not an end is ever reported); a job without
+// an expiration has none until it ends.
+func (s *Supervisor) armRunning(j *job) {
+	if j.NoExpiration || j.Deadline.IsZero() {
+		if j.timer != nil {
+			j.timer.Stop()
+			j.timer = nil
+		}
+		return
+	}
+	s.armAt(j, j.Deadline, func() { s.expire(j) })
+}
+
+// watch subscribes to the job's cgroups: inotify on the cgroup.events of v2
+// ones, a poll of a v1 foreign cgroup (at most once a second, and only from
+// here until the job is released).
 func (s *Supervisor) watch(j *job) {
+	if j.Foreign != "" && j.ForeignV1 && j.poll == nil {
+		s.pollV1(j)
+	}
 	if len(j.cancels) > 0 {
 		return
 	}
 	id := j.ID
 	for _, p := range []string{j.Cgroup, j.Foreign} {
-		if p == "" {
+		if p == "" || (p == j.Foreign && j.ForeignV1) {
 			continue
 		}
 		cancel, err := s.o.Cgroups.Watch(p, func() { s.markDirty(id) })
@@ -63,46 +101,133 @@ func (s *Supervisor) watch(j *job) {
 	}
 }
 
+// pollV1 arms the next read of j's v1 foreign cgroup; each read re-arms it
+// until the job is released (or the supervisor stops: stopRuntime).
+func (s *Supervisor) pollV1(j *job) {
+	j.poll = s.o.Clock.AfterFunc(v1PollInterval, func() {
+		s.post(func() {
+			j.poll = nil
+			if j.Phase == api.PhaseReleased || s.jobs[j.ID] != j {
+				return
+			}
+			s.check(j)
+			s.changed()
+			if j.Phase != api.PhaseReleased && j.poll == nil {
+				s.pollV1(j)
+			}
+		})
+	})
+}
+
+// observeForeign reads j's foreign cgroup: whether it holds a process (an
+// unreadable one counts as populated: only evidence of emptiness releases),
+// and, as a side effect, the pids it lists and whether it was ever seen
+// populated.
+func (s *Supervisor) observeForeign(j *job) bool {
+	if j.Foreign == "" {
+		return false
+	}
+	var pop bool
+	var err error
+	var pids []int
+	if j.ForeignV1 {
+		pids, err = s.o.Cgroups.Procs(j.Foreign, true, api.MaxListedProcesses)
+		pop = len(pids) > 0
+	} else if pop, err = s.o.Cgroups.Populated(j.Foreign); err == nil && pop {
+		pids, err = s.o.Cgroups.Procs(j.Foreign, false, api.MaxListedProcesses)
+	}
+	if err != nil {
+		s.log.Warn("cannot read the job's cgroup", "job", j.ID, "cgroup", j.ForeignName, "err", err)
+		return true
+	}
+	j.pids = pids
+	if pop && !j.ForeignSeen {
+		j.ForeignSeen = true
+		s.log.Info("job cgroup populated", "job", j.ID, "cgroup", j.ForeignName, "processes", len(pids))
+		s.persist()
+	}
+	return pop
+}
+
+// foreignEmptied reports whether j's foreign cgroup held processes and holds
+// none now: the job's end, when no end was reported.
+func (s *Supervisor) foreignEmptied(j *job) bool {
+	return j.Foreign != "" && !s.observeForeign(j) && j.ForeignSeen
+}
+
 // populated reports whether any supervised cgroup of j holds a process. An
-// unreadable cgroup counts as populated: only populated 0 is proof.
+// unreadable cgroup counts as populated: only populated 0 (or, for v1, lists
+// that are all empty) is proof.
 func (s *Supervisor) populated(j *job) bool {
-	for _, p := range []string{j.Cgroup, j.Foreign} {
-		if p == "" {
-			continue
-		}
-		pop, err := s.o.Cgroups.Populated(p)
+	if j.Cgroup != "" {
+		pop, err := s.o.Cgroups.Populated(j.Cgroup)
 		if err != nil {
-			s.log.Warn("cannot read cgroup events", "job", j.ID, "cgroup", p, "err", err)
+			s.log.Warn("cannot read cgroup events", "job", j.ID, "cgroup", j.Cgroup, "err", err)
 			return true
 		}
 		if pop {
 			return true
 		}
 	}
-	return false
+	return s.observeForeign(j)
 }
 
-// check releases j when its teardown is done: every epilogue reaped by Wait
-// and every supervised cgroup at populated 0.
+// check looks at j after a change of its cgroups, an epilogue's exit or a
+// poll: a running job whose cgroup emptied has ended; a teardown is released
+// once every epilogue is reaped by Wait and every supervised cgroup is
+// empty. An overdue job whose end was never reported is released only once
+// its end is known (reported, or its cgroup emptied): until then nothing
+// says that the job's processes are gone.
 func (s *Supervisor) check(j *job) {
-	if !j.active() || len(j.children) > 0 || s.populated(j) {
+	switch {
+	case j.Phase == api.PhaseRunning:
+		if !s.foreignEmptied(j) {
+			return
+		}
+		s.log.Info("job cgroup emptied without an end report: the job ended", "job", j.ID, "cgroup", j.ForeignName)
+		s.startTeardown(j, s.o.Clock.Now(), endedByCgroup)
+	case j.Phase == api.PhaseOverdue && j.Ended.IsZero():
+		if !s.foreignEmptied(j) {
+			return
+		}
+		j.Ended, j.EndedBy = s.o.Clock.Now(), endedByCgroup
+		s.log.Info("overdue job's cgroup emptied", "job", j.ID, "cgroup", j.ForeignName)
+		s.persist()
+	case !j.active():
+		return
+	}
+	if len(j.children) > 0 || s.populated(j) {
 		return
 	}
 	s.release(j)
 }
 
-// startTeardown records T_end and arms the deadline.
-func (s *Supervisor) startTeardown(j *job, now time.Time) {
+// startTeardown records T_end (told by by) and arms the deadline
+// D = min(T_end, E) + G.
+func (s *Supervisor) startTeardown(j *job, now time.Time, by string) {
 	j.Ended = now
+	j.EndedBy = by
 	base := now
 	if !j.NoExpiration && j.Expiration.Before(base) {
 		base = j.Expiration
 	}
 	j.Deadline = base.Add(j.Grace)
 	j.Phase = api.PhaseTeardown
-	s.log.Info("teardown started", "job", j.ID, "deadline", j.Deadline, "grace", j.Grace)
+	s.log.Info("teardown started", "job", j.ID, "deadline", j.Deadline, "grace", j.Grace, "ended_by", by)
+	s.persist()
 	s.watch(j)
 	s.armAt(j, j.Deadline, func() { s.overdue(j) })
+}
+
+// endOverdue records the end of an overdue job whose end was not known,
+// when the exec system reports it late (job end, or its epilogue).
+func (s *Supervisor) endOverdue(j *job, by string) {
+	if j.Phase != api.PhaseOverdue || !j.Ended.IsZero() {
+		return
+	}
+	j.Ended, j.EndedBy = s.o.Clock.Now(), by
+	s.log.Info("end of an overdue job reported", "job", j.ID, "ended_by", by, "deadline", j.Deadline)
+	s.persist()
 }
 
 // reopen puts a released job back into teardown with its original deadline
@@ -113,6 +238,10 @@ func (s *Supervisor) reopen(j *job) {
 	j.Outcome = ""
 	s.watch(j)
 	// A deadline already past fires at once, after the new epilogue started.
+	// A job released without ever ending (unreported) gets its end now.
+	if j.Ended.IsZero() {
+		j.Ended, j.EndedBy = s.o.Clock.Now(), endedByEpilog
+	}
 	s.armAt(j, j.Deadline, func() { s.overdue(j) })
 }
 
@@ -131,9 +260,16 @@ func (s *Supervisor) release(j *job) {
 		j.timer.Stop()
 		j.timer = nil
 	}
+	if j.poll != nil {
+		j.poll.Stop()
+		j.poll = nil
+	}
+	j.pids = nil
 	switch {
 	case !wasOverdue && !j.Violated:
 		j.Outcome = "clean"
+	case j.Ended.IsZero():
+		j.Outcome = outcomeUnreported // released by a resume: nothing left to watch, no end ever known
 	case j.Escalation == escClassified || j.Outcome == diagnose.OutcomeHung:
 		j.Outcome = diagnose.OutcomeHung
 	case j.Escalation == escKill:
@@ -155,8 +291,12 @@ func (s *Supervisor) release(j *job) {
 		}
 	}
 	os.RemoveAll(s.jobOutDir(j.ID))
-	s.log.Info("teardown released", "job", j.ID, "outcome", j.Outcome, "after_end", now.Sub(j.Ended).Round(time.Millisecond))
-	s.emit(Event{Kind: EventReleased, Job: j.ID, Outcome: j.Outcome, Duration: now.Sub(j.Ended)})
+	var took time.Duration
+	if !j.Ended.IsZero() {
+		took = now.Sub(j.Ended)
+	}
+	s.log.Info("teardown released", "job", j.ID, "outcome", j.Outcome, "after_end", took.Round(time.Millisecond))
+	s.emit(Event{Kind: EventReleased, Job: j.ID, Outcome: j.Outcome, Duration: took})
 	if j.Violated {
 		if r := j.lastReport; r != nil {
 			r.Outcome = j.Outcome

@@ -5,13 +5,61 @@ package teardown
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
 )
 
 var _ api.Service = (*Supervisor)(nil)
 
-// StartJob registers a job (phase running).
+// DefaultMaxJobs is the default of Options.MaxJobs: the registered jobs
+// that are not released. A node runs a few hundred at most; a runaway
+// caller gets api.ErrFull instead of growing the agent's memory and state
+// file (which is written after every change) without a bound.
+const DefaultMaxJobs = 4096
+
+// resolveForeign resolves a cgroup given on the socket API (job start,
+// job update, epilog), as an *api.InputError of field "cgroup".
+func (s *Supervisor) resolveForeign(spec string) (Foreign, error) {
+	if spec == "" {
+		return Foreign{}, nil
+	}
+	f, err := s.o.Cgroups.Resolve(spec)
+	if err != nil {
+		return Foreign{}, &api.InputError{Field: "cgroup", Msg: err.Error()}
+	}
+	return f, nil
+}
+
+// setForeign makes j observe f (on the main loop).
+func (s *Supervisor) setForeign(j *job, f Foreign) {
+	j.Foreign, j.ForeignV1, j.ForeignName = f.Path, f.V1, f.Name
+	s.stopWatches(j)
+	s.watch(j)
+	s.observeForeign(j)
+}
+
+// stopWatches ends j's cgroup watches (watch adds them again).
+func (s *Supervisor) stopWatches(j *job) {
+	for _, c := range j.cancels {
+		c()
+	}
+	j.cancels = nil
+}
+
+// active counts the jobs that are not released.
+func (s *Supervisor) registered() int {
+	n := 0
+	for _, j := range s.jobs {
+		if j.Phase != api.PhaseReleased {
+			n++
+		}
+	}
+	return n
+}
+
+// StartJob registers a job (phase running). Its deadline E + G holds from
+// now on, whether an end is reported or not.
 func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
 	if err := api.ValidateJobID(req.Job); err != nil {
 		return api.Job{}, err
@@ -27,11 +75,9 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 			return api.Job{}, err
 		}
 	}
-	foreign := ""
-	if req.Cgroup != "" {
-		if foreign, err = s.o.Cgroups.Resolve(req.Cgroup); err != nil {
-			return api.Job{}, &api.InputError{Field: "cgroup", Msg: err.Error()}
-		}
+	foreign, err := s.resolveForeign(req.Cgroup)
+	if err != nil {
+		return api.Job{}, err
 	}
 	var out api.Job
 	var opErr error
@@ -40,12 +86,24 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 			opErr = fmt.Errorf("job %s: %w", req.Job, api.ErrDuplicateJob)
 			return
 		}
+		if n := s.registered(); n >= s.o.MaxJobs {
+			opErr = fmt.Errorf("job %s: %w: %d jobs are registered and not released", req.Job, api.ErrFull, n)
+			return
+		}
 		j := &job{ID: req.Job, Expiration: exp, NoExpiration: none, Grace: grace, Registered: now,
-			Phase: api.PhaseRunning, Foreign: foreign}
+			Phase: api.PhaseRunning}
+		if !none {
+			j.Deadline = exp.Add(grace)
+		}
 		s.jobs[j.ID] = j
-		s.watch(j)
-		s.log.Info("job registered", "job", j.ID, "expiration", exp, "no_expiration", none, "grace", grace, "foreign", foreign)
+		if foreign.Path != "" {
+			s.setForeign(j, foreign)
+		}
+		s.log.Info("job registered", "job", j.ID, "expiration", exp, "no_expiration", none, "grace", grace,
+			"deadline", j.Deadline, "cgroup", foreign.Name)
 		s.emit(Event{Kind: EventRegistered, Job: j.ID})
+		s.persist()
+		s.armRunning(j)
 		s.changed()
 		out = j.wire()
 	})
@@ -56,7 +114,9 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 }
 
 // EndJob records T_end for a running job. Ending a job already in teardown
-// is not an error: exec systems may report the end twice.
+// is not an error: exec systems may report the end twice. The end of an
+// overdue job whose end was never reported is recorded: from then on, its
+// release waits only for its processes.
 func (s *Supervisor) EndJob(ctx context.Context, id string) (api.Job, error) {
 	if err := api.ValidateJobID(id); err != nil {
 		return api.Job{}, err
@@ -69,11 +129,14 @@ func (s *Supervisor) EndJob(ctx context.Context, id string) (api.Job, error) {
 			opErr = fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
 			return
 		}
-		if j.Phase == api.PhaseRunning {
-			s.startTeardown(j, s.o.Clock.Now())
-			s.check(j)
-			s.changed()
+		switch j.Phase {
+		case api.PhaseRunning:
+			s.startTeardown(j, s.o.Clock.Now(), endedByReport)
+		case api.PhaseOverdue:
+			s.endOverdue(j, endedByReport)
 		}
+		s.check(j)
+		s.changed()
 		out = j.wire()
 	})
 	if err != nil {
@@ -82,9 +145,106 @@ func (s *Supervisor) EndJob(ctx context.Context, id string) (api.Job, error) {
 	return out, opErr
 }
 
-// Status returns the node status.
+// UpdateJob changes the expiration of a job (its time limit moved in the
+// exec system) or adds the cgroup it runs in. See api.Service.
+func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
+	if err := api.ValidateJobID(id); err != nil {
+		return api.Job{}, err
+	}
+	if req.Expiration == "" && req.Cgroup == "" {
+		return api.Job{}, &api.InputError{Field: "expiration", Msg: "nothing to update: give an expiration or a cgroup"}
+	}
+	now := s.o.Clock.Now()
+	var exp time.Time
+	var none bool
+	if req.Expiration != "" {
+		var err error
+		if exp, none, err = api.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge); err != nil {
+			return api.Job{}, err
+		}
+		if !none && exp.Before(now) {
+			return api.Job{}, &api.InputError{Field: "expiration", Msg: fmt.Sprintf(
+				"the new expiration %s is %s before now: a time limit can be moved, not into the past",
+				exp.UTC().Format(time.RFC3339Nano), now.Sub(exp).Round(time.Millisecond))}
+		}
+	}
+	foreign, err := s.resolveForeign(req.Cgroup)
+	if err != nil {
+		return api.Job{}, err
+	}
+	var out api.Job
+	var opErr error
+	err = s.do(ctx, func() {
+		j := s.jobs[id]
+		switch {
+		case j == nil:
+			opErr = fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
+			return
+		case j.Phase == api.PhaseReleased:
+			opErr = fmt.Errorf("job %s: %w: it is released (its teardown ended %s)", id, api.ErrConflict,
+				j.Released.UTC().Format(time.RFC3339))
+			return
+		case j.Phase == api.PhaseOverdue:
+			opErr = fmt.Errorf("job %s: %w: it is overdue since its deadline %s and the node is down; check it and resume the node",
+				id, api.ErrConflict, j.Deadline.UTC().Format(time.RFC3339))
+			return
+		case foreign.Path != "" && j.Foreign != "" && j.Foreign != foreign.Path:
+			opErr = fmt.Errorf("job %s: %w: it already observes cgroup %s", id, api.ErrConflict, j.ForeignName)
+			return
+		}
+		if foreign.Path != "" && j.Foreign == "" {
+			s.setForeign(j, foreign)
+			s.log.Info("job cgroup added", "job", id, "cgroup", foreign.Name)
+		}
+		if req.Expiration != "" {
+			was, wasNone := j.Expiration, j.NoExpiration
+			j.Expiration, j.NoExpiration = exp, none
+			switch {
+			case j.Phase == api.PhaseRunning && none:
+				j.Deadline = time.Time{}
+			case j.Phase == api.PhaseRunning:
+				j.Deadline = exp.Add(j.Grace)
+			default: // teardown: D = min(T_end, E) + G
+				base := j.Ended
+				if !none && exp.Before(base) {
+					base = exp
+				}
+				j.Deadline = base.Add(j.Grace)
+				s.armAt(j, j.Deadline, func() { s.overdue(j) })
+			}
+			if j.Phase == api.PhaseRunning {
+				s.armRunning(j)
+			}
+			s.log.Info("job expiration moved", "job", id, "was", was, "was_none", wasNone, "expiration", exp,
+				"no_expiration", none, "deadline", j.Deadline)
+		}
+		s.persist()
+		s.check(j)
+		s.changed()
+		out = j.wire()
+	})
+	if err != nil {
+		return api.Job{}, err
+	}
+	return out, opErr
+}
+
+// Status returns the node status, with the job cgroups' processes as last
+// observed.
 func (s *Supervisor) Status(ctx context.Context) (api.Status, error) {
 	var out api.Status
-	err := s.do(ctx, func() { out = s.status })
+	err := s.do(ctx, func() {
+		out = s.status
+		if len(out.Jobs) == 0 {
+			return
+		}
+		out.Jobs = make([]api.Job, len(s.status.Jobs))
+		for i, w := range s.status.Jobs {
+			if j := s.jobs[w.ID]; j != nil {
+				w.Processes = j.wire().Processes
+			}
+			out.Jobs[i] = w
+		}
+	})
 	return out, err
 }

@@ -57,6 +57,13 @@ type Options struct {
 	AutoResume       string
 	SignalForeign    bool
 	MaxExpirationAge time.Duration
+	// MaxJobs bounds the registered jobs that are not released (0:
+	// DefaultMaxJobs).
+	MaxJobs int
+	// Expirations, if set, is asked for a job's current expiration just
+	// before a job whose end was never reported would be made overdue
+	// ([teardown] expiration_command).
+	Expirations Expirations
 
 	// OnChange, if set, is called on the main loop after every change of the
 	// node's status. It must not block.
@@ -103,6 +110,9 @@ func New(o Options) (*Supervisor, error) {
 	}
 	if o.AutoResume == "" {
 		o.AutoResume = AutoResumeNever
+	}
+	if o.MaxJobs <= 0 {
+		o.MaxJobs = DefaultMaxJobs
 	}
 	if o.MaxExpirationAge == 0 {
 		o.MaxExpirationAge = 24 * time.Hour
@@ -250,6 +260,10 @@ func (s *Supervisor) stopRuntime(j *job) {
 		j.timer.Stop()
 		j.timer = nil
 	}
+	if j.poll != nil {
+		j.poll.Stop()
+		j.poll = nil
+	}
 	for _, c := range j.cancels {
 		c()
 	}
@@ -330,7 +344,9 @@ func jobsEqual(a, b []api.Job) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].ID != b[i].ID || a[i].Phase != b[i].Phase || a[i].Escalation != b[i].Escalation || a[i].Epilogs != b[i].Epilogs || a[i].Outcome != b[i].Outcome {
+		if a[i].ID != b[i].ID || a[i].Phase != b[i].Phase || a[i].Escalation != b[i].Escalation || a[i].Epilogs != b[i].Epilogs ||
+			a[i].Outcome != b[i].Outcome || !timesEqual(a[i].Deadline, b[i].Deadline) || !timesEqual(a[i].Expiration, b[i].Expiration) ||
+			a[i].ForeignName != b[i].ForeignName {
 			return false
 		}
 	}

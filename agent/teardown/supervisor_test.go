@@ -42,7 +42,7 @@ func (d *fakeDiagnoser) Snapshot(ctx context.Context, req diagnose.Request) *dia
 	defer d.mu.Unlock()
 	d.reqs = append(d.reqs, req)
 	return &diagnose.Report{Job: req.Job, Stage: req.Stage, Grace: req.Grace.String(), Timeline: req.Timeline,
-		Processes: append([]diagnose.Process{}, d.procs...)}
+		NotEnded: req.NotEnded, Processes: append([]diagnose.Process{}, d.procs...)}
 }
 
 func (d *fakeDiagnoser) stages() []string {
@@ -135,7 +135,9 @@ func TestDeadlineIsMinOfEndAndExpirationPlusGrace(t *testing.T) {
 		wantDln time.Time
 	}{
 		{name: "early end", exp: t0.Add(time.Hour), endAt: t0.Add(10 * time.Minute), grace: "", wantDln: t0.Add(10*time.Minute + 60*time.Second)},
-		{name: "end after expiration", exp: t0.Add(time.Minute), endAt: t0.Add(5 * time.Minute), grace: "30s", wantDln: t0.Add(time.Minute + 30*time.Second)},
+		// Reported after E but within G: D = E + G (an end reported after
+		// E + G is too late: TestNoEndReported).
+		{name: "end after expiration", exp: t0.Add(time.Minute), endAt: t0.Add(time.Minute + 20*time.Second), grace: "30s", wantDln: t0.Add(time.Minute + 30*time.Second)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -342,7 +344,8 @@ func TestRestartReadoptsAndEnforcesDeadline(t *testing.T) {
 
 func TestIdleSupervisorDoesNoReads(t *testing.T) {
 	h := newHarness(t, nil)
-	h.start1("6", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/6")
+	// Its deadline E + G lies beyond the idle time.
+	h.start1("6", t0.Add(3*time.Hour).Format(time.RFC3339), "", "/foreign/6")
 	before := h.cg.Reads()
 	for i := 0; i < 100; i++ {
 		h.advance(time.Minute)

@@ -67,6 +67,7 @@ func goTool() string {
 type fakeService struct {
 	mu       sync.Mutex
 	starts   []api.JobStartRequest
+	updates  []api.JobUpdateRequest
 	epilogs  []api.EpilogRequest
 	calls    int
 	err      error
@@ -97,6 +98,16 @@ func (f *fakeService) StartJob(ctx context.Context, req api.JobStartRequest) (ap
 
 func (f *fakeService) EndJob(ctx context.Context, id string) (api.Job, error) {
 	f.called()
+	job := f.job
+	job.ID = id
+	return job, f.err
+}
+
+func (f *fakeService) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
+	f.called()
+	f.mu.Lock()
+	f.updates = append(f.updates, req)
+	f.mu.Unlock()
 	job := f.job
 	job.ID = id
 	return job, f.err
@@ -298,6 +309,49 @@ func TestJobStart(t *testing.T) {
 			}
 			if tt.wantReq != nil && (len(svc.starts) != 1 || svc.starts[0] != *tt.wantReq) {
 				t.Errorf("requests %+v; want %+v", svc.starts, *tt.wantReq)
+			}
+		})
+	}
+}
+
+func TestJobUpdate(t *testing.T) {
+	later := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	tests := []struct {
+		name       string
+		svcErr     error
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+		wantReq    *api.JobUpdateRequest
+	}{
+		{name: "extend", args: []string{"--job", "42", "--expiration", later.Format(time.RFC3339)}, wantCode: 0, wantStdout: "job 42 running: deadline",
+			wantReq: &api.JobUpdateRequest{Expiration: later.Format(time.RFC3339)}},
+		{name: "cgroup", args: []string{"--job", "42", "--cgroup", "freezer:/slurm/uid_0/job_42"}, wantCode: 0,
+			wantReq: &api.JobUpdateRequest{Cgroup: "freezer:/slurm/uid_0/job_42"}},
+		{name: "released", svcErr: fmt.Errorf("job 42: %w: it is released", api.ErrConflict), args: []string{"--job", "42", "--expiration", "0"},
+			wantCode: 1, wantStderr: "nodeagent: job 42: conflict: it is released"},
+		{name: "unknown", svcErr: fmt.Errorf("job 42: %w", api.ErrUnknownJob), args: []string{"--job", "42", "--expiration", "0"},
+			wantCode: 1, wantStderr: "nodeagent: job 42: unknown job"},
+		{name: "nothing", args: []string{"--job", "42"}, wantCode: 2, wantStderr: "give --expiration, --R or --cgroup"},
+		{name: "bad expiration", args: []string{"--job", "42", "--expiration", "tomorrow"}, wantCode: 2, wantStderr: `--expiration: not a time: "tomorrow"`},
+		{name: "both", args: []string{"--job", "42", "--expiration", "0", "--R", "/x"}, wantCode: 2, wantStderr: "not both"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := &fakeService{err: tt.svcErr, job: api.Job{Phase: api.PhaseRunning, Grace: "2m0s", Deadline: &later}}
+			socket := serve(t, svc)
+			res := nodeagent(t, nil, append([]string{"job", "update", "--socket", socket}, tt.args...)...)
+			if res.code != tt.wantCode || !strings.Contains(res.stdout, tt.wantStdout) || !strings.Contains(res.stderr, tt.wantStderr) {
+				t.Fatalf("exit %d stdout %q stderr %q; want %d, %q, %q", res.code, res.stdout, res.stderr, tt.wantCode, tt.wantStdout, tt.wantStderr)
+			}
+			svc.mu.Lock()
+			defer svc.mu.Unlock()
+			if tt.wantCode == 2 && svc.calls != 0 {
+				t.Errorf("usage error but the agent was called")
+			}
+			if tt.wantReq != nil && (len(svc.updates) != 1 || svc.updates[0] != *tt.wantReq) {
+				t.Errorf("requests %+v; want %+v", svc.updates, *tt.wantReq)
 			}
 		})
 	}
@@ -545,7 +599,7 @@ func TestHelpVersionUsage(t *testing.T) {
 	}{
 		{[]string{"help"}, 0, "job start", ""},
 		{[]string{"--help"}, 0, "diagnose", ""},
-		{[]string{"help", "epilog"}, 0, "usage: nodeagent epilog --job ID [--timeout DUR] -- CMD [ARGS...]", ""},
+		{[]string{"help", "epilog"}, 0, "usage: nodeagent epilog --job ID [--timeout DUR] [--cgroup PATH] -- CMD [ARGS...]", ""},
 		{[]string{"job", "start", "-h"}, 0, "-expiration", ""},
 		{[]string{"version"}, 0, "nodeagent ", ""},
 		{nil, 2, "", "usage: nodeagent COMMAND"},
