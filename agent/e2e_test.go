@@ -65,6 +65,7 @@ type node struct {
 type nodeOpts struct {
 	grace, killWait, unkillableAfter, autoResume string
 	metricsListen                                string // [metrics] listen; empty: none
+	teardown                                     string // more [teardown] keys (TOML lines)
 }
 
 func startNode(t testing.TB, o nodeOpts) *node {
@@ -104,11 +105,11 @@ grace = %q
 kill_wait = %q
 unkillable_after = %q
 auto_resume = %q
-
+%s
 [diagnostics]
 sample_interval = "300ms"
 read_timeout = "1s"
-`, filepath.Join(dir, "state"), n.socket, n.root, o.grace, o.killWait, o.unkillableAfter, o.autoResume)
+`, filepath.Join(dir, "state"), n.socket, n.root, o.grace, o.killWait, o.unkillableAfter, o.autoResume, o.teardown)
 	if o.metricsListen != "" {
 		cfg += fmt.Sprintf("\n[metrics]\nlisten = %q\n", o.metricsListen)
 	}

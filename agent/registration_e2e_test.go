@@ -1,0 +1,283 @@
+package agent_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
+	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
+)
+
+// The deadline E + G from registration, on a real agent (issue 9): the
+// exec system registers the job and never says that it ended.
+
+// unixArg writes t as the Unix seconds with nanoseconds that --expiration
+// takes.
+func unixArg(t time.Time) string { return fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) }
+
+// downAt polls the status every 10 ms until the node is down and returns
+// when that was first seen, and the status.
+func (n *node) downAt(timeout time.Duration) (time.Time, api.Status) {
+	n.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st := n.status()
+		if st.State == api.StateDown {
+			return time.Now(), st
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("not down within %v: %+v\nlogs:\n%s", timeout, st, n.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// 1. Registered with E and G, never ended: DOWN at E + G, not before, not
+// later than E + G + 1 s, with "no end reported".
+func TestNoEndReportedByTheDeadline(t *testing.T) {
+	n := startNode(t, nodeOpts{grace: "2s"})
+	e := time.Now().Add(time.Second)
+	if _, stderr, code := n.cli("job", "start", "--job", "1", "--expiration", unixArg(e)); code != 0 {
+		t.Fatalf("job start: %d %s", code, stderr)
+	}
+	d := e.Add(2 * time.Second)
+	if j := n.status().Jobs[0]; j.Phase != api.PhaseRunning || j.Deadline == nil || j.Deadline.Sub(d).Abs() > time.Millisecond {
+		t.Fatalf("registered: %+v, want running with deadline E + G = %v", j, d)
+	}
+	at, st := n.downAt(10 * time.Second)
+	if at.Before(d) || at.After(d.Add(time.Second)) {
+		t.Fatalf("down at E + G %+.3fs, want within [0, 1 s]", at.Sub(d).Seconds())
+	}
+	if want := "job 1: no end reported by the deadline (E + 2s)"; st.Reason != want {
+		t.Fatalf("reason %q, want %q", st.Reason, want)
+	}
+	t.Logf("down %.0f ms after E + G", at.Sub(d).Seconds()*1000)
+}
+
+// foreignNode is an agent that may observe the test's own cgroups as the
+// exec system's (foreign_cgroups).
+func foreignNode(t *testing.T, extra string) *node {
+	return startNode(t, nodeOpts{grace: "2s", killWait: "1s", unkillableAfter: "1s",
+		teardown: `foreign_cgroups = ["/sys/fs/cgroup/unified/gwtest-*", "freezer:/gwtest-*"]` + "\n" + extra})
+}
+
+// startIn starts argv as the exec system would start a job's task: then
+// moved into cg (a v2 or v1 cgroup the test plays the exec system for).
+func startIn(t *testing.T, cg string, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	return cmd
+}
+
+// 2. An observed v2 cgroup that empties before E + G: released, no DOWN, no
+// signal. One that stays populated: DOWN at E + G naming its process.
+func TestJobCgroupV2(t *testing.T) {
+	t.Run("empties", func(t *testing.T) {
+		n := foreignNode(t, "")
+		cg := cgrouptest.TempRoot(t)
+		task := startIn(t, cg, "sleep", "1")
+		e := time.Now().Add(time.Second)
+		if _, stderr, code := n.cli("job", "start", "--job", "2", "--expiration", unixArg(e), "--cgroup", cg); code != 0 {
+			t.Fatalf("job start: %d %s", code, stderr)
+		}
+		if j := n.status().Jobs[0]; len(j.Processes) != 1 || j.Processes[0] != task.Process.Pid {
+			t.Fatalf("status lists %v, want the job's task %d", j.Processes, task.Process.Pid)
+		}
+		st := n.waitFor("released by its cgroup's emptying", 5*time.Second, func(st api.Status) bool { return st.Jobs[0].Phase == api.PhaseReleased })
+		if j := st.Jobs[0]; j.EndedBy != "cgroup" || j.Outcome != "clean" {
+			t.Fatalf("released: %+v", j)
+		}
+		time.Sleep(time.Until(e.Add(2500 * time.Millisecond))) // past E + G
+		if st := n.status(); st.State != api.StateUp {
+			t.Fatalf("state %s after E + G: %q", st.State, st.Reason)
+		}
+		if strings.Contains(n.logs.String(), `"msg":"escalation"`) {
+			t.Fatalf("a signal was sent:\n%s", n.logs)
+		}
+	})
+	t.Run("stays populated", func(t *testing.T) {
+		n := foreignNode(t, "")
+		fs := hangfs.Start(t)
+		cg := cgrouptest.TempRoot(t)
+		task := startIn(t, cg, "cat", fs.Path("hang"))
+		if err := fs.WaitHungReads(1); err != nil {
+			t.Fatal(err)
+		}
+		e := time.Now().Add(time.Second)
+		if _, stderr, code := n.cli("job", "start", "--job", "41", "--expiration", unixArg(e), "--cgroup", "0::"+strings.TrimPrefix(cg, "/sys/fs/cgroup/unified")); code != 0 {
+			t.Fatalf("job start: %d %s", code, stderr)
+		}
+		d := e.Add(2 * time.Second)
+		at, st := n.downAt(10 * time.Second)
+		if at.Before(d) || at.After(d.Add(time.Second)) {
+			t.Fatalf("down at E + G %+.3fs", at.Sub(d).Seconds())
+		}
+		st = n.waitFor("the reason names the job's task", 5*time.Second, func(st api.Status) bool {
+			return strings.Contains(st.Reason, fmt.Sprintf("pid %d cat", task.Process.Pid))
+		})
+		if !strings.HasPrefix(st.Reason, "job 41 not ended by its deadline (E + 2s): ") || !strings.Contains(st.Reason, "request_wait_answer") {
+			t.Fatalf("reason %q", st.Reason)
+		}
+		rs := n.reports()
+		if len(rs) == 0 || !rs[0].NotEnded || len(rs[0].Processes) == 0 || rs[0].Processes[0].PID != task.Process.Pid {
+			t.Fatalf("report: %+v", rs)
+		}
+		// signal_foreign is off: the exec system's task got no signal.
+		if strings.Contains(n.logs.String(), `"processes":1,"signal":"SIGTERM"`) {
+			t.Fatalf("the foreign task was signalled:\n%s", n.logs)
+		}
+		fs.Stop()
+		n.waitFor("released once the task is gone", 10*time.Second, func(st api.Status) bool { return st.Jobs[0].Phase == api.PhaseReleased })
+	})
+	t.Run("refused", func(t *testing.T) {
+		n := startNode(t, nodeOpts{}) // the default allow-list: Slurm's cgroups only
+		cg := cgrouptest.TempRoot(t)
+		_, stderr, code := n.cli("job", "start", "--job", "3", "--expiration", "0", "--cgroup", cg)
+		if code != 1 || !strings.Contains(stderr, "not in the allow-list") || !strings.Contains(stderr, "freezer:/slurm*") {
+			t.Fatalf("exit %d stderr %q; want a refusal naming the allow-list", code, stderr)
+		}
+		if st := n.status(); len(st.Jobs) != 0 {
+			t.Fatalf("refused registration left %+v", st.Jobs)
+		}
+	})
+}
+
+// 4 (on a real v1 hierarchy). Its job's processes are listed, its emptying
+// seen within 1 s.
+func TestJobCgroupV1(t *testing.T) {
+	n := foreignNode(t, "")
+	dir, rel := cgrouptest.TempV1(t, "freezer")
+	step := filepath.Join(dir, "step_0")
+	e := time.Now().Add(time.Hour)
+	// Registered before the exec system made the job's cgroup, as Slurm's
+	// Prolog does.
+	if _, stderr, code := n.cli("job", "start", "--job", "4", "--expiration", unixArg(e), "--cgroup", "freezer:"+rel); code != 0 {
+		t.Fatalf("job start: %d %s", code, stderr)
+	}
+	if err := os.Mkdir(step, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	if err := cgrouptest.JoinV1(step, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	n.waitFor("the task listed", 2*time.Second, func(st api.Status) bool {
+		j := st.Jobs[0]
+		return len(j.Processes) == 1 && j.Processes[0] == cmd.Process.Pid && j.ForeignName == "freezer:"+rel
+	})
+	cmd.Process.Kill()
+	<-done
+	gone := time.Now()
+	st := n.waitFor("released", 3*time.Second, func(st api.Status) bool { return st.Jobs[0].Phase == api.PhaseReleased })
+	if seen := st.Jobs[0].Ended.Sub(gone); seen > 1100*time.Millisecond {
+		t.Fatalf("emptying seen %v after the task died, want within 1 s", seen)
+	}
+	if st.Jobs[0].EndedBy != "cgroup" {
+		t.Fatalf("ended_by %q", st.Jobs[0].EndedBy)
+	}
+}
+
+// 3 (with a real command). A time limit extended in the exec system only:
+// the expiration command finds it, and the DOWN comes at the new E + G.
+func TestExpirationCommandExtends(t *testing.T) {
+	dir := t.TempDir()
+	answer := filepath.Join(dir, "E")
+	script := filepath.Join(dir, "expiration.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"job $1\" >> "+dir+"/asked\ncat "+answer+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, nodeOpts{grace: "1s", teardown: fmt.Sprintf("expiration_command = [%q, \"{job}\"]\nexpiration_timeout = \"2s\"", script)})
+	e := time.Now().Add(time.Second)
+	e2 := e.Add(3 * time.Second)
+	os.WriteFile(answer, []byte(unixArg(e2)+"\n"), 0o644)
+	if _, stderr, code := n.cli("job", "start", "--job", "7", "--expiration", unixArg(e)); code != 0 {
+		t.Fatalf("job start: %d %s", code, stderr)
+	}
+	at, st := n.downAt(15 * time.Second)
+	d2 := e2.Add(time.Second)
+	if at.Before(d2) || at.After(d2.Add(1500*time.Millisecond)) {
+		t.Fatalf("down %+.3fs from the new E + G (the old one was %v earlier)", at.Sub(d2).Seconds(), d2.Sub(e.Add(time.Second)))
+	}
+	asked, _ := os.ReadFile(filepath.Join(dir, "asked"))
+	if got := strings.Count(string(asked), "job 7"); got != 2 {
+		t.Fatalf("asked %d times (%q), want once per expiration", got, asked)
+	}
+	if !strings.Contains(st.Reason, "no end reported") {
+		t.Fatalf("reason %q", st.Reason)
+	}
+	if !strings.Contains(n.logs.String(), "the job's expiration moved") {
+		t.Fatalf("no log of the move:\n%s", n.logs)
+	}
+}
+
+// Bad answers of the expiration command: each is logged, and the deadline
+// holds.
+func TestExpirationCommandFailsOrHangs(t *testing.T) {
+	for name, body := range map[string]string{
+		"fails":   "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1",
+		"hangs":   "exec sleep 60",
+		"garbage": "echo 'TimeLimit=UNLIMITED'",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			script := filepath.Join(dir, "expiration.sh")
+			os.WriteFile(script, []byte("#!/bin/sh\n"+body+"\n"), 0o755)
+			n := startNode(t, nodeOpts{grace: "1s", teardown: fmt.Sprintf("expiration_command = [%q, \"{job}\"]\nexpiration_timeout = \"1s\"", script)})
+			e := time.Now().Add(500 * time.Millisecond)
+			if _, stderr, code := n.cli("job", "start", "--job", "8", "--expiration", unixArg(e)); code != 0 {
+				t.Fatalf("job start: %d %s", code, stderr)
+			}
+			at, _ := n.downAt(10 * time.Second)
+			if late := at.Sub(e.Add(time.Second)); late < 0 || late > 2500*time.Millisecond {
+				t.Fatalf("down %+.3fs from E + G, want within the command's timeout", late.Seconds())
+			}
+			if !strings.Contains(n.logs.String(), "expiration command failed; the deadline holds") {
+				t.Fatalf("no log line for the failure:\n%s", n.logs)
+			}
+		})
+	}
+}
+
+// 6. kill -9 of the agent while a registered job still runs: the deadline
+// holds after the restart.
+func TestAgentCrashWhileJobRuns(t *testing.T) {
+	n := startNode(t, nodeOpts{grace: "2s"})
+	e := time.Now().Add(time.Second)
+	if _, stderr, code := n.cli("job", "start", "--job", "6", "--expiration", unixArg(e)); code != 0 {
+		t.Fatalf("job start: %d %s", code, stderr)
+	}
+	n.crash()
+	time.Sleep(time.Until(e.Add(2500 * time.Millisecond))) // the agent is away at E + G
+	n.start()
+	at, st := n.downAt(5 * time.Second)
+	if late := at.Sub(e.Add(2 * time.Second)); late > 2*time.Second {
+		t.Fatalf("down %.1fs after E + G", late.Seconds())
+	}
+	if !strings.Contains(st.Reason, "job 6: no end reported") {
+		t.Fatalf("reason %q", st.Reason)
+	}
+}
