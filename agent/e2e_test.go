@@ -502,7 +502,13 @@ func TestAgentCrashDuringTeardown(t *testing.T) {
 	shell := procs[0]
 	n.crash()
 	waitExit(t, ep, 5*time.Second) // the wrapper loses its agent
-	size := func() int64 { fi, _ := os.Stat(marker); return fi.Size() }
+	size := func() int64 {
+		fi, err := os.Stat(marker)
+		if err != nil {
+			return 0 // not written yet: a loaded machine starts the shell late
+		}
+		return fi.Size()
+	}
 	before := size()
 	time.Sleep(700 * time.Millisecond)
 	if !alive(shell) || size() <= before {

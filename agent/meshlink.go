@@ -287,6 +287,11 @@ func metaOf(st api.Status) *gwpb.Meta {
 			m.DeadlineMs = j.Deadline.UnixMilli()
 		}
 	}
+	// A job still running past its E makes the node tear down as well
+	// (free_at is its E + G): that deadline holds at the aggregators too.
+	if m.FreeAtMs > m.DeadlineMs {
+		m.DeadlineMs = m.FreeAtMs
+	}
 	return m
 }
 

@@ -51,6 +51,11 @@ func TestNoEndReportedByTheDeadline(t *testing.T) {
 	if j := n.status().Jobs[0]; j.Phase != api.PhaseRunning || j.Deadline == nil || j.Deadline.Sub(d).Abs() > time.Millisecond {
 		t.Fatalf("registered: %+v, want running with deadline E + G = %v", j, d)
 	}
+	// From E on the node tears down, free at E + G at the latest.
+	time.Sleep(time.Until(e.Add(200 * time.Millisecond)))
+	if st := n.status(); st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(*n.status().Jobs[0].Deadline) {
+		t.Fatalf("after E: %s free_at %v, want teardown free at E + G", st.State, st.FreeAt)
+	}
 	at, st := n.downAt(10 * time.Second)
 	if at.Before(d) || at.After(d.Add(time.Second)) {
 		t.Fatalf("down at E + G %+.3fs, want within [0, 1 s]", at.Sub(d).Seconds())

@@ -49,11 +49,18 @@ type job struct {
 	children    map[int]chan int // epilogue pid → receives its exit status
 	timer       clock.Timer
 	poll        clock.Timer // v1 observation of the foreign cgroup
+	atE         clock.Timer // a running job's expiration: the node turns to teardown
 	pids        []int       // the foreign cgroup's processes when last observed
 	asking      bool        // the expiration command runs
 	cancels     []func()
 	lastReport  *diagnose.Report
 	snapshotRun bool
+}
+
+// pastExpiration reports whether j still runs at now, after its E: no end
+// was reported, but its time is up.
+func (j *job) pastExpiration(now time.Time) bool {
+	return j.Phase == api.PhaseRunning && !j.NoExpiration && !j.Deadline.IsZero() && !now.Before(j.Expiration)
 }
 
 func (j *job) active() bool { return j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue }

@@ -68,11 +68,16 @@ func (s *Supervisor) readopt() {
 // an expiration has none until it ends.
 func (s *Supervisor) armRunning(j *job) {
 	if j.NoExpiration || j.Deadline.IsZero() {
-		if j.timer != nil {
-			j.timer.Stop()
-			j.timer = nil
-		}
+		s.stopTimers(j)
 		return
+	}
+	if j.atE != nil {
+		j.atE.Stop()
+		j.atE = nil
+	}
+	if d := j.Expiration.Sub(s.o.Clock.Now()); d > 0 {
+		// At E the node turns to teardown (compute): tell it.
+		j.atE = s.o.Clock.AfterFunc(d, func() { s.post(s.changed) })
 	}
 	s.armAt(j, j.Deadline, func() { s.expire(j) })
 }
@@ -256,14 +261,7 @@ func (s *Supervisor) release(j *job) {
 	}
 	j.Phase = api.PhaseReleased
 	j.Released = now
-	if j.timer != nil {
-		j.timer.Stop()
-		j.timer = nil
-	}
-	if j.poll != nil {
-		j.poll.Stop()
-		j.poll = nil
-	}
+	s.stopTimers(j)
 	j.pids = nil
 	switch {
 	case !wasOverdue && !j.Violated:

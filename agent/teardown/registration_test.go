@@ -33,9 +33,19 @@ func TestNoEndReported(t *testing.T) {
 	if j.Deadline == nil || !j.Deadline.Equal(t0.Add(2*time.Minute)) {
 		t.Fatalf("running job's deadline = %v, want E + G = %v", j.Deadline, t0.Add(2*time.Minute))
 	}
-	h.advance(2*time.Minute - time.Millisecond)
-	if st := h.status(); st.State != api.StateUp || h.job("41").Phase != api.PhaseRunning {
-		t.Fatalf("before E + G: %s/%s, want up/running", st.State, h.job("41").Phase)
+	h.advance(time.Minute - time.Millisecond)
+	if st := h.status(); st.State != api.StateUp {
+		t.Fatalf("before E: %s, want up", st.State)
+	}
+	// From E on, the job's time is up: the node is served in teardown, free
+	// at E + G at the latest.
+	h.advance(time.Millisecond)
+	if st := h.status(); st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(t0.Add(2*time.Minute)) {
+		t.Fatalf("at E: %s free_at %v, want teardown free_at E + G", st.State, st.FreeAt)
+	}
+	h.advance(time.Minute - time.Millisecond)
+	if st := h.status(); st.State != api.StateTeardown || h.job("41").Phase != api.PhaseRunning {
+		t.Fatalf("before E + G: %s/%s, want teardown/running", st.State, h.job("41").Phase)
 	}
 	h.advance(time.Millisecond)
 	st := h.eventually("down at E + G", func(st api.Status) bool { return st.State == api.StateDown })
@@ -109,8 +119,8 @@ func TestObservedCgroupStaysPopulated(t *testing.T) {
 	h.cg.SetPopulated("/slurm/job_6", true)
 	h.start1("6", t0.Add(time.Minute).Format(time.RFC3339), "2m", "/slurm/job_6")
 	h.advance(3*time.Minute - time.Millisecond)
-	if st := h.status(); st.State != api.StateUp {
-		t.Fatalf("before E + G: %s", st.State)
+	if st := h.status(); st.State != api.StateTeardown {
+		t.Fatalf("before E + G: %s, want teardown", st.State)
 	}
 	h.advance(time.Millisecond)
 	st := h.eventually("down naming the job's process", func(st api.Status) bool {
@@ -148,9 +158,13 @@ func TestJobUpdateMovesTheDeadline(t *testing.T) {
 	if st := h.status(); st.State != api.StateUp {
 		t.Fatalf("%s at the old E + G: a false DOWN on an extended job", st.State)
 	}
-	h.clk.Set(t0.Add(11*time.Minute - time.Millisecond))
+	h.clk.Set(t0.Add(10*time.Minute - time.Millisecond))
 	if st := h.status(); st.State != api.StateUp {
-		t.Fatalf("%s before the new E + G", st.State)
+		t.Fatalf("%s before the new E", st.State)
+	}
+	h.clk.Set(t0.Add(11*time.Minute - time.Millisecond))
+	if st := h.status(); st.State != api.StateTeardown || !st.FreeAt.Equal(t0.Add(11*time.Minute)) {
+		t.Fatalf("%s free_at %v before the new E + G, want teardown free at it", st.State, st.FreeAt)
 	}
 	h.advance(time.Millisecond)
 	h.eventually("down at the new E + G", func(st api.Status) bool { return st.State == api.StateDown })
@@ -264,7 +278,7 @@ func TestExpirationCommandFindsAnExtension(t *testing.T) {
 		return ex.Calls() == 1 && j.Deadline != nil && j.Deadline.Equal(t0.Add(11*time.Minute))
 	})
 	if st := h.status(); st.State != api.StateUp {
-		t.Fatalf("%s after the extension was found: a false DOWN", st.State)
+		t.Fatalf("%s after the extension was found: want up until the new E (no false DOWN)", st.State)
 	}
 	h.clk.Set(t0.Add(11 * time.Minute)) // the new E + G: asked once more, same answer
 	st := h.eventually("down at the new E + G", func(st api.Status) bool { return st.State == api.StateDown })

@@ -255,22 +255,28 @@ func (s *Supervisor) armAt(j *job, t time.Time, fn func()) {
 	j.timer = s.o.Clock.AfterFunc(d, func() { s.post(func() { fn(); s.changed() }) })
 }
 
+// stopTimers stops j's deadline, expiration and poll timers.
+func (s *Supervisor) stopTimers(j *job) {
+	for _, t := range []*clock.Timer{&j.timer, &j.atE, &j.poll} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
+	}
+}
+
 func (s *Supervisor) stopRuntime(j *job) {
-	if j.timer != nil {
-		j.timer.Stop()
-		j.timer = nil
-	}
-	if j.poll != nil {
-		j.poll.Stop()
-		j.poll = nil
-	}
+	s.stopTimers(j)
 	for _, c := range j.cancels {
 		c()
 	}
 	j.cancels = nil
 }
 
-// compute derives the node status from the jobs and the latch.
+// compute derives the node status from the jobs and the latch. A job still
+// running after its expiration E is being torn down whether the exec
+// system says so or not: the node is free at its deadline E + G at the
+// latest (or DOWN), and is served so.
 func (s *Supervisor) compute() api.Status {
 	st := api.Status{Node: s.o.Node, State: api.StateUp, Seq: s.st.Seq, Incarnation: s.st.Boots, Since: s.st.Since,
 		Jobs: []api.Job{}, Hung: []api.Hung{}}
@@ -281,10 +287,11 @@ func (s *Supervisor) compute() api.Status {
 	}
 	sort.Strings(ids)
 	tearing := false
+	now := s.o.Clock.Now()
 	for _, id := range ids {
 		j := s.jobs[id]
 		st.Jobs = append(st.Jobs, j.wire())
-		if j.Phase == api.PhaseTeardown || (j.Phase == api.PhaseOverdue && !j.Acknowledged) {
+		if j.Phase == api.PhaseTeardown || (j.Phase == api.PhaseOverdue && !j.Acknowledged) || j.pastExpiration(now) {
 			tearing = true
 			if j.Deadline.After(freeAt) {
 				freeAt = j.Deadline
