@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -24,6 +25,8 @@ type latcher interface {
 	Status(ctx context.Context) (api.Status, error)
 	Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error)
 	Drain(ctx context.Context, reason, by string) (api.Status, error)
+	StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error)
+	UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error)
 }
 
 // meshLink publishes the node's status on the mesh (NodeMeta for everyone,
@@ -221,6 +224,8 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 		st, err = l.sup.Resume(ctx, api.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
 	case gwpb.Action_ACTION_DRAIN:
 		st, err = l.sup.Drain(ctx, c.GetReason(), by)
+	case gwpb.Action_ACTION_REGISTER_JOB:
+		err = l.registerJob(ctx, c.GetJob())
 	default:
 		err = fmt.Errorf("unknown control action %d", c.GetAction())
 	}
@@ -234,12 +239,27 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 	if st.Node != "" {
 		ack.Meta = metaOf(st)
 	}
-	l.log.Info("control", "from", cm.from, "id", c.GetId(), "action", c.GetAction().String(), "by", by, "ok", ack.Ok, "err", err)
+	l.log.Info("control", "from", cm.from, "id", c.GetId(), "action", c.GetAction().String(), "by", by, "job", c.GetJob().GetJob(), "ok", ack.Ok, "err", err)
 	if err := l.m.Send(cm.from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
 		l.log.Warn("cannot acknowledge control", "to", cm.from, "id", c.GetId(), "err", err)
 	}
 	// The state changed: everyone else hears it too.
 	l.kick()
+}
+
+// registerJob registers a job the exec system's controller told an
+// aggregator of (Slurm's PrologSlurmctld), or moves the expiration of the
+// job already registered here (by the node's own prolog, with the job's
+// cgroup but without its E, which Slurm does not give it).
+func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) error {
+	if r == nil {
+		return errors.New("register job: no job given")
+	}
+	_, err := l.sup.StartJob(ctx, api.JobStartRequest{Job: r.GetJob(), Expiration: r.GetExpiration(), Grace: r.GetGrace()})
+	if errors.Is(err, api.ErrDuplicateJob) {
+		_, err = l.sup.UpdateJob(ctx, r.GetJob(), api.JobUpdateRequest{Expiration: r.GetExpiration()})
+	}
+	return err
 }
 
 // gossipedMeta is the meta this node gossips: metaOf without since_ms

@@ -222,6 +222,7 @@ func (s *Server) routes() {
 		{"POST", "/v1/nodes/{name}/resume", admin, s.handleAction(gwpb.Action_ACTION_RESUME)},
 		{"POST", "/v1/nodes/{name}/drain", admin, s.handleAction(gwpb.Action_ACTION_DRAIN)},
 		{"POST", "/v1/nodes/{name}/forget", admin, s.handleForget},
+		{"POST", "/v1/jobs", admin, s.handleJobs},
 		{"GET", "/v1/watch", read, s.handleWatch},
 		{"GET", "/v1/config", read, s.handleConfig},
 		{"GET", "/healthz", public, s.handleHealth},

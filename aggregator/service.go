@@ -868,6 +868,18 @@ func (s *Service) Ready() Readiness {
 // *AgentError when the agent refused, or ctx's error. Safe for concurrent
 // use; it blocks.
 func (s *Service) Control(ctx context.Context, node string, action gwpb.Action, reason, by string) (Node, error) {
+	return s.control(ctx, node, &gwpb.Control{Action: action, Reason: reason, By: by})
+}
+
+// RegisterJob registers job on node's agent (or moves the expiration of
+// the job registered there) and waits for its answer, as Control does.
+func (s *Service) RegisterJob(ctx context.Context, node string, job *gwpb.JobRegistration, by string) (Node, error) {
+	return s.control(ctx, node, &gwpb.Control{Action: gwpb.Action_ACTION_REGISTER_JOB, Job: job, By: by})
+}
+
+// control sends c (its id set here) to node's agent and waits for the ack.
+func (s *Service) control(ctx context.Context, node string, c *gwpb.Control) (Node, error) {
+	action, reason, by := c.GetAction(), c.GetReason(), c.GetBy()
 	s.mu.Lock()
 	n, ok := s.view[node]
 	m, running := s.mesh, s.running
@@ -902,8 +914,9 @@ func (s *Service) Control(ctx context.Context, node string, action gwpb.Action, 
 	t := s.clock.AfterFunc(s.opts.ControlTimeout, func() { close(timedOut) })
 	defer t.Stop()
 	log := s.log.With("node", node, "action", action.String(), "id", id, "by", by)
-	log.Info("control sent", "reason", logText(reason))
-	env := &gwpb.Envelope{Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: id, Action: action, Reason: reason, By: by}}}
+	log.Info("control sent", "reason", logText(reason), "job", logText(c.GetJob().GetJob()))
+	c.Id = id
+	env := &gwpb.Envelope{Body: &gwpb.Envelope_Control{Control: c}}
 	if err := m.Send(node, env); err != nil {
 		log.Warn("control not delivered", "err", err)
 		return n, fmt.Errorf("%w: %v", ErrSend, err)

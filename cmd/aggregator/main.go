@@ -56,6 +56,8 @@ func init() {
 			summary: "ask a node's agent to latch it DOWN", run: runAction, isClient: true},
 		{name: "forget", args: "NODE --reason TEXT [--json] [--url URL] [--token-file FILE]",
 			summary: "remove a dead or departed node (decommissioned, renamed) from every aggregator's view", run: runAction, isClient: true},
+		{name: "job", args: "start --job ID --nodes HOSTLIST --expiration RFC3339|UNIX-SECONDS [--grace DUR] [--json] [--url URL] [--token-file FILE]",
+			summary: "register a job with the agents of its nodes (the exec system's controller calls it once per job)", run: runJob, isClient: true},
 		{name: "keygen", args: "FILE",
 			summary: "write a new mesh key file (mode 0600; never overwrites)", run: runKeygen},
 		{name: "config", args: "check [--config FILE]",

@@ -139,6 +139,11 @@ const (
 	Action_ACTION_UNSPECIFIED Action = 0
 	Action_ACTION_RESUME      Action = 1 // clear the DOWN latch
 	Action_ACTION_DRAIN       Action = 2 // latch the node DOWN
+	// Register a job of this node with its expiration, or move the
+	// expiration of one already registered (job in Control). The exec
+	// system's controller tells the aggregator once per job (Slurm's
+	// PrologSlurmctld), instead of every node asking the controller.
+	Action_ACTION_REGISTER_JOB Action = 3
 )
 
 // Enum value maps for Action.
@@ -147,11 +152,13 @@ var (
 		0: "ACTION_UNSPECIFIED",
 		1: "ACTION_RESUME",
 		2: "ACTION_DRAIN",
+		3: "ACTION_REGISTER_JOB",
 	}
 	Action_value = map[string]int32{
-		"ACTION_UNSPECIFIED": 0,
-		"ACTION_RESUME":      1,
-		"ACTION_DRAIN":       2,
+		"ACTION_UNSPECIFIED":  0,
+		"ACTION_RESUME":       1,
+		"ACTION_DRAIN":        2,
+		"ACTION_REGISTER_JOB": 3,
 	}
 )
 
@@ -545,20 +552,83 @@ func (x *StateUpdate) GetReports() []*Report {
 	return nil
 }
 
+// JobRegistration is the job of an ACTION_REGISTER_JOB, in the agent's
+// socket API's terms (nodeagent job start).
+type JobRegistration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Expiration    string                 `protobuf:"bytes,2,opt,name=expiration,proto3" json:"expiration,omitempty"` // RFC 3339 or Unix seconds; "0": none
+	Grace         string                 `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`           // empty: the agent's default
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobRegistration) Reset() {
+	*x = JobRegistration{}
+	mi := &file_gracewatch_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobRegistration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobRegistration) ProtoMessage() {}
+
+func (x *JobRegistration) ProtoReflect() protoreflect.Message {
+	mi := &file_gracewatch_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobRegistration.ProtoReflect.Descriptor instead.
+func (*JobRegistration) Descriptor() ([]byte, []int) {
+	return file_gracewatch_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *JobRegistration) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *JobRegistration) GetExpiration() string {
+	if x != nil {
+		return x.Expiration
+	}
+	return ""
+}
+
+func (x *JobRegistration) GetGrace() string {
+	if x != nil {
+		return x.Grace
+	}
+	return ""
+}
+
 // Control goes from an aggregator to one agent; the agent owns the latch.
 type Control struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // unique per request; echoed in the ack
 	Action        Action                 `protobuf:"varint,2,opt,name=action,proto3,enum=gracewatch.v1.Action" json:"action,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"` // who asked (aggregator name, token holder)
+	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`   // who asked (aggregator name, token holder)
+	Job           *JobRegistration       `protobuf:"bytes,5,opt,name=job,proto3" json:"job,omitempty"` // ACTION_REGISTER_JOB
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Control) Reset() {
 	*x = Control{}
-	mi := &file_gracewatch_proto_msgTypes[4]
+	mi := &file_gracewatch_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +640,7 @@ func (x *Control) String() string {
 func (*Control) ProtoMessage() {}
 
 func (x *Control) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[4]
+	mi := &file_gracewatch_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +653,7 @@ func (x *Control) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Control.ProtoReflect.Descriptor instead.
 func (*Control) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{4}
+	return file_gracewatch_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Control) GetId() string {
@@ -614,6 +684,13 @@ func (x *Control) GetBy() string {
 	return ""
 }
 
+func (x *Control) GetJob() *JobRegistration {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 // ControlAck is the agent's answer to a Control.
 type ControlAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -627,7 +704,7 @@ type ControlAck struct {
 
 func (x *ControlAck) Reset() {
 	*x = ControlAck{}
-	mi := &file_gracewatch_proto_msgTypes[5]
+	mi := &file_gracewatch_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +716,7 @@ func (x *ControlAck) String() string {
 func (*ControlAck) ProtoMessage() {}
 
 func (x *ControlAck) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[5]
+	mi := &file_gracewatch_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +729,7 @@ func (x *ControlAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlAck.ProtoReflect.Descriptor instead.
 func (*ControlAck) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{5}
+	return file_gracewatch_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ControlAck) GetId() string {
@@ -700,7 +777,7 @@ type GoneMember struct {
 
 func (x *GoneMember) Reset() {
 	*x = GoneMember{}
-	mi := &file_gracewatch_proto_msgTypes[6]
+	mi := &file_gracewatch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +789,7 @@ func (x *GoneMember) String() string {
 func (*GoneMember) ProtoMessage() {}
 
 func (x *GoneMember) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[6]
+	mi := &file_gracewatch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +802,7 @@ func (x *GoneMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoneMember.ProtoReflect.Descriptor instead.
 func (*GoneMember) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{6}
+	return file_gracewatch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GoneMember) GetName() string {
@@ -774,7 +851,7 @@ type Handover struct {
 
 func (x *Handover) Reset() {
 	*x = Handover{}
-	mi := &file_gracewatch_proto_msgTypes[7]
+	mi := &file_gracewatch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +863,7 @@ func (x *Handover) String() string {
 func (*Handover) ProtoMessage() {}
 
 func (x *Handover) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[7]
+	mi := &file_gracewatch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +876,7 @@ func (x *Handover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handover.ProtoReflect.Descriptor instead.
 func (*Handover) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{7}
+	return file_gracewatch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Handover) GetGone() []*GoneMember {
@@ -821,7 +898,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_gracewatch_proto_msgTypes[8]
+	mi := &file_gracewatch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +910,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[8]
+	mi := &file_gracewatch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +923,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{8}
+	return file_gracewatch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Forget) GetNames() []string {
@@ -882,7 +959,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_gracewatch_proto_msgTypes[9]
+	mi := &file_gracewatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +971,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[9]
+	mi := &file_gracewatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +984,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{9}
+	return file_gracewatch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Envelope) GetSchema() uint32 {
@@ -1048,12 +1125,19 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\x04meta\x18\x01 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x125\n" +
 	"\tteardowns\x18\x03 \x03(\v2\x17.gracewatch.v1.TeardownR\tteardowns\x12/\n" +
-	"\areports\x18\x04 \x03(\v2\x15.gracewatch.v1.ReportR\areports\"p\n" +
+	"\areports\x18\x04 \x03(\v2\x15.gracewatch.v1.ReportR\areports\"Y\n" +
+	"\x0fJobRegistration\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1e\n" +
+	"\n" +
+	"expiration\x18\x02 \x01(\tR\n" +
+	"expiration\x12\x14\n" +
+	"\x05grace\x18\x03 \x01(\tR\x05grace\"\xa2\x01\n" +
 	"\aControl\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\x06action\x18\x02 \x01(\x0e2\x15.gracewatch.v1.ActionR\x06action\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x0e\n" +
-	"\x02by\x18\x04 \x01(\tR\x02by\"k\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\x120\n" +
+	"\x03job\x18\x05 \x01(\v2\x1e.gracewatch.v1.JobRegistrationR\x03job\"k\n" +
 	"\n" +
 	"ControlAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
@@ -1092,11 +1176,12 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\bSTATE_UP\x10\x01\x12\x12\n" +
 	"\x0eSTATE_TEARDOWN\x10\x02\x12\x0e\n" +
 	"\n" +
-	"STATE_DOWN\x10\x03*E\n" +
+	"STATE_DOWN\x10\x03*^\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACTION_RESUME\x10\x01\x12\x10\n" +
-	"\fACTION_DRAIN\x10\x02B-Z+github.com/gracewatch/gracewatch/proto/gwpbb\x06proto3"
+	"\fACTION_DRAIN\x10\x02\x12\x17\n" +
+	"\x13ACTION_REGISTER_JOB\x10\x03B-Z+github.com/gracewatch/gracewatch/proto/gwpbb\x06proto3"
 
 var (
 	file_gracewatch_proto_rawDescOnce sync.Once
@@ -1111,21 +1196,22 @@ func file_gracewatch_proto_rawDescGZIP() []byte {
 }
 
 var file_gracewatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_gracewatch_proto_goTypes = []any{
-	(Role)(0),           // 0: gracewatch.v1.Role
-	(State)(0),          // 1: gracewatch.v1.State
-	(Action)(0),         // 2: gracewatch.v1.Action
-	(*Meta)(nil),        // 3: gracewatch.v1.Meta
-	(*Teardown)(nil),    // 4: gracewatch.v1.Teardown
-	(*Report)(nil),      // 5: gracewatch.v1.Report
-	(*StateUpdate)(nil), // 6: gracewatch.v1.StateUpdate
-	(*Control)(nil),     // 7: gracewatch.v1.Control
-	(*ControlAck)(nil),  // 8: gracewatch.v1.ControlAck
-	(*GoneMember)(nil),  // 9: gracewatch.v1.GoneMember
-	(*Handover)(nil),    // 10: gracewatch.v1.Handover
-	(*Forget)(nil),      // 11: gracewatch.v1.Forget
-	(*Envelope)(nil),    // 12: gracewatch.v1.Envelope
+	(Role)(0),               // 0: gracewatch.v1.Role
+	(State)(0),              // 1: gracewatch.v1.State
+	(Action)(0),             // 2: gracewatch.v1.Action
+	(*Meta)(nil),            // 3: gracewatch.v1.Meta
+	(*Teardown)(nil),        // 4: gracewatch.v1.Teardown
+	(*Report)(nil),          // 5: gracewatch.v1.Report
+	(*StateUpdate)(nil),     // 6: gracewatch.v1.StateUpdate
+	(*JobRegistration)(nil), // 7: gracewatch.v1.JobRegistration
+	(*Control)(nil),         // 8: gracewatch.v1.Control
+	(*ControlAck)(nil),      // 9: gracewatch.v1.ControlAck
+	(*GoneMember)(nil),      // 10: gracewatch.v1.GoneMember
+	(*Handover)(nil),        // 11: gracewatch.v1.Handover
+	(*Forget)(nil),          // 12: gracewatch.v1.Forget
+	(*Envelope)(nil),        // 13: gracewatch.v1.Envelope
 }
 var file_gracewatch_proto_depIdxs = []int32{
 	0,  // 0: gracewatch.v1.Meta.role:type_name -> gracewatch.v1.Role
@@ -1134,20 +1220,21 @@ var file_gracewatch_proto_depIdxs = []int32{
 	4,  // 3: gracewatch.v1.StateUpdate.teardowns:type_name -> gracewatch.v1.Teardown
 	5,  // 4: gracewatch.v1.StateUpdate.reports:type_name -> gracewatch.v1.Report
 	2,  // 5: gracewatch.v1.Control.action:type_name -> gracewatch.v1.Action
-	3,  // 6: gracewatch.v1.ControlAck.meta:type_name -> gracewatch.v1.Meta
-	3,  // 7: gracewatch.v1.GoneMember.meta:type_name -> gracewatch.v1.Meta
-	6,  // 8: gracewatch.v1.GoneMember.update:type_name -> gracewatch.v1.StateUpdate
-	9,  // 9: gracewatch.v1.Handover.gone:type_name -> gracewatch.v1.GoneMember
-	6,  // 10: gracewatch.v1.Envelope.state:type_name -> gracewatch.v1.StateUpdate
-	7,  // 11: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
-	8,  // 12: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
-	10, // 13: gracewatch.v1.Envelope.handover:type_name -> gracewatch.v1.Handover
-	11, // 14: gracewatch.v1.Envelope.forget:type_name -> gracewatch.v1.Forget
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	7,  // 6: gracewatch.v1.Control.job:type_name -> gracewatch.v1.JobRegistration
+	3,  // 7: gracewatch.v1.ControlAck.meta:type_name -> gracewatch.v1.Meta
+	3,  // 8: gracewatch.v1.GoneMember.meta:type_name -> gracewatch.v1.Meta
+	6,  // 9: gracewatch.v1.GoneMember.update:type_name -> gracewatch.v1.StateUpdate
+	10, // 10: gracewatch.v1.Handover.gone:type_name -> gracewatch.v1.GoneMember
+	6,  // 11: gracewatch.v1.Envelope.state:type_name -> gracewatch.v1.StateUpdate
+	8,  // 12: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
+	9,  // 13: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
+	11, // 14: gracewatch.v1.Envelope.handover:type_name -> gracewatch.v1.Handover
+	12, // 15: gracewatch.v1.Envelope.forget:type_name -> gracewatch.v1.Forget
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_gracewatch_proto_init() }
@@ -1155,7 +1242,7 @@ func file_gracewatch_proto_init() {
 	if File_gracewatch_proto != nil {
 		return
 	}
-	file_gracewatch_proto_msgTypes[9].OneofWrappers = []any{
+	file_gracewatch_proto_msgTypes[10].OneofWrappers = []any{
 		(*Envelope_State)(nil),
 		(*Envelope_Control)(nil),
 		(*Envelope_Ack)(nil),
@@ -1168,7 +1255,7 @@ func file_gracewatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gracewatch_proto_rawDesc), len(file_gracewatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

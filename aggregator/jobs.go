@@ -1,0 +1,189 @@
+package aggregator
+
+// Job registration through the aggregator: the exec system's controller
+// tells one aggregator of a job once (Slurm's PrologSlurmctld runs once per
+// job, on the controller), and the aggregator hands the job to the agent of
+// each of its nodes over the mesh. Slurm gives its node Prolog no end time
+// and warns against asking the controller from every node's prolog at
+// scale: this is one request to the controller per job, not one per node.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// MaxJobBodyBytes bounds the body of POST /v1/jobs: a hostlist of a large
+// job in its compressed form fits in a few kilobytes.
+const MaxJobBodyBytes = 64 << 10
+
+// jobParallel bounds the registrations in flight of one request.
+const jobParallel = 64
+
+// JobRequest is the body of POST /v1/jobs.
+type JobRequest struct {
+	// Job is the exec system's job id, as the nodes' epilogues will name
+	// it (the agent's rules: 1 to 128 bytes, no '/', space or control
+	// character).
+	Job string `json:"job"`
+	// Nodes is the job's nodes as a hostlist ("node[1-4,7]").
+	Nodes string `json:"nodes"`
+	// Expiration is E (RFC 3339, Unix seconds, "0" for none).
+	Expiration string `json:"expiration"`
+	// Grace, optional, is the job's own G ("90s").
+	Grace string `json:"grace,omitempty"`
+}
+
+// JobNodeResult is what one node's agent answered.
+type JobNodeResult struct {
+	Node  string `json:"node"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// JobResult is the answer of POST /v1/jobs: the job, how many of its nodes
+// registered it, and each node's answer, in the hostlist's order.
+type JobResult struct {
+	Job        string          `json:"job"`
+	Registered int             `json:"registered"`
+	Failed     int             `json:"failed"`
+	Nodes      []JobNodeResult `json:"nodes"`
+}
+
+// decodeJob reads and checks a POST /v1/jobs body; it returns the job's
+// nodes, expanded and without duplicates.
+func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
+	var req JobRequest
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return req, nil, err
+		case errors.Is(err, io.EOF):
+			return req, nil, errors.New(`empty body: want {"job": ..., "nodes": ..., "expiration": ...}`)
+		case errors.As(err, &syn):
+			return req, nil, fmt.Errorf("invalid JSON at offset %d", syn.Offset)
+		case errors.As(err, &typ):
+			return req, nil, fmt.Errorf("%s: want a string, got %s", typ.Field, typ.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return req, nil, fmt.Errorf("unknown field %s (want job, nodes, expiration, grace)", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		}
+		return req, nil, fmt.Errorf("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return req, nil, err
+		}
+		return req, nil, errors.New("trailing data after the JSON object")
+	}
+	if err := api.ValidateJobID(req.Job); err != nil {
+		return req, nil, err
+	}
+	if _, _, err := api.ParseExpiration(req.Expiration, now, 0); err != nil {
+		return req, nil, err
+	}
+	if req.Grace != "" {
+		if _, err := api.ParseGrace(req.Grace); err != nil {
+			return req, nil, err
+		}
+	}
+	if strings.TrimSpace(req.Nodes) == "" {
+		return req, nil, errors.New("nodes: the job's nodes are required (a hostlist such as node[1-4])")
+	}
+	names, err := Expand(req.Nodes)
+	if err != nil {
+		return req, nil, fmt.Errorf("nodes: %w", err)
+	}
+	seen := make(map[string]bool, len(names))
+	uniq := names[:0]
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			uniq = append(uniq, n)
+		}
+	}
+	return req, uniq, nil
+}
+
+// RegisterJobOnNodes hands the job to the agent of each node, at most
+// jobParallel at a time, each bounded by Options.ControlTimeout, and
+// returns every node's answer. Safe for concurrent use; it blocks.
+func (s *Service) RegisterJobOnNodes(ctx context.Context, req JobRequest, nodes []string, by string) JobResult {
+	reg := &gwpb.JobRegistration{Job: req.Job, Expiration: req.Expiration, Grace: req.Grace}
+	res := JobResult{Job: req.Job, Nodes: make([]JobNodeResult, len(nodes))}
+	sem := make(chan struct{}, jobParallel)
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r := JobNodeResult{Node: node, OK: true}
+			if _, err := s.RegisterJob(ctx, node, reg, by); err != nil {
+				r.OK, r.Error = false, err.Error()
+			}
+			res.Nodes[i] = r
+		}()
+	}
+	wg.Wait()
+	for _, r := range res.Nodes {
+		if r.OK {
+			res.Registered++
+		} else {
+			res.Failed++
+		}
+	}
+	failed := slices.DeleteFunc(slices.Clone(res.Nodes), func(r JobNodeResult) bool { return r.OK })
+	if len(failed) > 0 {
+		s.log.Warn("job not registered on every node", "job", logText(req.Job), "registered", res.Registered,
+			"failed", res.Failed, "first", failed[0].Node, "err", failed[0].Error)
+	} else {
+		s.log.Info("job registered", "job", logText(req.Job), "nodes", len(nodes), "expiration", req.Expiration, "by", by)
+	}
+	return res
+}
+
+// handleJobs is POST /v1/jobs: register a job on its nodes' agents.
+func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
+	req, nodes, err := decodeJob(http.MaxBytesReader(w, r.Body, MaxJobBodyBytes), time.Now())
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.writeError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", MaxJobBodyBytes)
+			return
+		}
+		s.writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	by := fmt.Sprintf("%s (HTTP from %s)", s.svc.Name(), r.RemoteAddr)
+	res := s.svc.RegisterJobOnNodes(r.Context(), req, nodes, by)
+	if r.Context().Err() != nil {
+		return // the client left
+	}
+	s.writeJSON(w, http.StatusOK, res)
+}
+
+// RegisterJob asks the aggregator to register a job on its nodes (POST
+// /v1/jobs, admin token). A node that did not register it is in the
+// result, not an error.
+func (c *Client) RegisterJob(ctx context.Context, req JobRequest) (JobResult, error) {
+	var res JobResult
+	err := c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &res)
+	return res, err
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/aggregator"
+)
+
+// runJob is `aggregator job start`: POST /v1/jobs. It exits 0 when every
+// node's agent registered the job, 1 when one did not (each is named on
+// standard error), 2 on a usage error.
+func runJob(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	job := f.String("job", "", "the exec system's job `id` (required)")
+	nodes := f.String("nodes", "", "the job's nodes as a `hostlist`, e.g. node[1-4] (required)")
+	exp := f.String("expiration", "", "expiration E: RFC 3339, Unix `seconds`, or 0 for none (required)")
+	grace := f.String("grace", "", "the job's own grace `period` G (default: each agent's)")
+	asJSON := f.Bool("json", false, "print the result as JSON")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 1, "start"); !ok {
+		return code
+	}
+	if f.args[0] != "start" {
+		return c.usageError(f, "unknown job subcommand %q (want start)", f.args[0])
+	}
+	switch {
+	case *job == "":
+		return c.usageError(f, "--job is required")
+	case *nodes == "":
+		return c.usageError(f, "--nodes is required")
+	case !f.isSet("expiration"):
+		return c.usageError(f, "--expiration is required")
+	}
+	if err := api.ValidateJobID(*job); err != nil {
+		return c.usageError(f, "--job: %v", err)
+	}
+	if _, err := aggregator.Expand(*nodes); err != nil {
+		return c.usageError(f, "--nodes: %v", err)
+	}
+	cl, err := c.client(f, true)
+	if err != nil {
+		return c.fail(err)
+	}
+	res, err := cl.RegisterJob(context.Background(), aggregator.JobRequest{Job: *job, Nodes: *nodes, Expiration: *exp, Grace: *grace})
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		c.printJSON(res)
+	} else {
+		fmt.Fprintf(c.stdout, "job %s registered on %d of %d nodes\n", res.Job, res.Registered, len(res.Nodes))
+	}
+	for _, r := range res.Nodes {
+		if !r.OK {
+			fmt.Fprintf(c.stderr, "aggregator: job %s not registered on %s: %s\n", res.Job, r.Node, r.Error)
+		}
+	}
+	if res.Failed > 0 {
+		return exitError
+	}
+	return exitOK
+}
