@@ -67,13 +67,16 @@ func (s *Supervisor) readopt() {
 // from registration, whether or not an end is ever reported); a job without
 // an expiration has none until it ends.
 func (s *Supervisor) armRunning(j *job) {
-	if j.NoExpiration || j.Deadline.IsZero() {
-		s.stopTimers(j)
-		return
-	}
 	if j.atE != nil {
 		j.atE.Stop()
 		j.atE = nil
+	}
+	if j.NoExpiration || j.Deadline.IsZero() {
+		if j.timer != nil {
+			j.timer.Stop()
+			j.timer = nil
+		}
+		return
 	}
 	if d := j.Expiration.Sub(s.o.Clock.Now()); d > 0 {
 		// At E the node turns to teardown (compute): tell it.

@@ -326,7 +326,8 @@ func TestV1CgroupIsPolledOnlyWhileObserved(t *testing.T) {
 		t.Fatalf("%d v1 reads while no v1 cgroup is observed", n)
 	}
 	h.cg.SetPopulated("/v1/slurm/job_b", true)
-	j := h.start1("b", t0.Add(3*time.Hour).Format(time.RFC3339), "", "/v1/slurm/job_b")
+	// No expiration: the poll does not depend on a deadline.
+	j := h.start1("b", "0", "", "/v1/slurm/job_b")
 	if len(j.Processes) != 1 || j.ForeignName != "freezer:/slurm/job_b" {
 		t.Fatalf("v1 job registered: %+v", j)
 	}
