@@ -80,5 +80,19 @@ func configCheck(path string, out cmdutil.Out) int {
 			return out.Fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
 		}
 	}
-	return out.PrintConfig(path, cfg)
+	code := out.PrintConfig(path, cfg)
+	// The grace against the exec systems found here: advice on standard
+	// error, never a failure (the check runs where the agent runs, and an
+	// exec system may be down at the time).
+	checks, errs := agent.CheckExecSystems(context.Background())
+	for _, c := range checks {
+		fmt.Fprintf(out.Stderr, "nodeagent: %s kill path: %s; smallest safe grace %v\n", c.System, c.Path, c.MinGrace)
+		for _, w := range c.Warnings(cfg.Teardown.Grace.D()) {
+			fmt.Fprintf(out.Stderr, "nodeagent: warning: %s\n", w)
+		}
+	}
+	for _, err := range errs {
+		fmt.Fprintf(out.Stderr, "nodeagent: cannot compare the grace with the exec system: %v\n", err)
+	}
+	return code
 }
