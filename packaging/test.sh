@@ -333,11 +333,12 @@ for p in "${PROGRAMS[@]}"; do
 		"/usr/share/doc/$pkg/copyright" "/usr/share/doc/$pkg/README.md")
 	if [ "$p" = aggregator ]; then
 		want+=("/usr/lib/sysusers.d/$pkg.conf" "/usr/share/doc/$pkg/examples/actuator-slurm.toml"
-			"/usr/share/doc/$pkg/examples/actuator-flux.toml")
+			"/usr/share/doc/$pkg/examples/actuator-flux.toml" "/usr/share/doc/$pkg/examples/slurm-prolog-ctld.sh")
 	else
 		want+=("/usr/libexec/gracewatch/nodeagentd" "/usr/share/doc/$pkg/examples/slurm-epilog.sh"
 			"/usr/share/doc/$pkg/examples/flux-epilog.sh" "/usr/share/doc/$pkg/examples/flux-prolog.sh"
-			"/usr/share/doc/$pkg/examples/flux-housekeeping.toml")
+			"/usr/share/doc/$pkg/examples/flux-housekeeping.toml" "/usr/share/doc/$pkg/examples/slurm-prolog.sh"
+			"/usr/share/doc/$pkg/examples/slurm-expiration.sh")
 	fi
 	check "$pkg.rpm: -qpl lists its files" contains "$T/$p.list" "${want[@]}"
 	check "$pkg.rpm: -qpl has no /etc/default nor Debian changelog" bash -c "! grep -E '^/etc/default/|changelog.Debian' $T/$p.list"

@@ -16,7 +16,11 @@
 # gracewatch cannot undo it. "Epilog error" is what slurmd says when the
 # wrapped epilogue (the one gracewatch supervises) failed or timed out, for
 # instance after gracewatch's SIGTERM at the deadline: gracewatch's reason
-# replaces it, because it says what is hung.
+# replaces it, because it says what is hung. So does "Kill task failed",
+# Slurm's reason for a job task it could not kill by UnkillableStepTimeout:
+# the very condition gracewatch diagnoses (it names the task, its state and
+# its wait channel), and one that is over when gracewatch resumes the node
+# (every process of the job is gone by then).
 #
 # resume sets State=RESUME only if the node's current reason starts with
 # "gracewatch:". An administrator who drains the node again after gracewatch
@@ -56,7 +60,7 @@ drain)
 	[ $# -eq 3 ] || usage
 	current=$(reason "$node")
 	case $current in
-	"" | none | "$PREFIX"* | "Epilog error") ;;
+	"" | none | "$PREFIX"* | "Epilog error" | "Kill task failed") ;;
 	*)
 		echo "gracewatch: $node keeps its reason \"$current\"; not drained by gracewatch" >&2
 		exit 0
