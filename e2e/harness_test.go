@@ -136,6 +136,17 @@ type cluster struct {
 	agents  []*agent
 	extra   string // appended to every agent config
 	aggConf string // appended to every aggregator config
+	// grace is G of every agent and aggregator ("" is 3s);
+	// teardown, more keys of the agents' [teardown] table.
+	grace, teardown string
+}
+
+// graceOr is the cluster's G.
+func (c *cluster) graceOr() string {
+	if c.grace == "" {
+		return "3s"
+	}
+	return c.grace
 }
 
 type aggregator struct {
@@ -207,10 +218,10 @@ listen = "127.0.0.1:%d"
 admin_token_file = %q
 
 [policy]
-grace = "3s"
+grace = %q
 clock_skew_allowance = "1s"
 settle = %q
-%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, hport, filepath.Join(c.dir, "token"), aggSettle.String(), c.aggConf)
+%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, hport, filepath.Join(c.dir, "token"), c.graceOr(), aggSettle.String(), c.aggConf)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -257,10 +268,10 @@ log_level = "debug"
 root = %q
 
 [teardown]
-grace = "3s"
+grace = %q
 kill_wait = "30s"
 unkillable_after = "30s"
-
+%s
 [diagnostics]
 sample_interval = "200ms"
 
@@ -271,7 +282,7 @@ join = %s
 label = %q
 keyring = %q
 rejoin_interval = "2s"
-%s`, node, filepath.Join(dir, "state"), a.socket, a.root, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile, c.extra)
+%s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), c.teardown, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile, c.extra)
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}

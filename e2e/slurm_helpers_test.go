@@ -129,6 +129,14 @@ func (d *daemon) stop() error {
 // slurmConfig is what changes between the tests' slurm.conf files.
 type slurmConfig struct {
 	Epilog              string // absolute path
+	Prolog              string // absolute path; "": none
+	PrologSlurmctld     string // absolute path; "": none
+	// Cgroup runs the job's tasks in cgroups: proctrack/cgroup and
+	// task/cgroup with cgroup.conf CgroupPlugin=cgroup/v1 (this host is
+	// hybrid: Slurm 22.05's cgroup/v2 refuses it), as a RHEL 8 site.
+	Cgroup                bool
+	KillWait              int // seconds; 0: 10
+	UnkillableStepTimeout int // seconds; 0: 30
 	PrologEpilogTimeout int    // seconds; 0: unset (Slurm waits for the epilogue forever)
 	BackfillInterval    int    // seconds; 0: Slurm's default (30)
 }
@@ -237,6 +245,13 @@ func writeTemplate(t testing.TB, name, path string, mode os.FileMode, data any) 
 func (s *slurmSite) start(cfg slurmConfig) {
 	t := s.t
 	t.Helper()
+	if cfg.Cgroup {
+		// Slurm reads cgroup.conf beside slurm.conf.
+		text := "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nCgroupMountpoint=/sys/fs/cgroup\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n"
+		if err := os.WriteFile(s.path("cgroup.conf"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	writeTemplate(t, "slurm.conf", s.conf, 0o644, struct {
 		slurmConfig
 		Dir, Host       string

@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/api"
+)
+
+// A job's own task hung at its time limit (issue 9): Slurm's proctrack/
+// cgroup (v1) keeps the task in its job cgroup, the controller registers
+// the job's E with gracewatch once (PrologSlurmctld through the
+// aggregator), the node's Prolog adds the job's cgroup, and the agent
+// latches the node at E + G without any end report.
+
+// The grace of this test: longer than Slurm's kill path with KillWait 5 s
+// (up to 30 s to slurmctld's time-limit check + 5 s: the task has SIGKILL
+// pending at D), shorter than its UnkillableStepTimeout of 60 s after that
+// (Slurm's "Kill task failed" comes later).
+const (
+	slurmJobGrace      = 45 * time.Second
+	slurmJobKillWait   = 5
+	slurmJobUnkillable = 60
+)
+
+// gracewatchSlurmJob is a one-node Slurm with gracewatch's Prolog,
+// PrologSlurmctld and Epilog wiring (all shipped scripts), the job's tasks
+// in v1 cgroups.
+type gracewatchSlurmJob struct {
+	*gracewatchSlurm
+	prologLog string
+}
+
+func startGracewatchSlurmJob(t *testing.T) *gracewatchSlurmJob {
+	t.Helper()
+	requireSlurm(t)
+	s := newSlurmSite(t)
+	t.Setenv("SLURM_CONF", s.conf)
+	c := newCluster(t)
+	c.grace = slurmJobGrace.String()
+	c.aggConf = s.slurmActuators()
+	g := &gracewatchSlurm{s: s, c: c, agg: c.addAggregator("agg-1")}
+	g.a = c.addAgent(s.host)
+	g.agg.waitNode(t, s.host, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+	real := s.path("epilog.true")
+	if err := os.WriteFile(real, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j := &gracewatchSlurmJob{gracewatchSlurm: g, prologLog: s.path("prolog-ctld.log")}
+	cfg := slurmConfig{Cgroup: true, KillWait: slurmJobKillWait, UnkillableStepTimeout: slurmJobUnkillable,
+		Epilog:          s.writeGracewatchEpilog(g.a, real),
+		Prolog:          j.writeProlog(),
+		PrologSlurmctld: j.writePrologSlurmctld(),
+	}
+	s.start(cfg)
+	return j
+}
+
+// writePrologSlurmctld installs the shipped slurm-prolog-ctld.sh with the
+// test's aggregator client, behind a script that gives it the aggregator's
+// URL, the token and Slurm's configuration (slurmctld runs it with a bare
+// environment), and keeps its output and environment for the test.
+func (j *gracewatchSlurmJob) writePrologSlurmctld() string {
+	s, t := j.s, j.s.t
+	script := s.path("slurm-prolog-ctld.sh")
+	text := replaceOnce(t, readExample(t, "aggregator/slurm-prolog-ctld.sh"), "/usr/sbin/aggregator", bins.aggregator)
+	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := s.path("prolog-ctld.sh")
+	wrapper := fmt.Sprintf(`#!/bin/sh
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin SLURM_CONF=%s
+export GRACEWATCH_AGGREGATOR=%s GRACEWATCH_TOKEN_FILE=%s
+env > %s.env
+exec %s >>%s 2>&1
+`, s.conf, j.agg.url, filepath.Join(j.c.dir, "token"), j.prologLog, script, j.prologLog)
+	if err := os.WriteFile(p, []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// writeProlog installs the shipped slurm-prolog.sh, talking to the test
+// agent's socket.
+func (j *gracewatchSlurmJob) writeProlog() string {
+	s, t := j.s, j.s.t
+	script := s.path("slurm-prolog.sh")
+	text := strings.ReplaceAll(readExample(t, "nodeagent/slurm-prolog.sh"), "/usr/sbin/nodeagent", bins.nodeagent)
+	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := s.path("prolog.sh")
+	wrapper := fmt.Sprintf("#!/bin/sh\nexport GRACEWATCH_SOCKET=%s\nexec %s >>%s 2>&1\n", j.a.socket, script, s.path("prolog.log"))
+	if err := os.WriteFile(p, []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// slurmEndTime is the job's EndTime as Slurm has it (local time, seconds).
+func (s *slurmSite) slurmEndTime(job string) time.Time {
+	s.t.Helper()
+	out := s.must("scontrol", "show", "job", "-o", job)
+	for _, f := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(f, "EndTime="); ok {
+			e, err := time.ParseInLocation("2006-01-02T15:04:05", v, time.Local)
+			if err != nil {
+				s.t.Fatalf("EndTime %q: %v", v, err)
+			}
+			return e
+		}
+	}
+	s.t.Fatalf("no EndTime in %q", out)
+	return time.Time{}
+}
+
+// registeredJob waits until the agent has job with an expiration and a
+// cgroup, and returns it.
+func registeredJob(t *testing.T, j *gracewatchSlurmJob, job string, timeout time.Duration) api.Job {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, jb := range agentStatus(t, j.a).Jobs {
+			if jb.ID == job && jb.Expiration != nil && jb.ForeignName != "" {
+				return jb
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(j.prologLog)
+			plog, _ := os.ReadFile(j.s.path("prolog.log"))
+			t.Fatalf("job %s not registered with E and its cgroup within %v: %+v\nPrologSlurmctld:\n%s\nProlog:\n%s",
+				job, timeout, agentStatus(t, j.a).Jobs, log, plog)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSlurmJobOverdue: a job with a time limit of 1 minute whose task reads
+// the never-answering FUSE file and ignores SIGTERM. At E + G the node is
+// DRAINED in Slurm with gracewatch's reason naming the task unkillable in
+// request_wait_answer; until then the aggregator served it in teardown with
+// free_at = E + G.
+func TestSlurmJobOverdue(t *testing.T) {
+	j := startGracewatchSlurmJob(t)
+	s, a := j.s, j.a
+	hang := startHangfs(t, s.path("fuse"))
+	w := j.agg.watch(t)
+	job := s.submit("--time=1", "--wrap", "trap '' TERM; exec cat "+hang.file())
+	hang.waitRead(60 * time.Second)
+
+	reg := registeredJob(t, j, job, 20*time.Second)
+	e := s.slurmEndTime(job)
+	if d := reg.Expiration.Sub(e); d < -time.Second || d > time.Second {
+		t.Fatalf("the agent's E %v, Slurm's EndTime %v: the controller's registration is not the one enforced", *reg.Expiration, e)
+	}
+	if !strings.HasPrefix(reg.ForeignName, "freezer:/slurm") || !strings.HasSuffix(reg.ForeignName, "/job_"+job) {
+		t.Fatalf("the job's cgroup %q, want Slurm's freezer:/slurm.../job_%s", reg.ForeignName, job)
+	}
+	d := reg.Expiration.Add(slurmJobGrace)
+	if reg.Deadline == nil || !reg.Deadline.Equal(d) {
+		t.Fatalf("deadline %v, want E + G = %v", reg.Deadline, d)
+	}
+	// The v1 cgroup is read once a second: the task shows within that.
+	var task int
+	var st api.Status
+	for until := time.Now().Add(3 * time.Second); task == 0; time.Sleep(100 * time.Millisecond) {
+		st = agentStatus(t, a)
+		for _, jb := range st.Jobs {
+			if jb.ID == job && len(jb.Processes) > 0 {
+				task = jb.Processes[len(jb.Processes)-1]
+			}
+		}
+		if task == 0 && time.Now().After(until) {
+			t.Fatalf("the agent lists no process of job %s's cgroup after 3 s: %+v", job, st.Jobs)
+		}
+	}
+	t.Logf("job %s: E %s, D = E + %v; its cgroup %s lists %v", job, reg.Expiration.Format(time.RFC3339), slurmJobGrace, reg.ForeignName, st.Jobs)
+
+	// From E, the aggregator serves the node tearing down, free at E + G.
+	td, ev := w.next(t, s.host, "teardown", time.Until(*reg.Expiration)+10*time.Second)
+	if td.FreeAt == nil || td.FreeAt.UnixMilli() != d.UnixMilli() {
+		t.Fatalf("served %s free_at %v, want free_at = E + G = %v", td.State, td.FreeAt, d)
+	}
+	t.Logf("teardown served %.2f s after E, free_at = E + G", ev.At.Sub(*reg.Expiration).Seconds())
+
+	state, reason := s.waitNode("drained", time.Until(d)+15*time.Second, func(state, _ string) bool {
+		return strings.HasPrefix(state, "drain")
+	})
+	late := time.Since(d)
+	t.Logf("Slurm %q %v after E + G: %q", state, late.Round(time.Millisecond), reason)
+	if late > 2*time.Second || late < 0 {
+		t.Errorf("Slurm drained the node %v after E + G, want within 2 s", late)
+	}
+	want := fmt.Sprintf("gracewatch: job %s not ended by its deadline (E + %v): 1 unkillable (pid %d cat, D in request_wait_answer", job, slurmJobGrace, task)
+	if !strings.HasPrefix(reason, want) {
+		t.Fatalf("Slurm's reason %q, want %q...", reason, want)
+	}
+	if _, after := w.next(t, s.host, "down", 5*time.Second); after.At.Before(d) {
+		t.Fatalf("down served at %v, before E + G %v", after.At, d)
+	}
+	w.cancel()
+
+	// The FUSE server ends: the task dies, Slurm completes the job and runs
+	// the Epilog; the agent releases the job. The node stays drained with
+	// gracewatch's reason until a resume.
+	if err := hang.stop(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !s.jobGone(job) {
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s still listed 60 s after its task was freed", job)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, reason2 := s.waitNode("drained", 10*time.Second, func(state, _ string) bool { return strings.HasPrefix(state, "drain") })
+	if !strings.HasPrefix(reason2, "gracewatch: ") {
+		t.Fatalf("after the job left Slurm's reason is %q", reason2)
+	}
+	aggregatorCLI(t, j.c, j.agg, "resume", s.host, "--reason", "FUSE server restarted")
+	s.waitNode("idle", 20*time.Second, func(state, reason string) bool { return state == "idle" && reason == "" })
+}
