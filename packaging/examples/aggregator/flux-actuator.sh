@@ -63,8 +63,10 @@ drain)
 	if err=$("$FLUX" resource drain "$node" "$reason" 2>&1); then
 		exit 0
 	fi
-	now=$(current "$node")
-	[ -n "$now" ] || { echo "gracewatch: flux resource drain $node failed: $err" >&2; exit 1; }
+	if ! now=$(current "$node") || [ -z "$now" ]; then
+		echo "gracewatch: flux resource drain $node failed: $err" >&2
+		exit 1
+	fi
 	why=${now#* }
 	[ "$why" != "$now" ] || why=""
 	case $why in
