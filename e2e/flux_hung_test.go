@@ -191,7 +191,8 @@ func TestFluxCompare(t *testing.T) {
 			hang := startHangfs(t, g.s.path(fmt.Sprintf("fuse%d", i)))
 			r := fluxHung(t, g.s, hang, true, observe)
 			r.d = *jobDeadline(t, g.agents["fake0"], r.hung.dec).Deadline
-			t.Logf("Flux with gracewatch (G=%v) run %d: %s", fluxGrace, i+1, r)
+			t.Logf("Flux with gracewatch (G=%v) run %d: %s; agent latched and sent SIGTERM at D%+.3fs, the down actuator (flux-actuator.sh drain) ran %v",
+				fluxGrace, i+1, r, agentLogTime(g.agents["fake0"], "escalation", r.hung.dec, "SIGTERM").Sub(r.d).Seconds(), lastActuatorDuration(g.agg, "down"))
 			if !r.drained.IsZero() {
 				late = append(late, r.drained.Sub(r.d).Seconds())
 			}
