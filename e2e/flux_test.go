@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,7 +55,8 @@ func startGracewatchFlux(t *testing.T) *gracewatchFlux {
 // per rank, and an aggregator whose actuators are
 // packaging/examples/aggregator/actuator-flux.toml, in order: a hung
 // housekeeping on one node of four, the resume, an administrator's drains,
-// a housekeeping within grace, a job the prolog missed, an agent restart
+// a housekeeping within grace, a job the prolog missed, the f58 id of a
+// job-manager epilog, an agent restart
 // during a hung housekeeping, and a node name Flux does not know.
 func TestFlux(t *testing.T) {
 	g := startGracewatchFlux(t)
@@ -270,6 +272,26 @@ func TestFlux(t *testing.T) {
 		}
 		if n := len(s.drains(3)); n != 0 {
 			t.Errorf("Flux has %d drain events of fake3", n)
+		}
+	})
+	if !ok {
+		return
+	}
+
+	ok = t.Run("the job-manager epilog's f58 id names the decimal job", func(t *testing.T) {
+		// flux-epilog.sh as a [job-manager.epilog] would run it: FLUX_JOB_ID
+		// in f58 form. The agent must know the job by its decimal id, the
+		// one the prolog and housekeeping use.
+		const dec = "1234567890123"
+		f58 := strings.TrimSpace(s.must("job", "id", "--to=f58", dec))
+		a := g.agents["fake0"]
+		cmd := exec.Command(s.path("flux-epilog.sh"))
+		cmd.Env = append(append([]string(nil), s.env...), "FLUX_JOB_ID="+f58, "GRACEWATCH_SOCKET="+a.socket)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("flux-epilog.sh with FLUX_JOB_ID=%s: %v\n%s", f58, err, out)
+		}
+		if tm := agentLogTime(a, "job registered by its epilogue", dec, ""); tm.IsZero() {
+			t.Fatalf("the agent did not supervise job %s (FLUX_JOB_ID=%s) under its decimal id\n%s", dec, f58, a.logs)
 		}
 	})
 	if !ok {
