@@ -56,8 +56,8 @@ func startGracewatchFlux(t *testing.T) *gracewatchFlux {
 // packaging/examples/aggregator/actuator-flux.toml, in order: a hung
 // housekeeping on one node of four, the resume, an administrator's drains,
 // a housekeeping within grace, a job the prolog missed, the f58 id of a
-// job-manager epilog, an agent restart
-// during a hung housekeeping, and a node name Flux does not know.
+// job-manager epilog, an agent restart during a hung housekeeping, and a
+// node name Flux does not know.
 func TestFlux(t *testing.T) {
 	g := startGracewatchFlux(t)
 	s, c, agg := g.s, g.c, g.agg
