@@ -224,3 +224,60 @@ func TestSlurmJobOverdue(t *testing.T) {
 	aggregatorCLI(t, j.c, j.agg, "resume", s.host, "--reason", "FUSE server restarted")
 	s.waitNode("idle", 20*time.Second, func(state, reason string) bool { return state == "idle" && reason == "" })
 }
+
+// TestSlurmJobCompare (GRACEWATCH_SLURM_COMPARE=1, about 5 minutes) runs
+// the hung job of TestSlurmJobOverdue under Slurm alone (same KillWait and
+// UnkillableStepTimeout, proctrack/cgroup v1) and with gracewatch, each
+// with a second job that needs the node waiting behind it, and logs when
+// Slurm drains, with which reason, and what squeue --start says of the
+// waiting job: BENCHMARKS.md, "A job task hung at its time limit".
+func TestSlurmJobCompare(t *testing.T) {
+	if os.Getenv("GRACEWATCH_SLURM_COMPARE") == "" {
+		t.Skip("opt-in comparison (about 5 minutes): set GRACEWATCH_SLURM_COMPARE=1")
+	}
+	type run struct {
+		name string
+		e    time.Time
+		r    hungRun
+	}
+	var runs []run
+	t.Run("slurm alone", func(t *testing.T) {
+		requireSlurm(t)
+		s := newSlurmSite(t)
+		real := s.path("epilog.true")
+		os.WriteFile(real, []byte("#!/bin/sh\nexit 0\n"), 0o755)
+		s.start(slurmConfig{Cgroup: true, KillWait: slurmJobKillWait, UnkillableStepTimeout: slurmJobUnkillable, Epilog: real})
+		hang := startHangfs(t, s.path("fuse"))
+		job := s.submit("--time=1", "--wrap", "trap '' TERM; exec cat "+hang.file())
+		hang.waitRead(60 * time.Second)
+		waiting := s.submit("--exclusive", "--wrap", "true")
+		e := s.slurmEndTime(job)
+		var r hungRun
+		observeHung(t, s, &r, waiting, time.Until(e.Add(3*time.Minute)))
+		runs = append(runs, run{"Slurm alone", e, r})
+		cleanupRun(t, s, hang, job, waiting)
+	})
+	t.Run("slurm with gracewatch", func(t *testing.T) {
+		j := startGracewatchSlurmJob(t)
+		s := j.s
+		hang := startHangfs(t, s.path("fuse"))
+		job := s.submit("--time=1", "--wrap", "trap '' TERM; exec cat "+hang.file())
+		hang.waitRead(60 * time.Second)
+		waiting := s.submit("--exclusive", "--wrap", "true")
+		reg := registeredJob(t, j, job, 20*time.Second)
+		e := *reg.Expiration
+		r := hungRun{deadline: e.Add(slurmJobGrace)}
+		observeHung(t, s, &r, waiting, time.Until(e.Add(3*time.Minute)))
+		runs = append(runs, run{"Slurm with gracewatch (G = " + slurmJobGrace.String() + ")", e, r})
+		cleanupRun(t, s, hang, job, waiting)
+		aggregatorCLI(t, j.c, j.agg, "resume", s.host, "--reason", "FUSE server restarted")
+	})
+	for _, x := range runs {
+		drained := "not within 3 min of E"
+		if !x.r.drained.IsZero() {
+			drained = fmt.Sprintf("E + %.1f s", x.r.drained.Sub(x.e).Seconds())
+		}
+		t.Logf("%s: states %v; drained %s (%s) reason %q; waiting job's expected start %v, after the drain %s; still hung: %s",
+			x.name, x.r.states, drained, x.r.state, x.r.reason, x.r.nextStart, x.r.afterDrain, x.r.leftover)
+	}
+}

@@ -299,10 +299,18 @@ type rV1 struct {
 	} `json:"execution"`
 }
 
+// RNoExpiration is what Fluxion writes as execution.expiration for a job
+// without a time limit: the largest int64 count of nanoseconds, in whole
+// seconds (9223372036, the year 2262). ParseR reads it (with any fraction)
+// as no expiration, as sched-simple's 0.0. Other times that far ahead stay
+// errors of the caller's range check (milliseconds given as seconds).
+const RNoExpiration = 9223372036
+
 // ParseR reads a Flux resource set, R version 1 (flux-framework RFC 20),
 // and returns execution.expiration in Unix seconds; 0 means no expiration,
 // as does an absent expiration (RFC 20: "the resource set has no specified
-// end time"). The errors name the field that is wrong.
+// end time") and RNoExpiration. Times may be integers (Fluxion) or floats
+// (sched-simple). The errors name the field that is wrong.
 func ParseR(data []byte) (expiration float64, err error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return 0, errors.New("resource set R is empty")
@@ -335,6 +343,9 @@ func ParseR(data []byte) (expiration float64, err error) {
 	e := *x.Expiration
 	if e < 0 || math.IsNaN(e) || math.IsInf(e, 0) {
 		return 0, fmt.Errorf("resource set R: execution.expiration: %v is negative", e)
+	}
+	if math.Floor(e) == RNoExpiration {
+		return 0, nil
 	}
 	if e > 0 && x.StartTime != nil && e <= *x.StartTime {
 		return 0, fmt.Errorf("resource set R: execution.expiration %v is not after execution.starttime %v",

@@ -198,6 +198,17 @@ func TestParseR(t *testing.T) {
 		{"before-start.json", 0, "execution.expiration 1.699999999e+09 is not after execution.starttime"},
 		{"truncated.json", 0, "R: invalid JSON at offset"},
 		{"not-json.txt", 0, "R: invalid JSON at offset 1"},
+		// Written by flux-core 0.88 and Fluxion 0.54 (flux job info ID R):
+		// sched-simple's float times and 0.0 for no time limit, Fluxion's
+		// integer times and 9223372036 for no time limit.
+		{"flux-sched-simple-limit.json", 1796283773.0988119, ""},
+		{"flux-sched-simple-no-limit.json", 0, ""},
+		{"flux-fluxion-limit.json", 1796284043, ""},
+		{"flux-fluxion-limit-2nodes.json", 1796284128, ""},
+		{"flux-fluxion-no-limit.json", 0, ""},
+		{"fluxion-no-limit-fraction.json", 0, ""},
+		// A time past the sentinel is a time (the caller refuses it as too far ahead).
+		{"past-fluxion-no-limit.json", 9223372037, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

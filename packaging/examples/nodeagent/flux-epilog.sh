@@ -12,17 +12,31 @@
 # unit (flux-housekeeping@.service): those would run in that unit's cgroup,
 # outside the agent's supervision.
 #
-# Flux runs housekeeping after each job, on each of its nodes, with
-# FLUX_JOB_ID (decimal) and FLUX_JOB_USERID set (through the IMP, only if its
-# [run.housekeeping] allowed-environment passes FLUX_*). The epilogue runs as
-# the caller: root through the IMP; the instance owner ("flux") without it,
-# which then must be in [api] allowed_uids of /etc/gracewatch/nodeagent.toml.
+# Flux runs housekeeping after each job, on each of its nodes, with no
+# arguments, as the instance owner (root through the IMP, which must pass
+# FLUX_* in [run.housekeeping] allowed-environment), with FLUX_JOB_ID
+# (decimal), FLUX_JOB_RANKS, FLUX_JOB_USERID and FLUX_URI (this node's
+# broker) set. Without the IMP the instance owner ("flux") must be in
+# [api] allowed_uids of /etc/gracewatch/nodeagent.toml. The job-manager
+# epilog gets FLUX_JOB_ID in f58 form (ƒDUUxXH): it is converted to the
+# decimal id under which flux-prolog.sh registered the job.
 #
 # The deadline is D = min(T_end, E) + G: E from flux-prolog.sh if the job was
 # registered at its start, else E = now (the housekeeping's start). Flux
-# releases a node only when its housekeeping exits; with gracewatch, a node
-# whose teardown exceeds G is latched DOWN with a diagnosis, and drained by
-# an aggregator running actuator-flux.toml.
+# releases a node only when its housekeeping exits, and never times it out;
+# with gracewatch, a node whose teardown exceeds G is latched DOWN with a
+# diagnosis, and drained by an aggregator running actuator-flux.toml. The
+# wrapper exits with the real housekeeping's status (128+N if killed by
+# signal N); if the wrapper is killed, the agent keeps supervising.
 set -eu
 : "${FLUX_JOB_ID:?not run by Flux: FLUX_JOB_ID is not set}"
-exec /usr/sbin/nodeagent epilog --job "$FLUX_JOB_ID" -- /etc/flux/system/housekeeping.real
+case $FLUX_JOB_ID in
+*[!0-9]*)
+	if ! id=$(flux job id --to=dec "$FLUX_JOB_ID"); then
+		echo "gracewatch: cannot convert job id $FLUX_JOB_ID to decimal; supervising it as $FLUX_JOB_ID" >&2
+		id=$FLUX_JOB_ID
+	fi
+	;;
+*) id=$FLUX_JOB_ID ;;
+esac
+exec /usr/sbin/nodeagent epilog --job "$id" -- /etc/flux/system/housekeeping.real

@@ -6,13 +6,28 @@
 #
 # Install on every compute node:
 #   install -m 0755 flux-prolog.sh /etc/flux/system/gracewatch-prolog
+# and run it on every node of the job ([job-manager.prolog] per-rank = true).
 #
-# It never fails the job: if the agent or the broker cannot be reached it
-# says so and exits 0, and the job is registered by its housekeeping instead
-# (with E = the time housekeeping starts).
+# Flux gives the job-manager prolog the job id in f58 form (FLUX_JOB_ID=ƒDUUxXH)
+# and housekeeping the decimal one (FLUX_JOB_ID=2342191800320): the job is
+# registered under the decimal id (`flux job id --to=dec`), which
+# flux-epilog.sh uses too, so that both name one job on the agent.
+#
+# R's expiration is 0.0 (sched-simple) or 9223372036 (Fluxion) for a job
+# without a time limit: the job is then registered without an expiration, and
+# its deadline is the end of its tasks (the start of housekeeping) plus G.
+#
+# It never fails the job (a failing prolog would drain the node): if the
+# agent or the broker cannot be reached it says so and exits 0, and the job
+# is registered by its housekeeping instead (with E = the time housekeeping
+# starts). It waits at most 10 s for an agent that is not running.
 : "${FLUX_JOB_ID:?not run by Flux: FLUX_JOB_ID is not set}"
+if ! id=$(flux job id --to=dec "$FLUX_JOB_ID"); then
+	echo "gracewatch: job $FLUX_JOB_ID: not a Flux job id; not registered with the node agent" >&2
+	exit 0
+fi
 if ! flux job info "$FLUX_JOB_ID" R |
-	/usr/sbin/nodeagent job start --job "$FLUX_JOB_ID" --R /dev/stdin >/dev/null; then
-	echo "gracewatch: job $FLUX_JOB_ID not registered with the node agent (registered at housekeeping instead)" >&2
+	/usr/sbin/nodeagent job start --connect-wait 10s --job "$id" --R /dev/stdin >/dev/null; then
+	echo "gracewatch: job $id not registered with the node agent (registered at housekeeping instead)" >&2
 fi
 exit 0
