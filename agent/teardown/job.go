@@ -16,6 +16,15 @@ import (
 )
 
 // job is the supervisor's record of one job. Exported fields are persisted.
+//
+// It is kept apart from the socket API's wire type api.Job on purpose (as
+// node-problem-detector keeps its internal types apart from its API's):
+// the state file is this record, free to change with the supervisor's
+// needs (the runtime fields, what is persisted, their names), whereas
+// api.Job is a compatibility promise to exec systems, the CLI and the
+// mesh. The two meet in one place only, wire. The supervisor takes the
+// API's request types and checks as its input contract: they are the
+// same checks the CLI and the mesh's job registration make.
 type job struct {
 	ID           string        `json:"id"`
 	Expiration   time.Time     `json:"expiration,omitzero"`
