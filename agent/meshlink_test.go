@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,5 +59,51 @@ func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 	down := api.Status{Node: "n1", State: api.StateDown, Reason: "hung", Since: since, Seq: 43, Incarnation: 3}
 	if g := gossipedMeta(down); g.SinceMs != since.UnixMilli() {
 		t.Fatalf("gossiped down meta %v: since_ms must stay", g)
+	}
+}
+
+// jobSup records the job calls of the mesh link's job registration.
+type jobSup struct {
+	latcher
+	starts  []api.JobStartRequest
+	updates []api.JobUpdateRequest
+	startErr, updateErr error
+}
+
+func (s *jobSup) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
+	s.starts = append(s.starts, req)
+	return api.Job{}, s.startErr
+}
+
+func (s *jobSup) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
+	s.updates = append(s.updates, req)
+	return api.Job{}, s.updateErr
+}
+
+// The controller's registration of a job (through an aggregator) registers
+// it, or, when the node's own prolog registered it first (with its cgroup,
+// without E), moves its expiration in.
+func TestRegisterJobFromTheMesh(t *testing.T) {
+	reg := &gwpb.JobRegistration{Job: "41", Expiration: "1764750000", Grace: "90s"}
+	sup := &jobSup{}
+	l := &meshLink{sup: sup}
+	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.starts) != 1 || len(sup.updates) != 0 {
+		t.Fatalf("new job: %v, starts %+v updates %+v", err, sup.starts, sup.updates)
+	}
+	if want := (api.JobStartRequest{Job: "41", Expiration: "1764750000", Grace: "90s"}); sup.starts[0] != want {
+		t.Fatalf("start %+v, want %+v", sup.starts[0], want)
+	}
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob)}
+	l.sup = sup
+	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 1 || sup.updates[0].Expiration != "1764750000" || sup.updates[0].Cgroup != "" {
+		t.Fatalf("registered by the prolog first: %v, updates %+v", err, sup.updates)
+	}
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob), updateErr: fmt.Errorf("job 41: %w: it is released", api.ErrConflict)}
+	l.sup = sup
+	if err := l.registerJob(context.Background(), reg); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("released on the node: %v, want the refusal passed on", err)
+	}
+	if err := l.registerJob(context.Background(), nil); err == nil {
+		t.Fatal("no job: want an error")
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -147,6 +148,31 @@ func registeredJob(t *testing.T, j *gracewatchSlurmJob, job string, timeout time
 func TestSlurmJobOverdue(t *testing.T) {
 	j := startGracewatchSlurmJob(t)
 	s, a := j.s, j.a
+
+	// config check asks this Slurm for its kill path: 0 min + up to 30 s +
+	// KillWait 5 s, plus the margin, is the smallest safe grace; 45 s is
+	// safe, 10 s is not.
+	for _, c := range []struct {
+		grace string
+		warn  bool
+	}{{slurmJobGrace.String(), false}, {"10s", true}} {
+		cfg := filepath.Join(t.TempDir(), "nodeagent.toml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf("[teardown]\ngrace = %q\n", c.grace)), 0o600)
+		cmd := exec.Command(bins.nodeagent, "config", "check", "--config", cfg)
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+s.conf)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("config check with grace %s: %v\n%s", c.grace, err, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "slurm kill path: OverTimeLimit 0s + up to 30s between slurmctld's time-limit checks + KillWait 5s = 35s") ||
+			!strings.Contains(stderr.String(), "smallest safe grace 40s") {
+			t.Fatalf("config check with grace %s does not give Slurm's kill path:\n%s", c.grace, stderr.String())
+		}
+		if got := strings.Contains(stderr.String(), "warning: teardown.grace "+c.grace+" is shorter than slurm's kill path"); got != c.warn {
+			t.Fatalf("config check with grace %s: warning %v, want %v:\n%s", c.grace, got, c.warn, stderr.String())
+		}
+	}
 	hang := startHangfs(t, s.path("fuse"))
 	w := j.agg.watch(t)
 	job := s.submit("--time=1", "--wrap", "trap '' TERM; exec cat "+hang.file())
