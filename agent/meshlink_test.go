@@ -65,8 +65,8 @@ func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 // jobSup records the job calls of the mesh link's job registration.
 type jobSup struct {
 	latcher
-	starts  []api.JobStartRequest
-	updates []api.JobUpdateRequest
+	starts              []api.JobStartRequest
+	updates             []api.JobUpdateRequest
 	startErr, updateErr error
 }
 

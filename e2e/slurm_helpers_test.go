@@ -128,17 +128,17 @@ func (d *daemon) stop() error {
 
 // slurmConfig is what changes between the tests' slurm.conf files.
 type slurmConfig struct {
-	Epilog              string // absolute path
-	Prolog              string // absolute path; "": none
-	PrologSlurmctld     string // absolute path; "": none
+	Epilog          string // absolute path
+	Prolog          string // absolute path; "": none
+	PrologSlurmctld string // absolute path; "": none
 	// Cgroup runs the job's tasks in cgroups: proctrack/cgroup and
 	// task/cgroup with cgroup.conf CgroupPlugin=cgroup/v1 (this host is
 	// hybrid: Slurm 22.05's cgroup/v2 refuses it), as a RHEL 8 site.
 	Cgroup                bool
 	KillWait              int // seconds; 0: 10
 	UnkillableStepTimeout int // seconds; 0: 30
-	PrologEpilogTimeout int    // seconds; 0: unset (Slurm waits for the epilogue forever)
-	BackfillInterval    int    // seconds; 0: Slurm's default (30)
+	PrologEpilogTimeout   int // seconds; 0: unset (Slurm waits for the epilogue forever)
+	BackfillInterval      int // seconds; 0: Slurm's default (30)
 }
 
 // slurmSite is a one-node Slurm on loopback: its node is this host.
