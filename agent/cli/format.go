@@ -74,6 +74,13 @@ func writeReports(w io.Writer, reports []*diagnose.Report) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "job %s on %s: %s report taken %s\n", r.Job, r.Node, r.Stage, formatTime(r.Taken))
+		if r.History {
+			gone := "-"
+			if r.Timeline.Released != nil {
+				gone = formatTime(*r.Timeline.Released)
+			}
+			fmt.Fprintf(w, "  history:    the teardown has ended, its processes gone since %s; this is what was true when it was taken\n", gone)
+		}
 		fmt.Fprintf(w, "  summary:    %s\n", orDash(r.Summary))
 		fmt.Fprintf(w, "  outcome:    %s (grace %s, deadline %s)\n", orDash(r.Outcome), orDash(r.Grace), formatTime(r.Timeline.Deadline))
 		for _, s := range r.Suggestions {

@@ -37,7 +37,9 @@ const (
 
 // Outcomes of a violating teardown.
 const (
-	OutcomePending    = "pending"    // escalation still in progress
+	OutcomePending    = "pending"    // tearing down within its grace (an on-demand report)
+	OutcomeOverdue    = "overdue"    // the deadline passed; no signal sent yet
+	OutcomeEscalated  = "escalated"  // SIGTERM (and SIGKILL) sent; survivors not yet classified
 	OutcomeTerminated = "terminated" // gone after SIGTERM
 	OutcomeKilled     = "killed"     // needed SIGKILL, then gone
 	OutcomeHung       = "hung"       // survived unkillable_after
@@ -167,6 +169,10 @@ type Report struct {
 	Summary string `json:"summary"`
 	// Errors lists what could not be read at all.
 	Errors []string `json:"errors,omitempty"`
+	// History is set (by nodeagent diagnose) on the report of a job whose
+	// teardown has ended: its processes are gone, what it says was true
+	// when it was taken (Timeline.Released says when they went).
+	History bool `json:"history,omitempty"`
 
 	// Samples is how many samples of the threads were taken: 2, or 1 for a
 	// Request with SingleSample (Thread.Scheduled is then unknown and

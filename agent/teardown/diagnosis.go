@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
@@ -55,7 +56,7 @@ func (s *Supervisor) snapshot(j *job, stage string, single bool, then func()) {
 		s.post(func() {
 			j.snapshotRun = false
 			if r != nil {
-				r.Outcome = diagnose.OutcomePending
+				r.Outcome = s.outcomeNow(j)
 				if stage == diagnose.StageAfterEscalation {
 					r.Outcome = diagnose.OutcomeHung
 					j.Outcome = diagnose.OutcomeHung
@@ -106,8 +107,9 @@ func (s *Supervisor) adoptReport(j *job, r *diagnose.Report) {
 // fresh snapshot of a job still tearing down.
 func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Report, error) {
 	type item struct {
-		last *diagnose.Report
-		req  *diagnose.Request
+		last    *diagnose.Report
+		req     *diagnose.Request
+		outcome string // of a fresh snapshot: where the job stands now
 	}
 	var items []item
 	var opErr error
@@ -126,7 +128,13 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 		}
 		for _, k := range ids {
 			j := s.jobs[k]
-			it := item{last: j.lastReport}
+			it := item{last: j.lastReport, outcome: s.outcomeNow(j)}
+			if it.last != nil && j.Phase == api.PhaseReleased {
+				// Its processes are gone: what the report says is history.
+				h := *it.last
+				h.History = true
+				it.last = &h
+			}
 			if (j.active() && (j.Cgroup != "" || j.Foreign != "")) || (j.Phase == api.PhaseRunning && j.Foreign != "") {
 				r := s.request(j, diagnose.StageOnDemand, false)
 				it.req = &r
@@ -148,7 +156,7 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 			r := s.o.Diagnoser.Snapshot(ctx, *it.req)
 			if r != nil {
 				r.Node = s.o.Node
-				r.Outcome = diagnose.OutcomePending
+				r.Outcome = it.outcome
 				r.Summary = diagnose.Summarize(r)
 				r.Suggestions = diagnose.Suggest(r)
 				out = append(out, r)
@@ -160,4 +168,44 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 		}
 	}
 	return out, nil
+}
+
+// outcomeNow is where j's teardown stands, as a report's outcome: within
+// its grace (pending), past the deadline (overdue), signalled (escalated),
+// survivors classified (hung), or, released, how it ended.
+func (s *Supervisor) outcomeNow(j *job) string {
+	switch {
+	case j.Phase == api.PhaseReleased:
+		return j.Outcome
+	case j.Phase != api.PhaseOverdue:
+		return diagnose.OutcomePending
+	case j.Escalation == escNone:
+		return diagnose.OutcomeOverdue
+	case j.Escalation == escClassified:
+		return diagnose.OutcomeHung
+	}
+	return diagnose.OutcomeEscalated
+}
+
+// recheckInterval is how often the survivors of a classified teardown are
+// looked at again while it stays overdue: the node's reason and report say
+// what is true now (a process gone, a class worse or better), not what
+// was true at the classification.
+const recheckInterval = 30 * time.Second
+
+// armRecheck schedules the next look at j's survivors.
+func (s *Supervisor) armRecheck(j *job) {
+	s.armAt(j, s.o.Clock.Now().Add(recheckInterval), func() { s.recheck(j) })
+}
+
+// recheck takes a fresh snapshot of a classified, still overdue job; its
+// summary replaces the reason's when it changed.
+func (s *Supervisor) recheck(j *job) {
+	if j.Phase != api.PhaseOverdue || j.Escalation != escClassified {
+		return
+	}
+	if !j.snapshotRun {
+		s.snapshot(j, diagnose.StageAfterEscalation, false, nil)
+	}
+	s.armRecheck(j)
 }

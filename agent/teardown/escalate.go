@@ -153,6 +153,9 @@ func (s *Supervisor) escalateTerm(j *job) {
 	}
 	j.Escalation = escTerm
 	j.Term = s.o.Clock.Now()
+	if r := j.lastReport; r != nil {
+		r.Outcome = diagnose.OutcomeEscalated
+	}
 	n := s.signal(j, syscall.SIGTERM)
 	s.log.Warn("escalation", "job", j.ID, "signal", "SIGTERM", "processes", n)
 	s.emit(Event{Kind: EventEscalation, Job: j.ID, Signal: "SIGTERM"})
@@ -201,6 +204,7 @@ func (s *Supervisor) classify(j *job) {
 	}
 	s.persist()
 	s.snapshot(j, diagnose.StageAfterEscalation, false, nil)
+	s.armRecheck(j)
 }
 
 func (s *Supervisor) signal(j *job, sig syscall.Signal) int {

@@ -59,6 +59,10 @@ func (s *Supervisor) refreshReason() {
 		case "exited":
 			p += "; exited after the deadline"
 		}
+		if j.Phase == api.PhaseReleased && !j.Released.IsZero() {
+			// Only the latch is left: say so, and what clears it.
+			p += fmt.Sprintf("; gone since %s, resume to clear", j.Released.UTC().Format("15:04:05Z"))
+		}
 		parts = append(parts, p)
 	}
 	if len(parts) > 0 {

@@ -58,6 +58,8 @@ func (s *Supervisor) readopt() {
 			s.armAt(j, j.Term.Add(s.o.KillWait), func() { s.escalateKill(j) })
 		case j.Escalation == escKill:
 			s.armAt(j, j.Kill.Add(s.o.UnkillableAfter), func() { s.classify(j) })
+		case j.Escalation == escClassified:
+			s.armRecheck(j)
 		}
 		s.check(j)
 	}
