@@ -54,10 +54,10 @@ var errTimedOut = errors.New("timed out")
 // aggregators known (a merge delivers the members in any order).
 // Commands for one node run one at a time, in a goroutine per node.
 type actuators struct {
-	down, up []ActuatorConfig
-	clock    clock.Clock
-	backoff  time.Duration
-	log      *slog.Logger
+	down, up, reasons []ActuatorConfig
+	clock             clock.Clock
+	backoff           time.Duration
+	log               *slog.Logger
 	// onRun, if set, is told every run's transition and error (nil:
 	// success), from the run's goroutine; it must not block. Set before
 	// the first observe.
@@ -89,6 +89,11 @@ type actNode struct {
 	// elsewhere: the last transition happened while another aggregator was
 	// alive and this one did not lead, so the leader handled it.
 	elsewhere bool
+	// told is the reason the scheduler was last given for this down (by
+	// the on=down or on=reason actuators), at toldAt; failedReason the one
+	// whose on=reason actuators failed (not tried again).
+	told, failedReason string
+	toldAt             time.Time
 }
 
 func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration, log *slog.Logger) *actuators {
@@ -99,6 +104,8 @@ func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration,
 			a.down = append(a.down, c)
 		case OnUp:
 			a.up = append(a.up, c)
+		case OnReason:
+			a.reasons = append(a.reasons, c)
 		}
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
@@ -193,6 +200,11 @@ func (a *actuators) observe(node string, st State, reason string, othersAlive bo
 		a.nodes[node] = n
 	}
 	if st == n.state {
+		if st == StateDown && reason != n.reason {
+			// The reason follows the diagnosis: the scheduler's too.
+			n.reason = reason
+			a.kickLocked(node, n)
+		}
 		return
 	}
 	switch st {
@@ -242,6 +254,8 @@ func (a *actuators) neededLocked(n *actNode) (string, uint64) {
 		return OnDown, n.epDown
 	case n.state == StateUp && n.drained && len(a.up) > 0 && n.failedUp != n.epUp:
 		return OnUp, n.epUp
+	case n.state == StateDown && n.drained && len(a.reasons) > 0 && n.told != "" && n.reason != n.told && n.reason != n.failedReason:
+		return OnReason, n.epDown
 	}
 	return "", 0
 }
@@ -270,11 +284,29 @@ func (a *actuators) runNode(name string, n *actNode) {
 			return
 		}
 		reason, ctx := n.reason, a.ctx
+		wait := time.Duration(0)
+		if on == OnReason {
+			wait = n.toldAt.Add(ReasonEvery).Sub(a.clock.Now())
+		}
 		a.mu.Unlock()
+		if wait > 0 {
+			// At most one reason update per ReasonEvery: the latest
+			// reason goes when the wait is over.
+			if !sleep(ctx, a.clock, wait) {
+				a.mu.Lock()
+				n.running = false
+				a.mu.Unlock()
+				return
+			}
+			continue
+		}
 
 		cfgs := a.down
-		if on == OnUp {
+		switch on {
+		case OnUp:
 			cfgs = a.up
+		case OnReason:
+			cfgs = a.reasons
 		}
 		ok := true
 		for i, c := range cfgs {
@@ -287,8 +319,15 @@ func (a *actuators) runNode(name string, n *actNode) {
 		switch {
 		case ok && on == OnDown:
 			n.drained = true
+			n.told, n.toldAt = reason, a.clock.Now()
 		case ok && on == OnUp:
 			n.drained = false
+			n.told = ""
+		case ok && on == OnReason:
+			n.told, n.toldAt = reason, a.clock.Now()
+		case on == OnReason:
+			n.failedReason = reason
+			a.log.Error("the on=reason actuators failed: the scheduler keeps the previous reason", "node", name)
 		case on == OnDown:
 			n.failedDown = ep
 			a.log.Error("not every on=down actuator succeeded: on=up will not run for this down", "node", name)

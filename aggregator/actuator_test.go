@@ -408,3 +408,65 @@ func TestActuatorsSettleLone(t *testing.T) {
 	f.settle()
 	f.want([]string{"n1 hung"}, nil)
 }
+
+// The scheduler's reason follows the diagnosis (issue 12): a node that
+// gracewatch drained gets each new reason through the on=reason actuators,
+// at most once every ReasonEvery, the latest one winning; a node it did
+// not drain never does.
+func TestActuatorsReasonFollows(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "act.sh")
+	if err := os.WriteFile(script, []byte(actScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	downLog, upLog, reasonLog := filepath.Join(dir, "down.log"), filepath.Join(dir, "up.log"), filepath.Join(dir, "reason.log")
+	zero := 0
+	acts := []ActuatorConfig{
+		{On: OnDown, Command: []string{script, downLog, "{node}", "{reason}"}, Retries: &zero},
+		{On: OnUp, Command: []string{script, upLog, "{node}"}, Retries: &zero},
+		{On: OnReason, Command: []string{script, reasonLog, "{node}", "{reason}"}, Retries: &zero},
+	}
+	f := &actFixture{downLog: downLog, upLog: upLog}
+	f.harness = newHarness(t, func(o *Options) { o.Actuators = acts })
+	f.member("n1", upMeta(1, 1))
+	f.settle()
+	f.member("n1", downMeta(1, 2, "job 7: 2 still running"))
+	f.settle()
+	f.want([]string{"n1 job 7: 2 still running"}, nil)
+	if got := lines(t, reasonLog); len(got) != 0 {
+		t.Fatalf("on=reason ran %q with the drain's own reason", got)
+	}
+	// A new reason within ReasonEvery of the drain waits for it; a newer
+	// one meanwhile replaces it: one run, with the latest.
+	f.member("n1", downMeta(1, 3, "job 7: 1 unkillable"))
+	f.sync()
+	f.member("n1", downMeta(1, 4, "job 7: 1 unkillable, 1 zombie"))
+	f.sync()
+	if got := lines(t, reasonLog); len(got) != 0 {
+		t.Fatalf("on=reason ran %q before ReasonEvery passed", got)
+	}
+	waitFor(t, "the reason's wait", func() bool { return f.clk.Pending() > 0 })
+	f.clk.Advance(ReasonEvery)
+	f.settle()
+	if got := lines(t, reasonLog); strings.Join(got, "|") != "n1 job 7: 1 unkillable, 1 zombie" {
+		t.Fatalf("on=reason ran %q, want once with the latest reason", got)
+	}
+	// Back up: undrained; no reason run for it.
+	f.member("n1", upMeta(1, 5))
+	f.settle()
+	f.want([]string{"n1 job 7: 2 still running"}, []string{"n1"})
+
+	// A node gracewatch did not drain (its on=down failed): no reason runs.
+	os.WriteFile(downLog+".fail", []byte("1"), 0o644)
+	f.member("n2", upMeta(1, 1))
+	f.settle()
+	f.member("n2", downMeta(1, 2, "job 9: hung"))
+	f.settle()
+	f.member("n2", downMeta(1, 3, "job 9: gone since 12:00:00Z, resume to clear"))
+	f.settle()
+	f.clk.Advance(ReasonEvery)
+	f.settle()
+	if got := lines(t, reasonLog); len(got) != 1 {
+		t.Fatalf("on=reason ran %q for a node gracewatch did not drain", got)
+	}
+}

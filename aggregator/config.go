@@ -39,7 +39,17 @@ const (
 const (
 	OnDown = "down"
 	OnUp   = "up"
+	// OnReason runs when the reason of a node that gracewatch drained
+	// changes while it stays down (the diagnosis followed the hang: a
+	// class got worse or better, the processes are gone), at most once
+	// every ReasonEvery per node, with the latest reason: the scheduler's
+	// reason says what is true now. It never runs for a node gracewatch
+	// did not drain.
+	OnReason = "reason"
 )
+
+// ReasonEvery bounds how often the on="reason" actuators run for one node.
+const ReasonEvery = 5 * time.Second
 
 // Config is the aggregator's configuration, read from
 // /etc/gracewatch/aggregator.toml. Start from DefaultConfig.
@@ -103,8 +113,9 @@ type PolicyConfig struct {
 
 // ActuatorConfig is one [[actuator]] table: a command run on a transition.
 type ActuatorConfig struct {
-	// On is "down" (the node entered down) or "up" (it is up again after a
-	// down whose on="down" actuators all succeeded here).
+	// On is "down" (the node entered down), "up" (it is up again after a
+	// down whose on="down" actuators all succeeded here) or "reason" (its
+	// reason changed while it stays down, drained by gracewatch).
 	On string `toml:"on"`
 	// Command is the argv, run without a shell; "{node}" and "{reason}" are
 	// replaced in every argument.
@@ -215,8 +226,9 @@ func (c *Config) Validate() error {
 			haveDown = true
 		case OnUp:
 			haveUp = true
+		case OnReason:
 		default:
-			bad(key("on"), "must be %q or %q, got %q", OnDown, OnUp, a.On)
+			bad(key("on"), "must be %q, %q or %q, got %q", OnDown, OnUp, OnReason, a.On)
 		}
 		if len(a.Command) == 0 || a.Command[0] == "" {
 			bad(key("command"), "must name a program")

@@ -600,6 +600,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 	type change struct {
 		node   Node
 		prev   State
+		prevR  string // the reason before
 		first  bool
 		cause  string
 		in     *NodeInput
@@ -637,7 +638,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 			}
 		}
 		s.publishLocked(n.Summary())
-		changes = append(changes, change{n, prev.State, !had, cause, in, prevAt})
+		changes = append(changes, change{n, prev.State, prev.Reason, !had, cause, in, prevAt})
 	}
 	if added {
 		s.names = s.names[:0]
@@ -661,6 +662,10 @@ func (s *Service) recompute(dirty map[string]bool) {
 				}
 				s.met.transition(c.node.State, c.cause, d, now)
 			}
+			if _, held := s.held[c.node.Name]; !held {
+				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+			}
+		} else if c.node.State == StateDown && c.prevR != c.node.Reason {
 			if _, held := s.held[c.node.Name]; !held {
 				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
 			}

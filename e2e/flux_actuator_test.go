@@ -100,13 +100,13 @@ func fluxActuators(t testing.TB, dir, timeout string) string {
 		t.Fatal(err)
 	}
 	text := readExample(t, "aggregator/actuator-flux.toml")
-	if n := strings.Count(text, `"/etc/gracewatch/flux-actuator.sh"`); n != 2 {
-		t.Fatalf("actuator-flux.toml runs /etc/gracewatch/flux-actuator.sh %d times, want 2 (down and up)", n)
+	if n := strings.Count(text, `"/etc/gracewatch/flux-actuator.sh"`); n != 3 {
+		t.Fatalf("actuator-flux.toml runs /etc/gracewatch/flux-actuator.sh %d times, want 3 (down, up and reason)", n)
 	}
 	text = strings.ReplaceAll(text, `"/etc/gracewatch/flux-actuator.sh"`, fmt.Sprintf("%q", script))
 	if timeout != "" {
-		if n := strings.Count(text, `timeout = "30s"`); n != 2 {
-			t.Fatalf("actuator-flux.toml has %d timeouts of 30s, want 2", n)
+		if n := strings.Count(text, `timeout = "30s"`); n != 3 {
+			t.Fatalf("actuator-flux.toml has %d timeouts of 30s, want 3", n)
 		}
 		text = strings.ReplaceAll(text, `timeout = "30s"`, fmt.Sprintf("timeout = %q", timeout))
 	}

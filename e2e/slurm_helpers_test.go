@@ -469,8 +469,8 @@ func (s *slurmSite) slurmActuators() string {
 		s.t.Fatal(err)
 	}
 	text := readExample(s.t, "aggregator/actuator-slurm.toml")
-	if n := strings.Count(text, `"/etc/gracewatch/slurm-actuator.sh"`); n != 2 {
-		s.t.Fatalf("actuator-slurm.toml runs /etc/gracewatch/slurm-actuator.sh %d times, want 2 (down and up)", n)
+	if n := strings.Count(text, `"/etc/gracewatch/slurm-actuator.sh"`); n != 3 {
+		s.t.Fatalf("actuator-slurm.toml runs /etc/gracewatch/slurm-actuator.sh %d times, want 3 (down, up and reason)", n)
 	}
 	return "\n" + strings.ReplaceAll(text, `"/etc/gracewatch/slurm-actuator.sh"`, fmt.Sprintf("%q", script))
 }

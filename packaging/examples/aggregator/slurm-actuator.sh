@@ -5,6 +5,7 @@
 #
 #   slurm-actuator.sh drain NODE REASON    (on = "down")
 #   slurm-actuator.sh resume NODE          (on = "up")
+#   slurm-actuator.sh reason NODE REASON   (on = "reason")
 #
 # Install on the aggregator hosts:
 #   install -m 0755 slurm-actuator.sh /etc/gracewatch/slurm-actuator.sh
@@ -22,6 +23,10 @@
 # its wait channel), and one that is over when gracewatch resumes the node
 # (every process of the job is gone by then).
 #
+# reason sets Reason="gracewatch: REASON" alone (no second drain) only if
+# the node's current reason is gracewatch's: the diagnosis changed while the
+# node stays drained, and Slurm's reason (sinfo -R) says what is true now.
+#
 # resume sets State=RESUME only if the node's current reason starts with
 # "gracewatch:". An administrator who drains the node again after gracewatch
 # did (scontrol update ... State=DRAIN Reason="...") replaces the reason, and
@@ -36,7 +41,7 @@ set -eu
 PREFIX="gracewatch:"
 
 usage() {
-	echo "usage: $0 drain NODE REASON | resume NODE" >&2
+	echo "usage: $0 drain NODE REASON | resume NODE | reason NODE REASON" >&2
 	exit 2
 }
 
@@ -67,6 +72,17 @@ drain)
 		;;
 	esac
 	exec scontrol update NodeName="$node" State=DRAIN Reason="$PREFIX $3"
+	;;
+reason)
+	[ $# -eq 3 ] || usage
+	current=$(reason "$node")
+	case $current in
+	"$PREFIX"*)
+		[ "$current" = "$PREFIX $3" ] && exit 0
+		exec scontrol update NodeName="$node" Reason="$PREFIX $3"
+		;;
+	esac
+	echo "gracewatch: $node keeps its reason \"$current\"; its reason is not gracewatch's to update" >&2
 	;;
 resume)
 	[ $# -eq 2 ] || usage
