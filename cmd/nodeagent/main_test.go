@@ -500,12 +500,18 @@ func TestClientLinksNoDaemon(t *testing.T) {
 		"github.com/gracewatch/gracewatch/mesh", "github.com/gracewatch/gracewatch/internal/metrics",
 		"github.com/hashicorp/memberlist", "github.com/prometheus/client_golang/prometheus",
 		"github.com/shirou/gopsutil/v4/process", "github.com/coreos/go-systemd/v22/daemon",
-		"google.golang.org/protobuf/proto",
+		"google.golang.org/protobuf/proto", "github.com/gracewatch/gracewatch/internal/hostinfo",
 	} {
 		for _, d := range deps {
 			if d == banned {
 				t.Errorf("nodeagent links %s", banned)
 			}
+		}
+	}
+	// No part of gopsutil at all: the node's context is the daemon's.
+	for _, d := range deps {
+		if strings.HasPrefix(d, "github.com/shirou/gopsutil/") {
+			t.Errorf("nodeagent links %s", d)
 		}
 	}
 	if !slices.Contains(deps, "github.com/gracewatch/gracewatch/agent/api") {
