@@ -16,7 +16,7 @@ FUZZTIME  ?= 10s
 FUZZ_TOOLCHAIN ?= go1.27.3
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build test test-short lint fuzz fuzz-corpus bench demo clean proto proto-check
+.PHONY: all build test test-short lint fuzz fuzz-corpus bench demo clean proto proto-check alerts-test
 
 all: build
 
@@ -81,6 +81,15 @@ demo: build
 
 clean:
 	rm -rf bin dist bench.out
+
+# The shipped Prometheus alerting rules (packaging/examples/prometheus):
+# promtool (Debian's prometheus package) checks them and runs their unit
+# tests; packaging/alerts_test.go (in `make test`) keeps the metrics they
+# name true to what the programs export.
+ALERTS := packaging/examples/prometheus
+alerts-test:
+	promtool check rules $(ALERTS)/gracewatch-alerts.yml
+	promtool test rules $(ALERTS)/gracewatch-alerts.test.yml
 
 # Regenerate the protobuf Go code (protoc from Debian's protobuf-compiler,
 # protoc-gen-go pinned to the protobuf runtime in go.mod).

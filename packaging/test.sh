@@ -281,7 +281,8 @@ agg_installed() {
 	check "$pkg: sysusers.d file" mode_owner /usr/lib/sysusers.d/$pkg.conf 644 root:root
 	check "$pkg: examples" bash -c "$(declare -f mode_owner)
 		mode_owner /usr/share/doc/$pkg/examples/actuator-slurm.toml 644 root:root &&
-		mode_owner /usr/share/doc/$pkg/examples/actuator-flux.toml 644 root:root"
+		mode_owner /usr/share/doc/$pkg/examples/actuator-flux.toml 644 root:root &&
+		mode_owner /usr/share/doc/$pkg/examples/gracewatch-alerts.yml 644 root:root"
 	check "$pkg: not enabled on install (needs a mesh key first)" \
 		absent /etc/systemd/system/multi-user.target.wants/$pkg.service
 }
@@ -333,7 +334,7 @@ for p in "${PROGRAMS[@]}"; do
 		"/usr/share/doc/$pkg/copyright" "/usr/share/doc/$pkg/README.md")
 	if [ "$p" = aggregator ]; then
 		want+=("/usr/lib/sysusers.d/$pkg.conf" "/usr/share/doc/$pkg/examples/actuator-slurm.toml"
-			"/usr/share/doc/$pkg/examples/actuator-flux.toml")
+			"/usr/share/doc/$pkg/examples/actuator-flux.toml" "/usr/share/doc/$pkg/examples/gracewatch-alerts.yml")
 	else
 		want+=("/usr/libexec/gracewatch/nodeagentd" "/usr/share/doc/$pkg/examples/slurm-epilog.sh"
 			"/usr/share/doc/$pkg/examples/flux-epilog.sh" "/usr/share/doc/$pkg/examples/flux-prolog.sh"
