@@ -25,9 +25,14 @@ build:
 
 # The whole suite with the race detector. Kernel tests need root, cgroup v2
 # and /dev/fuse; with CI=true a missing one fails instead of skipping.
+# testreport (internal/testutil/testreport) runs go test -json and prints
+# what go test prints (a line per package, the output of what failed), then
+# every skipped test with its reason, then "N passed, N failed, N skipped";
+# it exits non-zero when a test or a build failed.
 test:
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) build -o bin/testreport ./internal/testutil/testreport
+	bin/testreport $(GO) test -race -count=1 -timeout 20m -json $(PKGS)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
