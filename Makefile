@@ -80,7 +80,14 @@ bench-scale:
 	$(GO) test -run '^$$' -bench ModelTable -benchtime 1x -v ./internal/meshmodel/
 	GW_BENCH_SCALE_SIZES=$(SCALE_SIZES) $(GO) test -run '^$$' -bench ScaleTiming -benchtime 1x -v -timeout 40m ./mesh/
 
-# A local demonstration: the agent with a scripted hung epilogue.
+# A local demonstration (scripts/demo.sh; root, cgroup v2, python3, and
+# /dev/fuse for a truly unkillable epilogue): an aggregator and three node
+# agents on loopback, three jobs ending at once (one epilogue normal, one
+# slow within grace, one hung), the scheduler's view from /v1/watch until
+# the hung node is DOWN with its diagnosis. On a terminal it then holds the
+# cluster for exploring until Ctrl-C (DEMO_HOLD=1/0 overrides; without a
+# terminal it stops after the diagnosis). Any exit or signal removes all it
+# made; a signal ends it with status 0.
 demo: build
 	./scripts/demo.sh
 
