@@ -40,9 +40,7 @@ func (s *Snapshotter) nodeContext(ctx context.Context, r *Report) NodeContext {
 		h := s.host(ctx)
 		nc.Host = &h
 		nc.LoadAvg = fmt.Sprintf("%.2f %.2f %.2f", h.Load1, h.Load5, h.Load15)
-		for _, e := range h.Errors {
-			r.Errors = append(r.Errors, e)
-		}
+		r.Errors = append(r.Errors, h.Errors...)
 	}
 	// Direct: gopsutil has no kernel log reader, and /dev/kmsg must be read
 	// without blocking (readKernelLines).
