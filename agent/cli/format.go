@@ -108,7 +108,7 @@ func writeReports(w io.Writer, reports []*diagnose.Report) {
 }
 
 // hostLine is the node's context in a report for people: "load 3.50 2.25
-// 1.00, memory 20.0 GiB available of 24.0 GiB, up 1d0h0m, state dir 10.0
+// 1.00, memory 20.0 GiB available of 24.0 GiB, up 1d1h0m0s, state dir 10.0
 // GiB free of 100.0 GiB".
 func hostLine(h diagnose.HostFacts) string {
 	parts := []string{fmt.Sprintf("load %.2f %.2f %.2f", h.Load1, h.Load5, h.Load15)}
