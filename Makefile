@@ -16,7 +16,7 @@ FUZZTIME  ?= 10s
 FUZZ_TOOLCHAIN ?= go1.27.3
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build test test-short lint fuzz fuzz-corpus bench demo clean proto proto-check
+.PHONY: all build test test-short lint fuzz fuzz-corpus bench demo clean proto proto-check alerts-test
 
 all: build
 
@@ -25,9 +25,14 @@ build:
 
 # The whole suite with the race detector. Kernel tests need root, cgroup v2
 # and /dev/fuse; with CI=true a missing one fails instead of skipping.
+# testreport (internal/testutil/testreport) runs go test -json and prints
+# what go test prints (a line per package, the output of what failed), then
+# every skipped test with its reason, then "N passed, N failed, N skipped";
+# it exits non-zero when a test or a build failed.
 test:
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) build -o bin/testreport ./internal/testutil/testreport
+	bin/testreport $(GO) test -race -count=1 -timeout 20m -json $(PKGS)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
@@ -75,12 +80,28 @@ bench-scale:
 	$(GO) test -run '^$$' -bench ModelTable -benchtime 1x -v ./internal/meshmodel/
 	GW_BENCH_SCALE_SIZES=$(SCALE_SIZES) $(GO) test -run '^$$' -bench ScaleTiming -benchtime 1x -v -timeout 40m ./mesh/
 
-# A local demonstration: the agent with a scripted hung epilogue.
+# A local demonstration (scripts/demo.sh; root, cgroup v2, python3, and
+# /dev/fuse for a truly unkillable epilogue): an aggregator and three node
+# agents on loopback, three jobs ending at once (one epilogue normal, one
+# slow within grace, one hung), the scheduler's view from /v1/watch until
+# the hung node is DOWN with its diagnosis. On a terminal it then holds the
+# cluster for exploring until Ctrl-C (DEMO_HOLD=1/0 overrides; without a
+# terminal it stops after the diagnosis). Any exit or signal removes all it
+# made; a signal ends it with status 0.
 demo: build
 	./scripts/demo.sh
 
 clean:
 	rm -rf bin dist bench.out
+
+# The shipped Prometheus alerting rules (packaging/examples/prometheus):
+# promtool (Debian's prometheus package) checks them and runs their unit
+# tests; packaging/alerts_test.go (in `make test`) keeps the metrics they
+# name true to what the programs export.
+ALERTS := packaging/examples/prometheus
+alerts-test:
+	promtool check rules $(ALERTS)/gracewatch-alerts.yml
+	promtool test rules $(ALERTS)/gracewatch-alerts.test.yml
 
 # Regenerate the protobuf Go code (protoc from Debian's protobuf-compiler,
 # protoc-gen-go pinned to the protobuf runtime in go.mod).

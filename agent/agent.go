@@ -24,6 +24,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -112,7 +113,12 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		}
 	}()
 	a.proc = procfs.NewReader(cfg.Diagnostics.ProcRoot, cfg.Diagnostics.ReadTimeout.D(), cfg.Diagnostics.MaxBlockedReads)
+	// The node's load, memory, uptime and state dir space, through
+	// gopsutil, for the reports and the metrics.
+	host := hostinfo.NewReader(hostinfo.Options{ProcRoot: cfg.Diagnostics.ProcRoot, StateDir: cfg.StateDir,
+		Timeout: cfg.Diagnostics.ReadTimeout.D()})
 	snap := diagnose.NewSnapshotter(diagnose.Options{
+		Host:           diagnoseHost(host),
 		Proc:           a.proc,
 		SampleInterval: cfg.Diagnostics.SampleInterval.D(),
 		Clock:          clock.Real{},
@@ -126,7 +132,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	// The metrics follow the supervisor's hooks; they are served only with
 	// [metrics] listen.
 	a.reg = metrics.NewRegistry(metrics.ProgramNodeagent)
-	am := newAgentMetrics(a.reg, a.proc, cfg.Diagnostics.MaxBlockedReads)
+	am := newAgentMetrics(a.reg, a.proc, cfg.Diagnostics.MaxBlockedReads, host.Read)
 	notify := onChange
 	onChange = func(st api.Status) { notify(st); am.onChange(st) }
 	allow, err := cgroup.ParseAllowList(cfg.Teardown.ForeignCgroups)
@@ -331,6 +337,13 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// diagnoseHost gives the reports the node's facts read by r. The two types
+// have the same fields (diagnose keeps its own: the client links it and must
+// not link gopsutil), so one converts to the other.
+func diagnoseHost(r *hostinfo.Reader) diagnose.HostFunc {
+	return func(ctx context.Context) diagnose.HostFacts { return diagnose.HostFacts(r.Read(ctx)) }
 }
 
 // metricsServer returns the HTTP server of GET /metrics ([metrics] listen).

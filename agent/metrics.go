@@ -45,12 +45,15 @@ type agentMetrics struct {
 	nodeState        *prometheus.GaugeVec
 	downLatched      prometheus.Gauge
 	hung             *prometheus.GaugeVec
-	proc             *procCollector // nil without a /proc reader
+	stateWrites      prometheus.Counter
+	proc             *procCollector       // nil without a /proc reader
+	stateDir         prometheus.Collector // nil without a host reader
 }
 
 // newAgentMetrics returns the metrics, registered in reg (which also gets
-// the /proc reader's collector when proc is not nil).
-func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked int) *agentMetrics {
+// the /proc reader's collector when proc is not nil, and the state dir's
+// free space, read through host at scrape time, when host is not nil).
+func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked int, host metrics.HostFunc) *agentMetrics {
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: metrics.Namespace, Subsystem: subsystem, Name: name, Help: help}
 	}
@@ -81,6 +84,8 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 			"1 while the node's DOWN latch is held (a grace violation or a drain, until resumed)."))),
 		hung: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("hung_processes",
 			"Processes of overdue teardowns in the latest diagnosis, by class.")), []string{"class"}),
+		stateWrites: prometheus.NewCounter(prometheus.CounterOpts(opts("state_write_failures_total",
+			"Writes of the state file (registrations, teardown clocks, the latch) that failed, e.g. on a full state dir; the agent goes on from memory."))),
 	}
 	for _, v := range teardownOutcomes {
 		m.teardowns.WithLabelValues(v)
@@ -98,6 +103,9 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 	if proc != nil {
 		m.proc = newProcCollector(proc, maxBlocked)
 	}
+	if host != nil {
+		m.stateDir = metrics.NewStateDirCollector(subsystem, host)
+	}
 	reg.MustRegister(m.collectors()...)
 	return m
 }
@@ -105,9 +113,12 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 // collectors returns every collector of m.
 func (m *agentMetrics) collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{m.jobs, m.violations, m.teardowns, m.teardownDuration, m.escalations, m.epilogues,
-		m.activeTeardowns, m.nodeState, m.downLatched, m.hung}
+		m.activeTeardowns, m.nodeState, m.downLatched, m.hung, m.stateWrites}
 	if m.proc != nil {
 		cs = append(cs, m.proc)
+	}
+	if m.stateDir != nil {
+		cs = append(cs, m.stateDir)
 	}
 	return cs
 }
@@ -165,6 +176,8 @@ func (m *agentMetrics) onEvent(ev teardown.Event) {
 		}
 	case teardown.EventEpilogStartError:
 		m.epilogues.WithLabelValues("start_error").Inc()
+	case teardown.EventStateWriteError:
+		m.stateWrites.Inc()
 	}
 }
 

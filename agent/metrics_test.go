@@ -17,6 +17,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/metrics/metricstest"
 )
@@ -35,7 +36,11 @@ func testMetrics(t *testing.T) (*agentMetrics, *procfs.Reader) {
 	if _, err := proc.ReadFile(context.Background(), "stat"); err != nil {
 		t.Fatal(err)
 	}
-	return newAgentMetrics(metrics.NewRegistry(metrics.ProgramNodeagent), proc, 16), proc
+	// A state dir 97% full (the full-disk alert's rule fires below 5% free).
+	host := func(context.Context) hostinfo.Facts {
+		return hostinfo.Facts{StateDir: "/var/lib/gracewatch", StateDirFreeBytes: 3 << 30, StateDirSizeBytes: 100 << 30}
+	}
+	return newAgentMetrics(metrics.NewRegistry(metrics.ProgramNodeagent), proc, 16, host), proc
 }
 
 // A day of a node, as the supervisor tells it through its hooks: job 1
@@ -60,6 +65,7 @@ func TestMetricsGolden(t *testing.T) {
 		teardown.Event{Kind: teardown.EventEpilogExited, Job: "2", Status: 137, Signaled: true},
 		teardown.Event{Kind: teardown.EventReleased, Job: "2", Outcome: diagnose.OutcomeKilled, Duration: 75 * time.Second},
 		teardown.Event{Kind: teardown.EventEpilogStartError, Job: "3", Err: errors.New("no cgroup")},
+		teardown.Event{Kind: teardown.EventStateWriteError, Err: errors.New("write state.json: no space left on device")},
 		teardown.Event{Kind: teardown.EventEpilogExited, Job: "3", Status: 1},
 		teardown.Event{Kind: teardown.EventOverdue, Job: "3"},
 		teardown.Event{Kind: teardown.EventEscalation, Job: "3", Signal: "SIGTERM"},

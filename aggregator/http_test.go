@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -214,6 +215,23 @@ func TestHTTPInsecureMeshInReadyz(t *testing.T) {
 	var rd Readiness
 	if err := json.Unmarshal(r.body, &rd); err != nil || !rd.Insecure || !strings.Contains(rd.Detail, "insecure") {
 		t.Errorf("readyz: %s", r.body)
+	}
+}
+
+// With Options.Host, /readyz carries the machine's facts, read through
+// gopsutil from the real machine (the response is validated against the
+// spec by call).
+func TestHTTPReadyzHost(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, func(o *Options) { o.Host = hostinfo.NewReader(hostinfo.Options{StateDir: dir}).Read })
+	base := h.serve(ServerOptions{})
+	r := call(t, "GET", base+"/readyz", "", "")
+	var rd Readiness
+	if err := json.Unmarshal(r.body, &rd); err != nil || rd.Host == nil {
+		t.Fatalf("readyz: %s", r.body)
+	}
+	if hf := rd.Host; hf.MemTotalBytes == 0 || hf.UptimeSeconds == 0 || hf.StateDir != dir || hf.StateDirSizeBytes == 0 || len(hf.Errors) > 0 {
+		t.Errorf("host facts %+v", hf)
 	}
 }
 

@@ -47,14 +47,19 @@ var transitionCauses = [][2]string{
 // serviceMetrics are the Service's gracewatch_aggregator_* metrics. The
 // counters are updated where things happen (the loop's recomputation, the
 // actuators' goroutines, the watchers' publication); the gauges are read
-// from the Service at scrape time. No label names a node: counts are by
-// state and by cause only. Safe for concurrent use; nothing blocks.
+// from the Service at scrape time. Counts are by state and by cause; only
+// the per-node families of nodeCollector carry a node label (one series per
+// node, bounded by the cluster's size; never a job id or a pid). Safe for
+// concurrent use; nothing blocks but the state dir's statfs, which is
+// bounded in time.
 type serviceMetrics struct {
 	transitions     *prometheus.CounterVec
 	downLatency     prometheus.Histogram
 	actuatorRuns    *prometheus.CounterVec
 	watchersDropped prometheus.Counter
 	state           *stateCollector
+	nodes           *nodeCollector
+	stateDir        prometheus.Collector // nil without Options.Host
 }
 
 func opts(name, help string) prometheus.Opts {
@@ -77,6 +82,10 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 		watchersDropped: prometheus.NewCounter(prometheus.CounterOpts(opts("watchers_dropped_total",
 			"Watchers of /v1/watch disconnected for falling behind."))),
 		state: newStateCollector(s),
+		nodes: newNodeCollector(s),
+	}
+	if s.opts.Host != nil {
+		m.stateDir = metrics.NewStateDirCollector(subsystem, s.opts.Host)
 	}
 	for _, tc := range transitionCauses {
 		m.transitions.WithLabelValues(tc[0], tc[1])
@@ -91,7 +100,11 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 
 // collectors returns every collector of m.
 func (m *serviceMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.state}
+	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.state, m.nodes}
+	if m.stateDir != nil {
+		cs = append(cs, m.stateDir)
+	}
+	return cs
 }
 
 // actuatorRun counts one run of an actuator command (actuators.onRun).

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/metrics/metricstest"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -37,7 +39,11 @@ func TestMetricsGolden(t *testing.T) {
 			Timeout: config.Dur(200 * time.Millisecond), Retries: &none},
 		{On: OnUp, Command: []string{"true"}, Retries: &none},
 	}
-	h := newHarness(t, func(o *Options) { o.Registry, o.Actuators = reg, acts })
+	// A state dir with 40 GiB of 50 free.
+	host := func(context.Context) hostinfo.Facts {
+		return hostinfo.Facts{StateDir: "/var/lib/gracewatch-aggregator", StateDirFreeBytes: 40 << 30, StateDirSizeBytes: 50 << 30}
+	}
+	h := newHarness(t, func(o *Options) { o.Registry, o.Actuators, o.Host = reg, acts, host })
 	settle := func() {
 		h.sync()
 		waitFor(t, "the actuators to finish", func() bool { return !h.svc.act.busy() })
@@ -61,6 +67,10 @@ func TestMetricsGolden(t *testing.T) {
 	h.member("n3", upMeta(1, 4))
 	settle()
 	h.wantState("n3", StateUp)
+	// n7 tears down, free at D7 (its node_free_at_timestamp_seconds).
+	h.member("n7", teardownMeta(1, 2, at(10*time.Minute)))
+	h.sync()
+	h.wantState("n7", StateTeardown)
 
 	sub := h.svc.Subscribe("")
 	defer sub.Close()
@@ -90,8 +100,14 @@ func TestMetricsGolden(t *testing.T) {
 	}
 	got := metricstest.ScrapeURL(t, base+"/metrics", nil)
 	metricstest.Golden(t, filepath.Join("testdata", "metrics.golden"), got, *update)
-	if strings.Contains(string(got), "secret-42") || strings.Contains(string(got), `"n1"`) {
-		t.Error("/metrics carries a raw path or a node name")
+	if strings.Contains(string(got), "secret-42") {
+		t.Error("/metrics carries a raw path")
+	}
+	// Node names are labels only of the per-node families.
+	for line := range strings.Lines(string(got)) {
+		if strings.Contains(line, `node="`) && !strings.HasPrefix(line, "gracewatch_aggregator_node_") {
+			t.Errorf("a node label outside the per-node families: %s", line)
+		}
 	}
 
 	metricstest.Lint(t, reg)

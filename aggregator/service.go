@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/hostinfo"
+	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -104,6 +106,11 @@ type Options struct {
 	// (gracewatch_aggregator_*; see metrics.go). Nil keeps them
 	// unregistered.
 	Registry prometheus.Registerer
+	// Host, if set, gives the facts of the machine the aggregator runs on
+	// (load, memory, uptime, state dir space; internal/hostinfo.Reader.Read,
+	// through gopsutil) for /readyz and the state dir metrics. It must
+	// return within a bounded time.
+	Host metrics.HostFunc
 }
 
 // Service keeps what the mesh says about every node, serves the view derived
@@ -835,9 +842,14 @@ type Readiness struct {
 	Nodes      int    `json:"nodes"`
 	Insecure   bool   `json:"insecure"`
 	Detail     string `json:"detail"`
+	// Host is the aggregator's machine (Options.Host); nil without it. It
+	// does not decide readiness.
+	Host *hostinfo.Facts `json:"host,omitempty"`
 }
 
-// Ready reports whether the Service runs and its mesh has joined.
+// Ready reports whether the Service runs and its mesh has joined, with the
+// machine's facts when Options.Host is set (which bounds the time Ready
+// blocks).
 func (s *Service) Ready() Readiness {
 	s.mu.RLock()
 	m, running, nodes := s.mesh, s.running, len(s.view)
@@ -862,6 +874,10 @@ func (s *Service) Ready() Readiness {
 		detail = append(detail, "the mesh runs insecure: gossip is neither encrypted nor authenticated")
 	}
 	r.Detail = strings.Join(detail, "; ")
+	if s.opts.Host != nil {
+		h := s.opts.Host(context.Background())
+		r.Host = &h
+	}
 	return r
 }
 

@@ -245,6 +245,10 @@ const (
 	causeUnknownState    = "unknown_state"    // rule 4: a state this build does not know
 )
 
+// centralDeadlineReason begins the reason of a node down by the central
+// deadline (rule 2).
+const centralDeadlineReason = "no report after teardown deadline "
+
 // computeNodeCause is computeNode that also says which rule decided the
 // state (one of the cause constants).
 func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
@@ -282,7 +286,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 			if down := later(at, settledAt(in, p)); !now.Before(down) {
 				d := at.Add(-p.ClockSkewAllowance)
 				n.State = StateDown
-				n.Reason = "no report after teardown deadline " + formatTime(d)
+				n.Reason = centralDeadlineReason + formatTime(d)
 				if gone(status) {
 					n.Reason += " (" + goneReason(status) + ")"
 				}

@@ -282,7 +282,8 @@ agg_installed() {
 	check "$pkg: examples" bash -c "$(declare -f mode_owner)
 		mode_owner /usr/share/doc/$pkg/examples/actuator-slurm.toml 644 root:root &&
 		mode_owner /usr/share/doc/$pkg/examples/actuator-flux.toml 644 root:root &&
-		mode_owner /usr/share/doc/$pkg/examples/flux-actuator.sh 755 root:root"
+		mode_owner /usr/share/doc/$pkg/examples/flux-actuator.sh 755 root:root &&
+		mode_owner /usr/share/doc/$pkg/examples/gracewatch-alerts.yml 644 root:root"
 	check "$pkg: not enabled on install (needs a mesh key first)" \
 		absent /etc/systemd/system/multi-user.target.wants/$pkg.service
 }
@@ -335,7 +336,7 @@ for p in "${PROGRAMS[@]}"; do
 	if [ "$p" = aggregator ]; then
 		want+=("/usr/lib/sysusers.d/$pkg.conf" "/usr/share/doc/$pkg/examples/actuator-slurm.toml"
 			"/usr/share/doc/$pkg/examples/actuator-flux.toml" "/usr/share/doc/$pkg/examples/slurm-prolog-ctld.sh"
-			"/usr/share/doc/$pkg/examples/flux-actuator.sh")
+			"/usr/share/doc/$pkg/examples/flux-actuator.sh" "/usr/share/doc/$pkg/examples/gracewatch-alerts.yml")
 	else
 		want+=("/usr/libexec/gracewatch/nodeagentd" "/usr/share/doc/$pkg/examples/slurm-epilog.sh"
 			"/usr/share/doc/$pkg/examples/flux-epilog.sh" "/usr/share/doc/$pkg/examples/flux-prolog.sh"

@@ -233,6 +233,8 @@ func peerCred(c net.Conn) (Peer, error) {
 // readGroups reads the "Groups:" line of procRoot/PID/status. The process
 // may have exited or (rarely) its pid been reused since it connected: the
 // groups are a best effort on top of the uid and gid from the kernel.
+// Direct, not gopsutil's Process.Groups: this package is linked by the
+// agent's client, which must stay free of gopsutil.
 func readGroups(procRoot string, pid int32) ([]uint32, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("no pid")

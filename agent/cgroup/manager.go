@@ -108,6 +108,8 @@ func New(opts Options) (*Manager, error) {
 
 	mount := opts.Mount
 	if mount == "" {
+		// Direct: gopsutil has no cgroup v2 mount detection (and its
+		// disk.Partitions reads init's mountinfo, not the agent's).
 		mi := filepath.Join(procRoot, "self", "mountinfo")
 		f, err := os.Open(mi)
 		if err != nil {
@@ -362,7 +364,8 @@ func (m *Manager) ownCgroup() (string, error) {
 	return m.pidCgroup("self")
 }
 
-// pidCgroup reads ProcRoot/<pid>/cgroup and returns its 0:: path.
+// pidCgroup reads ProcRoot/<pid>/cgroup and returns its 0:: path. Direct:
+// gopsutil has no reader of a process's cgroup v2 path.
 func (m *Manager) pidCgroup(pid string) (string, error) {
 	file := filepath.Join(m.procRoot, pid, "cgroup")
 	f, err := os.Open(file)

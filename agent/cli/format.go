@@ -109,6 +109,9 @@ func writeReports(w io.Writer, reports []*diagnose.Report) {
 				fmt.Fprintf(w, "      error: %s\n", e)
 			}
 		}
+		if h := r.NodeContext.Host; h != nil {
+			fmt.Fprintf(w, "  node:       %s\n", hostLine(*h))
+		}
 		if hc := r.NodeContext; hc.HungTaskDelta > 0 || len(hc.KernelLines) > 0 {
 			fmt.Fprintf(w, "  kernel:     %d hung-task reports since the agent started\n", hc.HungTaskDelta)
 			for _, l := range hc.KernelLines {
@@ -120,6 +123,26 @@ func writeReports(w io.Writer, reports []*diagnose.Report) {
 		}
 	}
 }
+
+// hostLine is the node's context in a report for people: "load 3.50 2.25
+// 1.00, memory 20.0 GiB available of 24.0 GiB, up 1d1h0m0s, state dir 10.0
+// GiB free of 100.0 GiB".
+func hostLine(h diagnose.HostFacts) string {
+	parts := []string{fmt.Sprintf("load %.2f %.2f %.2f", h.Load1, h.Load5, h.Load15)}
+	if h.MemTotalBytes > 0 {
+		parts = append(parts, fmt.Sprintf("memory %s available of %s", gib(h.MemAvailableBytes), gib(h.MemTotalBytes)))
+	}
+	if h.UptimeSeconds > 0 {
+		up := time.Duration(h.UptimeSeconds) * time.Second
+		parts = append(parts, fmt.Sprintf("up %dd%s", int(up.Hours())/24, (up%(24*time.Hour)).String()))
+	}
+	if h.StateDirSizeBytes > 0 {
+		parts = append(parts, fmt.Sprintf("state dir %s free of %s", gib(h.StateDirFreeBytes), gib(h.StateDirSizeBytes)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func gib(b uint64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
 
 func orDash(s string) string {
 	if s == "" {

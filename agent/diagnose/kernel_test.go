@@ -25,6 +25,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/procfs"
+	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
 )
@@ -188,11 +189,98 @@ func taskState(pid, tid int) string {
 
 func realSnapshotter(t *testing.T) *Snapshotter {
 	t.Helper()
+	host := hostinfo.NewReader(hostinfo.Options{StateDir: t.TempDir()})
 	return NewSnapshotter(Options{
 		Proc:           procfs.New(procfs.Options{Timeout: 2 * time.Second}),
 		SampleInterval: 200 * time.Millisecond,
 		Node:           "test",
+		// As the agent wires it (agent.New).
+		Host: func(ctx context.Context) HostFacts { return HostFacts(host.Read(ctx)) },
 	})
+}
+
+// fuseCtlMounted returns where fusectl is mounted on this machine, or "".
+func fuseCtlMounted(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := procfs.ParseMountinfo(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.FSType == "fusectl" {
+			return m.Mountpoint
+		}
+	}
+	return ""
+}
+
+// The FUSE abort that a report suggests works as printed on this machine,
+// whether fusectl is mounted or not: run by sh, it releases the unkillable
+// reader. When fusectl was not mounted, the suggestion mounts it first; the
+// test unmounts it again.
+func TestRealFuseAbortAsPrinted(t *testing.T) {
+	testutil.RequireRoot(t)
+	srv := hangfs.Start(t)
+	cg := newCgroup(t)
+	before := fuseCtlMounted(t)
+	if before == "" {
+		t.Cleanup(func() {
+			if at := fuseCtlMounted(t); at != "" {
+				if err := unix.Unmount(at, 0); err != nil {
+					t.Errorf("unmount the fusectl this test mounted: %v", err)
+				}
+			}
+		})
+	}
+	cat := start(t, cg, nil, "cat", srv.Path(hangfs.HangFile))
+	pid := cat.pid()
+	if err := srv.WaitHungReads(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "cat in D after SIGKILL", func() bool { return taskState(pid, pid) == "D" })
+	kill := time.Now()
+	r := realSnapshotter(t).Snapshot(context.Background(), Request{
+		Job: "44", Grace: time.Second, Stage: StageAfterEscalation, Timeline: Timeline{Kill: &kill},
+		Cgroups: []CgroupRef{{Path: cg, Owned: true}},
+	})
+	wantCtl := before
+	if wantCtl == "" {
+		wantCtl = FuseCtlNotMounted
+	}
+	if r.NodeContext.FuseCtl != wantCtl {
+		t.Errorf("fusectl %q, want %q", r.NodeContext.FuseCtl, wantCtl)
+	}
+	h := r.NodeContext.Host
+	if h == nil || h.MemTotalBytes == 0 || h.UptimeSeconds == 0 || h.StateDirSizeBytes == 0 || r.NodeContext.LoadAvg == "" {
+		t.Errorf("host facts %+v, loadavg %q", h, r.NodeContext.LoadAvg)
+	}
+	const prefix = "abort the FUSE connection: "
+	var cmd string
+	for _, s := range r.Suggestions {
+		if rest, ok := strings.CutPrefix(s, prefix); ok {
+			cmd, _, _ = strings.Cut(rest, " (")
+		}
+	}
+	if cmd == "" {
+		t.Fatalf("no FUSE abort in %q", r.Suggestions)
+	}
+	if mounts := strings.HasPrefix(cmd, "mount -t fusectl "); mounts != (before == "") {
+		t.Errorf("suggestion %q: mounts fusectl %v, but fusectl was mounted at %q", cmd, mounts, before)
+	}
+	t.Logf("running as printed: %s", cmd)
+	if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", cmd, err, out)
+	}
+	if !cat.waitExit(10 * time.Second) {
+		t.Fatalf("cat pid %d still there 10s after the abort", pid)
+	}
 }
 
 func TestRealUnkillable(t *testing.T) {

@@ -142,7 +142,37 @@ type NodeContext struct {
 	// since the agent started (-1 when the kernel lacks the file).
 	HungTaskDelta int64    `json:"hung_task_delta"`
 	KernelLines   []string `json:"kernel_lines,omitempty"` // "blocked for more than N seconds"
-	LoadAvg       string   `json:"loadavg"`
+	// LoadAvg is the 1, 5 and 15 minute load averages ("0.10 0.20 0.30"),
+	// from Host.
+	LoadAvg string `json:"loadavg"`
+	// Host is the node's load, memory, uptime and state dir space (read
+	// through gopsutil by the agent); nil when the snapshot had no
+	// Options.Host.
+	Host *HostFacts `json:"host,omitempty"`
+	// FuseCtl is where the FUSE control file system (fusectl, whose
+	// connections/N/abort ends a hung FUSE connection) is mounted in the
+	// agent's mount namespace: its mountpoint, FuseCtlNotMounted, or empty
+	// when unknown. Suggest prints the abort command for it.
+	FuseCtl string `json:"fusectl,omitempty"`
+}
+
+// FuseCtlNotMounted is NodeContext.FuseCtl when mountinfo has no fusectl.
+const FuseCtlNotMounted = "not-mounted"
+
+// HostFacts is the node's context that the agent reads through gopsutil.
+// Its fields are those of internal/hostinfo.Facts (the agent converts one
+// to the other), kept here as the report's own wire type.
+type HostFacts struct {
+	Load1             float64  `json:"load1"`
+	Load5             float64  `json:"load5"`
+	Load15            float64  `json:"load15"`
+	MemTotalBytes     uint64   `json:"mem_total_bytes"`
+	MemAvailableBytes uint64   `json:"mem_available_bytes"`
+	UptimeSeconds     uint64   `json:"uptime_seconds"`
+	StateDir          string   `json:"state_dir,omitempty"`
+	StateDirFreeBytes uint64   `json:"state_dir_free_bytes,omitempty"`
+	StateDirSizeBytes uint64   `json:"state_dir_size_bytes,omitempty"`
+	Errors            []string `json:"errors,omitempty"`
 }
 
 // Report is one diagnosis of one job's teardown. It is saved as JSON under

@@ -1,21 +1,16 @@
 package diagnose
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/procfs"
@@ -66,6 +61,9 @@ type Options struct {
 	// <Proc root>/sys/kernel/hung_task_detect_count); its value when the
 	// Snapshotter is made is the baseline of the reported delta.
 	HungTaskPath string
+	// Host, when set, gives the node's load, memory, uptime and state dir
+	// space for NodeContext.Host (the agent wires internal/hostinfo).
+	Host HostFunc
 }
 
 // Request says what to snapshot.
@@ -121,6 +119,7 @@ type Snapshotter struct {
 	kmsgPath string
 	hungPath string
 	hungBase int64 // -1 when the kernel lacks the count
+	host     HostFunc
 }
 
 // NewSnapshotter returns a Snapshotter configured by o. It reads the hung
@@ -134,6 +133,7 @@ func NewSnapshotter(o Options) *Snapshotter {
 		node:     o.Node,
 		kmsgPath: o.KmsgPath,
 		hungPath: o.HungTaskPath,
+		host:     o.Host,
 	}
 	if s.proc == nil {
 		s.proc = procfs.New(procfs.Options{})
@@ -221,6 +221,8 @@ func (s *Snapshotter) Snapshot(ctx context.Context, req Request) *Report {
 
 	boot := time.Time{}
 	if len(pids) > 0 {
+		// Direct, not gopsutil's host.BootTime: this package is linked by
+		// the agent's client, which must not link gopsutil.
 		if data, err := s.proc.ReadFile(ctx, "stat"); err != nil {
 			errorf("boot time unreadable: %s", procfs.Reason(err))
 		} else if boot, err = procfs.ParseBootTime(data); err != nil {
@@ -340,7 +342,9 @@ func (s *Snapshotter) tids(ctx context.Context, pid int) ([]int, error) {
 }
 
 // process reads one process in full. It returns false when the process is
-// gone.
+// gone. Direct through the bounded Reader, not gopsutil's process package:
+// these are reads of hung processes (cmdline takes the target's mmap lock)
+// and each must be bounded in time (see package procfs).
 func (s *Snapshotter) process(ctx context.Context, pid int, first map[int]ctxSample, single bool, boot time.Time, mounts *mountCache) (Process, bool) {
 	p := Process{PID: pid}
 	base := strconv.Itoa(pid)
@@ -440,7 +444,8 @@ func (s *Snapshotter) process(ctx context.Context, pid int, first map[int]ctxSam
 }
 
 // thread reads one thread (the second sample). It returns false when the
-// thread is gone.
+// thread is gone. Direct: gopsutil has no wchan, kernel stack, syscall or
+// pending and blocked signal masks, and the reads must be bounded in time.
 func (s *Snapshotter) thread(ctx context.Context, pid, tid int, first map[int]ctxSample, single bool) (Thread, bool) {
 	t := Thread{TID: tid}
 	dir := fmt.Sprintf("%d/task/%d/", pid, tid)
@@ -550,143 +555,6 @@ func (s *Snapshotter) files(ctx context.Context, p *Process, mounts *mountCache)
 		}
 		p.Files = append(p.Files, f)
 	}
-}
-
-// mountCache holds the mount tables read during one snapshot, one per mount
-// namespace.
-type mountCache struct {
-	selfNS     string
-	selfNSRead bool
-	byNS       map[string][]procfs.Mount
-}
-
-// mountsOf returns the mount table against which p's readlink targets are
-// matched. readlink gives paths as the agent sees them, so a process in the
-// agent's own mount namespace is matched against the agent's mountinfo; a
-// process in another namespace against its own (the best there is: its
-// paths may then be off).
-func (s *Snapshotter) mountsOf(ctx context.Context, p *Process, c *mountCache) []procfs.Mount {
-	if !c.selfNSRead {
-		c.selfNSRead = true
-		c.selfNS, _ = s.proc.Readlink(ctx, "self/ns/mnt")
-	}
-	ns, err := s.proc.Readlink(ctx, strconv.Itoa(p.PID)+"/ns/mnt")
-	file := "self/mountinfo"
-	if err == nil && ns != c.selfNS {
-		file = strconv.Itoa(p.PID) + "/mountinfo"
-	} else {
-		ns = c.selfNS
-	}
-	if ms, ok := c.byNS[ns]; ok {
-		return ms
-	}
-	data, err := s.proc.ReadFile(ctx, file)
-	if err != nil {
-		p.Errors = append(p.Errors, procfs.Unreadable("mountinfo", err))
-		return nil // not cached: another process may do better
-	}
-	ms, err := procfs.ParseMountinfo(data)
-	if err != nil {
-		p.Errors = append(p.Errors, err.Error())
-	}
-	c.byNS[ns] = ms
-	return ms
-}
-
-func (s *Snapshotter) nodeContext(ctx context.Context, r *Report) NodeContext {
-	nc := NodeContext{HungTaskDelta: -1}
-	if s.hungBase >= 0 {
-		if n, err := readCount(s.hungPath); err == nil {
-			nc.HungTaskDelta = n - s.hungBase
-		} else {
-			r.Errors = append(r.Errors, fmt.Sprintf("hung task count unreadable: %s", procfs.Reason(err)))
-		}
-	}
-	if data, err := s.proc.ReadFile(ctx, "loadavg"); err == nil {
-		nc.LoadAvg = strings.TrimSpace(string(data))
-	} else {
-		r.Errors = append(r.Errors, procfs.Unreadable("loadavg", err))
-	}
-	lines, err := readKernelLines(s.kmsgPath, maxKernelLines)
-	if err != nil {
-		r.Errors = append(r.Errors, fmt.Sprintf("kernel log unreadable: %s", procfs.Reason(err)))
-	}
-	nc.KernelLines = lines
-	return nc
-}
-
-func readCount(path string) (int64, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", path, err)
-	}
-	return n, nil
-}
-
-// readKernelLines returns the last max lines of the kernel log at path that
-// contain "blocked for more than", as "[seconds.micros] message". path is
-// /dev/kmsg, read record by record with O_NONBLOCK until EAGAIN (with raw
-// system calls: the os package would park a non-blocking character device
-// in the poller and wait for more), or a file of such records.
-func readKernelLines(path string, max int) ([]string, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	var lines []string
-	keep := func(rec []byte) {
-		for _, line := range bytes.Split(rec, []byte("\n")) {
-			if l, ok := kmsgLine(line); ok {
-				lines = append(lines, l)
-				if len(lines) > max {
-					lines = lines[1:]
-				}
-			}
-		}
-	}
-	buf := make([]byte, 64<<10) // /dev/kmsg needs room for one whole record
-	for i := 0; i < maxKmsgRecords; i++ {
-		n, err := unix.Read(fd, buf)
-		switch {
-		case errors.Is(err, unix.EAGAIN):
-			return lines, nil
-		case errors.Is(err, unix.EPIPE), errors.Is(err, unix.EINTR):
-			continue // records overwritten under us: go on with the next
-		case err != nil:
-			return lines, &fs.PathError{Op: "read", Path: path, Err: err}
-		case n == 0:
-			return lines, nil
-		}
-		keep(buf[:n])
-	}
-	return lines, &fs.PathError{Op: "read", Path: path, Err: io.ErrShortBuffer}
-}
-
-// kmsgLine turns a /dev/kmsg record ("6,1234,5678901,-;INFO: task cat:77
-// blocked for more than 122 seconds.") into "[5.678901] INFO: ...", if it is
-// a hung-task line.
-func kmsgLine(line []byte) (string, bool) {
-	if !bytes.Contains(line, []byte("blocked for more than")) || len(line) == 0 || line[0] == ' ' {
-		return "", false
-	}
-	head, msg, ok := bytes.Cut(line, []byte(";"))
-	if !ok {
-		return string(line), true
-	}
-	f := strings.Split(string(head), ",")
-	if len(f) < 3 {
-		return string(msg), true
-	}
-	us, err := strconv.ParseUint(f[2], 10, 64)
-	if err != nil {
-		return string(msg), true
-	}
-	return fmt.Sprintf("[%d.%06d] %s", us/1e6, us%1e6, msg), true
 }
 
 // numeric returns the names that are numbers, as numbers, sorted.

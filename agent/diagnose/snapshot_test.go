@@ -92,11 +92,20 @@ func fixtureSnapshotter(t *testing.T) (*Snapshotter, *procfs.Reader, *clock.Fake
 		Node:           "node17",
 		KmsgPath:       "testdata/kmsg",
 		HungTaskPath:   hung,
+		Host:           fixtureHost,
 	})
 	if err := os.WriteFile(hung, []byte("5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return s, reader, clk
+}
+
+// fixtureHost stands for the agent's gopsutil reader (internal/hostinfo,
+// tested on its own and by the kernel tests): fixed facts keep the golden
+// report stable.
+func fixtureHost(context.Context) HostFacts {
+	return HostFacts{Load1: 3.5, Load5: 2.25, Load15: 1, MemTotalBytes: 24 << 30, MemAvailableBytes: 20 << 30,
+		UptimeSeconds: 86400, StateDir: "/var/lib/gracewatch", StateDirFreeBytes: 10 << 30, StateDirSizeBytes: 100 << 30}
 }
 
 func fixtureRequest(clk *clock.Fake) Request {

@@ -236,7 +236,7 @@ func Suggest(r *Report) []string {
 		case Unkillable, ExitHang:
 			stuck = true
 			if f, ok := suspectFile(p); ok {
-				add(fsAction(f))
+				add(fsAction(f, r.NodeContext))
 				fsNamed = true
 			}
 		case KillableD:
@@ -258,16 +258,15 @@ func Suggest(r *Report) []string {
 	return out
 }
 
-// fsAction is what to do about a file system that holds a process.
-func fsAction(f File) string {
+// fsAction is what to do about a file system that holds a process. Its
+// commands work as printed on the node they were diagnosed on: the FUSE
+// abort writes to the fusectl mount that nc saw, and mounts fusectl first
+// when it was not mounted.
+func fsAction(f File, nc NodeContext) string {
 	where := fmt.Sprintf("(%s on %s)", f.FSType, f.Mountpoint)
 	switch fsFamily(f.FSType) {
 	case "fuse":
-		minor := f.Device
-		if _, m, ok := strings.Cut(f.Device, ":"); ok {
-			minor = m
-		}
-		return fmt.Sprintf("abort the FUSE connection: echo 1 > /sys/fs/fuse/connections/%s/abort %s", minor, where)
+		return fuseAbort(f, nc.FuseCtl, where)
 	case "nfs":
 		return fmt.Sprintf("check the NFS server %s %s", f.Source, where)
 	case "lustre":
@@ -280,6 +279,49 @@ func fsAction(f File) string {
 		return fmt.Sprintf("check the Ceph cluster %s %s", f.Source, where)
 	}
 	return fmt.Sprintf("check the file system %s %s", f.Source, where)
+}
+
+// fuseCtlDefault is where fusectl is mounted by convention (and by
+// systemd's sys-fs-fuse-connections.mount).
+const fuseCtlDefault = "/sys/fs/fuse/connections"
+
+// fuseAbort is the command that aborts f's FUSE connection, given where
+// fusectl is mounted (NodeContext.FuseCtl). The connection's number is the
+// minor of the mount's device.
+func fuseAbort(f File, fusectl, where string) string {
+	minor := ""
+	if _, m, ok := strings.Cut(f.Device, ":"); ok {
+		minor = m
+	}
+	dir := fusectl
+	mount := ""
+	switch fusectl {
+	case FuseCtlNotMounted:
+		dir = fuseCtlDefault
+		mount = "mount -t fusectl none " + fuseCtlDefault + " && "
+	case "":
+		dir = fuseCtlDefault
+	}
+	if minor == "" {
+		// No device in the report: the number is read from mountinfo
+		// (never from a stat of the mountpoint, which hangs too).
+		return fmt.Sprintf("abort the FUSE connection: %secho 1 > %s/$(awk -v m=%s '$5 == m {split($3, d, \":\"); print d[2]}' /proc/self/mountinfo)/abort %s",
+			mount, dir, shellQuote(f.Mountpoint), where)
+	}
+	s := fmt.Sprintf("abort the FUSE connection: %secho 1 > %s/%s/abort %s", mount, dir, minor, where)
+	if fusectl == "" {
+		// Unknown (mountinfo unreadable): say what to do if it is missing.
+		s += fmt.Sprintf("; if %s is empty, first: mount -t fusectl none %s", fuseCtlDefault, fuseCtlDefault)
+	}
+	return s
+}
+
+// shellQuote quotes s for sh when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // LogAttrs returns the attributes of the one structured log line about r:

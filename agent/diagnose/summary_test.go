@@ -107,16 +107,55 @@ func TestSuggest(t *testing.T) {
 		Files:   []File{{FD: "3", Target: "/home/a", FSType: "nfs4", Mountpoint: "/home", Source: "fs1:/export/home", Device: "0:50"}}}
 	lustreProc := Process{PID: 3, Comm: "cp", Class: ExitHang, State: "D",
 		Files: []File{{FD: "cwd", Target: "/lus/a", FSType: "lustre", Mountpoint: "/lus", Source: "10.0.0.1@o2ib:/lus"}}}
+	noDevice := fuseCat(1)
+	noDevice.Files = []File{{FD: "3", Target: "/scr atch/x", FSType: "fuse.sshfs", Mountpoint: "/scr atch"}}
 	tests := []struct {
 		name      string
+		fusectl   string // NodeContext.FuseCtl
 		processes []Process
 		want      []string
 	}{
 		{
-			name:      "fuse",
+			name:      "fuse, fusectl mounted",
+			fusectl:   "/sys/fs/fuse/connections",
 			processes: []Process{fuseCat(1)},
 			want: []string{
 				"abort the FUSE connection: echo 1 > /sys/fs/fuse/connections/52/abort (fuse.sshfs on /scratch)",
+				"if that does not release them, drain and reboot the node",
+			},
+		},
+		{
+			name:      "fuse, fusectl mounted elsewhere",
+			fusectl:   "/run/fusectl",
+			processes: []Process{fuseCat(1)},
+			want: []string{
+				"abort the FUSE connection: echo 1 > /run/fusectl/52/abort (fuse.sshfs on /scratch)",
+				"if that does not release them, drain and reboot the node",
+			},
+		},
+		{
+			name:      "fuse, fusectl not mounted",
+			fusectl:   FuseCtlNotMounted,
+			processes: []Process{fuseCat(1)},
+			want: []string{
+				"abort the FUSE connection: mount -t fusectl none /sys/fs/fuse/connections && echo 1 > /sys/fs/fuse/connections/52/abort (fuse.sshfs on /scratch)",
+				"if that does not release them, drain and reboot the node",
+			},
+		},
+		{
+			name:      "fuse, fusectl unknown",
+			processes: []Process{fuseCat(1)},
+			want: []string{
+				"abort the FUSE connection: echo 1 > /sys/fs/fuse/connections/52/abort (fuse.sshfs on /scratch); if /sys/fs/fuse/connections is empty, first: mount -t fusectl none /sys/fs/fuse/connections",
+				"if that does not release them, drain and reboot the node",
+			},
+		},
+		{
+			name:      "fuse without a device",
+			fusectl:   "/sys/fs/fuse/connections",
+			processes: []Process{noDevice},
+			want: []string{
+				`abort the FUSE connection: echo 1 > /sys/fs/fuse/connections/$(awk -v m='/scr atch' '$5 == m {split($3, d, ":"); print d[2]}' /proc/self/mountinfo)/abort (fuse.sshfs on /scr atch)`,
 				"if that does not release them, drain and reboot the node",
 			},
 		},
@@ -151,7 +190,7 @@ func TestSuggest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Suggest(&Report{Processes: tt.processes})
+			got := Suggest(&Report{Processes: tt.processes, NodeContext: NodeContext{FuseCtl: tt.fusectl}})
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}

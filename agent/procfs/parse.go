@@ -274,42 +274,6 @@ func MountOf(mounts []Mount, p string) (Mount, bool) {
 	return best, found
 }
 
-// LoadAvg is /proc/loadavg.
-type LoadAvg struct {
-	Load1, Load5, Load15 float64
-	Running, Total       int
-	LastPID              int
-}
-
-// ParseLoadAvg parses /proc/loadavg ("0.10 0.20 0.30 1/123 4567").
-func ParseLoadAvg(data []byte) (LoadAvg, error) {
-	var l LoadAvg
-	f := strings.Fields(string(data))
-	if len(f) != 5 {
-		return l, fmt.Errorf("parse loadavg: %d fields, want 5", len(f))
-	}
-	var err error
-	for i, dst := range []*float64{&l.Load1, &l.Load5, &l.Load15} {
-		if *dst, err = strconv.ParseFloat(f[i], 64); err != nil {
-			return l, fmt.Errorf("parse loadavg: %w", err)
-		}
-	}
-	run, total, ok := strings.Cut(f[3], "/")
-	if !ok {
-		return l, fmt.Errorf("parse loadavg: bad running/total %q", f[3])
-	}
-	if l.Running, err = strconv.Atoi(run); err != nil {
-		return l, fmt.Errorf("parse loadavg: %w", err)
-	}
-	if l.Total, err = strconv.Atoi(total); err != nil {
-		return l, fmt.Errorf("parse loadavg: %w", err)
-	}
-	if l.LastPID, err = strconv.Atoi(f[4]); err != nil {
-		return l, fmt.Errorf("parse loadavg: %w", err)
-	}
-	return l, nil
-}
-
 // ParseBootTime returns the boot time from the btime line of /proc/stat.
 func ParseBootTime(data []byte) (time.Time, error) {
 	for _, line := range strings.Split(string(data), "\n") {

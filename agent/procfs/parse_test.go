@@ -195,22 +195,6 @@ func TestMountOf(t *testing.T) {
 	}
 }
 
-func TestParseLoadAvg(t *testing.T) {
-	got, err := ParseLoadAvg(fixture(t, "loadavg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := LoadAvg{Load1: 0.15, Load5: 0.15, Load15: 0.12, Running: 3, Total: 107, LastPID: 9510}
-	if got != want {
-		t.Errorf("got %+v, want %+v", got, want)
-	}
-	for _, bad := range []string{"", "1 2 3 4/5", "a 2 3 4/5 6", "1 2 3 45 6"} {
-		if _, err := ParseLoadAvg([]byte(bad)); err == nil {
-			t.Errorf("ParseLoadAvg(%q) succeeded", bad)
-		}
-	}
-}
-
 func TestBootAndStartTime(t *testing.T) {
 	boot, err := ParseBootTime(fixture(t, "proc-stat"))
 	if err != nil {

@@ -9,6 +9,14 @@
 //
 // The parsers (ParseStat, ParseStatus, ParseMountinfo, ...) are pure functions
 // of a file's bytes, tested against fixtures under testdata/.
+//
+// Why by hand and not through gopsutil/v4 (which the node's load, memory,
+// uptime and state dir space do go through, internal/hostinfo): gopsutil has
+// no wchan, kernel stack, syscall or pending-signal masks, its process reads
+// (cmdline, status, open files) have no time limit, so one of them on a hung
+// process would hang the diagnosis, and its Children scans all of /proc where
+// cgroup.procs names the job's processes. This package is also linked by the
+// agent's client, which must stay free of gopsutil.
 package procfs
 
 import (

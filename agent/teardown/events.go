@@ -29,6 +29,10 @@ const (
 	// EventEpilogStartError: an epilogue could not be started (its cgroup,
 	// its output files, or the exec failed); Err says why.
 	EventEpilogStartError EventKind = "epilog-start-error"
+	// EventStateWriteError: the state file could not be written (a full
+	// or read-only state dir); Err says why. The agent goes on from memory,
+	// but a restart would lose what was not written.
+	EventStateWriteError EventKind = "state-write-error"
 )
 
 // Event is one thing that happened on the supervisor's main loop, for
@@ -49,7 +53,7 @@ type Event struct {
 	// Status and Signaled are set for EventEpilogExited.
 	Status   int
 	Signaled bool
-	// Err is set for EventEpilogStartError.
+	// Err is set for EventEpilogStartError and EventStateWriteError.
 	Err error
 }
 

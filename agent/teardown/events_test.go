@@ -3,7 +3,10 @@ package teardown
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,5 +88,30 @@ func TestOnEventEpilogStartError(t *testing.T) {
 	}
 	if got, want := log.lines(), []string{"registered 5", "epilog-start-error 5"}; !slices.Equal(got, want) {
 		t.Fatalf("events %q, want %q", got, want)
+	}
+}
+
+// A state file that cannot be written is told (the agent's metrics count
+// it): here state.json is a non-empty directory, so the rename fails.
+func TestOnEventStateWriteError(t *testing.T) {
+	log := &eventLog{}
+	h := newHarness(t, func(o *Options) { o.OnEvent = log.add })
+	path := filepath.Join(h.dir, "state.json")
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.start1("6", t0.Add(time.Hour).Format(time.RFC3339), "", "")
+	got := log.lines()
+	if !slices.Equal(got, []string{"registered 6", "state-write-error "}) {
+		t.Fatalf("events %q, want a registration and a state write error", got)
+	}
+	log.mu.Lock()
+	err := log.evs[1].Err
+	log.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("error %v does not name %s", err, path)
 	}
 }

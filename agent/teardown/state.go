@@ -104,5 +104,6 @@ func (s *Supervisor) write() {
 	}
 	if err != nil {
 		s.log.Error("cannot persist state", "path", s.statePath, "err", err)
+		s.emit(Event{Kind: EventStateWriteError, Err: err})
 	}
 }

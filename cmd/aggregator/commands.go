@@ -18,6 +18,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -81,6 +82,9 @@ func runServe(c *cli, name string, args []string) int {
 		StateDir:     stateDir,
 		MeshInsecure: cfg.Mesh.Insecure,
 		Logger:       logger,
+		// The machine's facts through gopsutil, for /readyz and the
+		// state dir metrics; a statfs that hangs costs /readyz 1 s.
+		Host: hostinfo.NewReader(hostinfo.Options{StateDir: stateDir, Timeout: time.Second}).Read,
 	})
 	if err != nil {
 		return c.fail(err)

@@ -462,6 +462,8 @@ func TestStatusDiagnoseResume(t *testing.T) {
 		reports: []*diagnose.Report{{Version: 1, Node: "node17", Job: "1234", Stage: diagnose.StageAfterEscalation, Taken: now,
 			Grace: "2m0s", Outcome: diagnose.OutcomeHung, Summary: "job 1234 teardown exceeded grace 120s: 1 unkillable",
 			Suggestions: []string{"abort the FUSE connection 42"},
+			NodeContext: diagnose.NodeContext{Host: &diagnose.HostFacts{Load1: 3.5, Load5: 2.25, Load15: 1, MemTotalBytes: 24 << 30,
+				MemAvailableBytes: 20 << 30, UptimeSeconds: 86400 + 3600, StateDirFreeBytes: 10 << 30, StateDirSizeBytes: 100 << 30}},
 			Processes: []diagnose.Process{{PID: 5814, Comm: "cat", Class: diagnose.Unkillable, State: "D", Wchan: "request_wait_answer",
 				NumThreads: 1, Cmdline: []string{"cat", "/scratch/x"},
 				Files: []diagnose.File{{FD: "3", Target: "/scratch/x", FSType: "fuse", Mountpoint: "/scratch"}}}}}},
@@ -484,7 +486,8 @@ func TestStatusDiagnoseResume(t *testing.T) {
 	res = nodeagent(t, env, "diagnose", "--job", "1234")
 	for _, want := range []string{"job 1234 on node17: after-escalation report", "summary:    job 1234 teardown exceeded grace 120s: 1 unkillable",
 		"suggestion: abort the FUSE connection 42", "pid 5814 (cat): unkillable, state D in request_wait_answer, 1 threads: cat /scratch/x",
-		"3 -> /scratch/x (fuse /scratch)"} {
+		"3 -> /scratch/x (fuse /scratch)",
+		"node:       load 3.50 2.25 1.00, memory 20.0 GiB available of 24.0 GiB, up 1d1h0m0s, state dir 10.0 GiB free of 100.0 GiB"} {
 		if !strings.Contains(res.stdout, want) {
 			t.Errorf("diagnose output lacks %q:\n%s", want, res.stdout)
 		}
@@ -554,12 +557,18 @@ func TestClientLinksNoDaemon(t *testing.T) {
 		"github.com/gracewatch/gracewatch/mesh", "github.com/gracewatch/gracewatch/internal/metrics",
 		"github.com/hashicorp/memberlist", "github.com/prometheus/client_golang/prometheus",
 		"github.com/shirou/gopsutil/v4/process", "github.com/coreos/go-systemd/v22/daemon",
-		"google.golang.org/protobuf/proto",
+		"google.golang.org/protobuf/proto", "github.com/gracewatch/gracewatch/internal/hostinfo",
 	} {
 		for _, d := range deps {
 			if d == banned {
 				t.Errorf("nodeagent links %s", banned)
 			}
+		}
+	}
+	// No part of gopsutil at all: the node's context is the daemon's.
+	for _, d := range deps {
+		if strings.HasPrefix(d, "github.com/shirou/gopsutil/") {
+			t.Errorf("nodeagent links %s", d)
 		}
 	}
 	if !slices.Contains(deps, "github.com/gracewatch/gracewatch/agent/api") {

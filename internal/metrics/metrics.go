@@ -6,7 +6,10 @@
 //
 // Conventions (DESIGN section 6): every name starts with Namespace, values
 // are in base units (seconds, bytes), counters end in _total, and no label
-// takes an unbounded set of values (no job ids, pids or node names).
+// takes an unbounded set of values: never a job id, a pid or a reason. A
+// node name is a label only of the aggregator's per-node families
+// (gracewatch_aggregator_node_*, one series per node, bounded by the
+// cluster's size), which the alerting rules need to name the node.
 package metrics
 
 import (

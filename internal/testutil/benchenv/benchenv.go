@@ -4,12 +4,15 @@
 package benchenv
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shirou/gopsutil/v4/load"
 )
 
 // Ints reads a comma-separated list of non-negative integers from the
@@ -46,15 +49,14 @@ func Duration(b testing.TB, name string, def time.Duration) time.Duration {
 	return d
 }
 
-// LoadAvg is the first three fields of /proc/loadavg: other work on the
-// machine skews the figures.
+// LoadAvg is the 1, 5 and 15 minute load averages, through gopsutil as
+// the programs read them: other work on the machine skews the figures.
 func LoadAvg() string {
-	data, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
+	avg, err := load.Avg()
+	if err != nil {
 		return "?"
 	}
-	return strings.Join(f[:3], " ")
+	return fmt.Sprintf("%.2f %.2f %.2f", avg.Load1, avg.Load5, avg.Load15)
 }
 
 // CPUTime is the CPU time (user and system) this process has used.

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// report runs the summarizer on input and returns its output and status.
+func report(t *testing.T, input string, args ...string) (string, int) {
+	t.Helper()
+	var out, errOut strings.Builder
+	code := run(args, strings.NewReader(input), &out, &errOut)
+	if errOut.Len() > 0 {
+		t.Logf("stderr: %s", errOut.String())
+	}
+	return out.String(), code
+}
+
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// A run of go test -json (Go 1.26) with a build failure, a failed test, a
+// skipped test and a skipped subtest: what failed is printed as go test
+// prints it, the skips with their messages, and the closing line.
+func TestMixed(t *testing.T) {
+	got, code := report(t, fixture(t, "mixed.json"))
+	want := "# fixture/broken [fixture/broken.test]\n" +
+		"broken/b_test.go:5:28: undefined: undefined\n" +
+		"FAIL\tfixture/broken [build failed]\n" +
+		"=== RUN   TestFail\n" +
+		"    ok_test.go:6: some log\n" +
+		"    ok_test.go:6: boom\n" +
+		"--- FAIL: TestFail (0.00s)\n" +
+		"FAIL\tfixture/ok\t0.022s\n" +
+		"\nSkipped (2):\n" +
+		"  fixture/ok TestSkip: ok_test.go:7: needs nft\n" +
+		"  fixture/ok TestSub/b: ok_test.go:10: no chromium: x\n" +
+		"\n3 passed, 2 failed, 2 skipped\n"
+	if got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+}
+
+const passing = `{"Action":"start","Package":"m/a"}
+{"Action":"run","Package":"m/a","Test":"TestA"}
+{"Action":"output","Package":"m/a","Test":"TestA","Output":"=== RUN   TestA\n"}
+{"Action":"output","Package":"m/a","Test":"TestA","Output":"--- PASS: TestA (0.00s)\n"}
+{"Action":"pass","Package":"m/a","Test":"TestA","Elapsed":0}
+{"Action":"output","Package":"m/a","Output":"PASS\n"}
+{"Action":"output","Package":"m/a","Output":"ok  \tm/a\t0.015s\n"}
+{"Action":"pass","Package":"m/a","Elapsed":0.015}
+{"Action":"start","Package":"m/b"}
+{"Action":"output","Package":"m/b","Output":"?   \tm/b\t[no test files]\n"}
+{"Action":"skip","Package":"m/b","Elapsed":0}
+`
+
+func TestPassing(t *testing.T) {
+	got, code := report(t, passing)
+	want := "ok  \tm/a\t0.015s\n?   \tm/b\t[no test files]\n1 passed, 0 failed, 0 skipped\n"
+	if got != want || code != 0 {
+		t.Errorf("exit %d, got:\n%s\nwant:\n%s", code, got, want)
+	}
+}
+
+// A test binary that dies in a test (a panic, or -timeout): the test never
+// ends, its output and the package's (the panic) are printed, and it counts
+// as failed.
+func TestPanicInTest(t *testing.T) {
+	in := `{"Action":"start","Package":"m/c"}
+{"Action":"run","Package":"m/c","Test":"TestSlow"}
+{"Action":"output","Package":"m/c","Test":"TestSlow","Output":"=== RUN   TestSlow\n"}
+{"Action":"output","Package":"m/c","Output":"panic: test timed out after 1s\n"}
+{"Action":"output","Package":"m/c","Output":"\trunning tests:\n"}
+{"Action":"output","Package":"m/c","Output":"FAIL\tm/c\t1.005s\n"}
+{"Action":"fail","Package":"m/c","Elapsed":1.005}
+`
+	got, code := report(t, in)
+	want := "=== RUN   TestSlow\npanic: test timed out after 1s\n\trunning tests:\nFAIL\tm/c\t1.005s\n0 passed, 1 failed, 0 skipped\n"
+	if got != want || code != 1 {
+		t.Errorf("exit %d, got:\n%s\nwant:\n%s", code, got, want)
+	}
+}
+
+// Lines that are not events pass through; an input cut short fails the
+// package that was running; no events at all is a failure, not a pass.
+func TestOddInputs(t *testing.T) {
+	got, code := report(t, "go: downloading example.com/x v1.0.0\n"+passing)
+	if !strings.HasPrefix(got, "go: downloading example.com/x v1.0.0\n") || code != 0 {
+		t.Errorf("passthrough: exit %d, %q", code, got)
+	}
+	cut := `{"Action":"run","Package":"m/d","Test":"TestD"}
+{"Action":"output","Package":"m/d","Test":"TestD","Output":"=== RUN   TestD\n"}`
+	got, code = report(t, cut)
+	if !strings.HasSuffix(got, "0 passed, 1 failed, 0 skipped\n") || !strings.Contains(got, "FAIL\tm/d") || code != 1 {
+		t.Errorf("cut: exit %d, %q", code, got)
+	}
+	got, code = report(t, "")
+	if !strings.Contains(got, "no test events") || !strings.HasSuffix(got, "0 passed, 0 failed, 0 skipped\n") || code != 1 {
+		t.Errorf("empty: exit %d, %q", code, got)
+	}
+}
+
+// With a command, its exit status counts: all events passing but a failed
+// command is a failure.
+func TestCommand(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.json")
+	if err := os.WriteFile(path, []byte(passing), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, code := report(t, "", "--", "sh", "-c", `cat "$0"; exit 3`, path)
+	if !strings.Contains(got, "the command exited with status 3") || !strings.HasSuffix(got, "1 passed, 1 failed, 0 skipped\n") || code != 1 {
+		t.Errorf("exit %d, %q", code, got)
+	}
+	if got, code = report(t, "", "sh", "-c", `cat "$0"`, path); code != 0 || !strings.HasSuffix(got, "1 passed, 0 failed, 0 skipped\n") {
+		t.Errorf("exit %d, %q", code, got)
+	}
+	if _, code = report(t, "", filepath.Join(t.TempDir(), "missing")); code != 2 {
+		t.Errorf("a missing command: exit %d, want 2", code)
+	}
+}
+
+// The real go test on the fixture module (testdata/fixture): the counts
+// and the skip messages come through as the Go in use writes its events.
+func TestRealGoTest(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	dir, err := filepath.Abs(filepath.Join("testdata", "fixture"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	cmd := []string{"sh", "-c", `cd "$0" && GOWORK=off GOFLAGS=-mod=mod exec "$1" test -json -count=1 ./...`, dir, goTool}
+	code := run(cmd, strings.NewReader(""), &out, &errOut)
+	got := out.String()
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^FAIL\tfixture/broken \[build failed\]$`),
+		regexp.MustCompile(`(?m)^--- FAIL: TestFail `),
+		regexp.MustCompile(`(?m)^\?   \tfixture/empty\t\[no test files\]$`),
+		regexp.MustCompile(`(?m)^  fixture/ok TestSkip: ok_test.go:\d+: needs nft$`),
+		regexp.MustCompile(`(?m)^  fixture/ok TestSub/b: ok_test.go:\d+: no chromium: x$`),
+		regexp.MustCompile(`\n3 passed, 2 failed, 2 skipped\n$`),
+	} {
+		if !want.MatchString(got) {
+			t.Errorf("output lacks %s:\n%s\nstderr:\n%s", want, got, errOut.String())
+		}
+	}
+}
