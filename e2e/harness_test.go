@@ -137,8 +137,16 @@ type cluster struct {
 	extra   string // appended to every agent config
 	aggConf string // appended to every aggregator config
 	// grace is G of every agent and aggregator ("" is 3s);
-	// teardown, more keys of the agents' [teardown] table.
-	grace, teardown string
+	// teardown, more keys of the agents' [teardown] table; killWait and
+	// unkillableAfter, the agents' ("" is 30s).
+	grace, teardown, killWait, unkillableAfter string
+}
+
+func or30s(s string) string {
+	if s == "" {
+		return "30s"
+	}
+	return s
 }
 
 // graceOr is the cluster's G.
@@ -269,8 +277,8 @@ root = %q
 
 [teardown]
 grace = %q
-kill_wait = "30s"
-unkillable_after = "30s"
+kill_wait = %q
+unkillable_after = %q
 %s
 [diagnostics]
 sample_interval = "200ms"
@@ -282,7 +290,7 @@ join = %s
 label = %q
 keyring = %q
 rejoin_interval = "2s"
-%s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), c.teardown, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile, c.extra)
+%s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), or30s(c.killWait), or30s(c.unkillableAfter), c.teardown, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile, c.extra)
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}

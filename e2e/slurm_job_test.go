@@ -22,6 +22,10 @@ import (
 // (up to 30 s to slurmctld's time-limit check + 5 s: the task has SIGKILL
 // pending at D), shorter than its UnkillableStepTimeout of 60 s after that
 // (Slurm's "Kill task failed" comes later).
+// aggReasonWait is longer than the aggregator's ReasonEvery (5 s) plus an
+// actuator run: a reason update that was going to happen has happened.
+const aggReasonWait = 7 * time.Second
+
 const (
 	slurmJobGrace      = 45 * time.Second
 	slurmJobKillWait   = 5
@@ -230,11 +234,21 @@ func TestSlurmJobOverdue(t *testing.T) {
 	}
 	w.cancel()
 
+	// An administrator takes the drain over with a reason of their own:
+	// gracewatch's later reasons never overwrite it.
+	const admin = "admin: looking at the FUSE server"
+	s.must("scontrol", "update", "NodeName="+s.host, "State=DRAIN", "Reason="+admin)
+
 	// The FUSE server ends: the task dies, Slurm completes the job and runs
-	// the Epilog; the agent releases the job. The node stays drained with
-	// gracewatch's reason until a resume.
+	// the Epilog; the agent releases the job. gracewatch's reason says the
+	// hang is gone; Slurm keeps the administrator's.
 	if err := hang.stop(); err != nil {
 		t.Fatal(err)
+	}
+	j.agg.waitNode(t, s.host, "its reason saying gone", 30*time.Second, func(n node) bool { return strings.Contains(n.Reason, "; gone since ") })
+	time.Sleep(aggReasonWait)
+	if state, reason, err := s.node(); err != nil || !strings.HasPrefix(state, "drain") || reason != admin {
+		t.Fatalf("after gracewatch's reason changed Slurm has %q %q (%v), want the administrator's drain", state, reason, err)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for !s.jobGone(job) {
@@ -243,12 +257,13 @@ func TestSlurmJobOverdue(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	_, reason2 := s.waitNode("drained", 10*time.Second, func(state, _ string) bool { return strings.HasPrefix(state, "drain") })
-	if !strings.HasPrefix(reason2, "gracewatch: ") {
-		t.Fatalf("after the job left Slurm's reason is %q", reason2)
-	}
+	// gracewatch's resume leaves the administrator's drain too.
 	aggregatorCLI(t, j.c, j.agg, "resume", s.host, "--reason", "FUSE server restarted")
-	s.waitNode("idle", 20*time.Second, func(state, reason string) bool { return state == "idle" && reason == "" })
+	j.agg.waitNode(t, s.host, "up", 10*time.Second, func(n node) bool { return n.State == "up" })
+	time.Sleep(time.Second)
+	if state, reason, err := s.node(); err != nil || !strings.HasPrefix(state, "drain") || reason != admin {
+		t.Fatalf("after gracewatch's resume Slurm has %q %q (%v), want the administrator's drain", state, reason, err)
+	}
 }
 
 // TestSlurmJobCompare (GRACEWATCH_SLURM_COMPARE=1, about 5 minutes) runs

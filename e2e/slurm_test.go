@@ -34,6 +34,9 @@ func startGracewatchSlurm(t *testing.T, cfg slurmConfig) *gracewatchSlurm {
 	t.Setenv("SLURM_CONF", s.conf)
 	c := newCluster(t)
 	c.aggConf = s.slurmActuators()
+	// SIGKILL 2 s after D, survivors classified 2 s later: the reason goes
+	// from "still running" to "unkillable" while the node is drained.
+	c.killWait, c.unkillableAfter = "2s", "2s"
 	g := &gracewatchSlurm{s: s, c: c, agg: c.addAggregator("agg-1")}
 	g.a = c.addAgent(s.host)
 	g.agg.waitNode(t, s.host, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
@@ -83,15 +86,32 @@ func TestSlurm(t *testing.T) {
 			t.Errorf("state %q while the epilogue still hangs, want draining (the job is still completing)", state)
 		}
 
+		// The diagnosis follows the hang, and Slurm's reason follows the
+		// diagnosis (on="reason", at most every 5 s, without a second
+		// drain): SIGKILL at D + 2 s leaves the reader unkillable.
+		drainedAt := time.Now()
+		_, reason = s.waitNode("the reason saying unkillable", 15*time.Second, func(_, reason string) bool {
+			return strings.Contains(reason, fmt.Sprintf("1 unkillable (pid %d cat, D in request_wait_answer", cat))
+		})
+		t.Logf("Slurm's reason followed the classification %v after the drain: %q", time.Since(drainedAt).Round(time.Millisecond), reason)
+		if !strings.HasPrefix(reason, want) {
+			t.Fatalf("updated reason %q lost gracewatch's prefix %q", reason, want)
+		}
+
 		// The FUSE server ends: the reader gets an error, the epilogue
 		// fails, slurmd reports "Epilog error". The job leaves; the node
-		// stays drained with gracewatch's reason.
+		// stays drained, and its reason says the hang is gone and what
+		// clears it.
 		if err := hang.stop(); err != nil {
 			t.Fatal(err)
 		}
-		state, reason2 := s.waitNode("drained with the job gone", 20*time.Second, func(state, _ string) bool { return state == "drained" })
-		if reason2 != reason {
-			t.Fatalf("after the epilogue ended Slurm's reason is %q, was %q", reason2, reason)
+		goneAt := time.Now()
+		state, reason2 := s.waitNode("drained, the reason saying gone", 20*time.Second, func(state, reason string) bool {
+			return state == "drained" && strings.Contains(reason, "; gone since ") && strings.HasSuffix(reason, ", resume to clear")
+		})
+		t.Logf("Slurm's reason followed the hang's end %v after it: %q", time.Since(goneAt).Round(time.Millisecond), reason2)
+		if !strings.HasPrefix(reason2, "gracewatch: ") {
+			t.Fatalf("after the epilogue ended Slurm's reason is %q", reason2)
 		}
 		if !s.jobGone(job) {
 			t.Fatalf("job %s still listed by squeue with the node %s", job, state)

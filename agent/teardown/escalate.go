@@ -124,8 +124,12 @@ func (s *Supervisor) overdue(j *job) {
 		return
 	}
 	j.Phase = api.PhaseOverdue
+	if !j.Violated {
+		// An epilogue that came after the job's violation was judged
+		// (reopen) keeps that judgement: the job is one violation.
+		j.Summary = fmt.Sprintf("job %s teardown exceeded grace %v", j.ID, j.Grace)
+	}
 	j.Violated = true
-	j.Summary = fmt.Sprintf("job %s teardown exceeded grace %v", j.ID, j.Grace)
 	s.log.Warn("grace violated", "job", j.ID, "deadline", j.Deadline, "cgroup", j.Cgroup, "foreign", j.Foreign)
 	s.escalate(j)
 }
