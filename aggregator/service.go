@@ -416,13 +416,18 @@ func (s *Service) process(batch []input) {
 			in.reply <- s.forget(in.forget, in.from, true)
 		}
 	}
+	// Leadership first: a transition that comes in the same batch as a
+	// change of leadership is the new leader's to actuate, not this
+	// aggregator's under the leadership it had before the batch (an
+	// aggregator that learns of a lower-named peer and of a node's down
+	// in one batch does not drain it).
+	if membersChanged {
+		s.updateLeadership()
+	}
 	if len(dirty) > 0 {
 		s.recompute(dirty)
 	} else if ticked {
 		s.armTimer(s.clock.Now())
-	}
-	if membersChanged {
-		s.updateLeadership()
 	}
 	if len(s.handoverTo) > 0 {
 		s.sendHandovers(s.handoverTo)
