@@ -66,6 +66,15 @@ type job struct {
 	snapshotRun bool
 }
 
+// teardownDeadline is D = min(T_end, E) + G of a job whose end is known.
+func (j *job) teardownDeadline() time.Time {
+	base := j.Ended
+	if !j.NoExpiration && j.Expiration.Before(base) {
+		base = j.Expiration
+	}
+	return base.Add(j.Grace)
+}
+
 // pastExpiration reports whether j still runs at now, after its E: no end
 // was reported, but its time is up.
 func (j *job) pastExpiration(now time.Time) bool {

@@ -217,11 +217,7 @@ func (s *Supervisor) check(j *job) {
 func (s *Supervisor) startTeardown(j *job, now time.Time, by string) {
 	j.Ended = now
 	j.EndedBy = by
-	base := now
-	if !j.NoExpiration && j.Expiration.Before(base) {
-		base = j.Expiration
-	}
-	j.Deadline = base.Add(j.Grace)
+	j.Deadline = j.teardownDeadline()
 	j.Phase = api.PhaseTeardown
 	s.log.Info("teardown started", "job", j.ID, "deadline", j.Deadline, "grace", j.Grace, "ended_by", by)
 	s.persist()

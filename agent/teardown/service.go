@@ -47,7 +47,18 @@ func (s *Supervisor) stopWatches(j *job) {
 	j.cancels = nil
 }
 
-// active counts the jobs that are not released.
+// onLoop runs fn on the main loop and returns its answer; the error of
+// the loop (stopped, ctx) comes first.
+func (s *Supervisor) onLoop(ctx context.Context, fn func() (api.Job, error)) (api.Job, error) {
+	var out api.Job
+	var opErr error
+	if err := s.do(ctx, func() { out, opErr = fn() }); err != nil {
+		return api.Job{}, err
+	}
+	return out, opErr
+}
+
+// registered counts the jobs that are not released.
 func (s *Supervisor) registered() int {
 	n := 0
 	for _, j := range s.jobs {
@@ -79,16 +90,12 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 	if err != nil {
 		return api.Job{}, err
 	}
-	var out api.Job
-	var opErr error
-	err = s.do(ctx, func() {
+	return s.onLoop(ctx, func() (api.Job, error) {
 		if _, ok := s.jobs[req.Job]; ok {
-			opErr = fmt.Errorf("job %s: %w", req.Job, api.ErrDuplicateJob)
-			return
+			return api.Job{}, fmt.Errorf("job %s: %w", req.Job, api.ErrDuplicateJob)
 		}
 		if n := s.registered(); n >= s.o.MaxJobs {
-			opErr = fmt.Errorf("job %s: %w: %d jobs are registered and not released", req.Job, api.ErrFull, n)
-			return
+			return api.Job{}, fmt.Errorf("job %s: %w: %d jobs are registered and not released", req.Job, api.ErrFull, n)
 		}
 		j := &job{ID: req.Job, Expiration: exp, NoExpiration: none, Grace: grace, Registered: now,
 			Phase: api.PhaseRunning}
@@ -105,12 +112,8 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 		s.persist()
 		s.armRunning(j)
 		s.changed()
-		out = j.wire()
+		return j.wire(), nil
 	})
-	if err != nil {
-		return api.Job{}, err
-	}
-	return out, opErr
 }
 
 // EndJob records T_end for a running job. Ending a job already in teardown
@@ -121,13 +124,10 @@ func (s *Supervisor) EndJob(ctx context.Context, id string) (api.Job, error) {
 	if err := api.ValidateJobID(id); err != nil {
 		return api.Job{}, err
 	}
-	var out api.Job
-	var opErr error
-	err := s.do(ctx, func() {
+	return s.onLoop(ctx, func() (api.Job, error) {
 		j := s.jobs[id]
 		if j == nil {
-			opErr = fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
-			return
+			return api.Job{}, fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
 		}
 		switch j.Phase {
 		case api.PhaseRunning:
@@ -137,12 +137,8 @@ func (s *Supervisor) EndJob(ctx context.Context, id string) (api.Job, error) {
 		}
 		s.check(j)
 		s.changed()
-		out = j.wire()
+		return j.wire(), nil
 	})
-	if err != nil {
-		return api.Job{}, err
-	}
-	return out, opErr
 }
 
 // UpdateJob changes the expiration of a job (its time limit moved in the
@@ -172,25 +168,19 @@ func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdate
 	if err != nil {
 		return api.Job{}, err
 	}
-	var out api.Job
-	var opErr error
-	err = s.do(ctx, func() {
+	return s.onLoop(ctx, func() (api.Job, error) {
 		j := s.jobs[id]
 		switch {
 		case j == nil:
-			opErr = fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
-			return
+			return api.Job{}, fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
 		case j.Phase == api.PhaseReleased:
-			opErr = fmt.Errorf("job %s: %w: it is released (its teardown ended %s)", id, api.ErrConflict,
+			return api.Job{}, fmt.Errorf("job %s: %w: it is released (its teardown ended %s)", id, api.ErrConflict,
 				j.Released.UTC().Format(time.RFC3339))
-			return
 		case j.Phase == api.PhaseOverdue:
-			opErr = fmt.Errorf("job %s: %w: it is overdue since its deadline %s and the node is down; check it and resume the node",
+			return api.Job{}, fmt.Errorf("job %s: %w: it is overdue since its deadline %s and the node is down; check it and resume the node",
 				id, api.ErrConflict, j.Deadline.UTC().Format(time.RFC3339))
-			return
 		case foreign.Path != "" && j.Foreign != "" && j.Foreign != foreign.Path:
-			opErr = fmt.Errorf("job %s: %w: it already observes cgroup %s", id, api.ErrConflict, j.ForeignName)
-			return
+			return api.Job{}, fmt.Errorf("job %s: %w: it already observes cgroup %s", id, api.ErrConflict, j.ForeignName)
 		}
 		if foreign.Path != "" && j.Foreign == "" {
 			s.setForeign(j, foreign)
@@ -204,12 +194,8 @@ func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdate
 				j.Deadline = time.Time{}
 			case j.Phase == api.PhaseRunning:
 				j.Deadline = exp.Add(j.Grace)
-			default: // teardown: D = min(T_end, E) + G
-				base := j.Ended
-				if !none && exp.Before(base) {
-					base = exp
-				}
-				j.Deadline = base.Add(j.Grace)
+			default:
+				j.Deadline = j.teardownDeadline()
 				s.armAt(j, j.Deadline, func() { s.overdue(j) })
 			}
 			if j.Phase == api.PhaseRunning {
@@ -221,12 +207,8 @@ func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdate
 		s.persist()
 		s.check(j)
 		s.changed()
-		out = j.wire()
+		return j.wire(), nil
 	})
-	if err != nil {
-		return api.Job{}, err
-	}
-	return out, opErr
 }
 
 // Status returns the node status, with the job cgroups' processes as last
