@@ -19,12 +19,7 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	h.start1("9", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/9")
 	h.cg.SetPopulated("/foreign/9", true)
 	h.s.EndJob(context.Background(), "9")
-	h.diag.block = make(chan struct{})
 	h.advance(60 * time.Second)
-	// The snapshot before the first signal is being taken: an on-demand
-	// look says overdue, not pending.
-	close(h.diag.block)
-	h.diag.block = nil
 	st := h.eventually("down, still running", func(st api.Status) bool {
 		return st.State == api.StateDown && strings.Contains(st.Reason, "1 still running (pid 42 cat")
 	})
@@ -33,7 +28,7 @@ func TestDiagnosisLifecycle(t *testing.T) {
 		t.Fatalf("after SIGTERM: reports %+v, %v; want one, outcome escalated", rs, err)
 	}
 	// Classified: unkillable. The reason says it.
-	h.diag.procs = []diagnose.Process{{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable}}
+	h.diag.setProcs(diagnose.Process{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable})
 	h.advance(10 * time.Second) // SIGKILL
 	h.advance(30 * time.Second) // classification
 	st = h.eventually("unkillable", func(st api.Status) bool { return strings.Contains(st.Reason, "1 unkillable (pid 42 cat") })
@@ -41,8 +36,8 @@ func TestDiagnosisLifecycle(t *testing.T) {
 		t.Fatalf("classified: outcome %q history %v", rs[0].Outcome, rs[0].History)
 	}
 	// A change of the survivors shows at the next recheck.
-	h.diag.procs = []diagnose.Process{{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable},
-		{PID: 43, Comm: "sh", State: "Z", Class: diagnose.Zombie}}
+	h.diag.setProcs(diagnose.Process{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable},
+		diagnose.Process{PID: 43, Comm: "sh", State: "Z", Class: diagnose.Zombie})
 	h.advance(recheckInterval)
 	st = h.eventually("the recheck's change in the reason", func(st api.Status) bool { return strings.Contains(st.Reason, "1 zombie") })
 	// Gone: the latch (auto_resume never) is all that is left.
@@ -64,4 +59,11 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	if got := len(h.diag.stages()); got != n {
 		t.Fatalf("%d snapshots after the release", got-n)
 	}
+}
+
+// setProcs sets what the fake diagnoser finds, while snapshots may run.
+func (d *fakeDiagnoser) setProcs(ps ...diagnose.Process) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.procs = ps
 }
