@@ -61,7 +61,12 @@ func (s *Supervisor) snapshot(j *job, stage string, single bool, then func()) {
 					r.Outcome = diagnose.OutcomeHung
 					j.Outcome = diagnose.OutcomeHung
 				}
-				s.adoptReport(j, r)
+				// A recheck that finds what the last one found is not a
+				// new report: saving it every 30 s of a long hang would
+				// push every other job's report out of the bounded store.
+				if last := j.lastReport; last == nil || last.Stage != stage || last.Summary != diagnose.Summarize(r) {
+					s.adoptReport(j, r)
+				}
 			}
 			if then != nil {
 				then()

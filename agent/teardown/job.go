@@ -61,6 +61,7 @@ type job struct {
 	atE         clock.Timer // a running job's expiration: the node turns to teardown
 	pids        []int       // the foreign cgroup's processes when last observed
 	asking      bool        // the expiration command runs
+	readFailing bool        // the last read of the foreign cgroup failed (logged once)
 	cancels     []func()
 	lastReport  *diagnose.Report
 	snapshotRun bool

@@ -147,9 +147,14 @@ func (s *Supervisor) observeForeign(j *job) bool {
 		pids, err = s.o.Cgroups.Procs(j.Foreign, false, api.MaxListedProcesses)
 	}
 	if err != nil {
-		s.log.Warn("cannot read the job's cgroup", "job", j.ID, "cgroup", j.ForeignName, "err", err)
+		// Once per failing streak: a v1 cgroup is read every second.
+		if !j.readFailing {
+			s.log.Warn("cannot read the job's cgroup", "job", j.ID, "cgroup", j.ForeignName, "err", err)
+		}
+		j.readFailing = true
 		return true
 	}
+	j.readFailing = false
 	j.pids = pids
 	if pop && !j.ForeignSeen {
 		j.ForeignSeen = true

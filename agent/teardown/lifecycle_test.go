@@ -35,6 +35,14 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	if rs, _ := h.s.Diagnose(context.Background(), "9"); rs[0].Outcome != diagnose.OutcomeHung || rs[0].History {
 		t.Fatalf("classified: outcome %q history %v", rs[0].Outcome, rs[0].History)
 	}
+	// A recheck that finds the same saves no new report.
+	saved := len(h.diag.stages())
+	reportsBefore := h.s.jobs["9"].Report
+	h.advance(recheckInterval)
+	h.eventually("the unchanged recheck", func(api.Status) bool { return len(h.diag.stages()) == saved+1 })
+	if h.status(); h.s.jobs["9"].Report != reportsBefore {
+		t.Fatalf("an unchanged recheck saved a new report")
+	}
 	// A change of the survivors shows at the next recheck.
 	h.diag.setProcs(diagnose.Process{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable},
 		diagnose.Process{PID: 43, Comm: "sh", State: "Z", Class: diagnose.Zombie})
