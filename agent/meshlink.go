@@ -256,9 +256,35 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 		return errors.New("register job: no job given")
 	}
 	_, err := l.sup.StartJob(ctx, api.JobStartRequest{Job: r.GetJob(), Expiration: r.GetExpiration(), Grace: r.GetGrace()})
-	if errors.Is(err, api.ErrDuplicateJob) {
-		_, err = l.sup.UpdateJob(ctx, r.GetJob(), api.JobUpdateRequest{Expiration: r.GetExpiration()})
+	if !errors.Is(err, api.ErrDuplicateJob) {
+		return err
 	}
+	// Registered here already. The controller's registration gives the E
+	// of a job the node's prolog registered without one; it never needs
+	// to move an E earlier, so the mesh may not (a shortened E is a false
+	// DOWN; until Control is authenticated, issue 11, anyone with the mesh
+	// key could send one).
+	st, err := l.sup.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for _, j := range st.Jobs {
+		if j.ID != r.GetJob() || j.Expiration == nil {
+			continue
+		}
+		e, none, err := api.ParseExpiration(r.GetExpiration(), time.Now(), 0)
+		if err != nil {
+			return err
+		}
+		if !none && e.Equal(*j.Expiration) {
+			return nil // the same registration again: nothing to move
+		}
+		if !none && e.Before(*j.Expiration) {
+			return fmt.Errorf("job %s: %w: registered with expiration %s; the mesh's registration may only move it later, not to %s",
+				r.GetJob(), api.ErrConflict, j.Expiration.UTC().Format(time.RFC3339), e.UTC().Format(time.RFC3339))
+		}
+	}
+	_, err = l.sup.UpdateJob(ctx, r.GetJob(), api.JobUpdateRequest{Expiration: r.GetExpiration()})
 	return err
 }
 

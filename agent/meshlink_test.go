@@ -68,12 +68,15 @@ type jobSup struct {
 	starts              []api.JobStartRequest
 	updates             []api.JobUpdateRequest
 	startErr, updateErr error
+	status              api.Status
 }
 
 func (s *jobSup) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
 	s.starts = append(s.starts, req)
 	return api.Job{}, s.startErr
 }
+
+func (s *jobSup) Status(ctx context.Context) (api.Status, error) { return s.status, nil }
 
 func (s *jobSup) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
 	s.updates = append(s.updates, req)
@@ -97,6 +100,25 @@ func TestRegisterJobFromTheMesh(t *testing.T) {
 	l.sup = sup
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 1 || sup.updates[0].Expiration != "1764750000" || sup.updates[0].Cgroup != "" {
 		t.Fatalf("registered by the prolog first: %v, updates %+v", err, sup.updates)
+	}
+	// Registered with an E already: the mesh may move it later, never
+	// earlier (a shortened E would be a false DOWN).
+	later := time.Unix(1764750000, 0)
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob),
+		status: api.Status{Jobs: []api.Job{{ID: "41", Expiration: &later}}}}
+	l.sup = sup
+	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 0 {
+		t.Fatalf("same E again: %v, updates %+v; want success and no update", err, sup.updates)
+	}
+	earlier := later.Add(time.Hour)
+	sup.status.Jobs[0].Expiration = &earlier
+	if err := l.registerJob(context.Background(), reg); !errors.Is(err, api.ErrConflict) || len(sup.updates) != 0 {
+		t.Fatalf("an earlier E: %v, updates %+v; want a refusal", err, sup.updates)
+	}
+	before := later.Add(-time.Hour)
+	sup.status.Jobs[0].Expiration = &before
+	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 1 {
+		t.Fatalf("a later E: %v, updates %+v; want it moved", err, sup.updates)
 	}
 	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob), updateErr: fmt.Errorf("job 41: %w: it is released", api.ErrConflict)}
 	l.sup = sup
