@@ -13,6 +13,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 // AutoResume values.
@@ -275,7 +276,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Mesh.Enabled {
-		if err := c.Mesh.Config.Validate(); err != nil {
+		if err := c.Mesh.Config.ValidateRole(gwpb.Role_ROLE_AGENT); err != nil {
 			errs = append(errs, err)
 		}
 	}

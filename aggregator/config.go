@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 // DefaultConfigPath is where the aggregator's configuration is installed.
@@ -188,7 +189,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
 	}
-	if err := c.Mesh.Validate(); err != nil {
+	if err := c.Mesh.ValidateRole(gwpb.Role_ROLE_AGGREGATOR); err != nil {
 		errs = append(errs, err)
 	}
 

@@ -49,6 +49,7 @@ log_format = "json"
 bind = "127.0.0.1:7946"
 join = ["10.0.0.1:7946"]
 keyring = "/etc/gracewatch/mesh.key"
+site_key_file = "/etc/gracewatch/site.key"
 
 [http]
 listen = "0.0.0.0:8470"

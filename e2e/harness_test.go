@@ -129,6 +129,7 @@ type cluster struct {
 	t       testing.TB
 	dir     string
 	keyfile string
+	keys    *siteKeys
 	token   string
 	label   string
 	seeds   []string
@@ -184,6 +185,7 @@ func newCluster(t testing.TB) *cluster {
 	if out, err := exec.Command(bins.aggregator, "keygen", c.keyfile).CombinedOutput(); err != nil {
 		t.Fatalf("keygen: %v %s", err, out)
 	}
+	c.keys = newSiteKeys(t, dir)
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(c.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +221,7 @@ bind = "127.0.0.1:%d"
 join = %s
 label = %q
 keyring = %q
+site_key_file = %q
 rejoin_interval = "2s"
 
 [http]
@@ -229,7 +232,7 @@ admin_token_file = %q
 grace = %q
 clock_skew_allowance = "1s"
 settle = %q
-%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, hport, filepath.Join(c.dir, "token"), c.graceOr(), aggSettle.String(), c.aggConf)
+%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, c.keys.site, hport, filepath.Join(c.dir, "token"), c.graceOr(), aggSettle.String(), c.aggConf)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -289,8 +292,11 @@ bind = "127.0.0.1:%d"
 join = %s
 label = %q
 keyring = %q
+node_key_file = %q
+aggregator_keys_file = %q
 rejoin_interval = "2s"
-%s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), or30s(c.killWait), or30s(c.unkillableAfter), c.teardown, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile, c.extra)
+%s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), or30s(c.killWait), or30s(c.unkillableAfter), c.teardown, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile,
+		c.keys.nodeKey(node), c.keys.public, c.extra)
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -518,4 +524,47 @@ func (w *watcher) next(t testing.TB, name, state string, timeout time.Duration) 
 			t.Fatalf("no %s event for %s within %v", state, name, timeout)
 		}
 	}
+}
+
+// siteKeys is a cluster's node restriction, provisioned as an administrator
+// does it: a site key for the aggregators, then with the aggregator's own
+// commands the public keys every node gets and each node's key.
+type siteKeys struct {
+	t      testing.TB
+	dir    string
+	site   string // the site key file
+	conf   string // a configuration naming it, for the commands
+	public string // the aggregators' public keys
+}
+
+func newSiteKeys(t testing.TB, dir string) *siteKeys {
+	t.Helper()
+	k := &siteKeys{t: t, dir: dir, site: filepath.Join(dir, "site.key"), conf: filepath.Join(dir, "keys.toml"), public: filepath.Join(dir, "aggregators.pub")}
+	if out, err := exec.Command(bins.aggregator, "site-key", k.site).CombinedOutput(); err != nil {
+		t.Fatalf("site-key: %v %s", err, out)
+	}
+	if err := os.WriteFile(k.conf, []byte(fmt.Sprintf("[mesh]\ninsecure = true\nsite_key_file = %q\n", k.site)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bins.aggregator, "public-key", "--config", k.conf).Output()
+	if err != nil {
+		t.Fatalf("public-key: %v", err)
+	}
+	if err := os.WriteFile(k.public, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// nodeKey writes node's key (once) and returns its file.
+func (k *siteKeys) nodeKey(node string) string {
+	k.t.Helper()
+	p := filepath.Join(k.dir, node+".node.key")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	if out, err := exec.Command(bins.aggregator, "node-key", node, "--out", p, "--config", k.conf).CombinedOutput(); err != nil {
+		k.t.Fatalf("node-key %s: %v %s", node, err, out)
+	}
+	return p
 }

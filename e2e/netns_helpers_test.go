@@ -87,6 +87,7 @@ type netnsCluster struct {
 	hub     string // the hub namespace's name
 	dir     string
 	keyfile string
+	keys    *siteKeys
 	label   string
 	agg     *aggregator
 	agents  []*agent
@@ -166,6 +167,7 @@ func newNetnsCluster(t *testing.T, agents int) *netnsCluster {
 
 	c.keyfile = filepath.Join(dir, "mesh.key")
 	c.must(bins.aggregator, "keygen", c.keyfile)
+	c.keys = newSiteKeys(t, dir)
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("s3cret-token-for-tests\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +307,7 @@ bind = "%[1]s:%[2]d"
 join = []
 label = %[3]q
 keyring = %[4]q
+site_key_file = %[9]q
 rejoin_interval = "2s"
 
 [http]
@@ -314,7 +317,7 @@ admin_token_file = %[6]q
 [policy]
 grace = %[7]q
 clock_skew_allowance = %[8]q
-`, netnsHubAddr, netnsMeshPort, c.label, c.keyfile, netnsHTTPPort, filepath.Join(c.dir, "token"), netnsGrace.String(), netnsAllowance.String())
+`, netnsHubAddr, netnsMeshPort, c.label, c.keyfile, netnsHTTPPort, filepath.Join(c.dir, "token"), netnsGrace.String(), netnsAllowance.String(), c.keys.site)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -359,9 +362,11 @@ bind = "%s:%d"
 join = ["%s:%d"]
 label = %q
 keyring = %q
+node_key_file = %q
+aggregator_keys_file = %q
 rejoin_interval = "2s"
 `, name, filepath.Join(dir, "state"), a.socket, a.root, netnsGrace.String(),
-		c.addr[name], netnsMeshPort, netnsHubAddr, netnsMeshPort, c.label, c.keyfile)
+		c.addr[name], netnsMeshPort, netnsHubAddr, netnsMeshPort, c.label, c.keyfile, c.keys.nodeKey(name), c.keys.public)
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}

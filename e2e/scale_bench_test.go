@@ -174,6 +174,15 @@ func downLatency(b *testing.B, n int, modes []string) {
 	if out, err := exec.Command(bins.aggregator, "keygen", keyfile).CombinedOutput(); err != nil {
 		b.Fatalf("keygen: %v %s", err, out)
 	}
+	keys := newSiteKeys(b, dir)
+	site, err := mesh.LoadSiteKeys(keys.site)
+	if err != nil {
+		b.Fatal(err)
+	}
+	aggKeys, err := mesh.AggregatorKeys(site)
+	if err != nil {
+		b.Fatal(err)
+	}
 	label := "bench-" + filepath.Base(dir)
 	mport, hport := freePort(b), freePort(b)
 	seed := fmt.Sprintf("127.0.0.1:%d", mport)
@@ -186,13 +195,14 @@ log_level = "info"
 bind = %q
 label = %q
 keyring = %q
+site_key_file = %q
 
 [http]
 listen = "127.0.0.1:%d"
 
 [policy]
 grace = %q
-`, seed, label, keyfile, hport, lead.String())
+`, seed, label, keyfile, keys.site, hport, lead.String())
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		b.Fatal(err)
 	}
@@ -208,7 +218,13 @@ grace = %q
 		mc.Bind, mc.Label, mc.Keyring, mc.Join = addr, label, keyfile, []string{seed}
 		a := &simAgent{name: fmt.Sprintf("node%04d", i)}
 		meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
-		o := mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan"}
+		// Each simulated agent proves itself with its own node key, as a
+		// real one does (the aggregator checks every meta and update).
+		ak, err := mesh.AgentKeys(mesh.NodeKey(site[0], a.name), aggKeys.PublicKeys())
+		if err != nil {
+			return nil, err
+		}
+		o := mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan", Keys: ak}
 		var t *looptransport.Transport
 		if light {
 			var err error

@@ -146,7 +146,8 @@ func TestEnvelopeErrors(t *testing.T) {
 
 // The leaving mark survives truncation and disappears on decoding.
 func TestLeavingMark(t *testing.T) {
-	m := &Mesh{meta: &gwpb.Meta{Seq: 9, Reason: strings.Repeat("€", 4000)}, leaving: true}
+	m := &Mesh{name: "n1", role: gwpb.Role_ROLE_AGENT, meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Seq: 9, Reason: strings.Repeat("€", 4000)}, leaving: true,
+		guard: newGuard(testKeys(t, "n1", gwpb.Role_ROLE_AGENT), false), now: time.Now}
 	if err := m.storeMetaLocked(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,10 +155,13 @@ func TestLeavingMark(t *testing.T) {
 	if len(b) > MetaLimit {
 		t.Fatalf("%d bytes", len(b))
 	}
-	got, leaving, err := decodeMeta(b)
-	if err != nil || !leaving {
-		t.Fatalf("decodeMeta: leaving %v, %v", leaving, err)
+	// Signed: an aggregator proves it, and the mark is under the proof.
+	agg := newGuard(testKeys(t, "agg", gwpb.Role_ROLE_AGGREGATOR), false)
+	o, err := agg.openMeta("n1", b, time.Now())
+	if err != nil || !o.proven || !o.leaving {
+		t.Fatalf("openMeta: %+v, %v", o, err)
 	}
+	got := o.meta
 	if len(got.ProtoReflect().GetUnknown()) != 0 || got.GetSeq() != 9 || !strings.HasSuffix(got.GetReason(), TruncatedMarker) {
 		t.Errorf("decoded %v", got)
 	}
@@ -281,14 +285,14 @@ func TestUnknownEnumValues(t *testing.T) {
 		t.Error("knownRole")
 	}
 	st := &memberState{}
-	if err := (&Mesh{}).decodeMemberMeta(st, b); err != nil || st.Role != gwpb.Role_ROLE_UNSPECIFIED || st.Meta.GetRole() != 7 {
+	if err := (&Mesh{guard: newGuard(nil, true), now: time.Now}).decodeMemberMeta(st, b); err != nil || st.Role != gwpb.Role_ROLE_UNSPECIFIED || st.Meta.GetRole() != 7 {
 		t.Errorf("member: %+v, %v", st.Member, err)
 	}
 }
 
 // An undecodable meta is logged once per value, and the member kept.
 func TestBadMemberMeta(t *testing.T) {
-	m := &Mesh{}
+	m := &Mesh{guard: newGuard(nil, true), now: time.Now}
 	st := &memberState{}
 	bad := []byte{0xff, 0xff}
 	if err := m.decodeMemberMeta(st, bad); err == nil || st.MetaErr == nil || st.Meta != nil {

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -44,6 +46,21 @@ type Config struct {
 	Keyring string `toml:"keyring"`
 	// Insecure runs without encryption (tests, demos). New logs a warning.
 	Insecure bool `toml:"insecure"`
+	// NodeKeyFile (agents) is this node's key, as `aggregator node-key
+	// NODE` prints it (see LoadNodeKey); AggregatorKeysFile (agents) holds
+	// the aggregators' public keys, as `aggregator public-key` prints them;
+	// SiteKeyFile (aggregators) is the site key they derive from. See
+	// keys.go for the scheme. Required unless AllowUnsigned.
+	NodeKeyFile        string `toml:"node_key_file"`
+	AggregatorKeysFile string `toml:"aggregator_keys_file"`
+	SiteKeyFile        string `toml:"site_key_file"`
+	// AllowUnsigned accepts metas and messages that carry no proof (from
+	// members without keys), except from a name that has proven itself
+	// since start; a wrong proof is refused either way. It exists for a
+	// rolling deployment of the keys: anyone with the mesh key can then
+	// speak for any unsigned node. New logs a warning. Insecure without key
+	// files implies it (an unencrypted mesh proves nothing anyway).
+	AllowUnsigned bool `toml:"allow_unsigned"`
 	// RejoinInterval is how often the seeds that are not alive members are
 	// joined again, so that a healed partition merges and a member whose
 	// first join failed keeps trying. 0 disables.
@@ -94,10 +111,87 @@ func (c Config) Validate() error {
 	case c.Keyring != "" && c.Insecure:
 		bad("insecure", "contradicts mesh.keyring = %q: set one of them", c.Keyring)
 	}
+	for _, f := range []struct{ key, path string }{
+		{"node_key_file", c.NodeKeyFile}, {"aggregator_keys_file", c.AggregatorKeysFile}, {"site_key_file", c.SiteKeyFile},
+	} {
+		if f.path != "" && !filepath.IsAbs(f.path) {
+			bad(f.key, "%q: want an absolute path", f.path)
+		}
+	}
 	if d := c.RejoinInterval.D(); d < 0 || (d > 0 && d < minRejoinInterval) {
 		bad("rejoin_interval", "%v: want 0 (off) or at least %v", d, minRejoinInterval)
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateRole is Validate and the key files role needs: an agent's node
+// key and aggregator keys, an aggregator's site key (unless
+// allow_unsigned), and none of the other role's.
+func (c Config) ValidateRole(role gwpb.Role) error {
+	var errs []error
+	if err := c.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("mesh.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	const optOut = "required unless mesh.allow_unsigned = true (see the node restriction in packaging/README.md)"
+	// An unencrypted mesh (tests, demos) proves nothing anyway: keys are
+	// used if given, not required.
+	optional := c.AllowUnsigned || c.Insecure
+	switch role {
+	case gwpb.Role_ROLE_AGGREGATOR:
+		if c.SiteKeyFile == "" && !optional {
+			bad("site_key_file", optOut)
+		}
+		if c.NodeKeyFile != "" {
+			bad("node_key_file", "is a node's key; an aggregator derives node keys from mesh.site_key_file")
+		}
+		if c.AggregatorKeysFile != "" {
+			bad("aggregator_keys_file", "is for agents; an aggregator derives the public keys from mesh.site_key_file")
+		}
+	case gwpb.Role_ROLE_AGENT:
+		if c.SiteKeyFile != "" {
+			bad("site_key_file", "is the aggregators' secret: it must not be on a compute node (set mesh.node_key_file)")
+		}
+		switch {
+		case c.NodeKeyFile == "" && c.AggregatorKeysFile == "":
+			if !optional {
+				bad("node_key_file", optOut)
+				bad("aggregator_keys_file", optOut)
+			}
+		case c.NodeKeyFile == "":
+			bad("node_key_file", "required with mesh.aggregator_keys_file")
+		case c.AggregatorKeysFile == "":
+			bad("aggregator_keys_file", "required with mesh.node_key_file")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LoadKeys loads the keys c names for role (nil when it names none:
+// allow_unsigned). Errors name the key.
+func (c Config) LoadKeys(role gwpb.Role) (*Keys, error) {
+	wrap := func(key string, err error) error { return fmt.Errorf("mesh.%s: %w", key, err) }
+	switch {
+	case role == gwpb.Role_ROLE_AGGREGATOR && c.SiteKeyFile != "":
+		sites, err := LoadSiteKeys(c.SiteKeyFile)
+		if err != nil {
+			return nil, wrap("site_key_file", err)
+		}
+		return AggregatorKeys(sites)
+	case role == gwpb.Role_ROLE_AGENT && c.NodeKeyFile != "":
+		node, err := LoadNodeKey(c.NodeKeyFile)
+		if err != nil {
+			return nil, wrap("node_key_file", err)
+		}
+		pubs, err := LoadAggregatorKeys(c.AggregatorKeysFile)
+		if err != nil {
+			return nil, wrap("aggregator_keys_file", err)
+		}
+		return AgentKeys(node, pubs)
+	}
+	return nil, nil
 }
 
 // checkIPPort accepts "IP:port" (memberlist binds and advertises IP

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
@@ -117,6 +118,7 @@ func tryStart(t testing.TB, name string, role gwpb.Role, mod func(*Options)) (*n
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Profile: "local",
 	}
+	o.Keys = testKeys(t, name, role)
 	if mod != nil {
 		mod(&o)
 	}
@@ -134,6 +136,31 @@ func tryStart(t testing.TB, name string, role gwpb.Role, mod func(*Options)) (*n
 	})
 	return &node{Mesh: m, rec: rec, logs: logs}, nil
 }
+
+// testSite is the site key of the tests' cluster.
+var testSite = bytes.Repeat([]byte("gracewatch-test-site-key "), 2)
+
+// testKeys returns what a member of role named name holds in the tests'
+// cluster: an aggregator the site key, an agent its node key and the
+// aggregators' public key.
+func testKeys(t testing.TB, name string, role gwpb.Role) *Keys {
+	t.Helper()
+	agg, err := AggregatorKeys([][]byte{testSite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if role == gwpb.Role_ROLE_AGGREGATOR {
+		return agg
+	}
+	k, err := AgentKeys(NodeKey(testSite, name), agg.PublicKeys())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// unsigned makes a member without keys that accepts unproven input.
+func unsigned(o *Options) { o.Keys, o.Config.AllowUnsigned = nil, true }
 
 // joining sets the seeds.
 func joining(seeds ...string) func(*Options) {

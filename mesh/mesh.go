@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/protobuf/proto"
@@ -64,11 +65,17 @@ type Options struct {
 	// (memberlist.DefaultLocalConfig: faster failure detection, for tests
 	// and benchmarks).
 	Profile string
+	// Keys, if set, are used instead of those Config's key files name
+	// (benchmarks, tests). Without either, New requires
+	// Config.AllowUnsigned.
+	Keys *Keys
 	// Tune, if set, is called with memberlist's configuration just before
 	// New starts memberlist, once New has filled it in. It exists for
 	// benchmarks that run many members in one process (a lighter
 	// Transport, no compression); programs leave it nil.
 	Tune func(*memberlist.Config)
+
+	now func() time.Time // tests: the wall clock of the proofs
 }
 
 // Mesh is this process's membership of the mesh. Its methods are safe for
@@ -105,7 +112,10 @@ type Mesh struct {
 	shutdownOnce sync.Once
 	shutdownErr  error
 
-	badMsgs limiter
+	badMsgs  limiter
+	guard    *guard
+	now      func() time.Time // the wall clock; tests move it
+	authDone chan struct{}    // nil when the auth loop does not run
 }
 
 // memberState is a Member with what the mesh needs to reach and judge it.
@@ -116,6 +126,13 @@ type memberState struct {
 	raw     []byte // the meta as received
 	badMeta []byte // the last undecodable meta that was logged
 	leaving bool   // its meta carries the leaving mark
+	// hidden: its meta is unproven and it never proved itself here, so
+	// it is kept from Members, AliveMembers and the Handler (a rogue
+	// member's invented name makes no phantom node).
+	hidden bool
+	// proofUntil is when an aggregator's meta proof expires (zero for
+	// others and for unproven metas).
+	proofUntil time.Time
 }
 
 // New validates o, starts memberlist (real UDP and TCP sockets on
@@ -124,11 +141,20 @@ type memberState struct {
 // returns once the first attempt has finished: with unreachable seeds that
 // can take the profile's TCP timeout per seed (10 s for "lan").
 func New(o Options) (*Mesh, error) {
-	if o.Name == "" {
-		return nil, errors.New("mesh options: empty name")
+	if err := nodename.Validate(o.Name); err != nil {
+		return nil, fmt.Errorf("mesh options: name: %w", err)
 	}
-	if err := o.Config.Validate(); err != nil {
+	if err := o.Config.ValidateRole(o.Role); err != nil && o.Keys == nil {
 		return nil, err
+	} else if err := o.Config.Validate(); err != nil {
+		return nil, err
+	}
+	keys := o.Keys
+	if keys == nil {
+		var err error
+		if keys, err = o.Config.LoadKeys(o.Role); err != nil {
+			return nil, err
+		}
 	}
 	var mc *memberlist.Config
 	switch o.Profile {
@@ -155,6 +181,11 @@ func New(o Options) (*Mesh, error) {
 		stop:    make(chan struct{}),
 		badMsgs: limiter{every: badMessageLogEvery},
 		meta:    initialMeta(o.Meta, o.Role),
+		guard:   newGuard(keys, o.Config.AllowUnsigned || (o.Config.Insecure && keys == nil)),
+		now:     o.now,
+	}
+	if m.now == nil {
+		m.now = time.Now
 	}
 	if err := m.storeMetaLocked(); err != nil {
 		return nil, err
@@ -178,6 +209,13 @@ func New(o Options) (*Mesh, error) {
 		mc.Keyring = kr
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
+	}
+	switch {
+	case m.guard.allowUnsigned:
+		logger.Warn("node restriction is off (mesh.allow_unsigned = true): metas and messages without a proof are accepted, so anyone with the mesh key can speak for any node that has no key yet, or command agents",
+			"own_keys", keys.canSign())
+	case !keys.canSign():
+		return nil, errors.New("mesh: no keys to prove this member with (set the key files, or mesh.allow_unsigned = true)")
 	}
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
@@ -205,6 +243,10 @@ func New(o Options) (*Mesh, error) {
 		m.loopDone = make(chan struct{})
 		go m.rejoinLoop(every)
 	}
+	if keys != nil {
+		m.authDone = make(chan struct{})
+		go m.authLoop(authCheckEvery)
+	}
 	return m, nil
 }
 
@@ -222,19 +264,29 @@ func initialMeta(meta *gwpb.Meta, role gwpb.Role) *gwpb.Meta {
 // storeMetaLocked encodes m.meta (with the leaving mark if leaving) for
 // NodeMeta. m.metaMu is held, or m is not shared yet.
 func (m *Mesh) storeMetaLocked() error {
-	limit := MetaLimit
+	b, err := m.encodeOwnMetaLocked(MetaLimit)
+	if err != nil {
+		return err
+	}
+	m.metaBytes.Store(&b)
+	return nil
+}
+
+// encodeOwnMetaLocked encodes m.meta within limit: the meta, the leaving
+// mark if leaving, and this member's proof over both.
+func (m *Mesh) encodeOwnMetaLocked(limit int) ([]byte, error) {
+	limit -= m.guard.proofSize(m.role)
 	if m.leaving {
 		limit -= len(appendLeaving(nil))
 	}
 	b, err := encodeMeta(m.meta, limit)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if m.leaving {
 		b = appendLeaving(b)
 	}
-	m.metaBytes.Store(&b)
-	return nil
+	return m.guard.sealMeta(m.name, m.role, b, m.now()), nil
 }
 
 // Name returns this member's name.
@@ -287,7 +339,9 @@ func (m *Mesh) Members() []Member {
 	m.mu.Lock()
 	out := make([]Member, 0, len(m.members))
 	for _, st := range m.members {
-		out = append(out, st.Member)
+		if !st.hidden {
+			out = append(out, st.Member)
+		}
 	}
 	m.mu.Unlock()
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
@@ -303,23 +357,24 @@ func (m *Mesh) NumMembers() int { return m.ml.NumMembers() }
 // there are no seeds.
 func (m *Mesh) Joined() bool { return m.joined.Load() }
 
-// Send sends env to the named member over TCP (memberlist SendReliable),
-// after setting env.Schema and env.From (env is modified). It blocks for up
-// to the profile's TCP timeout. Errors name the node and wrap
-// ErrUnknownMember, ErrNotAlive, ErrClosed or ErrTooLarge where they apply.
+// Send sends env's body to the named member over TCP (memberlist
+// SendReliable), in an envelope of this member's (schema, from, to, sent_ms
+// set here; env is not modified) with its proof. It blocks for up to the
+// profile's TCP timeout. Errors name the node and wrap ErrUnknownMember,
+// ErrNotAlive, ErrClosed or ErrTooLarge where they apply.
 func (m *Mesh) Send(node string, env *gwpb.Envelope) error {
-	b, err := m.encode(env)
+	b, err := m.encode(env, node)
 	if err != nil {
 		return fmt.Errorf("send to %s: %w", node, err)
 	}
 	return m.sendBytes(node, b)
 }
 
-// SendToRole sends env (modified as by Send) to every alive member of role
-// but this one, in parallel. It returns how many sends succeeded and the
+// SendToRole sends env (as Send does, with no to) to every alive member of
+// role but this one, in parallel. It returns how many sends succeeded and the
 // failures, joined. No such member is not an error: sent is 0.
 func (m *Mesh) SendToRole(role gwpb.Role, env *gwpb.Envelope) (sent int, err error) {
-	b, err := m.encode(env)
+	b, err := m.encode(env, "")
 	if err != nil {
 		return 0, fmt.Errorf("send to role %s: %w", role, err)
 	}
@@ -366,7 +421,7 @@ func (m *Mesh) AliveMembers(role gwpb.Role) []string {
 	var names []string
 	m.mu.Lock()
 	for name, st := range m.members {
-		if name != m.name && st.Status == StatusAlive && st.Role == role {
+		if name != m.name && st.Status == StatusAlive && st.Role == role && !st.hidden {
 			names = append(names, name)
 		}
 	}
@@ -375,13 +430,18 @@ func (m *Mesh) AliveMembers(role gwpb.Role) []string {
 	return names
 }
 
-func (m *Mesh) encode(env *gwpb.Envelope) ([]byte, error) {
+func (m *Mesh) encode(env *gwpb.Envelope, to string) ([]byte, error) {
 	if env == nil {
 		return nil, errors.New("nil envelope")
 	}
-	env.Schema = gwpb.SchemaVersion
-	env.From = m.name
-	return EncodeEnvelope(env)
+	// A new envelope around the same body: env may be sent to several
+	// members at once.
+	out := &gwpb.Envelope{Schema: gwpb.SchemaVersion, From: m.name, To: to, SentMs: m.now().UnixMilli(), Body: env.Body}
+	b, err := EncodeEnvelope(out)
+	if err != nil {
+		return nil, err
+	}
+	return m.guard.sealEnvelope(b), nil
 }
 
 func (m *Mesh) sendBytes(node string, b []byte) error {
@@ -463,6 +523,9 @@ func (m *Mesh) Shutdown() error {
 		m.shutdownErr = m.ml.Shutdown()
 		if m.loopDone != nil {
 			<-m.loopDone
+		}
+		if m.authDone != nil {
+			<-m.authDone
 		}
 		m.log.Debug("mesh shut down", "name", m.name)
 	})
@@ -673,7 +736,7 @@ func (d delegate) NodeMeta(limit int) []byte {
 	}
 	d.m.metaMu.Lock()
 	defer d.m.metaMu.Unlock()
-	small, err := encodeMeta(d.m.meta, limit)
+	small, err := d.m.encodeOwnMetaLocked(limit)
 	if err != nil {
 		d.m.log.Error("meta does not fit memberlist's limit", "limit", limit, "err", err)
 		return nil
@@ -684,14 +747,24 @@ func (d delegate) NodeMeta(limit int) []byte {
 // NotifyMsg decodes a direct message and hands it to the Handler.
 func (d delegate) NotifyMsg(buf []byte) {
 	b := bytes.Clone(buf) // memberlist reuses buf
-	env, err := DecodeEnvelope(b)
+	var env *gwpb.Envelope
+	var err error
+	if len(b) > EnvelopeLimit+sealedEnvelopeOverhead {
+		err = fmt.Errorf("decode envelope: %d bytes, limit %d: %w", len(b), EnvelopeLimit, ErrTooLarge)
+	} else {
+		env, err = d.m.guard.openEnvelope(d.m.name, b, d.m.now())
+	}
 	if err != nil {
 		from := claimedSender(b)
 		if from == "" {
 			from = "unknown"
 		}
 		if ok, suppressed := d.m.badMsgs.allow(from, time.Now()); ok {
-			d.m.log.Warn("dropped undecodable message", "from", from, "bytes", len(b), "err", err,
+			msg := "dropped undecodable message"
+			if errors.Is(err, ErrUnproven) {
+				msg = "refused a message whose sender is not proven"
+			}
+			d.m.log.Warn(msg, "from", nodename.ForLog(from), "bytes", len(b), "err", err,
 				"suppressed", suppressed)
 		}
 		return
@@ -730,6 +803,12 @@ func (e events) NotifyLeave(n *memberlist.Node)  { e.m.observe(n, eventLeave) }
 func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 	now := time.Now()
 	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	if err := nodename.Validate(n.Name); err != nil {
+		if ok, suppressed := m.badMsgs.allow("name:"+n.Name, now); ok {
+			m.log.Warn("ignored a member with an invalid name", "addr", addr, "err", err, "suppressed", suppressed)
+		}
+		return
+	}
 	var badMeta error
 	m.mu.Lock()
 	st := m.members[n.Name]
@@ -766,11 +845,18 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 		st.Status, st.Since = status, now
 		changed = true
 	}
-	mem := st.Member
+	mem, hidden := st.Member, st.hidden
 	m.mu.Unlock()
 
 	if badMeta != nil {
-		m.log.Warn("undecodable member meta", "node", n.Name, "addr", addr, "bytes", len(n.Meta), "err", badMeta)
+		msg := "undecodable member meta"
+		if errors.Is(badMeta, ErrUnproven) {
+			msg = "refused a member meta that is not proven"
+		}
+		m.log.Warn(msg, "node", n.Name, "addr", addr, "bytes", len(n.Meta), "err", badMeta)
+	}
+	if hidden {
+		return
 	}
 	// Departures and returns matter to an operator; the first sight of
 	// each member (thousands when an aggregator starts) does not.
@@ -787,23 +873,93 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 	}
 }
 
-// decodeMemberMeta decodes a member's meta into st. It returns the decode
-// error if it should be logged (once per node and meta value).
+// decodeMemberMeta decodes and checks a member's meta into st. It returns
+// the error if it should be logged (once per node and meta value). A meta
+// that is not proven leaves st without meta or role; the member is hidden
+// unless its name has been proven here before (then it shows, with the
+// error, so that an operator sees a node whose key went wrong).
 func (m *Mesh) decodeMemberMeta(st *memberState, raw []byte) error {
 	st.raw = bytes.Clone(raw)
-	st.Meta, st.MetaErr, st.Role, st.leaving = nil, nil, gwpb.Role_ROLE_UNSPECIFIED, false
+	st.Meta, st.MetaErr, st.Role, st.leaving, st.proofUntil = nil, nil, gwpb.Role_ROLE_UNSPECIFIED, false, time.Time{}
 	if len(raw) == 0 {
 		return nil
 	}
-	meta, leaving, err := decodeMeta(raw)
+	o, err := m.guard.openMeta(st.Name, raw, m.now())
 	if err != nil {
 		st.MetaErr = err
+		st.hidden = !m.guard.everProven(st.Name) && (errors.Is(err, ErrUnproven) || !m.guard.allowUnsigned)
 		if bytes.Equal(st.badMeta, raw) {
 			return nil
 		}
 		st.badMeta = st.raw
 		return err
 	}
-	st.Meta, st.Role, st.leaving = meta, knownRole(meta.GetRole()), leaving
+	st.hidden = false
+	st.Meta, st.Role, st.leaving, st.proofUntil = o.meta, knownRole(o.meta.GetRole()), o.leaving, o.until
 	return nil
+}
+
+// authLoop signs this aggregator's meta again when its proof is due and
+// withdraws the role of aggregators whose proof has expired, every
+// interval, until stop.
+func (m *Mesh) authLoop(every time.Duration) {
+	defer close(m.authDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	signed := m.now()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := m.now()
+		if m.role == gwpb.Role_ROLE_AGGREGATOR && m.guard.keys.signer != nil && now.Sub(signed) >= aggregatorProofRefresh {
+			if m.resign() {
+				signed = now
+			}
+		}
+		m.expireProofs(now)
+	}
+}
+
+// resign stores this member's meta again (a new signing time) and gossips
+// it; it reports whether it did.
+func (m *Mesh) resign() bool {
+	if m.closed(true) {
+		return false
+	}
+	m.metaMu.Lock()
+	err := m.storeMetaLocked()
+	m.metaMu.Unlock()
+	if err != nil {
+		m.log.Error("cannot sign the meta again", "err", err)
+		return false
+	}
+	if err := m.ml.UpdateNode(metaUpdateTimeout); err != nil {
+		m.log.Debug("re-signed meta not gossiped in time (push-pull carries it)", "err", err)
+	}
+	return true
+}
+
+// expireProofs withdraws the role of every aggregator whose meta proof
+// expired before now, and tells the Handler.
+func (m *Mesh) expireProofs(now time.Time) {
+	var changed []Member
+	m.mu.Lock()
+	for name, st := range m.members {
+		if name == m.name || st.proofUntil.IsZero() || now.Before(st.proofUntil) {
+			continue
+		}
+		st.MetaErr = fmt.Errorf("%w: aggregator meta proof expired at %s (not signed again)", ErrUnproven, st.proofUntil.UTC().Format(time.RFC3339))
+		st.Meta, st.Role, st.proofUntil = nil, gwpb.Role_ROLE_UNSPECIFIED, time.Time{}
+		changed = append(changed, st.Member)
+	}
+	m.mu.Unlock()
+	for _, mem := range changed {
+		m.log.Warn("aggregator role withdrawn: its proof expired", "node", mem.Name, "err", mem.MetaErr)
+		if m.handler != nil {
+			m.handler.MemberChanged(mem)
+		}
+	}
 }

@@ -331,7 +331,7 @@ func TestNewRefuses(t *testing.T) {
 		mod  func(*Options)
 		want string
 	}{
-		{"empty name", func(o *Options) { o.Name = "" }, "empty name"},
+		{"empty name", func(o *Options) { o.Name = "" }, "name: invalid node name: empty"},
 		{"bad profile", func(o *Options) { o.Profile = "wan" }, `profile "wan"`},
 		{"bad config", func(o *Options) { o.Config.Insecure = false }, "mesh.keyring: required"},
 		{"missing key file", func(o *Options) { o.Config.Insecure, o.Config.Keyring = false, "/nonexistent/key" }, "/nonexistent/key"},

@@ -170,6 +170,10 @@ s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()
 }
 
 fg "$BIN/aggregator" keygen "$T/mesh.key" >/dev/null
+# Node restriction, provisioned as a site does it: the aggregators' site
+# key, each node's own key derived from it, and the aggregators' public keys
+# on every node (packaging/README.md, "Node restriction").
+fg "$BIN/aggregator" site-key "$T/site.key" >/dev/null
 head -c 24 /dev/urandom | base64 >"$T/admin.token"
 chmod 600 "$T/admin.token"
 AGG_MESH=$(free_port)
@@ -182,6 +186,7 @@ name = "agg-1"
 bind = "127.0.0.1:$AGG_MESH"
 label = "gracewatch-demo"
 keyring = "$T/mesh.key"
+site_key_file = "$T/site.key"
 [http]
 listen = "127.0.0.1:$AGG_HTTP"
 admin_token_file = "$T/admin.token"
@@ -195,6 +200,8 @@ command = ["sh", "-c", "echo \"\$(date +%T) actuator: drain \$0: \$1\" >> $T/act
 on = "up"
 command = ["sh", "-c", "echo \"\$(date +%T) actuator: resume \$0\" >> $T/actuator.log", "{node}"]
 EOF
+
+fg "$BIN/aggregator" public-key --config "$T/aggregator.toml" >"$T/aggregators.pub"
 
 # get URL: the body of a GET, or a failure (curl -fs, with python3).
 get() {
@@ -212,6 +219,7 @@ for _ in $(seq 100); do get "$URL/healthz" >/dev/null && break; sleep 0.1; done
 
 for n in 1 2 3; do
   mkdir -p "$T/node$n"
+  fg "$BIN/aggregator" node-key "node$n" --out "$T/node$n/node.key" --config "$T/aggregator.toml" >/dev/null
   cat >"$T/node$n/nodeagent.toml" <<EOF
 node_name = "node$n"
 state_dir = "$T/node$n/state"
@@ -232,6 +240,8 @@ bind = "127.0.0.1:$(free_port)"
 join = ["127.0.0.1:$AGG_MESH"]
 label = "gracewatch-demo"
 keyring = "$T/mesh.key"
+node_key_file = "$T/node$n/node.key"
+aggregator_keys_file = "$T/aggregators.pub"
 EOF
   "$BIN/nodeagent" serve --config "$T/node$n/nodeagent.toml" >"$T/node$n/agent.log" 2>&1 &
   PIDS+=($!)

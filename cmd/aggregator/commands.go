@@ -459,6 +459,9 @@ func runConfigCheck(c *cli, name string, args []string) int {
 			return c.fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
 		}
 	}
+	if _, err := cfg.Mesh.LoadKeys(gwpb.Role_ROLE_AGGREGATOR); err != nil {
+		return c.fail(fmt.Errorf("%s: %w", path, err))
+	}
 	if cfg.HTTP.AdminTokenFile != "" {
 		if _, err := aggregator.LoadToken(cfg.HTTP.AdminTokenFile); err != nil {
 			return c.fail(fmt.Errorf("%s: key \"http.admin_token_file\": %w", path, err))

@@ -471,10 +471,15 @@ func TestConfigCheck(t *testing.T) {
 	if r := runCLI(t, nil, "keygen", key); r.code != 0 {
 		t.Fatalf("keygen: %+v", r)
 	}
+	site := filepath.Join(dir, "site.key")
+	if r := runCLI(t, nil, "site-key", site); r.code != 0 || !strings.Contains(r.stdout, "every aggregator only") {
+		t.Fatalf("site-key: %+v", r)
+	}
 	tokenFile := writeFile(t, filepath.Join(dir, "admin.token"), token+"\n", 0o600)
 	good := writeFile(t, filepath.Join(dir, "good.toml"), fmt.Sprintf(`name = "agg-7"
 [mesh]
 keyring = %q
+site_key_file = %q
 [http]
 admin_token_file = %q
 [policy]
@@ -482,7 +487,7 @@ grace = "90s"
 [[actuator]]
 on = "down"
 command = ["true", "{node}"]
-`, key, tokenFile), 0o644)
+`, key, site, tokenFile), 0o644)
 	r := runCLI(t, nil, "config", "check", "--config", good)
 	if r.code != 0 {
 		t.Fatalf("config check of a good file: %+v", r)
@@ -496,10 +501,15 @@ command = ["true", "{node}"]
 		t.Fatalf("effective configuration %+v", cfg)
 	}
 	open := writeFile(t, filepath.Join(dir, "open.token"), token+"\n", 0o644)
+	siteText, _ := os.ReadFile(site)
+	openSite := writeFile(t, filepath.Join(dir, "open-site.key"), string(siteText), 0o644)
 	cases := []struct{ name, text, want string }{
 		{"unknown key", "[policy]\ngrase = \"3s\"\n", `:2: key "policy.grase": unknown key`},
 		{"no keyring", "name = \"a\"\n", "mesh.keyring"},
-		{"readable token", fmt.Sprintf("[mesh]\nkeyring = %q\n[http]\nadmin_token_file = %q\n", key, open), "http.admin_token_file"},
+		{"readable token", fmt.Sprintf("[mesh]\nkeyring = %q\nallow_unsigned = true\n[http]\nadmin_token_file = %q\n", key, open), "http.admin_token_file"},
+		{"readable site key", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\n", key, openSite), "mesh.site_key_file: site key file " + openSite + " has mode 0644"},
+		{"no site key", fmt.Sprintf("[mesh]\nkeyring = %q\n", key), "mesh.site_key_file: required unless mesh.allow_unsigned = true"},
+		{"node key on an aggregator", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\nnode_key_file = \"/etc/k\"\n", key, site), "mesh.node_key_file: is a node's key"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -512,5 +522,67 @@ command = ["true", "{node}"]
 	}
 	if r := runCLI(t, nil, "config", "show"); r.code != 2 {
 		t.Fatalf("config show: %+v", r)
+	}
+}
+
+// The provisioning commands print what the mesh checks with: node-key the
+// key of that node under the primary site key, public-key one line per site
+// key; the files they write load as the agent's key files.
+func TestNodeKeyCommands(t *testing.T) {
+	dir := t.TempDir()
+	site, old := filepath.Join(dir, "site.key"), filepath.Join(dir, "old.key")
+	for _, p := range []string{site, old} {
+		if r := runCLI(t, nil, "site-key", p); r.code != 0 {
+			t.Fatalf("site-key: %+v", r)
+		}
+	}
+	if r := runCLI(t, nil, "site-key", site); r.code != exitError || !strings.Contains(r.stderr, "refusing to overwrite") {
+		t.Errorf("second site-key: %+v", r)
+	}
+	// Rotation: the new key first, the old one second.
+	a, _ := os.ReadFile(site)
+	b, _ := os.ReadFile(old)
+	both := writeFile(t, filepath.Join(dir, "both.key"), string(a)+string(b), 0o600)
+	cfg := writeFile(t, filepath.Join(dir, "agg.toml"), fmt.Sprintf("[mesh]\ninsecure = true\nsite_key_file = %q\n", both), 0o644)
+
+	r := runCLI(t, nil, "node-key", "node7", "--config", cfg)
+	if r.code != 0 {
+		t.Fatalf("node-key: %+v", r)
+	}
+	sites, err := mesh.LoadSiteKeys(both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mesh.EncodeKey(mesh.NodeKey(sites[0], "node7")) + "\n"; r.stdout != want {
+		t.Errorf("node-key printed %q, want the key under the primary site key %q", r.stdout, want)
+	}
+	out := filepath.Join(dir, "node7.key")
+	if r := runCLI(t, nil, "node-key", "node7", "--out", out, "--config", cfg); r.code != 0 {
+		t.Fatalf("node-key --out: %+v", r)
+	}
+	if k, err := mesh.LoadNodeKey(out); err != nil || mesh.EncodeKey(k)+"\n" != r.stdout {
+		t.Errorf("written node key: %v", err)
+	}
+	if r := runCLI(t, nil, "node-key", "node[1-2]", "--config", cfg); r.code != exitError || !strings.Contains(r.stderr, "invalid node name") {
+		t.Errorf("node-key of a host list: %+v", r)
+	}
+
+	r = runCLI(t, nil, "public-key", "--config", cfg)
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 2 {
+		t.Fatalf("public-key: %+v", r)
+	}
+	pubs := writeFile(t, filepath.Join(dir, "aggregators.pub"), r.stdout, 0o644)
+	keys, err := mesh.LoadAggregatorKeys(pubs)
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("public keys: %v %v", keys, err)
+	}
+	agg, _ := mesh.AggregatorKeys(sites)
+	if !keys[0].Equal(agg.PublicKeys()[0]) || !keys[1].Equal(agg.PublicKeys()[1]) {
+		t.Error("printed public keys are not the site keys' signing keys")
+	}
+
+	noSite := writeFile(t, filepath.Join(dir, "nosite.toml"), "[mesh]\ninsecure = true\n", 0o644)
+	if r := runCLI(t, nil, "public-key", "--config", noSite); r.code != exitError || !strings.Contains(r.stderr, "mesh.site_key_file is not set") {
+		t.Errorf("public-key without a site key: %+v", r)
 	}
 }

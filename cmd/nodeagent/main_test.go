@@ -636,6 +636,7 @@ func TestConfigCheck(t *testing.T) {
 	if err := mesh.WriteKeyFile(key); err != nil {
 		t.Fatal(err)
 	}
+	nodeKey, pubs := writeNodeKeys(t, dir, "n7")
 	good := filepath.Join(dir, "good.toml")
 	os.WriteFile(good, []byte(fmt.Sprintf(`node_name = "n7"
 [teardown]
@@ -644,7 +645,9 @@ grace = "90"
 enabled = true
 join = ["127.0.0.1:7946"]
 keyring = %q
-`, key)), 0o600)
+node_key_file = %q
+aggregator_keys_file = %q
+`, key, nodeKey, pubs)), 0o600)
 	r := nodeagent(t, nil, "config", "check", "--config", good)
 	if r.code != 0 {
 		t.Fatalf("config check of a good file: %d %s", r.code, r.stderr)
@@ -663,7 +666,10 @@ keyring = %q
 	cases := []struct{ name, text, want string }{
 		{"unknown key", "[teardown]\ngrase = \"3s\"\n", `:2: key "teardown.grase": unknown key`},
 		{"bad value", "[teardown]\nauto_resume = \"sometimes\"\n", `teardown.auto_resume`},
-		{"world-readable key", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\n", filepath.Join(dir, "open.key")), "mesh.keyring"},
+		{"world-readable key", fmt.Sprintf("[mesh]\nenabled = true\nallow_unsigned = true\nkeyring = %q\n", filepath.Join(dir, "open.key")), "mesh.keyring"},
+		{"no node key", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\n", key), "mesh.node_key_file: required unless mesh.allow_unsigned = true"},
+		{"world-readable node key", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\nnode_key_file = %q\naggregator_keys_file = %q\n", key, filepath.Join(dir, "open.key"), pubs), "mesh.node_key_file: node key file"},
+		{"site key on a node", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\nnode_key_file = %q\naggregator_keys_file = %q\nsite_key_file = \"/etc/gracewatch/site.key\"\n", key, nodeKey, pubs), "mesh.site_key_file: is the aggregators' secret"},
 	}
 	os.WriteFile(filepath.Join(dir, "open.key"), []byte("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"), 0o644)
 	os.Chmod(filepath.Join(dir, "open.key"), 0o644)
@@ -677,4 +683,26 @@ keyring = %q
 			}
 		})
 	}
+}
+
+// writeNodeKeys writes node's key and the aggregators' public keys (of a
+// new site key) into dir, as an administrator provisions them.
+func writeNodeKeys(t *testing.T, dir, node string) (nodeKey, pubs string) {
+	t.Helper()
+	site, err := mesh.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, err := mesh.AggregatorKeys([][]byte{site})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeKey, pubs = filepath.Join(dir, node+".key"), filepath.Join(dir, "aggregators.pub")
+	if err := os.WriteFile(nodeKey, []byte(mesh.EncodeKey(mesh.NodeKey(site, node))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pubs, []byte(mesh.EncodeKey(agg.PublicKeys()[0])+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return nodeKey, pubs
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 func main() {
@@ -78,6 +79,11 @@ func configCheck(path string, out cmdutil.Out) int {
 	if cfg.Mesh.Enabled && !cfg.Mesh.Insecure {
 		if _, err := mesh.LoadKeyring(cfg.Mesh.Keyring); err != nil {
 			return out.Fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
+		}
+	}
+	if cfg.Mesh.Enabled {
+		if _, err := cfg.Mesh.LoadKeys(gwpb.Role_ROLE_AGENT); err != nil {
+			return out.Fail(fmt.Errorf("%s: %w", path, err))
 		}
 	}
 	code := out.PrintConfig(path, cfg)

@@ -70,3 +70,12 @@ func Quote(name string) string {
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
+
+// ForLog returns name as it is if it is valid, else Quote(name): a log
+// value that is short and unambiguous either way.
+func ForLog(name string) string {
+	if Valid(name) {
+		return name
+	}
+	return Quote(name)
+}

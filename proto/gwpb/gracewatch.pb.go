@@ -616,12 +616,18 @@ func (x *JobRegistration) GetGrace() string {
 
 // Control goes from an aggregator to one agent; the agent owns the latch.
 type Control struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // unique per request; echoed in the ack
-	Action        Action                 `protobuf:"varint,2,opt,name=action,proto3,enum=gracewatch.v1.Action" json:"action,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	By            string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`   // who asked (aggregator name, token holder)
-	Job           *JobRegistration       `protobuf:"bytes,5,opt,name=job,proto3" json:"job,omitempty"` // ACTION_REGISTER_JOB
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"` // unique per request; echoed in the ack
+	Action Action                 `protobuf:"varint,2,opt,name=action,proto3,enum=gracewatch.v1.Action" json:"action,omitempty"`
+	Reason string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	By     string                 `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`   // who asked (aggregator name, token holder)
+	Job    *JobRegistration       `protobuf:"bytes,5,opt,name=job,proto3" json:"job,omitempty"` // ACTION_REGISTER_JOB
+	// When the aggregator asked (Unix ms) and when it stops waiting for the
+	// ack: an agent never applies a Control after deadline_ms, when the
+	// caller has been told that it timed out. 0 (an older aggregator): no
+	// deadline.
+	AskedMs       int64 `protobuf:"varint,6,opt,name=asked_ms,json=askedMs,proto3" json:"asked_ms,omitempty"`
+	DeadlineMs    int64 `protobuf:"varint,7,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +695,20 @@ func (x *Control) GetJob() *JobRegistration {
 		return x.Job
 	}
 	return nil
+}
+
+func (x *Control) GetAskedMs() int64 {
+	if x != nil {
+		return x.AskedMs
+	}
+	return 0
+}
+
+func (x *Control) GetDeadlineMs() int64 {
+	if x != nil {
+		return x.DeadlineMs
+	}
+	return 0
 }
 
 // ControlAck is the agent's answer to a Control.
@@ -940,11 +960,15 @@ func (x *Forget) GetBy() string {
 	return ""
 }
 
-// Envelope frames every direct (SendReliable) message.
+// Envelope frames every direct (SendReliable) message. A signed envelope
+// ends with the mesh package's proof trailer (field 2046, as in Meta),
+// covering every byte before it: from, to and sent_ms are bound to the body.
 type Envelope struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Schema uint32                 `protobuf:"varint,1,opt,name=schema,proto3" json:"schema,omitempty"`
 	From   string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To     string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`                        // the one recipient; empty for a message to a role
+	SentMs int64                  `protobuf:"varint,4,opt,name=sent_ms,json=sentMs,proto3" json:"sent_ms,omitempty"` // when it was sent (Unix ms): bounds replays
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Envelope_State
@@ -999,6 +1023,20 @@ func (x *Envelope) GetFrom() string {
 		return x.From
 	}
 	return ""
+}
+
+func (x *Envelope) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Envelope) GetSentMs() int64 {
+	if x != nil {
+		return x.SentMs
+	}
+	return 0
 }
 
 func (x *Envelope) GetBody() isEnvelope_Body {
@@ -1091,7 +1129,7 @@ var File_gracewatch_proto protoreflect.FileDescriptor
 
 const file_gracewatch_proto_rawDesc = "" +
 	"\n" +
-	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xa1\x02\n" +
+	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xa9\x02\n" +
 	"\x04Meta\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12'\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x13.gracewatch.v1.RoleR\x04role\x12 \n" +
@@ -1103,7 +1141,7 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\vdeadline_ms\x18\a \x01(\x03R\n" +
 	"deadlineMs\x12\x19\n" +
 	"\bsince_ms\x18\b \x01(\x03R\asinceMs\x12\x16\n" +
-	"\x06reason\x18\t \x01(\tR\x06reasonJ\x06\b\xff\x0f\x10\x80\x10\"\xc8\x01\n" +
+	"\x06reason\x18\t \x01(\tR\x06reasonJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\xc8\x01\n" +
 	"\bTeardown\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x19\n" +
@@ -1131,13 +1169,16 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\n" +
 	"expiration\x18\x02 \x01(\tR\n" +
 	"expiration\x12\x14\n" +
-	"\x05grace\x18\x03 \x01(\tR\x05grace\"\xa2\x01\n" +
+	"\x05grace\x18\x03 \x01(\tR\x05grace\"\xde\x01\n" +
 	"\aControl\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\x06action\x18\x02 \x01(\x0e2\x15.gracewatch.v1.ActionR\x06action\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x0e\n" +
 	"\x02by\x18\x04 \x01(\tR\x02by\x120\n" +
-	"\x03job\x18\x05 \x01(\v2\x1e.gracewatch.v1.JobRegistrationR\x03job\"k\n" +
+	"\x03job\x18\x05 \x01(\v2\x1e.gracewatch.v1.JobRegistrationR\x03job\x12\x19\n" +
+	"\basked_ms\x18\x06 \x01(\x03R\aaskedMs\x12\x1f\n" +
+	"\vdeadline_ms\x18\a \x01(\x03R\n" +
+	"deadlineMs\"k\n" +
 	"\n" +
 	"ControlAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
@@ -1155,17 +1196,19 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\x04gone\x18\x01 \x03(\v2\x19.gracewatch.v1.GoneMemberR\x04gone\".\n" +
 	"\x06Forget\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\x12\x0e\n" +
-	"\x02by\x18\x02 \x01(\tR\x02by\"\xbd\x02\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\"\xee\x02\n" +
 	"\bEnvelope\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\tR\x04from\x122\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x17\n" +
+	"\asent_ms\x18\x04 \x01(\x03R\x06sentMs\x122\n" +
 	"\x05state\x18\n" +
 	" \x01(\v2\x1a.gracewatch.v1.StateUpdateH\x00R\x05state\x122\n" +
 	"\acontrol\x18\v \x01(\v2\x16.gracewatch.v1.ControlH\x00R\acontrol\x12-\n" +
 	"\x03ack\x18\f \x01(\v2\x19.gracewatch.v1.ControlAckH\x00R\x03ack\x125\n" +
 	"\bhandover\x18\r \x01(\v2\x17.gracewatch.v1.HandoverH\x00R\bhandover\x12/\n" +
 	"\x06forget\x18\x0e \x01(\v2\x15.gracewatch.v1.ForgetH\x00R\x06forgetB\x06\n" +
-	"\x04body*A\n" +
+	"\x04bodyJ\x06\b\xfe\x0f\x10\xff\x0f*A\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +

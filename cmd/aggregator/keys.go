@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/internal/cmdutil"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// The commands of node restriction (mesh/keys.go has the scheme):
+// site-key makes the aggregators' secret, node-key derives the key one node
+// is provisioned with, public-key prints what every node checks aggregators
+// with.
+
+func runSiteKey(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 1, "FILE"); !ok {
+		return code
+	}
+	if err := mesh.WriteKeyFile(f.args[0]); err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(c.stdout, "wrote a new site key to %s (mode 0600); copy it to every aggregator only, set mesh.site_key_file, "+
+		"then give each node its `aggregator node-key NODE` and every node `aggregator public-key`\n", f.args[0])
+	return exitOK
+}
+
+// siteKeys loads the aggregator keys that the configuration names.
+func siteKeys(c *cli, cfgPath string) (*mesh.Keys, int, bool) {
+	path := cmdutil.ConfigPath(cfgPath, aggregator.DefaultConfigPath)
+	cfg, err := aggregator.LoadConfig(path)
+	if err != nil {
+		return nil, c.fail(err), false
+	}
+	if cfg.Mesh.SiteKeyFile == "" {
+		return nil, c.fail(fmt.Errorf("%s: mesh.site_key_file is not set (aggregator site-key FILE makes one)", path)), false
+	}
+	keys, err := cfg.Mesh.LoadKeys(gwpb.Role_ROLE_AGGREGATOR)
+	if err != nil {
+		return nil, c.fail(fmt.Errorf("%s: %w", path, err)), false
+	}
+	return keys, 0, true
+}
+
+func runNodeKey(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	cfgPath := f.String("config", "", "configuration `file` naming mesh.site_key_file (default "+aggregator.DefaultConfigPath+")")
+	out := f.String("out", "", "write the key to this `file` (mode 0600; never overwrites) instead of printing it")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 1, "NODE"); !ok {
+		return code
+	}
+	keys, code, ok := siteKeys(c, *cfgPath)
+	if !ok {
+		return code
+	}
+	k, err := keys.NodeKey(f.args[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	line := mesh.EncodeKey(k) + "\n"
+	if *out == "" {
+		fmt.Fprint(c.stdout, line)
+		return exitOK
+	}
+	if err := writeNew(*out, line, 0o600); err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(c.stdout, "wrote the node key of %s to %s (mode 0600); install it on that node only, as its mesh.node_key_file\n", f.args[0], *out)
+	return exitOK
+}
+
+func runPublicKey(c *cli, name string, args []string) int {
+	f := newFlags(name)
+	cfgPath := f.String("config", "", "configuration `file` naming mesh.site_key_file (default "+aggregator.DefaultConfigPath+")")
+	if code, ok := f.parse(c, args); !ok {
+		return code
+	}
+	if code, ok := f.nArgs(c, 0, ""); !ok {
+		return code
+	}
+	keys, code, ok := siteKeys(c, *cfgPath)
+	if !ok {
+		return code
+	}
+	for _, k := range keys.PublicKeys() {
+		fmt.Fprintln(c.stdout, mesh.EncodeKey(k))
+	}
+	return exitOK
+}
+
+// writeNew creates path with text, refusing to overwrite.
+func writeNew(path, text string, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("write %s (refusing to overwrite): %w", path, err)
+	}
+	_, err = f.WriteString(text)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
