@@ -11,13 +11,34 @@ import (
 
 // slogWriter turns memberlist's log lines ("[WARN] memberlist: msg") into
 // slog records at the matching level. memberlist writes each line with one
-// Write call (log.Logger guarantees it).
-type slogWriter struct{ log *slog.Logger }
+// Write call (log.Logger guarantees it). Its warnings and errors are rate
+// limited per kind of line: anyone who reaches the port can make memberlist
+// log one per packet (junk, a wrong key, a wrong label).
+type slogWriter struct {
+	log   *slog.Logger
+	limit *limiter
+}
+
+// memberlistLogEvery rate-limits each kind of memberlist warning or error.
+const memberlistLogEvery = 10 * time.Second
 
 // newStdLogger returns the *log.Logger memberlist's Config.Logger wants,
 // writing into l.
 func newStdLogger(l *slog.Logger) *log.Logger {
-	return log.New(slogWriter{l}, "", 0)
+	return log.New(slogWriter{log: l, limit: &limiter{every: memberlistLogEvery}}, "", 0)
+}
+
+// lineKind is what a memberlist line is rate-limited by: its text up to
+// the peer's address or the first digit (addresses, ports, sizes and
+// counts vary between packets of one kind).
+func lineKind(line []byte) string {
+	if i := bytes.Index(line, []byte("from=")); i >= 0 {
+		line = line[:i]
+	}
+	if i := bytes.IndexAny(line, "0123456789"); i >= 0 {
+		line = line[:i]
+	}
+	return string(line[:min(len(line), 64)])
 }
 
 func (w slogWriter) Write(p []byte) (int, error) {
@@ -31,6 +52,16 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	line, _ = bytes.CutPrefix(line, []byte("memberlist: "))
+	if level >= slog.LevelWarn && w.limit != nil {
+		ok, suppressed := w.limit.allow(lineKind(line), time.Now())
+		if !ok {
+			return len(p), nil
+		}
+		if suppressed > 0 {
+			w.log.Log(context.Background(), level, string(line), "lib", "memberlist", "suppressed", suppressed)
+			return len(p), nil
+		}
+	}
 	w.log.Log(context.Background(), level, string(line), "lib", "memberlist")
 	return len(p), nil
 }
@@ -51,12 +82,21 @@ func memberlistLevel(tag string) (slog.Level, bool) {
 
 // limiter allows one event per key per interval and counts the rest, with
 // a bounded number of keys (a flood of distinct keys resets it rather than
-// growing it).
+// growing it), and at most limiterBurst events per interval in all (so
+// that a flood of distinct keys is not a flood of lines either: what that
+// cap suppresses is reported with the next event allowed).
 type limiter struct {
 	every time.Duration
 	mu    sync.Mutex
 	seen  map[string]*limitEntry
+
+	windowStart time.Time
+	inWindow    int // events allowed since windowStart
+	overflow    int // events suppressed by the cap, not yet reported
 }
+
+// limiterBurst bounds the events one limiter allows per interval.
+const limiterBurst = 20
 
 type limitEntry struct {
 	last       time.Time
@@ -73,16 +113,26 @@ func (l *limiter) allow(key string, now time.Time) (bool, int) {
 	if l.seen == nil || len(l.seen) >= limiterKeys {
 		l.seen = make(map[string]*limitEntry)
 	}
-	e := l.seen[key]
-	if e == nil {
-		l.seen[key] = &limitEntry{last: now}
-		return true, 0
+	if now.Sub(l.windowStart) >= l.every {
+		l.windowStart, l.inWindow = now, 0
 	}
-	if now.Sub(e.last) < l.every {
+	e := l.seen[key]
+	if e != nil && now.Sub(e.last) < l.every {
 		e.suppressed++
 		return false, 0
 	}
-	n := e.suppressed
+	if l.inWindow >= limiterBurst {
+		l.overflow++
+		return false, 0
+	}
+	l.inWindow++
+	n := l.overflow
+	l.overflow = 0
+	if e == nil {
+		l.seen[key] = &limitEntry{last: now}
+		return true, n
+	}
+	n += e.suppressed
 	e.last, e.suppressed = now, 0
 	return true, n
 }

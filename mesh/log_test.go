@@ -2,7 +2,10 @@ package mesh
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,5 +79,68 @@ func TestLimiter(t *testing.T) {
 	}
 	if len(l.seen) > limiterKeys {
 		t.Errorf("%d keys kept, at most %d", len(l.seen), limiterKeys)
+	}
+}
+
+// A flood of distinct keys is capped too, and what the cap suppressed is
+// reported with the next line allowed.
+func TestLimiterBurst(t *testing.T) {
+	l := limiter{every: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	allowed := 0
+	for i := range 1000 {
+		if ok, _ := l.allow(fmt.Sprint("k", i), t0.Add(time.Duration(i)*time.Millisecond)); ok {
+			allowed++
+		}
+	}
+	if allowed != limiterBurst {
+		t.Fatalf("%d of 1,000 distinct keys allowed in one interval, want %d", allowed, limiterBurst)
+	}
+	ok, n := l.allow("late", t0.Add(11*time.Second))
+	if !ok || n != 1000-limiterBurst {
+		t.Errorf("next interval: %v, %d suppressed reported; want true, %d", ok, n, 1000-limiterBurst)
+	}
+}
+
+// Junk packets to the mesh port (anyone who reaches it can send them) make
+// a bounded number of log lines: memberlist logs one per packet.
+func TestJunkPacketsLogBounded(t *testing.T) {
+	t.Parallel()
+	n := start(t, "agg-1", aggr, func(o *Options) {
+		o.Config.Insecure = false
+		o.Config.Keyring = keyFile(t)
+	})
+	conn, err := net.Dial("udp", n.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tcp := 0
+	sent := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); sent++ {
+		junk := fmt.Appendf(nil, "junk %d from=10.0.0.%d", sent, sent%250)
+		conn.Write(junk)
+		if sent%50 == 0 && tcp < 20 { // and some junk streams
+			if c, err := net.DialTimeout("tcp", n.Addr(), time.Second); err == nil {
+				c.Write(junk)
+				c.Close()
+				tcp++
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var warnings int
+	for _, line := range strings.Split(n.logs.String(), "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			warnings++
+		}
+	}
+	t.Logf("%d junk packets (%d streams): %d warning and error lines", sent, tcp, warnings)
+	if sent < 1000 {
+		t.Fatalf("only %d packets sent", sent)
+	}
+	if warnings == 0 || warnings > 2*limiterBurst {
+		t.Errorf("%d warning/error lines for %d junk packets, want 1..%d", warnings, sent, 2*limiterBurst)
 	}
 }
