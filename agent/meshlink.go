@@ -45,6 +45,8 @@ type meshLink struct {
 	wakeMeta chan struct{}               // the meta updater's
 	ctrl     chan ctrlMsg
 	sender   *stateSender // the direct sends; set by run
+	started  time.Time    // this process's start: StateUpdate.started_ms
+	now      func() time.Time
 }
 
 type ctrlMsg struct {
@@ -60,6 +62,8 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 		wake:     make(chan struct{}, 1),
 		wakeMeta: make(chan struct{}, 1),
 		ctrl:     make(chan ctrlMsg, 64),
+		started:  time.Now(),
+		now:      time.Now,
 	}
 }
 
@@ -195,7 +199,7 @@ func (l *meshLink) publish() {
 		return
 	}
 	meta := metaOf(*st)
-	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: teardownsOf(*st)}
+	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: teardownsOf(*st), StartedMs: l.started.UnixMilli()}
 	sort.Slice(reports, func(a, b int) bool { return reports[a].Job < reports[b].Job })
 	for _, r := range reports {
 		detail, err := json.Marshal(r)
@@ -219,6 +223,18 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 	}
 	var st api.Status
 	var err error
+	if late := lateControl(c, l.now()); late != nil {
+		// The aggregator has told its caller that the request timed
+		// out (this agent was stopped, or the message was queued that
+		// long): carrying it out now would act on a request its caller
+		// believes failed.
+		l.log.Warn("control refused: it arrived after its deadline", "from", cm.from, "id", c.GetId(), "action", c.GetAction().String(), "by", by, "err", late)
+		ack := &gwpb.ControlAck{Id: c.GetId(), Error: late.Error()}
+		if err := l.m.Send(cm.from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
+			l.log.Debug("cannot acknowledge control", "to", cm.from, "id", c.GetId(), "err", err)
+		}
+		return
+	}
 	switch c.GetAction() {
 	case gwpb.Action_ACTION_RESUME:
 		st, err = l.sup.Resume(ctx, api.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
@@ -245,6 +261,18 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 	}
 	// The state changed: everyone else hears it too.
 	l.kick()
+}
+
+// lateControl says why c must not be carried out at now: its deadline has
+// passed. A Control of an older aggregator has none.
+func lateControl(c *gwpb.Control, now time.Time) error {
+	d := c.GetDeadlineMs()
+	if d == 0 || now.UnixMilli() <= d {
+		return nil
+	}
+	return fmt.Errorf("control arrived %v after its deadline %s (asked at %s): the caller was told it timed out; not applied",
+		now.Sub(time.UnixMilli(d)).Round(time.Millisecond), time.UnixMilli(d).UTC().Format(time.RFC3339Nano),
+		time.UnixMilli(c.GetAskedMs()).UTC().Format(time.RFC3339Nano))
 }
 
 // registerJob registers a job the exec system's controller told an

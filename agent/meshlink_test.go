@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +128,22 @@ func TestRegisterJobFromTheMesh(t *testing.T) {
 	}
 	if err := l.registerJob(context.Background(), nil); err == nil {
 		t.Fatal("no job: want an error")
+	}
+}
+
+// A Control is not carried out after its deadline (the aggregator has told
+// its caller it timed out); one of an older aggregator has none.
+func TestLateControl(t *testing.T) {
+	asked := time.UnixMilli(1764750000000)
+	c := &gwpb.Control{Id: "x", Action: gwpb.Action_ACTION_DRAIN, AskedMs: asked.UnixMilli(), DeadlineMs: asked.Add(10 * time.Second).UnixMilli()}
+	if err := lateControl(c, asked.Add(10*time.Second)); err != nil {
+		t.Errorf("at the deadline: %v", err)
+	}
+	err := lateControl(c, asked.Add(28*time.Second))
+	if err == nil || !strings.Contains(err.Error(), "18s after its deadline") || !strings.Contains(err.Error(), "not applied") {
+		t.Errorf("18 s late: %v", err)
+	}
+	if err := lateControl(&gwpb.Control{Id: "old"}, asked.Add(time.Hour)); err != nil {
+		t.Errorf("no deadline: %v", err)
 	}
 }

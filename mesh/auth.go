@@ -22,9 +22,8 @@ import (
 // schema ignore it as an unknown field; the mesh strips it before it
 // decodes. What it must be follows from what the bytes claim:
 //
-//   - a meta of role agent, and an envelope carrying a StateUpdate or a
-//     ControlAck: HMAC-SHA256 under the node key of the member (meta) or
-//     of env.from; only aggregators can check it;
+//   - an envelope carrying a StateUpdate or a ControlAck: HMAC-SHA256 under
+//     the node key of env.from; only aggregators can check it;
 //   - a meta of role aggregator, and an envelope carrying a Control, a
 //     Handover or a Forget: an Ed25519 signature of an aggregator. An
 //     aggregator's meta proof carries its signing time and is valid for
@@ -32,6 +31,14 @@ import (
 //     a copied meta does not make a lasting aggregator of whoever takes the
 //     name after the real one died; a message's sent_ms must be recent, and
 //     each signed message is accepted once.
+//
+// An agent's meta carries no proof: 16 bytes that differ on every node
+// would nearly double every push-pull (BENCHMARKS.md, "Node restriction"),
+// and what it says is proven otherwise. An aggregator takes a node's state
+// from its direct, proven StateUpdates only (the agent sends one to every
+// aggregator it sees join, and on every change); the gossiped meta of an
+// agent is a claim, marked unproven (Member.Proven false), that a site
+// running with allow_unsigned may still use.
 //
 // Without a proof, a meta or message is refused unless the member runs
 // with mesh.allow_unsigned (a rolling deployment of the keys), and even
@@ -43,9 +50,6 @@ import (
 const proofField protowire.Number = 2046
 
 const (
-	// metaMACBytes is an agent meta's HMAC, truncated: 128 bits, and each
-	// forgery attempt costs a gossip message that the receiver logs.
-	metaMACBytes = 16
 	// aggregatorProofValidity is how long an aggregator's meta proof is
 	// good after its signing time.
 	aggregatorProofValidity = 10 * time.Minute
@@ -117,15 +121,6 @@ func splitProof(raw []byte) (body, proof []byte, ok bool) {
 	return raw, nil, false
 }
 
-func metaMAC(key []byte, name string, body []byte) []byte {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(metaContext))
-	mac.Write([]byte(name))
-	mac.Write([]byte{0})
-	mac.Write(body)
-	return mac.Sum(nil)[:metaMACBytes]
-}
-
 func aggregatorMetaMessage(name string, body []byte, signedMs int64) []byte {
 	msg := make([]byte, 0, len(metaContext)+len(name)+1+len(body)+8)
 	msg = append(msg, metaContext...)
@@ -146,47 +141,42 @@ func envelopeMessage(body []byte) []byte {
 	return append([]byte(envelopeContext), body...)
 }
 
-// sealMeta appends this member's proof to its encoded meta (body), if it
-// has keys to prove with (proofSize says how much it adds).
+// sealMeta appends this member's proof to its encoded meta (body): an
+// aggregator's signature, if it has the key (proofSize says how much it
+// adds). An agent's meta carries none (see above).
 func (g *guard) sealMeta(name string, role gwpb.Role, body []byte, now time.Time) []byte {
-	k := g.keys
-	switch {
-	case role == gwpb.Role_ROLE_AGGREGATOR && k != nil && k.signer != nil:
-		ms := now.UnixMilli()
-		sig := ed25519.Sign(k.signer, aggregatorMetaMessage(name, body, ms))
-		proof := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(sig)), uint64(ms))
-		return appendProof(body, append(proof, sig...))
-	case role == gwpb.Role_ROLE_AGENT && k != nil && k.node != nil:
-		return appendProof(body, metaMAC(k.node, name, body))
+	if !g.signsMeta(role) {
+		return body
 	}
-	return body
+	ms := now.UnixMilli()
+	sig := ed25519.Sign(g.keys.signer, aggregatorMetaMessage(name, body, ms))
+	proof := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(sig)), uint64(ms))
+	return appendProof(body, append(proof, sig...))
+}
+
+func (g *guard) signsMeta(role gwpb.Role) bool {
+	return role == gwpb.Role_ROLE_AGGREGATOR && g.keys != nil && g.keys.signer != nil
 }
 
 // proofSize is the size of the trailer sealMeta appends for role.
 func (g *guard) proofSize(role gwpb.Role) int {
-	k := g.keys
-	n := 0
-	switch {
-	case role == gwpb.Role_ROLE_AGGREGATOR && k != nil && k.signer != nil:
-		n = 8 + ed25519.SignatureSize
-	case role == gwpb.Role_ROLE_AGENT && k != nil && k.node != nil:
-		n = metaMACBytes
-	default:
+	if !g.signsMeta(role) {
 		return 0
 	}
-	return protowire.SizeTag(proofField) + protowire.SizeBytes(n)
+	return protowire.SizeTag(proofField) + protowire.SizeBytes(8+ed25519.SignatureSize)
 }
 
 // openedMeta is a member's meta after openMeta.
 type openedMeta struct {
 	meta    *gwpb.Meta
 	leaving bool
-	proven  bool      // its proof checked out here
+	proven  bool      // its proof checked out here (aggregators' metas)
 	until   time.Time // an aggregator's: when its proof expires
 }
 
 // openMeta decodes and checks a member's meta. An error means: use none of
-// it (it wraps ErrUnproven when the proof is missing or wrong).
+// it (it wraps ErrUnproven when an aggregator's proof is missing or wrong).
+// A meta of another role is returned unproven.
 func (g *guard) openMeta(name string, raw []byte, now time.Time) (openedMeta, error) {
 	body, proof, signed := splitProof(raw)
 	meta, leaving, err := decodeMeta(body)
@@ -195,9 +185,14 @@ func (g *guard) openMeta(name string, raw []byte, now time.Time) (openedMeta, er
 	}
 	o := openedMeta{meta: meta, leaving: leaving}
 	switch role := knownRole(meta.GetRole()); {
+	case role != gwpb.Role_ROLE_AGGREGATOR:
+		return o, nil
 	case !signed:
-		return o, g.unsigned(name, "meta")
-	case role == gwpb.Role_ROLE_AGGREGATOR:
+		if err := g.unsigned(name, "aggregator meta"); err != nil {
+			return openedMeta{}, err
+		}
+		return o, nil
+	default:
 		if len(proof) != 8+ed25519.SignatureSize {
 			return openedMeta{}, fmt.Errorf("%w: aggregator meta proof of %d bytes", ErrUnproven, len(proof))
 		}
@@ -210,17 +205,6 @@ func (g *guard) openMeta(name string, raw []byte, now time.Time) (openedMeta, er
 			return openedMeta{}, fmt.Errorf("%w: aggregator meta %v", ErrUnproven, err)
 		}
 		o.proven, o.until = true, signedAt.Add(aggregatorProofValidity)
-	default:
-		if g.keys == nil || len(g.keys.sites) == 0 {
-			// An agent cannot check another agent's meta, nor needs
-			// to: it acts on aggregators only.
-			return o, nil
-		}
-		if len(proof) != metaMACBytes || !g.verifyNode(name, func(key []byte) []byte { return metaMAC(key, name, body) }, proof) {
-			return openedMeta{}, fmt.Errorf("%w: meta proof does not verify with %s's node key (is its mesh.node_key_file what `aggregator node-key %s` prints?)",
-				ErrUnproven, nodename.Quote(name), name)
-		}
-		o.proven = true
 	}
 	g.markProven(name)
 	return o, nil

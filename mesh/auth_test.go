@@ -206,12 +206,29 @@ func TestGuardAllowUnsigned(t *testing.T) {
 	if _, err := g.openEnvelope("agg-1", forge(t, up, nil), now); err == nil || !strings.Contains(err.Error(), "proven itself before") {
 		t.Errorf("unsigned after proven: %v", err)
 	}
+	// Metas: an agent's is a claim, never proven; an aggregator's needs
+	// its signature, except (allow_unsigned) from a name never proven.
 	meta, _ := EncodeMeta(&gwpb.Meta{Role: agent})
-	if _, err := g.openMeta("node1", meta, now); err == nil {
-		t.Error("unsigned meta of a proven name accepted")
+	if o, err := g.openMeta("node1", meta, now); err != nil || o.proven {
+		t.Errorf("agent meta: %+v %v, want accepted, unproven", o, err)
 	}
-	if _, err := g.openMeta("node3", meta, now); err != nil {
-		t.Errorf("unsigned meta of a new name: %v", err)
+	aggMeta, _ := EncodeMeta(&gwpb.Meta{Role: aggr})
+	if o, err := g.openMeta("agg-2", aggMeta, now); err != nil || o.proven {
+		t.Errorf("unsigned aggregator meta of a new name: %+v %v", o, err)
+	}
+	signed := newGuard(aggK, false).sealMeta("agg-3", aggr, aggMeta, now)
+	if o, err := g.openMeta("agg-3", signed, now); err != nil || !o.proven {
+		t.Fatalf("signed aggregator meta: %+v %v", o, err)
+	}
+	if _, err := g.openMeta("agg-3", aggMeta, now); err == nil || !strings.Contains(err.Error(), "proven itself before") {
+		t.Errorf("unsigned aggregator meta of a proven name: %v", err)
+	}
+	if _, err := newGuard(aggK, false).openMeta("agg-2", aggMeta, now); !errors.Is(err, ErrUnproven) {
+		t.Errorf("unsigned aggregator meta without allow_unsigned: %v", err)
+	}
+	// A signature binds the name.
+	if _, err := g.openMeta("agg-4", signed, now); !errors.Is(err, ErrUnproven) {
+		t.Errorf("agg-3's meta under another name: %v", err)
 	}
 }
 

@@ -146,8 +146,8 @@ func TestEnvelopeErrors(t *testing.T) {
 
 // The leaving mark survives truncation and disappears on decoding.
 func TestLeavingMark(t *testing.T) {
-	m := &Mesh{name: "n1", role: gwpb.Role_ROLE_AGENT, meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Seq: 9, Reason: strings.Repeat("€", 4000)}, leaving: true,
-		guard: newGuard(testKeys(t, "n1", gwpb.Role_ROLE_AGENT), false), now: time.Now}
+	m := &Mesh{name: "agg-1", role: gwpb.Role_ROLE_AGGREGATOR, meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR, Seq: 9, Reason: strings.Repeat("€", 4000)}, leaving: true,
+		guard: newGuard(testKeys(t, "agg-1", gwpb.Role_ROLE_AGGREGATOR), false), now: time.Now}
 	if err := m.storeMetaLocked(); err != nil {
 		t.Fatal(err)
 	}
@@ -155,9 +155,9 @@ func TestLeavingMark(t *testing.T) {
 	if len(b) > MetaLimit {
 		t.Fatalf("%d bytes", len(b))
 	}
-	// Signed: an aggregator proves it, and the mark is under the proof.
-	agg := newGuard(testKeys(t, "agg", gwpb.Role_ROLE_AGGREGATOR), false)
-	o, err := agg.openMeta("n1", b, time.Now())
+	// Signed: an agent proves it, and the mark is under the proof.
+	agent := newGuard(testKeys(t, "n1", gwpb.Role_ROLE_AGENT), false)
+	o, err := agent.openMeta("agg-1", b, time.Now())
 	if err != nil || !o.proven || !o.leaving {
 		t.Fatalf("openMeta: %+v, %v", o, err)
 	}

@@ -127,7 +127,9 @@ func TestJunkPacketsLogBounded(t *testing.T) {
 				tcp++
 			}
 		}
-		time.Sleep(100 * time.Microsecond)
+		if sent%10 == 0 {
+			time.Sleep(time.Millisecond) // bounded: about 10,000 packets a second at most
+		}
 	}
 	time.Sleep(300 * time.Millisecond)
 	var warnings int
@@ -137,7 +139,7 @@ func TestJunkPacketsLogBounded(t *testing.T) {
 		}
 	}
 	t.Logf("%d junk packets (%d streams): %d warning and error lines", sent, tcp, warnings)
-	if sent < 1000 {
+	if sent < 200 {
 		t.Fatalf("only %d packets sent", sent)
 	}
 	if warnings == 0 || warnings > 2*limiterBurst {

@@ -35,8 +35,12 @@ type Member struct {
 	// MetaErr says why the meta did not decode. It is logged once per node
 	// and meta value, and never stops the mesh.
 	MetaErr error
-	Status  Status
-	Since   time.Time // when Status last changed, as seen here
+	// Proven: the meta's proof checked out here. Only an aggregator's meta
+	// carries one (its role is then proven); an agent's meta is a claim,
+	// its state proven by its direct StateUpdates only (mesh/auth.go).
+	Proven bool
+	Status Status
+	Since  time.Time // when Status last changed, as seen here
 }
 
 // Handler receives what the mesh hears. Both methods run on memberlist's

@@ -880,7 +880,7 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 // error, so that an operator sees a node whose key went wrong).
 func (m *Mesh) decodeMemberMeta(st *memberState, raw []byte) error {
 	st.raw = bytes.Clone(raw)
-	st.Meta, st.MetaErr, st.Role, st.leaving, st.proofUntil = nil, nil, gwpb.Role_ROLE_UNSPECIFIED, false, time.Time{}
+	st.Meta, st.MetaErr, st.Role, st.leaving, st.proofUntil, st.Proven = nil, nil, gwpb.Role_ROLE_UNSPECIFIED, false, time.Time{}, false
 	if len(raw) == 0 {
 		return nil
 	}
@@ -895,7 +895,7 @@ func (m *Mesh) decodeMemberMeta(st *memberState, raw []byte) error {
 		return err
 	}
 	st.hidden = false
-	st.Meta, st.Role, st.leaving, st.proofUntil = o.meta, knownRole(o.meta.GetRole()), o.leaving, o.until
+	st.Meta, st.Role, st.leaving, st.proofUntil, st.Proven = o.meta, knownRole(o.meta.GetRole()), o.leaving, o.until, o.proven
 	return nil
 }
 
@@ -952,7 +952,7 @@ func (m *Mesh) expireProofs(now time.Time) {
 			continue
 		}
 		st.MetaErr = fmt.Errorf("%w: aggregator meta proof expired at %s (not signed again)", ErrUnproven, st.proofUntil.UTC().Format(time.RFC3339))
-		st.Meta, st.Role, st.proofUntil = nil, gwpb.Role_ROLE_UNSPECIFIED, time.Time{}
+		st.Meta, st.Role, st.proofUntil, st.Proven = nil, gwpb.Role_ROLE_UNSPECIFIED, time.Time{}, false
 		changed = append(changed, st.Member)
 	}
 	m.mu.Unlock()

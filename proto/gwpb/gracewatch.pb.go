@@ -485,11 +485,17 @@ func (x *Report) GetDetailJson() []byte {
 // SendReliable) on every state change, so a DOWN is seen one round trip
 // after the deadline whatever the cluster's size.
 type StateUpdate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Meta          *Meta                  `protobuf:"bytes,1,opt,name=meta,proto3" json:"meta,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`       // the untruncated reason
-	Teardowns     []*Teardown            `protobuf:"bytes,3,rep,name=teardowns,proto3" json:"teardowns,omitempty"` // active and recently released
-	Reports       []*Report              `protobuf:"bytes,4,rep,name=reports,proto3" json:"reports,omitempty"`     // latest report of each violating job
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Meta      *Meta                  `protobuf:"bytes,1,opt,name=meta,proto3" json:"meta,omitempty"`
+	Reason    string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`       // the untruncated reason
+	Teardowns []*Teardown            `protobuf:"bytes,3,rep,name=teardowns,proto3" json:"teardowns,omitempty"` // active and recently released
+	Reports   []*Report              `protobuf:"bytes,4,rep,name=reports,proto3" json:"reports,omitempty"`     // latest report of each violating job
+	// When this agent process started (Unix ms). With node restriction an
+	// aggregator takes a node's state from its proven updates only, newest
+	// first by (incarnation, seq); a later start also wins, so that an agent
+	// that lost its state file (a diskless node's reboot: incarnation 1
+	// again) is not refused as a replay.
+	StartedMs     int64 `protobuf:"varint,5,opt,name=started_ms,json=startedMs,proto3" json:"started_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -550,6 +556,13 @@ func (x *StateUpdate) GetReports() []*Report {
 		return x.Reports
 	}
 	return nil
+}
+
+func (x *StateUpdate) GetStartedMs() int64 {
+	if x != nil {
+		return x.StartedMs
+	}
+	return 0
 }
 
 // JobRegistration is the job of an ACTION_REGISTER_JOB, in the agent's
@@ -1158,12 +1171,14 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\asummary\x18\x04 \x01(\tR\asummary\x12\x19\n" +
 	"\btaken_ms\x18\x05 \x01(\x03R\atakenMs\x12\x1f\n" +
 	"\vdetail_json\x18\x06 \x01(\fR\n" +
-	"detailJson\"\xb6\x01\n" +
+	"detailJson\"\xd5\x01\n" +
 	"\vStateUpdate\x12'\n" +
 	"\x04meta\x18\x01 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x125\n" +
 	"\tteardowns\x18\x03 \x03(\v2\x17.gracewatch.v1.TeardownR\tteardowns\x12/\n" +
-	"\areports\x18\x04 \x03(\v2\x15.gracewatch.v1.ReportR\areports\"Y\n" +
+	"\areports\x18\x04 \x03(\v2\x15.gracewatch.v1.ReportR\areports\x12\x1d\n" +
+	"\n" +
+	"started_ms\x18\x05 \x01(\x03R\tstartedMs\"Y\n" +
 	"\x0fJobRegistration\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1e\n" +
 	"\n" +
