@@ -45,7 +45,7 @@ func TestMetaOf(t *testing.T) {
 func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 	since := time.UnixMilli(1_800_000_000_000)
 	up := api.Status{Node: "n1", State: api.StateUp, Since: since, Seq: 42, Incarnation: 3}
-	g := gossipedMeta(up)
+	g := gossipedMeta(up, false)
 	if g.SinceMs != 0 || g.Seq != 42 || g.Incarnation != 3 || g.State != gwpb.State_STATE_UP {
 		t.Fatalf("gossiped up meta %v: want since_ms 0, seq and incarnation kept", g)
 	}
@@ -58,8 +58,19 @@ func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 		t.Fatalf("gossiped up meta %d bytes, direct %d: want smaller", len(gb), len(db))
 	}
 	down := api.Status{Node: "n1", State: api.StateDown, Reason: "hung", Since: since, Seq: 43, Incarnation: 3}
-	if g := gossipedMeta(down); g.SinceMs != since.UnixMilli() {
-		t.Fatalf("gossiped down meta %v: since_ms must stay", g)
+	if g := gossipedMeta(down, true); g.SinceMs != since.UnixMilli() || g.Seq != 43 || g.Incarnation != 3 {
+		t.Fatalf("gossiped down meta %v: since_ms, seq and incarnation must stay", g)
+	}
+	// A node that proves itself gossips what every up node has in common.
+	if g := gossipedMeta(up, true); g.Seq != 0 || g.Incarnation != 0 || g.State != gwpb.State_STATE_UP {
+		t.Fatalf("gossiped up meta of a proving node %v: want no seq nor incarnation", g)
+	}
+	other := up
+	other.Node, other.Seq, other.Incarnation = "n2", 4711, 17
+	a, _ := mesh.EncodeMeta(gossipedMeta(up, true))
+	b, _ := mesh.EncodeMeta(gossipedMeta(other, true))
+	if string(a) != string(b) {
+		t.Errorf("two proving up nodes gossip different metas: %x, %x", a, b)
 	}
 }
 

@@ -289,6 +289,11 @@ func (m *Mesh) encodeOwnMetaLocked(limit int) ([]byte, error) {
 	return m.guard.sealMeta(m.name, m.role, b, m.now()), nil
 }
 
+// Proves reports whether this member proves its messages (it has keys):
+// then aggregators take its state from its direct messages only, and what
+// it gossips is not read for state by those that check proofs.
+func (m *Mesh) Proves() bool { return m.guard.keys.canSign() }
+
 // Name returns this member's name.
 func (m *Mesh) Name() string { return m.name }
 

@@ -74,26 +74,43 @@ func pushPullSize(tb testing.TB, nodes []pushNodeState) int {
 type metaVariant struct {
 	name string
 	meta func(r *rand.Rand, now time.Time) *gwpb.Meta
+	// macBytes > 0 appends a proof trailer of that many random bytes to
+	// every agent's meta (what an HMAC per node would cost).
+	macBytes int
+	// aggregators > 0 makes that many members aggregators with signed
+	// metas (node restriction as built: agents' metas carry no proof).
+	aggregators int
 }
 
 // upMetaVariants are the up-node metas BenchmarkPushPullBytes compares.
 // Values vary from node to node as in a cluster that has run for a while:
 // agent starts 1–20, state changes 1–5,000, last change within a week.
 var upMetaVariants = []metaVariant{
-	{"bare", nil},
+	{"bare", nil, 0, 0},
 	{"same-on-every-node", func(*rand.Rand, time.Time) *gwpb.Meta {
 		return &gwpb.Meta{Incarnation: 1, Seq: 1, State: gwpb.State_STATE_UP}
-	}},
+	}, 0, 0},
 	{"no-seq", func(r *rand.Rand, _ time.Time) *gwpb.Meta {
 		return &gwpb.Meta{Incarnation: 1 + r.Uint64N(20), State: gwpb.State_STATE_UP}
-	}},
-	{"gossiped", func(r *rand.Rand, _ time.Time) *gwpb.Meta { // agent.gossipedMeta: no since while up
-		return &gwpb.Meta{Incarnation: 1 + r.Uint64N(20), Seq: 1 + r.Uint64N(5000), State: gwpb.State_STATE_UP}
-	}},
+	}, 0, 0},
+	{"gossiped", gossipedMeta, 0, 0}, // agent.gossipedMeta: no since while up
 	{"with-since-ms", func(r *rand.Rand, now time.Time) *gwpb.Meta { // the meta before since was dropped
 		return &gwpb.Meta{Incarnation: 1 + r.Uint64N(20), Seq: 1 + r.Uint64N(5000), State: gwpb.State_STATE_UP,
 			SinceMs: now.Add(-time.Duration(r.Int64N(int64(7 * 24 * time.Hour)))).UnixMilli()}
-	}},
+	}, 0, 0},
+	// Node restriction: 3 aggregators sign their metas, with agents'
+	// metas as before and as built (a node that proves itself gossips no
+	// incarnation nor seq while up), and the alternative that was measured
+	// and not built (a 16-byte HMAC in every agent's meta).
+	{"gossiped+3-signed-aggregators", gossipedMeta, 0, 3},
+	{"proving-nodes+3-signed-aggregators", func(*rand.Rand, time.Time) *gwpb.Meta { // agent.gossipedMeta with a node key
+		return &gwpb.Meta{State: gwpb.State_STATE_UP}
+	}, 0, 3},
+	{"gossiped+16-byte-node-mac", gossipedMeta, 16, 0},
+}
+
+func gossipedMeta(r *rand.Rand, _ time.Time) *gwpb.Meta {
+	return &gwpb.Meta{Incarnation: 1 + r.Uint64N(20), Seq: 1 + r.Uint64N(5000), State: gwpb.State_STATE_UP}
 }
 
 // swarmStates are n up agents' node states as a member of the benchmark
@@ -110,9 +127,24 @@ func swarmStates(tb testing.TB, n int, v metaVariant) []pushNodeState {
 		nodes[i] = pushNodeState{Name: fmt.Sprintf("node%04d", i), Addr: a[:], Port: ap.Port(), Incarnation: 1,
 			State: 0, Vsn: []uint8{1, 5, 2, 0, 0, 0}}
 		if v.meta != nil {
-			b, err := EncodeMeta(initialMeta(v.meta(r, now), gwpb.Role_ROLE_AGENT))
+			role := gwpb.Role_ROLE_AGENT
+			if i < v.aggregators {
+				role = gwpb.Role_ROLE_AGGREGATOR
+			}
+			b, err := EncodeMeta(initialMeta(v.meta(r, now), role))
 			if err != nil {
 				tb.Fatal(err)
+			}
+			switch {
+			case role == gwpb.Role_ROLE_AGGREGATOR:
+				g := newGuard(benchAggKeys(tb), false)
+				b = g.sealMeta(nodes[i].Name, role, b, now)
+			case v.macBytes > 0:
+				mac := make([]byte, v.macBytes)
+				for j := range mac {
+					mac[j] = byte(r.Uint32())
+				}
+				b = appendProof(b, mac)
 			}
 			nodes[i].Meta = b
 		}
@@ -177,4 +209,12 @@ func TestPushPullSizeGrowsWithMetaEntropy(t *testing.T) {
 	if !(size["bare"] < size["no-seq"] && size["no-seq"] < size["gossiped"] && size["gossiped"] < size["with-since-ms"]) {
 		t.Errorf("sizes not ordered by entropy: %v", size)
 	}
+}
+
+func benchAggKeys(tb testing.TB) *Keys {
+	k, err := AggregatorKeys([][]byte{testSite})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return k
 }
