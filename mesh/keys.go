@@ -143,10 +143,10 @@ func EncodeKey(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
 // LoadSiteKeys reads a site key file: one base64 key of at least
 // SiteKeyMinBytes per line, the first primary; '#' comments and blank
-// lines are ignored. The file must be a regular file that neither group
-// nor others can read or write (it is the site's master secret).
+// lines are ignored. The file must be a regular file that others cannot
+// read and group cannot write (0600, or 0640 for the aggregator's group).
 func LoadSiteKeys(path string) ([][]byte, error) {
-	return readKeyFile(path, "site key", 0o077, func(k []byte) error {
+	return readKeyFile(path, "site key", 0o027, func(k []byte) error {
 		if len(k) < SiteKeyMinBytes {
 			return fmt.Errorf("%d bytes, want at least %d (aggregator site-key FILE makes one)", len(k), SiteKeyMinBytes)
 		}
@@ -156,9 +156,9 @@ func LoadSiteKeys(path string) ([][]byte, error) {
 
 // LoadNodeKey reads a node key file: one base64 key of NodeKeyBytes, as
 // `aggregator node-key NODE` prints it. The file must be a regular file
-// that neither group nor others can read or write.
+// that others cannot read and group cannot write.
 func LoadNodeKey(path string) ([]byte, error) {
-	keys, err := readKeyFile(path, "node key", 0o077, func(k []byte) error {
+	keys, err := readKeyFile(path, "node key", 0o027, func(k []byte) error {
 		if len(k) != NodeKeyBytes {
 			return fmt.Errorf("%d bytes, want %d (as `aggregator node-key NODE` prints it)", len(k), NodeKeyBytes)
 		}
@@ -209,11 +209,11 @@ func readKeyFile(path, what string, badPerm os.FileMode, check func([]byte) erro
 		return nil, fmt.Errorf("%s file %s: not a regular file (%v)", what, path, fi.Mode().Type())
 	}
 	if perm := fi.Mode().Perm(); perm&badPerm != 0 {
-		want := "0600"
+		want := "0600 or 0640"
 		if badPerm == 0o022 {
 			want = "0644"
 		}
-		return nil, fmt.Errorf("%s file %s has mode %#o: too open (chmod %s %s)", what, path, perm, want, path)
+		return nil, fmt.Errorf("%s file %s has mode %#o: too open (want %s)", what, path, perm, want)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	if err != nil {
