@@ -86,3 +86,24 @@ func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(str
 	}
 	return n
 }
+
+// sendHandovers sends the gone agents this aggregator knows to each of the
+// named aggregators, which it has just seen join (see handoverOf). It runs
+// on the loop; the sends run on goroutines of their own.
+func (s *Service) sendHandovers(to []string) {
+	h := handoverOf(s.inputs)
+	if len(h.GetGone()) == 0 {
+		return
+	}
+	env := &gwpb.Envelope{Body: &gwpb.Envelope_Handover{Handover: h}}
+	m := s.mesh
+	for _, name := range to {
+		go func() {
+			if err := m.Send(name, env); err != nil {
+				s.log.Warn("handover of gone nodes not delivered", "to", name, "nodes", len(h.GetGone()), "err", err)
+				return
+			}
+			s.log.Info("gone nodes handed over", "to", name, "nodes", len(h.GetGone()))
+		}()
+	}
+}
