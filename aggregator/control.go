@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -54,7 +55,8 @@ func (s *Service) deliverAck(from string, ack *gwpb.ControlAck) {
 // Control asks node's agent to resume (clear its DOWN latch) or drain (latch
 // it DOWN) and waits for its answer, at most Options.ControlTimeout or until
 // ctx ends. It returns the node as served after the agent's answer. Errors:
-// ErrUnknownNode, ErrUnreachable (the member is dead or left),
+// nodename.ErrInvalid (wrapped: node is not a node name), ErrUnknownNode,
+// ErrUnreachable (the member is dead or left),
 // ErrNotRunning, ErrSend (wrapped), ErrControlTimeout (wrapped), an
 // *AgentError when the agent refused, or ctx's error. Safe for concurrent
 // use; it blocks.
@@ -71,6 +73,9 @@ func (s *Service) RegisterJob(ctx context.Context, node string, job *gwpb.JobReg
 // control sends c (its id set here) to node's agent and waits for the ack.
 func (s *Service) control(ctx context.Context, node string, c *gwpb.Control) (Node, error) {
 	action, reason, by := c.GetAction(), c.GetReason(), c.GetBy()
+	if err := nodename.Validate(node); err != nil {
+		return Node{}, err
+	}
 	s.mu.Lock()
 	n, ok := s.view[node]
 	m, running := s.mesh, s.running

@@ -1,6 +1,9 @@
 package aggregator
 
 import (
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -18,9 +21,62 @@ func (s *Service) MemberChanged(m mesh.Member) {
 	s.enqueue(input{kind: inMember, member: m})
 }
 
+// Bounds of the log of refused names (refusedNames).
+const (
+	// maxRefusedLogged is how many distinct refused names are logged (and
+	// remembered, so that each is logged once): enough to diagnose a
+	// misconfigured site or a probing sender, at most 256 × 253 bytes of
+	// memory and 256 log lines.
+	maxRefusedLogged = 256
+	// refusedSummaryEvery spaces the lines that count the refusals past
+	// maxRefusedLogged.
+	refusedSummaryEvery = time.Minute
+)
+
+// refusedNames logs each name refused at the intake once, and past
+// maxRefusedLogged names one line every refusedSummaryEvery at most.
+// Owned by the loop goroutine.
+type refusedNames struct {
+	seen       map[string]struct{}
+	suppressed int
+	lastLine   time.Time
+}
+
+// refuseName reports whether name is not a node name (nodename.Validate).
+// A refused name is logged (once, see refusedNames) with where it came
+// from (what: "member", "message", "handover", "forget") and the sender;
+// nothing of it enters the view. It runs on the loop.
+func (s *Service) refuseName(name, what, from string) bool {
+	err := nodename.Validate(name)
+	if err == nil {
+		return false
+	}
+	s.met.refused.WithLabelValues(what).Inc()
+	r := &s.refused
+	if _, logged := r.seen[name]; logged {
+		return true
+	}
+	if len(r.seen) < maxRefusedLogged {
+		if r.seen == nil {
+			r.seen = map[string]struct{}{}
+		}
+		r.seen[name] = struct{}{}
+		s.log.Warn("invalid node name refused: nothing of it enters the view", "what", what, "from", nodename.Quote(from),
+			"name", nodename.Quote(name), "err", err)
+		return true
+	}
+	r.suppressed++
+	if now := s.clock.Now(); now.Sub(r.lastLine) >= refusedSummaryEvery {
+		s.log.Warn("more invalid node names refused (not logged one by one)", "count", r.suppressed, "last", nodename.Quote(name),
+			"what", what, "from", nodename.Quote(from))
+		r.suppressed, r.lastLine = 0, now
+	}
+	return true
+}
+
 // applyMember records a member; it reports whether the aggregators changed.
 func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
-	if m.Name == "" {
+	if m.Name != s.opts.Name && s.refuseName(m.Name, "member", m.Name) {
 		return false
 	}
 	if m.Name == s.opts.Name || m.Role == gwpb.Role_ROLE_AGGREGATOR {
@@ -55,7 +111,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 	if from == "" {
 		from = env.GetFrom()
 	}
-	if from == s.opts.Name {
+	if from == s.opts.Name || s.refuseName(from, "message", from) {
 		return false
 	}
 	// Forget and Handover come from aggregators only. The sender need not
@@ -75,7 +131,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 	if h := env.GetHandover(); h != nil {
 		skip := func(name string) bool {
 			_, agg := s.aggs[name]
-			return agg || name == s.opts.Name || name == from
+			return agg || name == s.opts.Name || name == from || s.refuseName(name, "handover", from)
 		}
 		if n := adoptHandover(s.inputs, h, skip, dirty); n > 0 {
 			s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", n)

@@ -17,6 +17,7 @@ import (
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -132,6 +133,7 @@ type Service struct {
 	leading bool
 	// handoverTo: aggregators seen joining in this batch (see sendHandovers).
 	handoverTo []string
+	refused    refusedNames
 
 	// Shared with readers.
 	mu       sync.RWMutex
@@ -196,8 +198,8 @@ type AggregatorInfo struct {
 // New returns a Service. Nothing runs until Run, but the mesh callbacks may
 // be called at once: what they hand over waits in the queue.
 func New(o Options) (*Service, error) {
-	if o.Name == "" {
-		return nil, errors.New("aggregator: empty name")
+	if err := nodename.Validate(o.Name); err != nil {
+		return nil, fmt.Errorf("aggregator: name: %w", err)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
