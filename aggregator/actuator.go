@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/nodename"
 )
 
 const (
@@ -116,9 +117,17 @@ func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration,
 // up to date from now on: a restarted aggregator then undrains a node that
 // came back while it was away, and does not drain again one still down.
 func (a *actuators) remember(dir string) error {
-	names, err := loadDrained(dir)
+	names, invalid, err := loadDrained(dir)
 	if err != nil {
 		return err
+	}
+	if len(invalid) > 0 {
+		var quoted []string
+		for _, name := range invalid[:min(len(invalid), 10)] {
+			quoted = append(quoted, nodename.Quote(name))
+		}
+		a.log.Warn("invalid node names dropped from the drained set: no actuator runs for them; undrain them by hand if the scheduler knows them",
+			"file", filepath.Join(dir, drainedFile), "count", len(invalid), "names", strings.Join(quoted, ", "))
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -189,6 +198,11 @@ func (a *actuators) stop() {
 // that one's to drain.
 func (a *actuators) observe(node string, st State, reason string, othersAlive bool) {
 	if len(a.down) == 0 {
+		return
+	}
+	if err := nodename.Validate(node); err != nil {
+		// The intake refuses such names; this is the second line.
+		a.log.Error("actuators not run for an invalid node name", "node", nodename.Quote(node), "err", err)
 		return
 	}
 	a.mu.Lock()
@@ -345,6 +359,10 @@ func (a *actuators) runWithRetries(ctx context.Context, node, on, reason string,
 	retries := DefaultActuatorRetries
 	if c.Retries != nil {
 		retries = *c.Retries
+	}
+	if err := nodename.Validate(node); err != nil {
+		a.log.Error("actuator not run: invalid node name", "node", nodename.Quote(node), "transition", on, "err", err)
+		return false
 	}
 	argv := expandArgv(c.Command, node, reason)
 	delay := a.backoff

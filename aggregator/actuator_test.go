@@ -316,7 +316,7 @@ func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
 	f1.member("n2", downMeta(1, 2, "hung"))
 	f1.settle()
 	f1.want([]string{"n1 hung", "n2 hung"}, nil)
-	if names, err := loadDrained(state); err != nil || strings.Join(names, ",") != "n1,n2" {
+	if names, _, err := loadDrained(state); err != nil || strings.Join(names, ",") != "n1,n2" {
 		t.Fatalf("drained.json: %v, %v; want n1 and n2", names, err)
 	}
 
@@ -327,7 +327,7 @@ func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
 	f2.member("n2", downMeta(1, 2, "hung"))
 	f2.settle()
 	f2.want(nil, []string{"n1 "})
-	if names, err := loadDrained(state); err != nil || strings.Join(names, ",") != "n2" {
+	if names, _, err := loadDrained(state); err != nil || strings.Join(names, ",") != "n2" {
 		t.Fatalf("drained.json after the undrain: %v, %v; want n2", names, err)
 	}
 	f2.member("n2", upMeta(1, 3))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -178,8 +179,8 @@ func (c *Config) Validate() error {
 	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
 		bad("state_dir", "must be an absolute path, got %q", c.StateDir)
 	}
-	if strings.ContainsFunc(c.Name, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		bad("name", "%q holds white space or a control character", c.Name)
+	if err := nodename.Validate(c.Name); err != nil {
+		bad("name", "%v", err)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log_format", "must be \"text\" or \"json\", got %q", c.LogFormat)

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/gracewatch/gracewatch/internal/fsutil"
+	"github.com/gracewatch/gracewatch/internal/nodename"
 )
 
 // drainedFile is the file, under Options.StateDir, where the actuators
@@ -23,26 +24,31 @@ type drainedState struct {
 }
 
 // loadDrained reads the drained nodes from dir; a missing file is an
-// empty set. A file that does not decode is an error that names it.
-func loadDrained(dir string) ([]string, error) {
+// empty set. A file that does not decode is an error that names it. Names
+// that are not node names (nodename.Validate; an older release kept any
+// name it was given) are dropped and returned apart, so that the caller
+// warns and no actuator is ever given one.
+func loadDrained(dir string) (names []string, invalid []string, err error) {
 	path := filepath.Join(dir, drainedFile)
 	b, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var st drainedState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w (move it away to start without the memory of past drains)", path, err)
+		return nil, nil, fmt.Errorf("%s: %w (move it away to start without the memory of past drains)", path, err)
 	}
-	for i, name := range st.Drained {
-		if name == "" || len(name) > maxNodeNameLen {
-			return nil, fmt.Errorf("%s: drained[%d]: bad node name %q", path, i, name)
+	for _, name := range st.Drained {
+		if nodename.Valid(name) {
+			names = append(names, name)
+		} else {
+			invalid = append(invalid, name)
 		}
 	}
-	return st.Drained, nil
+	return names, invalid, nil
 }
 
 // saveDrained writes names to dir atomically (a temporary file, fsync,

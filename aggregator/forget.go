@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -22,11 +23,15 @@ type forgetter interface {
 // Forget removes a node whose agent is dead or has left the mesh (a node
 // decommissioned or renamed) from this aggregator's view, and asks the
 // other aggregators to do the same. Watchers get a "forget" event. If the
-// node's agent comes back, it is a new node. Errors: ErrUnknownNode,
+// node's agent comes back, it is a new node. Errors: nodename.ErrInvalid
+// (wrapped), ErrUnknownNode,
 // ErrNotGone (the agent is alive: nothing to forget), ErrNotRunning, or
 // ctx's error. Safe for concurrent use; it blocks until the loop has done
 // it.
 func (s *Service) Forget(ctx context.Context, name, by string) error {
+	if err := nodename.Validate(name); err != nil {
+		return err
+	}
 	s.mu.RLock()
 	running := s.running
 	s.mu.RUnlock()
@@ -98,6 +103,9 @@ func (s *Service) forget(name, by string, propagate bool) error {
 // sees its agent).
 func (s *Service) applyForget(from string, f *gwpb.Forget) {
 	for _, name := range f.GetNames() {
+		if s.refuseName(name, "forget", from) {
+			continue
+		}
 		if err := s.forget(name, fmt.Sprintf("%s (from %s)", f.GetBy(), from), false); err != nil {
 			s.log.Info("forget from another aggregator not applied", "from", from, "node", name, "err", err)
 		}

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"slices"
 
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"google.golang.org/protobuf/proto"
@@ -12,10 +13,6 @@ import (
 // more nodes than this has bigger problems; the rest are still served by
 // the aggregators that saw them go).
 const maxHandover = 20000
-
-// maxNodeNameLen bounds a handed-over member's name (a host name is at
-// most 253 bytes).
-const maxNodeNameLen = 255
 
 // handoverOf is the Handover of the agents in inputs that are dead or have
 // left, sorted by name. memberlist forgets a dead member GossipToTheDeadTime
@@ -53,8 +50,9 @@ func handoverOf(inputs map[string]*NodeInput) *gwpb.Handover {
 // know at all to inputs, marking them in dirty. A member it knows in any
 // state is left alone: its own mesh is the better witness, and a member
 // that comes back is updated by the mesh as usual. Names for which skip
-// returns true (this aggregator, the other aggregators) are ignored. It
-// returns how many it adopted.
+// returns true (this aggregator, the other aggregators, names that are not
+// node names) are ignored, and so is any other invalid name. It returns how
+// many it adopted.
 func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(string) bool, dirty map[string]bool) int {
 	n := 0
 	for i, g := range h.GetGone() {
@@ -62,10 +60,10 @@ func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(str
 			break
 		}
 		name := g.GetName()
-		if name == "" || len(name) > maxNodeNameLen {
+		if skip(name) || !nodename.Valid(name) {
 			continue
 		}
-		if _, known := inputs[name]; known || skip(name) {
+		if _, known := inputs[name]; known {
 			continue
 		}
 		in := &NodeInput{Name: name, Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusDead}
@@ -85,4 +83,25 @@ func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(str
 		n++
 	}
 	return n
+}
+
+// sendHandovers sends the gone agents this aggregator knows to each of the
+// named aggregators, which it has just seen join (see handoverOf). It runs
+// on the loop; the sends run on goroutines of their own.
+func (s *Service) sendHandovers(to []string) {
+	h := handoverOf(s.inputs)
+	if len(h.GetGone()) == 0 {
+		return
+	}
+	env := &gwpb.Envelope{Body: &gwpb.Envelope_Handover{Handover: h}}
+	m := s.mesh
+	for _, name := range to {
+		go func() {
+			if err := m.Send(name, env); err != nil {
+				s.log.Warn("handover of gone nodes not delivered", "to", name, "nodes", len(h.GetGone()), "err", err)
+				return
+			}
+			s.log.Info("gone nodes handed over", "to", name, "nodes", len(h.GetGone()))
+		}()
+	}
 }

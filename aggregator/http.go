@@ -21,6 +21,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -331,8 +332,22 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, NodeList{Nodes: nodes})
 }
 
-func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
+// pathNode returns the node name of the request's path; when it is not a
+// node name it answers 400 and returns false.
+func (s *Server) pathNode(w http.ResponseWriter, r *http.Request) (string, bool) {
 	name := r.PathValue("name")
+	if err := nodename.Validate(name); err != nil {
+		s.writeError(w, http.StatusBadRequest, "path %s: %v", r.URL.EscapedPath(), err)
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
+	name, ok := s.pathNode(w, r)
+	if !ok {
+		return
+	}
 	n, ok := s.svc.Node(name)
 	if !ok {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
@@ -343,7 +358,10 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("name")
+		name, ok := s.pathNode(w, r)
+		if !ok {
+			return
+		}
 		req, ok := s.readAction(w, r)
 		if !ok {
 			return
@@ -393,7 +411,10 @@ func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (ActionReque
 // handleForget removes a gone node from the view of every aggregator
 // (Service.Forget); the body gives the reason, as for resume and drain.
 func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
+	name, ok := s.pathNode(w, r)
+	if !ok {
+		return
+	}
 	req, ok := s.readAction(w, r)
 	if !ok {
 		return

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -112,6 +113,9 @@ func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
 	seen := make(map[string]bool, len(names))
 	uniq := names[:0]
 	for _, n := range names {
+		if err := nodename.Validate(n); err != nil {
+			return req, nil, fmt.Errorf("nodes: %w", err)
+		}
 		if !seen[n] {
 			seen[n] = true
 			uniq = append(uniq, n)

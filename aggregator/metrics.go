@@ -57,6 +57,7 @@ type serviceMetrics struct {
 	downLatency     prometheus.Histogram
 	actuatorRuns    *prometheus.CounterVec
 	watchersDropped prometheus.Counter
+	refused         *prometheus.CounterVec
 	state           *stateCollector
 	nodes           *nodeCollector
 	stateDir        prometheus.Collector // nil without Options.Host
@@ -81,6 +82,9 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 			[]string{"on", "result"}),
 		watchersDropped: prometheus.NewCounter(prometheus.CounterOpts(opts("watchers_dropped_total",
 			"Watchers of /v1/watch disconnected for falling behind."))),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("invalid_names_total",
+			"Node names refused where they enter the aggregator (not host names, or ALL), by where they came from: member, message (its sender), handover, forget.")),
+			[]string{"what"}),
 		state: newStateCollector(s),
 		nodes: newNodeCollector(s),
 	}
@@ -89,6 +93,9 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 	}
 	for _, tc := range transitionCauses {
 		m.transitions.WithLabelValues(tc[0], tc[1])
+	}
+	for _, what := range []string{"member", "message", "handover", "forget"} {
+		m.refused.WithLabelValues(what)
 	}
 	for _, on := range []string{OnDown, OnUp} {
 		for _, r := range []string{resultSuccess, resultFailure, resultTimeout} {
@@ -100,7 +107,7 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 
 // collectors returns every collector of m.
 func (m *serviceMetrics) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.state, m.nodes}
+	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.state, m.nodes}
 	if m.stateDir != nil {
 		cs = append(cs, m.stateDir)
 	}

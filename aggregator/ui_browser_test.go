@@ -317,7 +317,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 				// Strings from the API are text, never markup.
 				m := &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 2, State: gwpb.State_STATE_DOWN,
 					SinceMs: now.Add(-time.Minute).UnixMilli(), Reason: `<img src=x onerror="document.title='pwned'"><b>bold</b>`}
+				// A name cannot carry markup: the intake refuses it
+				// (nodename); a reason can.
 				h.mesh.SetMember(AgentMember(`x"><script>document.title='pwned'</script>`, m, now))
+				h.mesh.SetMember(AgentMember("x-markup", m, now))
 				h.sync()
 			}
 			c.opts.Logger = testLogger(t)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
 	"os/signal"
 	"runtime"
 	"strings"
@@ -13,23 +11,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
-
 	"github.com/gracewatch/gracewatch/aggregator"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
-	"github.com/gracewatch/gracewatch/internal/hostinfo"
-	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/mesh"
-	"github.com/gracewatch/gracewatch/proto/gwpb"
-)
-
-// Shutdown budget: leaving the mesh (so that the other aggregators take
-// over the actuators at once), then the HTTP requests in flight.
-const (
-	leaveTimeout    = 3 * time.Second
-	shutdownTimeout = 10 * time.Second
 )
 
 func runServe(c *cli, name string, args []string) int {
@@ -53,59 +39,10 @@ func runServe(c *cli, name string, args []string) int {
 			return c.fail(fmt.Errorf("configuration with flags: %w", err))
 		}
 	}
-	logger := newLogger(c, cfg)
-	log := logger.With("component", "main")
-
-	var token []byte
-	if cfg.HTTP.AdminTokenFile != "" {
-		if token, err = aggregator.LoadToken(cfg.HTTP.AdminTokenFile); err != nil {
-			return c.fail(err)
-		}
-	}
-	reg := metrics.NewRegistry(metrics.ProgramAggregator)
-	stateDir := cfg.StateDir
-	if stateDir == "" {
+	if cfg.StateDir == "" {
 		// systemd's StateDirectory= (the packaged unit's).
-		stateDir, _, _ = strings.Cut(c.getenv("STATE_DIRECTORY"), ":")
+		cfg.StateDir, _, _ = strings.Cut(c.getenv("STATE_DIRECTORY"), ":")
 	}
-	if stateDir != "" {
-		if err := os.MkdirAll(stateDir, 0o750); err != nil {
-			return c.fail(fmt.Errorf("state_dir: %w", err))
-		}
-	}
-	svc, err := aggregator.New(aggregator.Options{
-		Registry:     reg,
-		Name:         cfg.Name,
-		Policy:       cfg.ViewPolicy(),
-		Grace:        cfg.Policy.Grace.D(),
-		Actuators:    cfg.Actuators,
-		StateDir:     stateDir,
-		MeshInsecure: cfg.Mesh.Insecure,
-		Logger:       logger,
-		// The machine's facts through gopsutil, for /readyz and the
-		// state dir metrics; a statfs that hangs costs /readyz 1 s.
-		Host: hostinfo.NewReader(hostinfo.Options{StateDir: stateDir, Timeout: time.Second}).Read,
-	})
-	if err != nil {
-		return c.fail(err)
-	}
-	l, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return c.fail(fmt.Errorf("http.listen: %w", err))
-	}
-	if len(token) > 0 && cfg.HTTP.TLSCert == "" && !isLoopback(l.Addr()) {
-		log.Warn("the admin token travels in clear text: set http.tls_cert and http.tls_key", "listen", l.Addr().String())
-	}
-	srv := aggregator.NewServer(svc, aggregator.ServerOptions{Token: token, ReadToken: cfg.HTTP.ReadToken, Logger: logger, Registry: reg})
-	serveErr := make(chan error, 1)
-	go func() {
-		if cfg.HTTP.TLSCert != "" {
-			serveErr <- srv.ServeTLS(l, cfg.HTTP.TLSCert, cfg.HTTP.TLSKey)
-		} else {
-			serveErr <- srv.Serve(l)
-		}
-	}()
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -113,69 +50,10 @@ func runServe(c *cli, name string, args []string) int {
 		<-ctx.Done()
 		stop()
 	}()
-	log.Info("starting", "version", version.Version, "config", path, "name", cfg.Name, "listen", l.Addr().String(), "pid", os.Getpid())
-
-	// New makes its first join attempt before it returns; /healthz already
-	// answers, /readyz says why it is not ready.
-	m, err := mesh.New(mesh.Options{Name: cfg.Name, Role: gwpb.Role_ROLE_AGGREGATOR, Config: cfg.Mesh, Handler: svc, Logger: logger})
-	if err != nil {
-		shutdownServer(srv, log)
-		return c.fail(fmt.Errorf("mesh: %w", err))
+	if err := aggregator.Run(ctx, cfg, aggregator.RunOptions{Logger: newLogger(c, cfg), ConfigPath: path}); err != nil {
+		return c.fail(err)
 	}
-	runCtx, cancelRun := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- svc.Run(runCtx, m) }()
-	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
-		log.Warn("sd_notify", "err", err)
-	}
-	if interval, err := daemon.SdWatchdogEnabled(false); err == nil && interval > 0 {
-		go watchdog(runCtx, svc, interval/2, log)
-	}
-	log.Info("aggregator ready", "mesh", m.Addr(), "joined", m.Joined())
-
-	var failure error
-	served := false
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		served = true
-		failure = fmt.Errorf("http: %w", err)
-	}
-	daemon.SdNotify(false, daemon.SdNotifyStopping)
-	log.Info("stopping")
-	if err := m.Leave(leaveTimeout); err != nil {
-		log.Warn("leaving the mesh", "err", err)
-	}
-	shutdownServer(srv, log)
-	cancelRun()
-	<-runDone
-	if err := m.Shutdown(); err != nil {
-		log.Warn("mesh shutdown", "err", err)
-	}
-	if !served {
-		if err := <-serveErr; err != nil {
-			failure = fmt.Errorf("http: %w", err)
-		}
-	}
-	if failure != nil {
-		log.Error("aggregator failed", "err", failure)
-		return c.fail(failure)
-	}
-	log.Info("stopped")
 	return exitOK
-}
-
-func shutdownServer(srv *aggregator.Server, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		log.Warn("http shutdown", "err", err)
-	}
-}
-
-func isLoopback(a net.Addr) bool {
-	ta, ok := a.(*net.TCPAddr)
-	return ok && ta.IP.IsLoopback()
 }
 
 func newLogger(c *cli, cfg aggregator.Config) *slog.Logger {
@@ -393,44 +271,6 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// watchdog pings systemd's watchdog through the service's main loop (Sync)
-// every period, so a stuck loop stops the pings and systemd restarts the
-// aggregator; each ping also refreshes the STATUS line.
-func watchdog(ctx context.Context, svc *aggregator.Service, period time.Duration, log *slog.Logger) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	last := ""
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sctx, cancel := context.WithTimeout(ctx, period)
-		err := svc.Sync(sctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("main loop did not answer the watchdog", "err", err)
-			}
-			continue
-		}
-		counts := map[aggregator.State]int{}
-		nodes := svc.Nodes()
-		for _, n := range nodes {
-			counts[n.State]++
-		}
-		line := fmt.Sprintf("STATUS=%d nodes: %d up, %d teardown, %d down, %d unreachable", len(nodes),
-			counts[aggregator.StateUp], counts[aggregator.StateTeardown], counts[aggregator.StateDown], counts[aggregator.StateUnreachable])
-		msg := daemon.SdNotifyWatchdog
-		if line != last {
-			msg += "\n" + line
-			last = line
-		}
-		daemon.SdNotify(false, msg)
-	}
 }
 
 // runConfigCheck ("config check") validates a configuration file as serve

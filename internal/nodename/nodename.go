@@ -6,13 +6,16 @@
 // '_' and '.', starting with a letter or a digit, at most MaxLen bytes. That
 // excludes what a scheduler would read as more than one node (brackets of a
 // host list, commas, spaces), what a command would read as an option (a
-// leading '-'), and anything a shell or a log line would need quoting for.
+// leading '-'), anything a shell or a log line would need quoting for, and
+// the word a scheduler reads as every node ("ALL", in any case: Slurm's
+// scontrol update NodeName=ALL).
 package nodename
 
 import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // MaxLen is the longest name accepted: a DNS label is at most 63 bytes and
@@ -32,6 +35,9 @@ func Validate(name string) error {
 	}
 	if len(name) > MaxLen {
 		return fmt.Errorf("%w %s: %d bytes, at most %d", ErrInvalid, Quote(name), len(name), MaxLen)
+	}
+	if strings.EqualFold(name, "all") {
+		return fmt.Errorf("%w %s: reserved: a scheduler reads it as every node", ErrInvalid, Quote(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]

@@ -16,6 +16,8 @@ func TestValidate(t *testing.T) {
 		"":                            "empty",
 		"node[1-2]":                   `'[' at byte 4`,
 		"ALL,x":                       `',' at byte 3`,
+		"ALL":                         "reserved",
+		"all":                         "reserved",
 		"-x":                          "must start with a letter or a digit",
 		".x":                          "must start with a letter or a digit",
 		"a b":                         `' ' at byte 1`,
@@ -45,7 +47,7 @@ func FuzzValidate(f *testing.F) {
 		if Validate(name) != nil {
 			return
 		}
-		if len(name) == 0 || len(name) > MaxLen || strings.ContainsAny(name, "[], \t\n\"'$`\\/:") || name[0] == '-' {
+		if len(name) == 0 || len(name) > MaxLen || strings.ContainsAny(name, "[], \t\n\"'$`\\/:") || name[0] == '-' || strings.EqualFold(name, "all") {
 			t.Fatalf("Validate accepted %q", name)
 		}
 	})

@@ -1,0 +1,211 @@
+package aggregator
+
+import (
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// HandleMessage implements mesh.Handler: it queues env and returns.
+func (s *Service) HandleMessage(from string, env *gwpb.Envelope) {
+	if env == nil {
+		return
+	}
+	s.enqueue(input{kind: inMessage, from: from, env: env})
+}
+
+// MemberChanged implements mesh.Handler: it queues m and returns.
+func (s *Service) MemberChanged(m mesh.Member) {
+	s.enqueue(input{kind: inMember, member: m})
+}
+
+// Bounds of the log of refused names (refusedNames).
+const (
+	// maxRefusedLogged is how many distinct refused names are logged (and
+	// remembered, so that each is logged once): enough to diagnose a
+	// misconfigured site or a probing sender, at most 256 × 253 bytes of
+	// memory and 256 log lines.
+	maxRefusedLogged = 256
+	// refusedSummaryEvery spaces the lines that count the refusals past
+	// maxRefusedLogged.
+	refusedSummaryEvery = time.Minute
+)
+
+// refusedNames logs each name refused at the intake once, and past
+// maxRefusedLogged names one line every refusedSummaryEvery at most.
+// Owned by the loop goroutine.
+type refusedNames struct {
+	seen       map[string]struct{}
+	suppressed int
+	lastLine   time.Time
+}
+
+// refuseName reports whether name is not a node name (nodename.Validate).
+// A refused name is logged (once, see refusedNames) with where it came
+// from (what: "member", "message", "handover", "forget") and the sender;
+// nothing of it enters the view. It runs on the loop.
+func (s *Service) refuseName(name, what, from string) bool {
+	err := nodename.Validate(name)
+	if err == nil {
+		return false
+	}
+	s.met.refused.WithLabelValues(what).Inc()
+	r := &s.refused
+	if _, logged := r.seen[name]; logged {
+		return true
+	}
+	if len(r.seen) < maxRefusedLogged {
+		if r.seen == nil {
+			r.seen = map[string]struct{}{}
+		}
+		r.seen[name] = struct{}{}
+		s.log.Warn("invalid node name refused: nothing of it enters the view", "what", what, "from", nodename.Quote(from),
+			"name", nodename.Quote(name), "err", err)
+		return true
+	}
+	r.suppressed++
+	if now := s.clock.Now(); now.Sub(r.lastLine) >= refusedSummaryEvery {
+		s.log.Warn("more invalid node names refused (not logged one by one)", "count", r.suppressed, "last", nodename.Quote(name),
+			"what", what, "from", nodename.Quote(from))
+		r.suppressed, r.lastLine = 0, now
+	}
+	return true
+}
+
+// applyMember records a member; it reports whether the aggregators changed.
+func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
+	if m.Name != s.opts.Name && s.refuseName(m.Name, "member", m.Name) {
+		return false
+	}
+	if m.Name == s.opts.Name || m.Role == gwpb.Role_ROLE_AGGREGATOR {
+		if m.Name != s.opts.Name {
+			prev, had := s.aggs[m.Name]
+			s.aggs[m.Name] = m
+			if m.Status == mesh.StatusAlive && (!had || prev.Status != mesh.StatusAlive) {
+				s.handoverTo = append(s.handoverTo, m.Name)
+			}
+		}
+		return true
+	}
+	in, known := s.inputs[m.Name]
+	if !known && m.Role != gwpb.Role_ROLE_AGENT && m.MetaErr == nil {
+		// Neither an agent nor unreadable: a role of a newer schema, or
+		// a member that published no meta yet.
+		return false
+	}
+	if !known {
+		in = &NodeInput{Name: m.Name, FirstSeen: s.clock.Now()}
+		s.inputs[m.Name] = in
+	}
+	in.Role, in.Status, in.StatusSince = m.Role, m.Status, m.Since
+	in.Gossip, in.GossipErr = m.Meta, m.MetaErr
+	dirty[m.Name] = true
+	return false
+}
+
+// applyMessage records a direct message; it reports whether env is a
+// ControlAck to deliver after the recomputation.
+func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string]bool) bool {
+	if from == "" {
+		from = env.GetFrom()
+	}
+	if from == s.opts.Name || s.refuseName(from, "message", from) {
+		return false
+	}
+	// Forget and Handover come from aggregators only. The sender need not
+	// be a known aggregator yet: an aggregator hands over the moment it
+	// sees this one join, and that message can overtake the member event
+	// of the sender here. One known as an agent is refused.
+	if env.GetForget() != nil || env.GetHandover() != nil {
+		if in, agent := s.inputs[from]; agent && in.Role == gwpb.Role_ROLE_AGENT {
+			s.log.Warn("forget or handover from an agent ignored", "from", from)
+			return false
+		}
+	}
+	if f := env.GetForget(); f != nil {
+		s.applyForget(from, f)
+		return false
+	}
+	if h := env.GetHandover(); h != nil {
+		skip := func(name string) bool {
+			_, agg := s.aggs[name]
+			return agg || name == s.opts.Name || name == from || s.refuseName(name, "handover", from)
+		}
+		if n := adoptHandover(s.inputs, h, skip, dirty); n > 0 {
+			s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", n)
+		}
+		return false
+	}
+	if _, isAgg := s.aggs[from]; isAgg {
+		s.log.Debug("message from an aggregator ignored", "from", from)
+		return false
+	}
+	switch body := env.GetBody().(type) {
+	case *gwpb.Envelope_State:
+		u := body.State
+		if u.GetMeta() == nil {
+			s.log.Warn("state update without meta ignored", "node", from)
+			return false
+		}
+		in := s.nodeInput(from)
+		if replacesUpdate(in.Update, u) {
+			in.Update = u
+		}
+		if newer(u.GetMeta(), in.Direct) {
+			in.Direct = u.GetMeta()
+		}
+		dirty[from] = true
+	case *gwpb.Envelope_Ack:
+		if m := body.Ack.GetMeta(); m != nil {
+			in := s.nodeInput(from)
+			if newer(m, in.Direct) {
+				in.Direct = m
+			}
+			dirty[from] = true
+		}
+		env.From = from
+		return true
+	case *gwpb.Envelope_Control:
+		s.log.Debug("control message to an aggregator ignored", "from", from)
+	default:
+		s.log.Debug("message of an unknown type ignored", "from", from)
+	}
+	return false
+}
+
+// replacesUpdate reports whether StateUpdate u replaces old. The agent's
+// sends arrive in any order (it starts a newer one without waiting for an
+// older one, and repeats one that seems lost): a newer (incarnation, seq)
+// wins; of two of the same state, the one with the later report (a
+// diagnosis adds a report without changing the state).
+func replacesUpdate(old, u *gwpb.StateUpdate) bool {
+	switch {
+	case old == nil || newer(u.GetMeta(), old.GetMeta()):
+		return true
+	case newer(old.GetMeta(), u.GetMeta()):
+		return false
+	}
+	return latestTaken(u) >= latestTaken(old)
+}
+
+// latestTaken is the taken_ms of u's latest report, 0 without one.
+func latestTaken(u *gwpb.StateUpdate) int64 {
+	var ms int64
+	for _, r := range u.GetReports() {
+		ms = max(ms, r.GetTakenMs())
+	}
+	return ms
+}
+
+// nodeInput returns the input of node, creating it for a node the mesh has
+// not told about yet (a direct message may overtake the member event).
+func (s *Service) nodeInput(node string) *NodeInput {
+	in := s.inputs[node]
+	if in == nil {
+		in = &NodeInput{Name: node, Role: gwpb.Role_ROLE_AGENT, FirstSeen: s.clock.Now()}
+		s.inputs[node] = in
+	}
+	return in
+}

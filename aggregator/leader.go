@@ -1,0 +1,62 @@
+package aggregator
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/gracewatch/gracewatch/mesh"
+)
+
+// otherAggregatorAlive reports whether another aggregator is alive (and so
+// leads, when this one does not).
+func (s *Service) otherAggregatorAlive() bool {
+	for _, m := range s.aggs {
+		if !gone(m.Status) {
+			return true
+		}
+	}
+	return false
+}
+
+// updateLeadership recomputes which aggregator runs the actuators: the
+// alive one with the lowest name, this one included, once the mesh has
+// joined (before that this one may not know the others yet).
+func (s *Service) updateLeadership() {
+	names := []string{s.opts.Name}
+	info := []AggregatorInfo{{Name: s.opts.Name, Status: mesh.StatusAlive, Self: true}}
+	for name, m := range s.aggs {
+		info = append(info, AggregatorInfo{Name: name, Status: m.Status})
+		if !gone(m.Status) {
+			names = append(names, name)
+		}
+	}
+	leader := slices.Min(names)
+	slices.SortFunc(info, func(a, b AggregatorInfo) int { return strings.Compare(a.Name, b.Name) })
+	for i := range info {
+		info[i].Leader = info[i].Name == leader
+	}
+	joined := s.mesh != nil && s.mesh.Joined()
+	leading := leader == s.opts.Name && joined
+	if leader == s.opts.Name && !joined && s.recheck == nil {
+		s.recheck = s.clock.AfterFunc(joinRecheck, func() {
+			s.enqueue(input{kind: inRecheck})
+		})
+	}
+	if joined && s.recheck != nil {
+		s.recheck.Stop()
+		s.recheck = nil
+	}
+	if !joined && s.recheck != nil && leader != s.opts.Name {
+		s.recheck.Stop()
+		s.recheck = nil
+	}
+
+	s.mu.Lock()
+	s.leader, s.aggInfo = leader, info
+	s.mu.Unlock()
+	if leading != s.leading {
+		s.leading = leading
+		s.log.Info("actuator leadership", "leader", leader, "self", leading)
+		s.act.setLeader(leading, s.otherAggregatorAlive())
+	}
+}

@@ -1,0 +1,137 @@
+package aggregator
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// invalidNames are names a sender can claim that are not node names: a
+// hostlist (scontrol would drain node1 and node2), every node, an option, an
+// empty name, a space, a line break in a log.
+var invalidNames = []string{"node[1-2]", "ALL", "all", "-x", "", "a b", "n1\nlevel=ERROR", "n1,n2", strings.Repeat("a", 254)}
+
+// Invalid names arrive over a real mesh, as StateUpdates claiming them and
+// as a member named by one; none enters the view, none reaches the argv of
+// a real actuator (a script that logs its arguments), none is saved in the
+// drained set, and the hostlist of the view still answers. A valid node
+// sent the same way goes all the way, so the path is proven to work.
+func TestInvalidNamesNeverReachTheActuators(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "act.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nlog=\"$1\"; shift\nfor a in \"$@\"; do printf '[%s]' \"$a\"; done >> \"$log\"; echo >> \"$log\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	downLog := filepath.Join(dir, "down.log")
+	zero := 0
+	svc, m := realAggregator(t, func(o *Options) {
+		o.StateDir = dir
+		o.Actuators = []ActuatorConfig{{On: OnDown, Command: []string{script, downLog, "{node}", "gracewatch: {reason}"},
+			Timeout: config.Dur(10 * time.Second), Retries: &zero}}
+	})
+	base := (&harness{t: t, svc: svc}).serve(ServerOptions{})
+
+	// A member named by a hostlist, publishing a down state.
+	rogue := joinRaw(t, m.Addr(), "node[1-2]", downMeta(1, 1, "hung"))
+	for _, name := range invalidNames {
+		rogue.send(t, "agg-1", stateFrom(name, downMeta(1, 2, "hung"), "hung on "+name))
+	}
+	// The positive control, from the same member over the same path.
+	rogue.send(t, "agg-1", stateFrom("n1", downMeta(1, 2, "hung"), "hung"))
+
+	waitFor(t, "n1's actuator", func() bool { b, _ := os.ReadFile(downLog); return len(b) > 0 })
+	waitFor(t, "every invalid name refused", func() bool {
+		return testutil.ToFloat64(svc.met.refused.WithLabelValues("message")) >= float64(len(invalidNames)) &&
+			testutil.ToFloat64(svc.met.refused.WithLabelValues("member")) >= 1
+	})
+	syncSvc(t, svc)
+	waitFor(t, "the actuators to finish", func() bool { return !svc.act.busy() })
+
+	if got := lines(t, downLog); len(got) != 1 || got[0] != "[n1][gracewatch: hung]" {
+		t.Errorf("actuator argv log %q, want only [n1][gracewatch: hung]", got)
+	}
+	if nodes := svc.Nodes(); len(nodes) != 1 || nodes[0].Name != "n1" {
+		t.Errorf("view %v, want only n1", nodes)
+	}
+	if names, _, err := loadDrained(dir); err != nil || strings.Join(names, ",") != "n1" {
+		t.Errorf("drained set %q (%v), want n1", names, err)
+	}
+	resp, err := http.Get(base + "/v1/nodes?format=hostlist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "n1\n" {
+		t.Errorf("hostlist: %d %q, want 200 n1", resp.StatusCode, body)
+	}
+}
+
+// The HTTP API refuses a path or a body that names something other than a
+// node with 400 and says why, before it looks the name up.
+func TestHTTPRefusesInvalidNames(t *testing.T) {
+	h := newHarness(t)
+	h.member("n1", upMeta(1, 1))
+	base := h.serve(ServerOptions{Token: []byte(testToken)})
+	for _, tc := range []struct{ method, path, body, want string }{
+		{"GET", "/v1/nodes/node%5B1-2%5D", "", `invalid node name "node[1-2]": '[' at byte 4`},
+		{"GET", "/v1/nodes/ALL", "", "reserved"},
+		{"POST", "/v1/nodes/-x/drain", `{"reason":"r"}`, "must start with a letter or a digit"},
+		{"POST", "/v1/nodes/n1,n2/resume", `{"reason":"r"}`, "',' at byte 2"},
+		{"POST", "/v1/nodes/all/forget", `{"reason":"r"}`, "reserved"},
+		{"POST", "/v1/jobs", `{"job":"7","nodes":"n1,ALL","expiration":"0"}`, "nodes: invalid node name \"ALL\""},
+	} {
+		r := call(t, tc.method, base+tc.path, testToken, tc.body)
+		if r.status != 400 || !strings.Contains(r.errorMsg(t), tc.want) {
+			t.Errorf("%s %s: %d %s, want 400 saying %q", tc.method, tc.path, r.status, r.body, tc.want)
+		}
+	}
+}
+
+// A drained set written by an older release may hold names that are not
+// node names: they are dropped with a warning, the valid ones kept.
+func TestDrainedSetDropsInvalidNames(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, drainedFile), []byte(`{"drained": ["n1", "node[1-2]", "", "ALL", "n2"]}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	names, invalid, err := loadDrained(dir)
+	if err != nil || strings.Join(names, ",") != "n1,n2" || len(invalid) != 3 {
+		t.Fatalf("loadDrained: %q, %q, %v; want n1,n2 and 3 invalid", names, invalid, err)
+	}
+	svc, err := New(Options{Name: "agg-1", StateDir: dir, Actuators: []ActuatorConfig{{On: OnDown, Command: []string{"/bin/true"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.act.mu.Lock()
+	_, bad := svc.act.nodes["node[1-2]"]
+	_, good := svc.act.nodes["n2"]
+	svc.act.mu.Unlock()
+	if bad || !good {
+		t.Errorf("actuators remember node[1-2]: %v, n2: %v", bad, good)
+	}
+}
+
+// An invalid name is logged once, however often it is sent.
+func TestRefusedNameLoggedOnce(t *testing.T) {
+	var log syncLog
+	h := newHarness(t, func(o *Options) { o.Logger = log.logger() })
+	for range 50 {
+		h.update("node[1-2]", &gwpb.StateUpdate{Meta: downMeta(1, 2, "x")})
+	}
+	if n := strings.Count(log.String(), "invalid node name refused"); n != 1 {
+		t.Errorf("%d log lines for one invalid name, want 1:\n%s", n, log.String())
+	}
+	if _, ok := h.svc.Node("node[1-2]"); ok {
+		t.Error("node[1-2] is in the view")
+	}
+}

@@ -1,0 +1,135 @@
+package aggregator
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+	"time"
+)
+
+// recompute recomputes the dirty nodes, publishes their changes, tells the
+// actuators and re-arms the deadline timer.
+func (s *Service) recompute(dirty map[string]bool) {
+	now := s.clock.Now()
+	p := s.opts.Policy
+	names := make([]string, 0, len(dirty))
+	for name := range dirty {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+
+	type change struct {
+		node   Node
+		prev   State
+		prevR  string // the reason before
+		first  bool
+		cause  string
+		in     *NodeInput
+		prevAt time.Time // the enforcement time before this recomputation
+	}
+	var changes []change
+	var released []string // nodes whose hold ended: the actuators hear of them now
+	s.mu.Lock()
+	added := false
+	for _, name := range names {
+		in := s.inputs[name]
+		if in == nil { // forgotten (Service.Forget) after it was marked dirty
+			continue
+		}
+		if at, ok := s.held[name]; ok && !now.Before(at) {
+			delete(s.held, name)
+			released = append(released, name)
+		}
+		n, cause := computeNodeCause(in, now, p)
+		prevAt := s.enforce[name]
+		if at, ok := nextEnforcement(in, now, p); ok {
+			s.enforce[name] = at
+		} else {
+			delete(s.enforce, name)
+		}
+		prev, had := s.view[name]
+		if had && sameNode(prev, n) {
+			continue
+		}
+		s.view[name] = n
+		if !had {
+			added = true
+			if at := settleEnd(in, p); now.Before(at) {
+				s.held[name] = at
+			}
+		}
+		s.publishLocked(n.Summary())
+		changes = append(changes, change{n, prev.State, prev.Reason, !had, cause, in, prevAt})
+	}
+	if added {
+		s.names = s.names[:0]
+		for name := range s.view {
+			s.names = append(s.names, name)
+		}
+		sort.Strings(s.names)
+	}
+	s.mu.Unlock()
+
+	for _, c := range changes {
+		if c.first || c.prev != c.node.State {
+			if c.first {
+				s.log.Info("node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
+			} else {
+				s.log.Info("node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
+					"reason", logText(c.node.Reason))
+				var d time.Time
+				if c.node.State == StateDown {
+					d, _ = violationDeadline(c.in, c.cause, c.prevAt, now, p)
+				}
+				s.met.transition(c.node.State, c.cause, d, now)
+			}
+			if _, held := s.held[c.node.Name]; !held {
+				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+			}
+		} else if c.node.State == StateDown && c.prevR != c.node.Reason {
+			if _, held := s.held[c.node.Name]; !held {
+				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+			}
+		}
+	}
+	for _, name := range released {
+		if n, ok := s.view[name]; ok {
+			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive())
+		}
+	}
+	s.armTimer(now)
+}
+
+// sameNode reports whether a and b serve the same JSON.
+func sameNode(a, b Node) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// armTimer arms the one timer for the earliest time in s.enforce and
+// s.held.
+func (s *Service) armTimer(now time.Time) {
+	var next time.Time
+	for _, m := range []map[string]time.Time{s.enforce, s.held} {
+		for _, at := range m {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+	}
+	if next.Equal(s.timerAt) && s.timer != nil {
+		return
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	s.timerAt = next
+	if next.IsZero() {
+		return
+	}
+	s.timerNo++
+	gen := s.timerNo
+	s.timer = s.clock.AfterFunc(next.Sub(now), func() { s.enqueue(input{kind: inTick, gen: gen}) })
+}
