@@ -27,7 +27,7 @@ func rawSend(t *testing.T, from *node, to string, b []byte) {
 }
 
 // forge encodes env as from, sealed with keys (nil: unsigned).
-func forge(t *testing.T, env *gwpb.Envelope, keys *Keys) []byte {
+func forge(t testing.TB, env *gwpb.Envelope, keys *Keys) []byte {
 	t.Helper()
 	b, err := EncodeEnvelope(env)
 	if err != nil {
