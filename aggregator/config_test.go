@@ -154,6 +154,7 @@ func TestDocumentedDefaults(t *testing.T) {
 	}
 	want := DefaultConfig()
 	want.Mesh.Keyring = "/etc/gracewatch/mesh.key" // no default: the file shows where it goes
+	want.Mesh.SiteKeyFile = "/etc/gracewatch/site.key"
 	want.Mesh.Join = []string{}
 	if err := want.Validate(); err != nil {
 		t.Fatal(err)

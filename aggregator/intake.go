@@ -79,6 +79,14 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 	if m.Name != s.opts.Name && s.refuseName(m.Name, "member", m.Name) {
 		return false
 	}
+	if _, was := s.aggs[m.Name]; was && m.Role != gwpb.Role_ROLE_AGGREGATOR && m.Name != s.opts.Name {
+		// Its aggregator proof expired or no longer verifies (mesh
+		// withdrew the role): it no longer counts for leadership or
+		// handovers, and it is not a node either.
+		delete(s.aggs, m.Name)
+		s.log.Warn("member no longer counts as an aggregator", "name", m.Name, "err", m.MetaErr)
+		return true
+	}
 	if m.Name == s.opts.Name || m.Role == gwpb.Role_ROLE_AGGREGATOR {
 		if m.Name != s.opts.Name {
 			prev, had := s.aggs[m.Name]
@@ -90,6 +98,18 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		return true
 	}
 	in, known := s.inputs[m.Name]
+	if s.opts.ProvenOnly {
+		// Node restriction: an agent's gossiped meta is a claim anyone
+		// with the mesh key can make. The node enters the view with its
+		// first proven update; the mesh's liveness of a known node is
+		// kept (memberlist's failure detection is all there is).
+		if !known {
+			return false
+		}
+		in.Status, in.StatusSince = m.Status, m.Since
+		dirty[m.Name] = true
+		return false
+	}
 	if !known && m.Role != gwpb.Role_ROLE_AGENT && m.MetaErr == nil {
 		// Neither an agent nor unreadable: a role of a newer schema, or
 		// a member that published no meta yet.
@@ -150,17 +170,33 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 			return false
 		}
 		in := s.nodeInput(from)
+		restarted := restartedSince(in.Update, u)
 		if replacesUpdate(in.Update, u) {
 			in.Update = u
+		} else if in.Update != nil && newer(in.Update.GetMeta(), u.GetMeta()) {
+			s.log.Debug("older state update ignored (late, or replayed)", "node", from,
+				"incarnation", u.GetMeta().GetIncarnation(), "seq", u.GetMeta().GetSeq())
 		}
-		if newer(u.GetMeta(), in.Direct) {
+		earlier := restartedSince(u, in.Update) // of an earlier start: late or replayed
+		if restarted || (!earlier && newer(u.GetMeta(), in.Direct)) {
+			// A later start resets the order: an agent that lost its
+			// state file counts from incarnation 1 again.
 			in.Direct = u.GetMeta()
+		}
+		if restarted && !s.opts.ProvenOnly {
+			in.Gossip = nil // of the earlier process; the next member event brings the new one
+		}
+		if in.Role == gwpb.Role_ROLE_UNSPECIFIED && s.opts.ProvenOnly {
+			in.Role = gwpb.Role_ROLE_AGENT // proven by its update
 		}
 		dirty[from] = true
 	case *gwpb.Envelope_Ack:
 		if m := body.Ack.GetMeta(); m != nil {
 			in := s.nodeInput(from)
-			if newer(m, in.Direct) {
+			// An ack carries no start time: it counts only within the
+			// incarnation of the latest update (an ack of an earlier
+			// agent start, late or replayed, would undo a reboot's).
+			if newer(m, in.Direct) && (in.Update == nil || m.GetIncarnation() == in.Update.GetMeta().GetIncarnation()) {
 				in.Direct = m
 			}
 			dirty[from] = true
@@ -180,7 +216,15 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 // older one, and repeats one that seems lost): a newer (incarnation, seq)
 // wins; of two of the same state, the one with the later report (a
 // diagnosis adds a report without changing the state).
+//
+// Updates of a later agent start (started_ms) replace those of an earlier
+// one whatever their order, and never the reverse: an agent that lost its
+// state file counts from incarnation 1 again, and an update of an earlier
+// process is late or replayed.
 func replacesUpdate(old, u *gwpb.StateUpdate) bool {
+	if a, b := old.GetStartedMs(), u.GetStartedMs(); a != 0 && b != 0 && a != b {
+		return b > a
+	}
 	switch {
 	case old == nil || newer(u.GetMeta(), old.GetMeta()):
 		return true
@@ -208,4 +252,11 @@ func (s *Service) nodeInput(node string) *NodeInput {
 		s.inputs[node] = in
 	}
 	return in
+}
+
+// restartedSince reports whether u comes from a later start of the agent
+// than old.
+func restartedSince(old, u *gwpb.StateUpdate) bool {
+	a, b := old.GetStartedMs(), u.GetStartedMs()
+	return a != 0 && b > a
 }

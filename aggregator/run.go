@@ -67,6 +67,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 		Actuators:    cfg.Actuators,
 		StateDir:     stateDir,
 		MeshInsecure: cfg.Mesh.Insecure,
+		ProvenOnly:   !cfg.Mesh.AcceptsUnsigned(gwpb.Role_ROLE_AGGREGATOR),
 		Logger:       logger,
 		// The machine's facts through gopsutil, for /readyz and the
 		// state dir metrics; a statfs that hangs costs /readyz 1 s.

@@ -63,6 +63,12 @@ type Options struct {
 	Actuators []ActuatorConfig
 	// MeshInsecure is reported by Ready (the mesh runs without encryption).
 	MeshInsecure bool
+	// ProvenOnly is node restriction (the mesh refuses unproven input): a
+	// node's state is taken from its direct updates only, which the mesh
+	// has proven to come from it, never from its gossiped meta (a claim),
+	// and a member enters the view with its first update. Off (the mesh
+	// runs with allow_unsigned), Ready warns of it.
+	ProvenOnly bool
 	// Clock is the time source; nil is the wall clock.
 	Clock clock.Clock
 	// Logger receives the events; nil discards them.
@@ -449,12 +455,16 @@ func (s *Service) Aggregators() ([]AggregatorInfo, string) {
 
 // Readiness is what /readyz reports.
 type Readiness struct {
-	Ready      bool   `json:"ready"`
-	MeshJoined bool   `json:"mesh_joined"`
-	Members    int    `json:"members"`
-	Nodes      int    `json:"nodes"`
-	Insecure   bool   `json:"insecure"`
-	Detail     string `json:"detail"`
+	Ready      bool `json:"ready"`
+	MeshJoined bool `json:"mesh_joined"`
+	Members    int  `json:"members"`
+	Nodes      int  `json:"nodes"`
+	Insecure   bool `json:"insecure"`
+	// NodeRestriction: node states are taken from proven updates only
+	// (Options.ProvenOnly). False: anyone with the mesh key can speak for
+	// a node without a key.
+	NodeRestriction bool   `json:"node_restriction"`
+	Detail          string `json:"detail"`
 	// Host is the aggregator's machine (Options.Host); nil without it. It
 	// does not decide readiness.
 	Host *hostinfo.Facts `json:"host,omitempty"`
@@ -467,7 +477,7 @@ func (s *Service) Ready() Readiness {
 	s.mu.RLock()
 	m, running, nodes := s.mesh, s.running, len(s.view)
 	s.mu.RUnlock()
-	r := Readiness{Nodes: nodes, Insecure: s.opts.MeshInsecure}
+	r := Readiness{Nodes: nodes, Insecure: s.opts.MeshInsecure, NodeRestriction: s.opts.ProvenOnly}
 	var detail []string
 	switch {
 	case !running:
@@ -485,6 +495,9 @@ func (s *Service) Ready() Readiness {
 	}
 	if r.Insecure {
 		detail = append(detail, "the mesh runs insecure: gossip is neither encrypted nor authenticated")
+	}
+	if !r.NodeRestriction {
+		detail = append(detail, "node restriction is off (mesh.allow_unsigned, or an insecure mesh without mesh.site_key_file): anyone with the mesh key can speak for a node that has no node key")
 	}
 	r.Detail = strings.Join(detail, "; ")
 	if s.opts.Host != nil {

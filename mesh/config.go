@@ -124,6 +124,20 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// AcceptsUnsigned reports whether a member of role configured with c
+// accepts metas and messages that carry no proof: allow_unsigned, or an
+// unencrypted mesh without key files for role (as New decides).
+func (c Config) AcceptsUnsigned(role gwpb.Role) bool {
+	if c.AllowUnsigned {
+		return true
+	}
+	keys := c.SiteKeyFile != ""
+	if role == gwpb.Role_ROLE_AGENT {
+		keys = c.NodeKeyFile != ""
+	}
+	return c.Insecure && !keys
+}
+
 // ValidateRole is Validate and the key files role needs: an agent's node
 // key and aggregator keys, an aggregator's site key (unless
 // allow_unsigned), and none of the other role's.
