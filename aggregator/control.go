@@ -112,6 +112,10 @@ func (s *Service) control(ctx context.Context, node string, c *gwpb.Control) (No
 	log := s.log.With("node", node, "action", action.String(), "id", id, "by", by)
 	log.Info("control sent", "reason", logText(reason), "job", logText(c.GetJob().GetJob()))
 	c.Id = id
+	// The agent applies it only until the caller is told it timed out
+	// (it may have been stopped, or the message queued, that long).
+	asked := s.clock.Now()
+	c.AskedMs, c.DeadlineMs = asked.UnixMilli(), asked.Add(s.opts.ControlTimeout).UnixMilli()
 	env := &gwpb.Envelope{Body: &gwpb.Envelope_Control{Control: c}}
 	if err := m.Send(node, env); err != nil {
 		log.Warn("control not delivered", "err", err)

@@ -259,6 +259,9 @@ func TestHTTPResumeAndDrain(t *testing.T) {
 	if c.GetAction() != gwpb.Action_ACTION_RESUME || c.GetReason() != "fixed the NFS server" || !strings.HasPrefix(c.GetBy(), "agg-1") || c.GetId() == "" {
 		t.Errorf("control = %+v", c)
 	}
+	if c.GetAskedMs() != h.clk.Now().UnixMilli() || c.GetDeadlineMs()-c.GetAskedMs() != DefaultControlTimeout.Milliseconds() {
+		t.Errorf("control asked %d, deadline %d: want now and now + the control timeout", c.GetAskedMs(), c.GetDeadlineMs())
+	}
 	h.wantState("n1", StateUp)
 
 	r = call(t, "POST", base+"/v1/nodes/n1/drain", testToken, `{"reason": "maintenance"}`)
