@@ -142,7 +142,7 @@ func DefaultConfig() Config {
 		LogFormat: "text",
 		LogLevel:  "info",
 		Mesh:      mesh.DefaultConfig(),
-		HTTP:      HTTPConfig{Listen: DefaultListen},
+		HTTP:      HTTPConfig{Listen: DefaultListen, MaxWatchers: DefaultMaxWatchers},
 		Policy: PolicyConfig{
 			Grace:              config.Dur(DefaultGrace),
 			ClockSkewAllowance: config.Dur(DefaultClockSkewAllowance),
