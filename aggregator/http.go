@@ -373,7 +373,36 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		return
 	}
+	if n.LastReport != nil && n.LastReport.Detail != nil && !s.hasToken(r) {
+		// The detail names command lines, open files and users' paths: it
+		// is for clients with the token only, whether or not read_token
+		// guards the rest.
+		n = n.Summary()
+		n.LastReport.DetailOmitted = detailOmitted
+		if len(s.opts.Token) == 0 {
+			n.LastReport.DetailOmitted = detailNoToken
+		}
+	}
 	s.writeJSON(w, http.StatusOK, n)
+}
+
+// The notes of a report served without its detail.
+const (
+	detailOmitted = "the report's detail (command lines, open files) is served only with a bearer token: send Authorization: Bearer <token>; or run nodeagent diagnose on the node"
+	detailNoToken = "the report's detail (command lines, open files) is served only with a bearer token, and this aggregator has none (http.admin_token_file); run nodeagent diagnose on the node"
+)
+
+// hasToken reports whether r carries the admin token, without answering.
+func (s *Server) hasToken(r *http.Request) bool {
+	if len(s.opts.Token) == 0 {
+		return false
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
 }
 
 func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
