@@ -69,6 +69,9 @@ fuzz-corpus:
 # Benchmarks behind BENCHMARKS.md (needs root for the cgroup and epilogue ones).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 20x -benchmem ./agent/... | tee bench.out
+	# The aggregator fed maximal StateUpdates and Handovers for a minute:
+	# its heap stays under the bound stated in aggregator/bounds_test.go.
+	GW_MEM_SECONDS=60 $(GO) test -count=1 -run 'TestMemoryUnderMaximalMessages' -v ./aggregator/ | tee -a bench.out
 
 # Failure detection and convergence of memberlist members on loopback
 # (BENCHMARKS.md, "Convergence and detection at scale"; about 10 min at

@@ -50,6 +50,10 @@ const (
 	OnReason = "reason"
 )
 
+// maxMaxWatchers is the largest http.max_watchers: each watcher holds a
+// descriptor, and 65,536 is above any default limit of open files.
+const maxMaxWatchers = 65536
+
 // ReasonEvery bounds how often the on="reason" actuators run for one node.
 const ReasonEvery = 5 * time.Second
 
@@ -90,6 +94,9 @@ type HTTPConfig struct {
 	// ReadToken makes the read endpoints (/v1/nodes, /v1/watch, /v1/config)
 	// require the token too. /healthz and /readyz never do.
 	ReadToken bool `toml:"read_token"`
+	// MaxWatchers bounds the /v1/watch streams served at once (past it:
+	// 503 with Retry-After); 0 or absent means DefaultMaxWatchers (256).
+	MaxWatchers int `toml:"max_watchers"`
 }
 
 // PolicyConfig is the [policy] table: the cluster's time model.
@@ -136,7 +143,7 @@ func DefaultConfig() Config {
 		LogFormat: "text",
 		LogLevel:  "info",
 		Mesh:      mesh.DefaultConfig(),
-		HTTP:      HTTPConfig{Listen: DefaultListen},
+		HTTP:      HTTPConfig{Listen: DefaultListen, MaxWatchers: DefaultMaxWatchers},
 		Policy: PolicyConfig{
 			Grace:              config.Dur(DefaultGrace),
 			ClockSkewAllowance: config.Dur(DefaultClockSkewAllowance),
@@ -200,6 +207,9 @@ func (c *Config) Validate() error {
 	}
 	if (h.TLSCert == "") != (h.TLSKey == "") {
 		bad("http.tls_cert", "tls_cert and tls_key go together (got only one)")
+	}
+	if h.MaxWatchers < 0 || h.MaxWatchers > maxMaxWatchers {
+		bad("http.max_watchers", "want 0 (the default, %d) to %d, got %d", DefaultMaxWatchers, maxMaxWatchers, h.MaxWatchers)
 	}
 	if h.ReadToken && h.AdminTokenFile == "" {
 		bad("http.read_token", "needs http.admin_token_file")

@@ -39,11 +39,12 @@ func (s *Service) Subscribe(lastEventID string) *Subscription {
 	defer s.mu.Unlock()
 	sub := &Subscription{ch: make(chan Event, s.opts.SubscriberBuffer), s: s}
 	sub.C = sub.ch
-	if after, ok := s.parseEventID(lastEventID); ok && after <= s.seq && s.seq-after <= uint64(len(s.history)) {
-		sub.Missed = make([]Event, 0, s.seq-after)
-		for seq := after + 1; seq <= s.seq; seq++ {
-			sub.Missed = append(sub.Missed, s.history[(seq-1)%uint64(len(s.history))])
-		}
+	missed, ok := []Event(nil), false
+	if after, valid := s.parseEventID(lastEventID); valid {
+		missed, ok = s.history.since(after, s.seq)
+	}
+	if ok {
+		sub.Missed = missed
 	} else {
 		sub.Snapshot = make([]Node, 0, len(s.names))
 		for _, name := range s.names {
@@ -90,7 +91,7 @@ func (s *Service) publishForgetLocked(name string) {
 func (s *Service) publishEventLocked(ev Event) {
 	s.seq++
 	ev.ID, ev.Seq = s.eventID(s.seq), s.seq
-	s.history[(s.seq-1)%uint64(len(s.history))] = ev
+	s.history.add(ev)
 	for sub := range s.subs {
 		select {
 		case sub.ch <- ev:
@@ -131,4 +132,62 @@ func (s *Service) numSubscribers() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return len(s.subs)
+}
+
+// eventLog is the history of events kept for Last-Event-ID resumption: at
+// most max events holding at most maxBytes (by eventSize), the oldest
+// dropped first. Not safe for concurrent use (the Service's mu guards it).
+type eventLog struct {
+	ring          []Event // len max; the oldest kept is at start
+	start, n      int
+	bytes         int
+	max, maxBytes int
+}
+
+func newEventLog(max, maxBytes int) eventLog {
+	return eventLog{ring: make([]Event, max), max: max, maxBytes: maxBytes}
+}
+
+// add appends ev, whose Seq follows the last one added.
+func (l *eventLog) add(ev Event) {
+	size := eventSize(ev)
+	for l.n > 0 && (l.n == l.max || l.bytes+size > l.maxBytes) {
+		l.bytes -= eventSize(l.ring[l.start])
+		l.ring[l.start] = Event{} // let the collector have it
+		l.start = (l.start + 1) % l.max
+		l.n--
+	}
+	l.ring[(l.start+l.n)%l.max] = ev
+	l.n++
+	l.bytes += size
+}
+
+// since returns the events after seq after, last being the seq of the last
+// event added; ok is false when the log no longer holds all of them (or
+// after is from the future).
+func (l *eventLog) since(after, last uint64) ([]Event, bool) {
+	if after > last || last-after > uint64(l.n) {
+		return nil, false
+	}
+	k := int(last - after)
+	out := make([]Event, 0, k)
+	for i := l.n - k; i < l.n; i++ {
+		out = append(out, l.ring[(l.start+i)%l.max])
+	}
+	return out, true
+}
+
+// eventSize estimates the bytes an event keeps alive: its strings and a
+// fixed cost per struct. It need not be exact, only grow with what a node
+// can make it hold.
+func eventSize(ev Event) int {
+	n := ev.Node
+	size := 256 + len(ev.ID) + len(n.Name) + len(n.Reason) + len(n.DecodeError) + len(n.Role) + len(n.Member)
+	for _, td := range n.Teardowns {
+		size += 96 + len(td.Job) + len(td.Phase) + len(td.Outcome)
+	}
+	if r := n.LastReport; r != nil {
+		size += 96 + len(r.Job) + len(r.Stage) + len(r.Outcome) + len(r.Summary) + len(r.Detail)
+	}
+	return size
 }

@@ -63,6 +63,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 		return fmt.Errorf("%w: %s is a %s member of the mesh; only a dead or departed node can be forgotten", ErrNotGone, name, st)
 	}
 	delete(s.inputs, name)
+	s.seenByMesh(name) // leaves the adopted and unseen sets
 	delete(s.enforce, name)
 	delete(s.held, name)
 	s.mu.Lock()
@@ -102,11 +103,17 @@ func (s *Service) forget(name, by string, propagate bool) error {
 // here too are forgotten; one that is alive here is kept (this aggregator
 // sees its agent).
 func (s *Service) applyForget(from string, f *gwpb.Forget) {
-	for _, name := range f.GetNames() {
+	names := f.GetNames()
+	if len(names) > maxForgetNames {
+		s.log.Warn("forget over its bound: only the first names are applied", "from", nodename.Quote(from), "names", len(names),
+			"max", maxForgetNames)
+		names = names[:maxForgetNames]
+	}
+	for _, name := range names {
 		if s.refuseName(name, "forget", from) {
 			continue
 		}
-		if err := s.forget(name, fmt.Sprintf("%s (from %s)", f.GetBy(), from), false); err != nil {
+		if err := s.forget(name, fmt.Sprintf("%s (from %s)", logText(f.GetBy()), from), false); err != nil {
 			s.log.Info("forget from another aggregator not applied", "from", from, "node", name, "err", err)
 		}
 	}

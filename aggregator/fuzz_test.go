@@ -90,3 +90,35 @@ func FuzzComputeMeta(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBoundUpdate feeds arbitrary bytes through the StateUpdate decoder
+// into boundUpdate: what it keeps is within every bound, valid where the
+// input was, and bounding again changes nothing.
+func FuzzBoundUpdate(f *testing.F) {
+	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
+	f.Add(seed(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reason: "hung", Reports: []*gwpb.Report{{Job: "7", DetailJson: []byte("{}")}}}))
+	f.Add(seed(&gwpb.StateUpdate{Reason: strings.Repeat("é", maxUpdateReasonBytes)}))
+	f.Add([]byte{0x12, 0x03, 0xe2, 0x82, 0xac})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var u gwpb.StateUpdate
+		if proto.Unmarshal(b, &u) != nil {
+			return
+		}
+		c := boundUpdate(&u)
+		if len(c.GetReason()) > maxUpdateReasonBytes || len(c.GetMeta().GetReason()) > maxUpdateReasonBytes ||
+			len(c.GetTeardowns()) > maxTeardownsKept || len(c.GetReports()) > maxReportsKept {
+			t.Fatalf("over a bound: %d, %d, %d, %d", len(c.GetReason()), len(c.GetMeta().GetReason()), len(c.GetTeardowns()), len(c.GetReports()))
+		}
+		if utf8.ValidString(u.GetReason()) && !utf8.ValidString(c.GetReason()) {
+			t.Fatalf("cut made the reason invalid UTF-8: %q", c.GetReason())
+		}
+		for i, r := range c.GetReports() {
+			if len(r.GetSummary()) > maxSummaryBytes || len(r.GetDetailJson()) > maxDetailBytes || (i < len(c.GetReports())-1 && len(r.GetDetailJson()) > 0) {
+				t.Fatalf("report %d over a bound", i)
+			}
+		}
+		if again := boundUpdate(c); !proto.Equal(again, c) {
+			t.Fatal("bounding twice changed the update")
+		}
+	})
+}

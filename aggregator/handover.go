@@ -9,10 +9,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// maxHandover bounds the members one Handover carries (a cluster that lost
-// more nodes than this has bigger problems; the rest are still served by
-// the aggregators that saw them go).
-const maxHandover = 20000
+// maxHandover bounds the members one Handover carries, and adopts: the
+// design's cluster size (a cluster that lost more nodes than this has
+// bigger problems; the rest are still served by the aggregators that saw
+// them go). 10,000 gone members with bounded updates are at most a few
+// MB; the mesh's EnvelopeLimit (4 MiB) bounds the message itself.
+const maxHandover = 10000
 
 // handoverOf is the Handover of the agents in inputs that are dead or have
 // left, sorted by name. memberlist forgets a dead member GossipToTheDeadTime
@@ -47,14 +49,21 @@ func handoverOf(inputs map[string]*NodeInput) *gwpb.Handover {
 }
 
 // adoptHandover adds the gone members of h that this aggregator does not
-// know at all to inputs, marking them in dirty. A member it knows in any
-// state is left alone: its own mesh is the better witness, and a member
-// that comes back is updated by the mesh as usual. Names for which skip
-// returns true (this aggregator, the other aggregators, names that are not
-// node names) are ignored, and so is any other invalid name. It returns how
-// many it adopted.
-func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(string) bool, dirty map[string]bool) int {
-	n := 0
+// know at all to inputs, marking them in dirty, at most budget of them
+// (and at most maxHandover of h's entries are looked at). A member it knows
+// in any state is left alone: its own mesh is the better witness, and a
+// member that comes back is updated by the mesh as usual; so a name that
+// h repeats, or that an earlier Handover brought, is adopted once. Names
+// for which skip returns true (this aggregator, the other aggregators,
+// names that are not node names) are ignored, and so is any other invalid
+// name. What is kept of each is bounded (boundMeta, boundUpdate). It
+// returns the names it adopted and how many more it would have adopted
+// past budget (a count) or budgetBytes (what they hold, by proto.Size),
+// with the bytes each adopted one holds.
+func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(string) bool, dirty map[string]bool,
+	budget, budgetBytes int) (adopted map[string]int, over int) {
+	adopted = map[string]int{}
+	used := 0
 	for i, g := range h.GetGone() {
 		if i >= maxHandover {
 			break
@@ -66,23 +75,31 @@ func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(str
 		if _, known := inputs[name]; known {
 			continue
 		}
+		if len(adopted) >= budget {
+			over++
+			continue
+		}
 		in := &NodeInput{Name: name, Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusDead}
 		if g.GetLeft() {
 			in.Status = mesh.StatusLeft
 		}
 		in.StatusSince = msTime(g.GetSinceMs())
-		if m := g.GetMeta(); m != nil {
-			in.Gossip = proto.CloneOf(m)
-		}
+		in.Gossip = boundMeta(g.GetMeta())
 		if u := g.GetUpdate(); u != nil && u.GetMeta() != nil {
-			in.Update = proto.CloneOf(u)
+			in.Update = boundUpdate(u)
 			in.Direct = in.Update.GetMeta()
 		}
+		size := len(name) + proto.Size(in.Gossip) + proto.Size(in.Update)
+		if used+size > budgetBytes {
+			over++
+			continue
+		}
+		used += size
 		inputs[name] = in
 		dirty[name] = true
-		n++
+		adopted[name] = size
 	}
-	return n
+	return adopted, over
 }
 
 // sendHandovers sends the gone agents this aggregator knows to each of the

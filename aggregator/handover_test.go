@@ -46,8 +46,8 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 	}
 	later := map[string]*NodeInput{"cn3": {Name: "cn3", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, Gossip: upMeta(1, 4)}}
 	dirty := map[string]bool{}
-	if n := adoptHandover(later, env.GetHandover(), func(string) bool { return false }, dirty); n != 2 {
-		t.Fatalf("adopted %d, want 2", n)
+	if names, _ := adoptHandover(later, env.GetHandover(), func(string) bool { return false }, dirty, maxAdoptedGone, maxAdoptedBytes); len(names) != 2 {
+		t.Fatalf("adopted %v, want 2", names)
 	}
 	if !dirty["cn1"] || !dirty["cn2"] || dirty["cn3"] {
 		t.Fatalf("dirty %v, want cn1 and cn2 only", dirty)
@@ -78,7 +78,8 @@ func TestHandoverNeverOverridesWhatIsKnown(t *testing.T) {
 		{Name: "cn9", SinceMs: -5, Update: &gwpb.StateUpdate{}}, // an update without meta is not kept
 	}}
 	dirty := map[string]bool{}
-	n := adoptHandover(known, h, func(name string) bool { return name == "agg-2" }, dirty)
+	names, _ := adoptHandover(known, h, func(name string) bool { return name == "agg-2" }, dirty, maxAdoptedGone, maxAdoptedBytes)
+	n := len(names)
 	if n != 1 || len(known) != 2 {
 		t.Fatalf("adopted %d, inputs %v: want only cn9", n, known)
 	}

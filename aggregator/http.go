@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -34,6 +35,17 @@ const (
 	MaxReasonBytes = 256
 	// MinTokenBytes is the shortest admin token accepted.
 	MinTokenBytes = 16
+
+	// DefaultMaxWatchers bounds the /v1/watch streams at once. A
+	// scheduler needs one or two, a status page one per open tab; each costs
+	// a goroutine, a socket and a buffer of Options.SubscriberBuffer events
+	// (3,000 watchers cost 90 MB and 3,000 descriptors when there was no
+	// cap). Past it a watch is refused with 503 and Retry-After.
+	DefaultMaxWatchers = 256
+	// watchRetryAfter is the Retry-After of a watch refused for the cap, in
+	// seconds: long enough that refused clients do not hammer, short
+	// enough that a scheduler's watch comes back soon after a slot frees.
+	watchRetryAfter = 10
 
 	DefaultHeartbeat    = 15 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
@@ -106,6 +118,9 @@ type ServerOptions struct {
 	// WriteTimeout bounds each write to a client (a stalled watcher is
 	// disconnected after it); 0 means DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// MaxWatchers bounds the /v1/watch streams served at once; 0 means
+	// DefaultMaxWatchers.
+	MaxWatchers int
 	// Registry, if set, is served on GET /metrics (with ReadToken, the
 	// token is required, as on the other read endpoints) and receives the
 	// server's own metrics (gracewatch_aggregator_http_requests_total).
@@ -125,6 +140,8 @@ type Server struct {
 	hs    *http.Server
 	// requests counts the answered requests by route pattern.
 	requests *prometheus.CounterVec
+	// watchers counts the /v1/watch streams being served.
+	watchers atomic.Int64
 
 	// stopping ends when Shutdown starts; watch streams end with it.
 	stopping context.Context
@@ -146,6 +163,9 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.MaxWatchers <= 0 {
+		o.MaxWatchers = DefaultMaxWatchers
 	}
 	log := o.Logger.With("component", "http")
 	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux()}
@@ -353,7 +373,36 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		return
 	}
+	if n.LastReport != nil && n.LastReport.Detail != nil && !s.hasToken(r) {
+		// The detail names command lines, open files and users' paths: it
+		// is for clients with the token only, whether or not read_token
+		// guards the rest.
+		n = n.Summary()
+		n.LastReport.DetailOmitted = detailOmitted
+		if len(s.opts.Token) == 0 {
+			n.LastReport.DetailOmitted = detailNoToken
+		}
+	}
 	s.writeJSON(w, http.StatusOK, n)
+}
+
+// The notes of a report served without its detail.
+const (
+	detailOmitted = "the report's detail (command lines, open files) is served only with a bearer token: send Authorization: Bearer <token>; or run nodeagent diagnose on the node"
+	detailNoToken = "the report's detail (command lines, open files) is served only with a bearer token, and this aggregator has none (http.admin_token_file); run nodeagent diagnose on the node"
+)
+
+// hasToken reports whether r carries the admin token, without answering.
+func (s *Server) hasToken(r *http.Request) bool {
+	if len(s.opts.Token) == 0 {
+		return false
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
 }
 
 func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {

@@ -155,11 +155,27 @@ func TestHTTPReadEndpoints(t *testing.T) {
 		}
 	}
 
+	// Without a token, the report's summary only, and how to get the rest
+	// (here: this aggregator has no token at all).
 	r = call(t, "GET", base+"/v1/nodes/node18", "", "")
 	var n Node
 	if err := json.Unmarshal(r.body, &n); err != nil || n.Reason != "hung, in full" || n.LastReport == nil ||
-		string(n.LastReport.Detail) != `{"job":"5","processes":[]}` {
-		t.Errorf("GET /v1/nodes/node18: %s", r.body)
+		n.LastReport.Detail != nil || n.LastReport.Summary != "1 unkillable" || n.LastReport.DetailOmitted != detailNoToken {
+		t.Errorf("GET /v1/nodes/node18 without a token: %s", r.body)
+	}
+	// With a token, read_token off: the detail to the token only.
+	tokBase := h.serve(ServerOptions{Token: []byte(testToken)})
+	for _, tc := range []struct {
+		token      string
+		wantDetail bool
+	}{{"", false}, {"wrong-token-0123456789", false}, {testToken, true}} {
+		r := call(t, "GET", tokBase+"/v1/nodes/node18", tc.token, "")
+		var n Node
+		if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.LastReport == nil ||
+			(string(n.LastReport.Detail) == `{"job":"5","processes":[]}`) != tc.wantDetail ||
+			(n.LastReport.DetailOmitted == detailOmitted) == tc.wantDetail {
+			t.Errorf("GET /v1/nodes/node18 with token %q: %d %s", tc.token, r.status, r.body)
+		}
 	}
 	r = call(t, "GET", base+"/v1/nodes/node17", "", "")
 	if err := json.Unmarshal(r.body, &n); err != nil || n.FreeAt == nil || !n.Schedulable {

@@ -106,6 +106,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		if !known {
 			return false
 		}
+		s.seenByMesh(m.Name)
 		in.Status, in.StatusSince = m.Status, m.Since
 		dirty[m.Name] = true
 		return false
@@ -119,6 +120,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		in = &NodeInput{Name: m.Name, FirstSeen: s.clock.Now()}
 		s.inputs[m.Name] = in
 	}
+	s.seenByMesh(m.Name)
 	in.Role, in.Status, in.StatusSince = m.Role, m.Status, m.Since
 	in.Gossip, in.GossipErr = m.Meta, m.MetaErr
 	dirty[m.Name] = true
@@ -153,8 +155,19 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 			_, agg := s.aggs[name]
 			return agg || name == s.opts.Name || name == from || s.refuseName(name, "handover", from)
 		}
-		if n := adoptHandover(s.inputs, h, skip, dirty); n > 0 {
-			s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", n)
+		adopted, over := adoptHandover(s.inputs, h, skip, dirty, maxAdoptedGone-len(s.adopted), maxAdoptedBytes-s.adoptedBytes)
+		for name, size := range adopted {
+			s.adopted[name] = size
+			s.adoptedBytes += size
+		}
+		if len(adopted) > 0 {
+			s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", len(adopted))
+		}
+		if over > 0 || len(h.GetGone()) > maxHandover {
+			s.log.Warn("handover over its bound: the rest are not adopted (the aggregators that saw them go still serve them)",
+				"from", from, "entries", len(h.GetGone()), "max_entries", maxHandover, "not_adopted", over,
+				"adopted_gone", len(s.adopted), "max_adopted_gone", maxAdoptedGone, "adopted_bytes", s.adoptedBytes,
+				"max_adopted_bytes", maxAdoptedBytes)
 		}
 		return false
 	}
@@ -164,12 +177,16 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 	}
 	switch body := env.GetBody().(type) {
 	case *gwpb.Envelope_State:
-		u := body.State
+		u := boundUpdate(body.State)
 		if u.GetMeta() == nil {
 			s.log.Warn("state update without meta ignored", "node", from)
 			return false
 		}
 		in := s.nodeInput(from)
+		if in == nil {
+			s.dropUnseen(from)
+			return false
+		}
 		restarted := restartedSince(in.Update, u)
 		if replacesUpdate(in.Update, u) {
 			in.Update = u
@@ -191,15 +208,20 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 		}
 		dirty[from] = true
 	case *gwpb.Envelope_Ack:
-		if m := body.Ack.GetMeta(); m != nil {
-			in := s.nodeInput(from)
-			// An ack carries no start time: it counts only within the
-			// incarnation of the latest update (an ack of an earlier
-			// agent start, late or replayed, would undo a reboot's).
-			if newer(m, in.Direct) && (in.Update == nil || m.GetIncarnation() == in.Update.GetMeta().GetIncarnation()) {
-				in.Direct = m
+		body.Ack.Error = cutText(body.Ack.GetError(), maxUpdateReasonBytes)
+		if m := boundMeta(body.Ack.GetMeta()); m != nil {
+			if in := s.nodeInput(from); in == nil {
+				s.dropUnseen(from)
+			} else {
+				// An ack carries no start time: it counts only within
+				// the incarnation of the latest update (an ack of an
+				// earlier agent start, late or replayed, would undo a
+				// reboot's).
+				if newer(m, in.Direct) && (in.Update == nil || m.GetIncarnation() == in.Update.GetMeta().GetIncarnation()) {
+					in.Direct = m
+				}
+				dirty[from] = true
 			}
-			dirty[from] = true
 		}
 		env.From = from
 		return true
@@ -244,10 +266,17 @@ func latestTaken(u *gwpb.StateUpdate) int64 {
 }
 
 // nodeInput returns the input of node, creating it for a node the mesh has
-// not told about yet (a direct message may overtake the member event).
+// not told about yet (a direct message may overtake the member event), or
+// nil when maxUnseenNodes such nodes are known already. With node
+// restriction every node enters so (its messages are proven, its gossip is
+// not read), and there is no such bound: the sender is a real node.
 func (s *Service) nodeInput(node string) *NodeInput {
 	in := s.inputs[node]
 	if in == nil {
+		if !s.opts.ProvenOnly && len(s.unseen) >= maxUnseenNodes {
+			return nil
+		}
+		s.unseen[node] = struct{}{}
 		in = &NodeInput{Name: node, Role: gwpb.Role_ROLE_AGENT, FirstSeen: s.clock.Now()}
 		s.inputs[node] = in
 	}
@@ -259,4 +288,25 @@ func (s *Service) nodeInput(node string) *NodeInput {
 func restartedSince(old, u *gwpb.StateUpdate) bool {
 	a, b := old.GetStartedMs(), u.GetStartedMs()
 	return a != 0 && b > a
+}
+
+// seenByMesh records that the mesh told of name: it is neither adopted
+// from a Handover nor known only from its messages any more.
+func (s *Service) seenByMesh(name string) {
+	if size, ok := s.adopted[name]; ok {
+		s.adoptedBytes -= size
+		delete(s.adopted, name)
+	}
+	delete(s.unseen, name)
+}
+
+// dropUnseen logs (at most once a minute) that a message from a node the
+// mesh has not told of was dropped for maxUnseenNodes.
+func (s *Service) dropUnseen(from string) {
+	s.met.refused.WithLabelValues("unseen").Inc()
+	if now := s.clock.Now(); now.Sub(s.unseenLogged) >= refusedSummaryEvery {
+		s.unseenLogged = now
+		s.log.Warn("message from a node the mesh has not told of dropped: too many such nodes; its gossip still brings it in",
+			"from", nodename.Quote(from), "max", maxUnseenNodes)
+	}
 }

@@ -82,8 +82,8 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 			[]string{"on", "result"}),
 		watchersDropped: prometheus.NewCounter(prometheus.CounterOpts(opts("watchers_dropped_total",
 			"Watchers of /v1/watch disconnected for falling behind."))),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("invalid_names_total",
-			"Node names refused where they enter the aggregator (not host names, or ALL), by where they came from: member, message (its sender), handover, forget.")),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("intake_refused_total",
+			"What the aggregator refused where it enters, by what: an invalid node name (not a host name, or ALL) of a member, of a message's sender, in a handover or a forget; unseen: a message dropped from a node the mesh has not told of, past 1,024 such nodes.")),
 			[]string{"what"}),
 		state: newStateCollector(s),
 		nodes: newNodeCollector(s),
@@ -94,7 +94,7 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 	for _, tc := range transitionCauses {
 		m.transitions.WithLabelValues(tc[0], tc[1])
 	}
-	for _, what := range []string{"member", "message", "handover", "forget"} {
+	for _, what := range []string{"member", "message", "handover", "forget", "unseen"} {
 		m.refused.WithLabelValues(what)
 	}
 	for _, on := range []string{OnDown, OnUp} {

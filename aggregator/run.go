@@ -83,7 +83,8 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	if len(token) > 0 && cfg.HTTP.TLSCert == "" && !isLoopback(l.Addr()) {
 		log.Warn("the admin token travels in clear text: set http.tls_cert and http.tls_key", "listen", l.Addr().String())
 	}
-	srv := NewServer(svc, ServerOptions{Token: token, ReadToken: cfg.HTTP.ReadToken, Logger: logger, Registry: reg})
+	srv := NewServer(svc, ServerOptions{Token: token, ReadToken: cfg.HTTP.ReadToken, MaxWatchers: cfg.HTTP.MaxWatchers,
+		Logger: logger, Registry: reg})
 	serveErr := make(chan error, 1)
 	go func() {
 		if cfg.HTTP.TLSCert != "" {

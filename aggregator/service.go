@@ -43,8 +43,15 @@ var (
 
 // Defaults of Options.
 const (
-	DefaultControlTimeout   = 10 * time.Second
-	DefaultHistory          = 4096
+	DefaultControlTimeout = 10 * time.Second
+	DefaultHistory        = 4096
+	// DefaultHistoryBytes bounds the history by the bytes its events hold
+	// (eventSize) as well as by count: 4,096 typical events (a summary of
+	// about 1 KB) fit in a quarter of it; maximal ones (a 4 KiB reason, 64
+	// teardowns: about 38 KB) are held about 430 deep instead of the 4,096
+	// × 3 MB that 50 StateUpdates with 3 MB reasons once cost. A watcher
+	// that reconnects past it gets a snapshot.
+	DefaultHistoryBytes     = 16 << 20
 	DefaultSubscriberBuffer = 1024
 	// joinRecheck is how often leadership is re-evaluated while the mesh
 	// has not joined yet (the mesh tells no event when it does).
@@ -79,6 +86,9 @@ type Options struct {
 	// History is how many events are kept for Last-Event-ID resumption; 0
 	// means DefaultHistory.
 	History int
+	// HistoryBytes bounds the history by eventSize; 0 means
+	// DefaultHistoryBytes.
+	HistoryBytes int
 	// SubscriberBuffer is how many events a watcher may lag behind before
 	// it is dropped; 0 means DefaultSubscriberBuffer.
 	SubscriberBuffer int
@@ -140,6 +150,15 @@ type Service struct {
 	// handoverTo: aggregators seen joining in this batch (see sendHandovers).
 	handoverTo []string
 	refused    refusedNames
+	// adopted: the gone members adopted from Handovers that this
+	// aggregator's mesh has not told of, with the bytes each holds
+	// (bounded by maxAdoptedGone and maxAdoptedBytes).
+	adopted      map[string]int
+	adoptedBytes int
+	// unseen: the nodes known only from their direct messages (bounded by
+	// maxUnseenNodes).
+	unseen       map[string]struct{}
+	unseenLogged time.Time
 
 	// Shared with readers.
 	mu       sync.RWMutex
@@ -147,7 +166,7 @@ type Service struct {
 	view     map[string]Node
 	names    []string // sorted keys of view
 	seq      uint64
-	history  []Event // ring, History long; event seq s is at (s-1) % len
+	history  eventLog
 	subs     map[*Subscription]struct{}
 	waiters  map[string]*waiter
 	leader   string
@@ -219,6 +238,9 @@ func New(o Options) (*Service, error) {
 	if o.History <= 0 {
 		o.History = DefaultHistory
 	}
+	if o.HistoryBytes <= 0 {
+		o.HistoryBytes = DefaultHistoryBytes
+	}
 	if o.SubscriberBuffer <= 0 {
 		o.SubscriberBuffer = DefaultSubscriberBuffer
 	}
@@ -239,9 +261,11 @@ func New(o Options) (*Service, error) {
 		inputs:  map[string]*NodeInput{},
 		enforce: map[string]time.Time{},
 		held:    map[string]time.Time{},
+		adopted: map[string]int{},
+		unseen:  map[string]struct{}{},
 		aggs:    map[string]mesh.Member{},
 		view:    map[string]Node{},
-		history: make([]Event, o.History),
+		history: newEventLog(o.History, o.HistoryBytes),
 		subs:    map[*Subscription]struct{}{},
 		waiters: map[string]*waiter{},
 	}

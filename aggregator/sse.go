@@ -23,12 +23,22 @@ import (
 //
 // A watcher that cannot keep up (its buffer of events overflows, or a write
 // blocks longer than the write timeout) is disconnected; it reconnects with
-// Last-Event-ID and gets the events it missed or a new snapshot.
+// Last-Event-ID and gets the events it missed or a new snapshot. Past
+// ServerOptions.MaxWatchers streams at once a watch is answered 503 with
+// Retry-After.
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.Query()) > 0 {
 		s.writeError(w, http.StatusBadRequest, "the watch takes no query parameters (resume with the Last-Event-ID header)")
 		return
 	}
+	if n := s.watchers.Add(1); n > int64(s.opts.MaxWatchers) {
+		s.watchers.Add(-1)
+		w.Header().Set("Retry-After", strconv.Itoa(watchRetryAfter))
+		s.writeError(w, http.StatusServiceUnavailable, "too many watchers: this aggregator serves at most %d watch streams at once (http.max_watchers); retry later",
+			s.opts.MaxWatchers)
+		return
+	}
+	defer s.watchers.Add(-1)
 	rc := http.NewResponseController(w)
 	sub := s.svc.Subscribe(r.Header.Get("Last-Event-ID"))
 	defer sub.Close()

@@ -256,9 +256,10 @@ func TestWatchStalledClient(t *testing.T) {
 	w.snapshot()
 	waitFor(t, "two watchers", func() bool { return h.svc.numSubscribers() == 2 })
 
-	// Events big enough to fill the socket buffers of the stalled client.
-	big := strings.Repeat("x", 256<<10)
-	const n = 80
+	// Events enough to fill the socket buffers of the stalled client (8
+	// MB: a reason is cut at maxUpdateReasonBytes).
+	big := strings.Repeat("x", maxUpdateReasonBytes-16)
+	const n = 2000
 	start := time.Now()
 	for i := uint64(1); i <= n; i++ {
 		h.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, i, "hung"), Reason: fmt.Sprintf("%d %s", i, big)})
@@ -268,6 +269,8 @@ func TestWatchStalledClient(t *testing.T) {
 		}
 	}
 	t.Logf("%d events of %d KiB to the live watcher in %v", n, len(big)>>10, time.Since(start))
+	// The stalled one may be dropped before the last event: as soon as its
+	// buffer is full.
 	waitFor(t, "the stalled watcher dropped", func() bool { return h.svc.numSubscribers() == 1 })
 }
 

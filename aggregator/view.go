@@ -180,6 +180,10 @@ type Report struct {
 	// /v1/nodes/{name} carries it. Absent when the agent sent none or it is
 	// not valid JSON.
 	Detail json.RawMessage `json:"detail,omitempty"`
+	// DetailOmitted says why Detail is absent from GET /v1/nodes/{name}
+	// and how to get it: the detail holds command lines and open files,
+	// which only a client with a token is served.
+	DetailOmitted string `json:"detail_omitted,omitempty"`
 }
 
 // Summary returns n without the report's detail, as lists and watch events

@@ -1,0 +1,167 @@
+package aggregator
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// What the aggregator keeps of one node's messages is bounded here, where
+// the messages enter (applyMessage, adoptHandover), so that its memory is
+// bounded by the number of nodes whatever they send. A message is at most
+// mesh.EnvelopeLimit (4 MiB) on the wire; without these bounds the
+// aggregator kept all of it per node (and once more per watch event).
+const (
+	// maxUpdateReasonBytes bounds a StateUpdate's reason. The agent cuts
+	// its latched reason at 1 KiB (agent/teardown/latch.go); 4 KiB leaves
+	// room for a newer agent's and keeps 10,000 nodes' reasons within
+	// 40 MB. Slurm shows the reason on one line of sinfo.
+	maxUpdateReasonBytes = 4 << 10
+	// maxSummaryBytes bounds a report's summary, which is of the same kind
+	// as a reason.
+	maxSummaryBytes = 4 << 10
+	// maxDetailBytes bounds a report's detail_json: about 500 hung
+	// processes at the ~250 bytes each of a real report (BenchmarkNodes'
+	// report is 2 KB for 8). A bigger report is replaced by a note that
+	// says where the whole one is: on the node, `nodeagent diagnose`.
+	maxDetailBytes = 128 << 10
+	// maxReportsKept bounds the reports kept per node (the agent sends the
+	// latest of each violating job; a node rarely has more than a few).
+	// Only the latest is served with its detail, so the others keep their
+	// summary only.
+	maxReportsKept = 8
+	// maxTeardownsKept bounds the teardown clocks kept per node: the
+	// jobs tearing down at once and those released recently; 64 is more
+	// than a node runs jobs at once.
+	maxTeardownsKept = 64
+	// maxFieldBytes bounds the short fields of teardowns and reports (job
+	// id, phase, stage, outcome): the agent's job ids are at most 128 bytes
+	// (agent/api).
+	maxFieldBytes = 128
+	// maxForgetNames bounds the names of one Forget: one per request from
+	// HTTP; 1,024 leaves room for a tool that forgets a decommissioned rack
+	// in one message.
+	maxForgetNames = 1024
+	// maxAdoptedGone bounds the gone members adopted from other
+	// aggregators' Handovers and not (yet) seen by this aggregator's own
+	// mesh: the design's cluster size. Past it a Handover adopts nothing
+	// more; the aggregators that saw those nodes go still serve them.
+	maxAdoptedGone = 10000
+	// maxAdoptedBytes bounds what the adopted gone members hold (by
+	// proto.Size of their bounded meta and update): without it 10,000
+	// maximal entries, each within the bounds above, could hold 2 GB. 64
+	// MiB is 10,000 gone nodes with a 6 KB update each.
+	maxAdoptedBytes = 64 << 20
+	// maxUnseenNodes bounds the nodes known only from their direct
+	// messages, of which the mesh has not told (a message may overtake the
+	// member event, briefly). Past it a message from yet another such
+	// name is dropped: the node's gossiped meta still brings it in.
+	maxUnseenNodes = 1024
+)
+
+// cutMarker ends a text cut to its bound; the number is the original
+// length.
+const cutMarker = "… [cut: %d bytes]"
+
+// cutText returns s cut to at most max bytes, on a UTF-8 boundary, with
+// cutMarker, or s itself when it fits.
+func cutText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	marker := fmt.Sprintf(cutMarker, len(s))
+	keep := max - len(marker)
+	if keep < 0 {
+		keep = 0
+	}
+	for keep > 0 && keep < len(s) && !isRuneStart(s[keep]) {
+		keep--
+	}
+	return strings.ToValidUTF8(s[:keep], "") + marker
+}
+
+func isRuneStart(b byte) bool { return b&0xc0 != 0x80 }
+
+// cutDetail returns d, or when it is longer than maxDetailBytes a small
+// JSON object that says so (a cut JSON document would not decode).
+func cutDetail(d []byte) []byte {
+	if len(d) <= maxDetailBytes {
+		return d
+	}
+	return fmt.Appendf(nil, `{"cut":true,"bytes":%d,"max_bytes":%d,"note":"the whole report is on the node: nodeagent diagnose --json"}`,
+		len(d), maxDetailBytes)
+}
+
+// boundUpdate returns a copy of u within the bounds above, without the
+// fields this build does not know (protobuf keeps them, and they could
+// carry megabytes). The reports kept are the newest (by taken_ms), the
+// teardowns the first maxTeardownsKept (the agent lists active ones first);
+// only the newest report keeps its detail, the one that is served
+// (fillDetails). A StateUpdate comes once per state change of a node: the
+// copy is cheap beside what it bounds.
+func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
+	if u == nil {
+		return nil
+	}
+	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs()}
+	tds := u.GetTeardowns()
+	for _, td := range tds[:min(len(tds), maxTeardownsKept)] {
+		c.Teardowns = append(c.Teardowns, &gwpb.Teardown{
+			Job:          cutText(td.GetJob(), maxFieldBytes),
+			Phase:        cutText(td.GetPhase(), maxFieldBytes),
+			EndedMs:      td.GetEndedMs(),
+			DeadlineMs:   td.GetDeadlineMs(),
+			ExpirationMs: td.GetExpirationMs(),
+			GraceMs:      td.GetGraceMs(),
+			Outcome:      cutText(td.GetOutcome(), maxFieldBytes),
+		})
+	}
+	reps := slices.Clone(u.GetReports())
+	// Newest first; of two of the same time the later one in the message
+	// wins, as in fillDetails.
+	slices.Reverse(reps)
+	slices.SortStableFunc(reps, func(a, b *gwpb.Report) int { return cmp.Compare(b.GetTakenMs(), a.GetTakenMs()) })
+	// A new slice: a resliced clone would keep the reports past the bound
+	// (and their details) alive in its backing array.
+	reps = slices.Clone(reps[:min(len(reps), maxReportsKept)])
+	for i, r := range reps {
+		b := &gwpb.Report{
+			Job:     cutText(r.GetJob(), maxFieldBytes),
+			Stage:   cutText(r.GetStage(), maxFieldBytes),
+			Outcome: cutText(r.GetOutcome(), maxFieldBytes),
+			Summary: cutText(r.GetSummary(), maxSummaryBytes),
+			TakenMs: r.GetTakenMs(),
+		}
+		if i == 0 {
+			b.DetailJson = cutDetail(r.GetDetailJson())
+		}
+		reps[i] = b
+	}
+	slices.Reverse(reps) // oldest first again, as the agent sends them
+	c.Reports = reps
+	return c
+}
+
+// boundMeta returns a copy of m with its reason cut to
+// maxUpdateReasonBytes and without unknown fields. A gossiped meta is
+// within memberlist's 512 bytes; one sent directly (in a StateUpdate or a
+// ControlAck) is not.
+func boundMeta(m *gwpb.Meta) *gwpb.Meta {
+	if m == nil {
+		return nil
+	}
+	return &gwpb.Meta{
+		Schema:      m.GetSchema(),
+		Role:        m.GetRole(),
+		Incarnation: m.GetIncarnation(),
+		Seq:         m.GetSeq(),
+		State:       m.GetState(),
+		FreeAtMs:    m.GetFreeAtMs(),
+		DeadlineMs:  m.GetDeadlineMs(),
+		SinceMs:     m.GetSinceMs(),
+		Reason:      cutText(m.GetReason(), maxUpdateReasonBytes),
+	}
+}
