@@ -1,0 +1,346 @@
+package e2e
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// rogue is a member that holds the mesh key and nothing else a compute
+// node does not share (root on some compute node: that node's own key,
+// which speaks for that node only). It is a bare memberlist member that
+// writes gracewatch's wire format by hand, so nothing of gracewatch's own
+// sending code is in the way: it can claim any name, role and sender.
+type rogue struct {
+	t       *testing.T
+	ml      *memberlist.Memberlist
+	meta    []byte
+	nodeKey []byte // the key of the node it is root on
+}
+
+func (r *rogue) NodeMeta(int) []byte                    { return r.meta }
+func (r *rogue) NotifyMsg([]byte)                       {}
+func (r *rogue) GetBroadcasts(int, int) [][]byte        { return nil }
+func (r *rogue) LocalState(bool) []byte                 { return nil }
+func (r *rogue) MergeRemoteState(buf []byte, join bool) {}
+
+// joinRogue starts a rogue member named name that gossips meta, joined to
+// the cluster with its mesh key and label; it leaves at the test's end.
+func (c *cluster) joinRogue(t *testing.T, name string, meta []byte) *rogue {
+	t.Helper()
+	kr, err := mesh.LoadKeyring(c.keyfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := mesh.LoadNodeKey(c.keys.nodeKey("rogue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rogue{t: t, meta: meta, nodeKey: key}
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort = name, "127.0.0.1", 0, 0
+	mc.Label, mc.Keyring, mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = c.label, kr, true, true
+	mc.Delegate = r
+	mc.LogOutput = testWriter{t, name}
+	if r.ml, err = memberlist.Create(mc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.ml.Shutdown() })
+	if _, err := r.ml.Join(c.seeds); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+type testWriter struct {
+	t    *testing.T
+	name string
+}
+
+func (w testWriter) Write(p []byte) (int, error) { return len(p), nil } // memberlist's chatter is not the test's
+
+// send writes env to the member named to, sealed with the rogue's own node
+// key when seal (an HMAC as an agent's, mesh/auth.go's trailer format: what
+// a node's root can make), else unsigned.
+func (r *rogue) send(to string, env *gwpb.Envelope, seal bool) {
+	r.t.Helper()
+	env.Schema, env.SentMs = 1, time.Now().UnixMilli()
+	b, err := mesh.EncodeEnvelope(env)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if seal {
+		mac := hmac.New(sha256.New, r.nodeKey)
+		mac.Write([]byte("gracewatch envelope v1\x00"))
+		mac.Write(b)
+		b = protowire.AppendTag(b, 2046, protowire.BytesType)
+		b = protowire.AppendBytes(b, mac.Sum(nil))
+	}
+	for _, m := range r.ml.Members() {
+		if m.Name == to {
+			if err := r.ml.SendReliable(m, b); err != nil {
+				r.t.Fatalf("send to %s: %v", to, err)
+			}
+			return
+		}
+	}
+	r.t.Fatalf("rogue does not see %s", to)
+}
+
+func encodeMeta(t *testing.T, m *gwpb.Meta, trailer []byte) []byte {
+	t.Helper()
+	m.Schema = 1
+	b, err := mesh.EncodeMeta(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trailer != nil {
+		b = protowire.AppendTag(b, 2046, protowire.BytesType)
+		b = protowire.AppendBytes(b, trailer)
+	}
+	return b
+}
+
+func stateEnv(from string, st gwpb.State, seq uint64, reason string) *gwpb.Envelope {
+	return &gwpb.Envelope{From: from, Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{
+		Meta:      &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 99, Seq: seq, State: st, Reason: reason, SinceMs: time.Now().UnixMilli()},
+		Reason:    reason,
+		StartedMs: time.Now().UnixMilli(),
+	}}}
+}
+
+// viewOf is what the test compares before and after the attacks: every
+// node's name, state and reason.
+func viewOf(t *testing.T, g *aggregator) string {
+	t.Helper()
+	var out []string
+	for _, n := range g.nodes(t, "") {
+		out = append(out, fmt.Sprintf("%s=%s(%s)", n.Name, n.State, n.Reason))
+	}
+	return strings.Join(out, " ")
+}
+
+func leaderOf(t *testing.T, g *aggregator) string {
+	t.Helper()
+	resp, err := http.Get(g.url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Leader string `json:"leader"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	return h.Leader
+}
+
+// countLogged counts the lines of logs that carry msg and the claimed
+// sender from (JSON logs).
+func countLogged(logs, msg, from string) int {
+	n := 0
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, msg) && strings.Contains(line, `"from":"`+from+`"`) {
+			n++
+		}
+	}
+	return n
+}
+
+// Node restriction, end to end: a member holding the mesh key (and its own
+// node's key) repeats every attack of issue 11 against real agents and a
+// real aggregator. Each is refused and logged with the sender it claimed,
+// and no view, latch, drained set or actuator run changes.
+func TestNodeRestriction(t *testing.T) {
+	c := newCluster(t)
+	actions := filepath.Join(c.dir, "actions.log")
+	c.aggConf = fmt.Sprintf(`
+[[actuator]]
+on = "down"
+command = ["sh", "-c", "echo \"down $0 $1\" >> %[1]s", "{node}", "{reason}"]
+timeout = "5s"
+
+[[actuator]]
+on = "up"
+command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "{node}"]
+timeout = "5s"
+`, actions)
+	agg := c.addAggregator("agg-1")
+	n1, n2 := c.addAgent("n1"), c.addAgent("n2")
+	for _, n := range []string{"n1", "n2"} {
+		agg.waitNode(t, n, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+	}
+	// A real DOWN latch on n1, drained through the aggregator.
+	if code, body := agg.post(t, "/v1/nodes/n1/drain", c.token, `{"reason":"maintenance"}`); code != 200 {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	agg.waitNode(t, "n1", "down", 5*time.Second, func(n node) bool { return n.State == "down" })
+	waitFile(t, actions, "down n1")
+
+	// The rogue joins, gossiping a down state for itself.
+	r := c.joinRogue(t, "rogue", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 5, Seq: 5, State: gwpb.State_STATE_DOWN, Reason: "gossiped"}, nil))
+	// Members claiming the aggregator role: unsigned, and with a forged
+	// proof. The first sorts before agg-1, so it would lead.
+	forged := make([]byte, 72)
+	rand.Read(forged)
+	c.joinRogue(t, "aaa-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, nil))
+	c.joinRogue(t, "aab-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, forged))
+	time.Sleep(time.Second) // their gossip reaches everyone
+
+	before := viewOf(t, agg)
+	actionsBefore, _ := os.ReadFile(actions)
+	drainedBefore, _ := os.ReadFile(filepath.Join(c.dir, "agg-1-state", "drained.json"))
+
+	t.Run("control from a non-aggregator: resume and drain refused by the agents", func(t *testing.T) {
+		resume := &gwpb.Envelope{From: "agg-1", To: "n1", Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: "r1", Action: gwpb.Action_ACTION_RESUME, Reason: "spoofed"}}}
+		r.send("n1", resume, false)
+		r.send("n1", resume, true)
+		drain := &gwpb.Envelope{From: "nobody", To: "n2", Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: "d1", Action: gwpb.Action_ACTION_DRAIN, Reason: "spoofed"}}}
+		r.send("n2", drain, false)
+		reg := &gwpb.Envelope{From: "agg-1", To: "n2", Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: "j1", Action: gwpb.Action_ACTION_REGISTER_JOB,
+			Job: &gwpb.JobRegistration{Job: "666", Expiration: fmt.Sprint(time.Now().Add(time.Second).Unix()), Grace: "1s"}}}}
+		r.send("n2", reg, true)
+	})
+	t.Run("state updates for other nodes and invented names refused by the aggregator", func(t *testing.T) {
+		r.send("agg-1", stateEnv("n1", gwpb.State_STATE_UP, 1000, ""), true)
+		r.send("agg-1", stateEnv("n1", gwpb.State_STATE_UP, 1001, ""), false)
+		r.send("agg-1", stateEnv("n2", gwpb.State_STATE_DOWN, 1000, "spoofed"), true)
+		for _, name := range []string{"node[1-2]", "ALL", "-x", "", "n9"} {
+			r.send("agg-1", stateEnv(name, gwpb.State_STATE_DOWN, 1, "spoofed"), true)
+		}
+	})
+	time.Sleep(2 * time.Second)
+
+	if st := n1.status(); st.State != "down" || !strings.Contains(st.Reason, "maintenance") {
+		t.Errorf("n1's agent after a spoofed resume: %s %q", st.State, st.Reason)
+	}
+	if st := n2.status(); st.State != "up" || len(st.Jobs) != 0 {
+		t.Errorf("n2's agent after a spoofed drain and job: %s %q, jobs %v", st.State, st.Reason, st.Jobs)
+	}
+	if after := viewOf(t, agg); after != before {
+		t.Errorf("the view changed:\nbefore %s\nafter  %s", before, after)
+	}
+	if !strings.Contains(before, "n1=down") || !strings.Contains(before, "n2=up") || strings.Contains(before, "rogue") {
+		t.Errorf("view %s: want n1 down, n2 up, no rogue", before)
+	}
+	if l := leaderOf(t, agg); l != "agg-1" {
+		t.Errorf("leader %q, want agg-1", l)
+	}
+	for _, a := range []*agent{n1, n2} {
+		if logs := a.logs.String(); strings.Contains(logs, "aaa-rogue-agg") && !strings.Contains(logs, "refused a member meta") {
+			t.Errorf("%s treats the rogue aggregator as one", a.node)
+		}
+	}
+
+	// Logged once per claimed sender (the rate limit's interval is 10 s).
+	aggLogs := agg.logs.String()
+	for _, from := range []string{"n1", "n2"} {
+		if n := countLogged(aggLogs, "refused a message whose sender is not proven", from); n != 1 {
+			t.Errorf("aggregator logged %d refusals claiming %s, want 1", n, from)
+		}
+	}
+	if n := countLogged(n1.logs.String(), "refused a message whose sender is not proven", "agg-1"); n != 1 {
+		t.Errorf("n1 logged %d refusals of the spoofed resume, want 1\n%s", n, n1.logs.String())
+	}
+	if n := countLogged(n2.logs.String(), "refused a message whose sender is not proven", "nobody"); n != 1 {
+		t.Errorf("n2 logged %d refusals of the spoofed drain, want 1", n)
+	}
+
+	t.Run("forget and handover from a non-aggregator refused", func(t *testing.T) {
+		n2.stop()
+		agg.waitNode(t, "n2", "gone", 20*time.Second, func(n node) bool { return n.State == "unreachable" })
+		before := viewOf(t, agg)
+		r.send("agg-1", &gwpb.Envelope{From: "agg-2", Body: &gwpb.Envelope_Forget{Forget: &gwpb.Forget{Names: []string{"n2"}, By: "spoofed"}}}, true)
+		var gone []*gwpb.GoneMember
+		for i := range 20000 {
+			gone = append(gone, &gwpb.GoneMember{Name: fmt.Sprintf("phantom%05d", i), SinceMs: time.Now().UnixMilli(),
+				Meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, State: gwpb.State_STATE_DOWN, Reason: "phantom"}})
+		}
+		r.send("agg-1", &gwpb.Envelope{From: "agg-2", Body: &gwpb.Envelope_Handover{Handover: &gwpb.Handover{Gone: gone}}}, false)
+		time.Sleep(time.Second)
+		if after := viewOf(t, agg); after != before {
+			t.Errorf("the view changed:\nbefore %s\nafter  %s", before, after)
+		}
+		if n := countLogged(agg.logs.String(), "refused a message whose sender is not proven", "agg-2"); n != 1 {
+			t.Errorf("aggregator logged %d refusals claiming agg-2, want 1", n)
+		}
+	})
+
+	actionsAfter, _ := os.ReadFile(actions)
+	drainedAfter, _ := os.ReadFile(filepath.Join(c.dir, "agg-1-state", "drained.json"))
+	if string(actionsAfter) != string(actionsBefore) {
+		t.Errorf("actuators ran: %q, before %q", actionsAfter, actionsBefore)
+	}
+	if string(drainedAfter) != string(drainedBefore) || !strings.Contains(string(drainedAfter), "n1") {
+		t.Errorf("drained set changed: %s, before %s", drainedAfter, drainedBefore)
+	}
+}
+
+// A drain sent to an agent that is stopped (SIGSTOP) times out for its
+// caller; when the agent continues, it does not apply it.
+func TestControlAfterItsDeadline(t *testing.T) {
+	c := newCluster(t)
+	agg := c.addAggregator("agg-1")
+	n1 := c.addAgent("n1")
+	agg.waitNode(t, "n1", "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+	pid := n1.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, body := agg.post(t, "/v1/nodes/n1/drain", c.token, `{"reason":"while stopped"}`)
+	waited := time.Since(start)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusGatewayTimeout {
+		t.Fatalf("drain of a stopped agent: %d %s, want 504", code, body)
+	}
+	t.Logf("the caller was told 504 after %v", waited.Round(time.Millisecond))
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(n1.logs.String(), "control refused: it arrived after its deadline") {
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 did not refuse the late drain:\n%s", n1.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if st := n1.status(); st.State != "up" {
+		t.Fatalf("n1 applied a drain its caller was told timed out: %s %q", st.State, st.Reason)
+	}
+	if n, _ := agg.node(t, "n1"); n.State != "up" {
+		t.Fatalf("served %s %q, want up", n.State, n.Reason)
+	}
+}
+
+// waitFile waits (bounded) until path holds want.
+func waitFile(t *testing.T, path, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %q within 10 s (has %q)", path, want, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
