@@ -76,7 +76,10 @@ import (
 // fit (BENCHMARKS.md). The aggregator is unchanged.
 func BenchmarkDownLatency(b *testing.B) {
 	sizes := benchenv.Ints(b, "GW_BENCH_LATENCY_SIZES", []int{100, 1000})
-	modes := []string{"agent", "gossip", "metafirst"}
+	modes := []string{"agent"}
+	if os.Getenv("GW_BENCH_UNSIGNED") == "1" {
+		modes = []string{"agent", "gossip", "metafirst"}
+	}
 	if v := os.Getenv("GW_BENCH_MODES"); v != "" {
 		modes = strings.Split(v, ",")
 		for _, m := range modes {
@@ -98,10 +101,11 @@ func BenchmarkDownLatency(b *testing.B) {
 // simAgent is a simulated node agent: a mesh member that publishes as
 // agent/meshlink.go does.
 type simAgent struct {
-	name  string
-	m     *mesh.Mesh
-	seq   uint64
-	metas sync.WaitGroup // SetMeta calls in flight (mode agent)
+	name    string
+	m       *mesh.Mesh
+	seq     uint64
+	metas   sync.WaitGroup // SetMeta calls in flight (mode agent)
+	started time.Time
 }
 
 // meta is agent.metaOf's layout for a node in state with one job whose
@@ -117,6 +121,18 @@ func (a *simAgent) meta(state gwpb.State, since time.Time, reason string, d time
 		m.FreeAtMs = d.UnixMilli()
 	}
 	return m
+}
+
+// announce sends the agent's first state to the aggregators, retrying
+// (bounded) until one is seen alive, as meshlink's kick on an aggregator's
+// join does.
+func (a *simAgent) announce(meta *gwpb.Meta) {
+	up := &gwpb.StateUpdate{Meta: meta, StartedMs: a.started.UnixMilli()}
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if n, err := a.m.SendToRole(gwpb.Role_ROLE_AGGREGATOR, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: up}}); n > 0 && err == nil {
+			return
+		}
+	}
 }
 
 // publishTimes is how long one publication's two steps took.
@@ -165,6 +181,19 @@ func downLatency(b *testing.B, n int, modes []string) {
 	settle := benchenv.Duration(b, "GW_BENCH_SETTLE", max(10*time.Second, time.Duration(n)*50*time.Millisecond))
 	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17960})[0]
 	light := benchenv.Ints(b, "GW_BENCH_LIGHT", []int{0})[0] != 0
+	// Node restriction (as deployed): the aggregator takes a node's state
+	// from its proven direct updates only, so only mode agent can reach
+	// it; GW_BENCH_UNSIGNED=1 runs it with allow_unsigned (and the agents
+	// without keys), where gossip counts, for the gossip and metafirst
+	// modes.
+	unsigned := benchenv.Ints(b, "GW_BENCH_UNSIGNED", []int{0})[0] != 0
+	if !unsigned {
+		for _, m := range modes {
+			if m != "agent" {
+				b.Fatalf("mode %s needs GW_BENCH_UNSIGNED=1: with node restriction gossip carries no state (GW_BENCH_MODES=agent)", m)
+			}
+		}
+	}
 	if downs < 1 || downs*len(modes) > n {
 		b.Fatalf("GW_BENCH_DOWNS=%d × %d modes does not fit in %d members", downs, len(modes), n)
 	}
@@ -196,13 +225,14 @@ bind = %q
 label = %q
 keyring = %q
 site_key_file = %q
+allow_unsigned = %t
 
 [http]
 listen = "127.0.0.1:%d"
 
 [policy]
 grace = %q
-`, seed, label, keyfile, keys.site, hport, lead.String())
+`, seed, label, keyfile, keys.site, unsigned, hport, lead.String())
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		b.Fatal(err)
 	}
@@ -216,7 +246,7 @@ grace = %q
 	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
 		mc := mesh.DefaultConfig()
 		mc.Bind, mc.Label, mc.Keyring, mc.Join = addr, label, keyfile, []string{seed}
-		a := &simAgent{name: fmt.Sprintf("node%04d", i)}
+		a := &simAgent{name: fmt.Sprintf("node%04d", i), started: time.Now()}
 		meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
 		// Each simulated agent proves itself with its own node key, as a
 		// real one does (the aggregator checks every meta and update).
@@ -225,6 +255,9 @@ grace = %q
 			return nil, err
 		}
 		o := mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan", Keys: ak}
+		if unsigned {
+			o.Keys, o.Config.AllowUnsigned = nil, true
+		}
 		var t *looptransport.Transport
 		if light {
 			var err error
@@ -242,6 +275,9 @@ grace = %q
 		}
 		a.m = m
 		agents[i] = a
+		// As a real agent does when it sees an aggregator: its whole
+		// state, straight to it (with node restriction the only way in).
+		go a.announce(meta)
 		return m, nil
 	}, func() error {
 		ns, err := fetchNodes(g.url + "/v1/nodes?state=up")
@@ -341,13 +377,13 @@ grace = %q
 				job := "bench-" + strconv.Itoa(j)
 				td := &gwpb.Teardown{Job: job, Phase: "teardown", EndedMs: now.UnixMilli(), DeadlineMs: d.UnixMilli(), GraceMs: lead.Milliseconds()}
 				meta := a.meta(gwpb.State_STATE_TEARDOWN, now, "", d)
-				a.publish(mode, meta, &gwpb.StateUpdate{Meta: meta, Teardowns: []*gwpb.Teardown{td}})
+				a.publish(mode, meta, &gwpb.StateUpdate{Meta: meta, Teardowns: []*gwpb.Teardown{td}, StartedMs: a.started.UnixMilli()})
 				time.Sleep(time.Until(d))
 				reason := fmt.Sprintf("job %s teardown exceeded grace %v", job, lead)
 				meta = a.meta(gwpb.State_STATE_DOWN, d, reason, d)
 				td.Phase = "overdue"
 				lag := time.Since(d)
-				times[j] = a.publish(mode, meta, &gwpb.StateUpdate{Meta: meta, Reason: reason, Teardowns: []*gwpb.Teardown{td}})
+				times[j] = a.publish(mode, meta, &gwpb.StateUpdate{Meta: meta, Reason: reason, Teardowns: []*gwpb.Teardown{td}, StartedMs: a.started.UnixMilli()})
 				times[j].lag = lag
 			})
 		}
