@@ -3,6 +3,7 @@ package mesh
 import (
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -129,4 +130,79 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			t.Fatalf("round trip changed %v into %v", env, again)
 		}
 	})
+}
+
+// Arbitrary bytes as a direct message never panic the checks, and nothing
+// is accepted without a valid proof: a guard that requires proofs accepts
+// only what a holder of the keys sealed (the seeds), whatever the fuzzer
+// does to them.
+func FuzzOpenEnvelope(f *testing.F) {
+	aggK := fuzzKeys(f, "agg-1", gwpb.Role_ROLE_AGGREGATOR)
+	nodeK := fuzzKeys(f, "node1", gwpb.Role_ROLE_AGENT)
+	now := time.UnixMilli(1_800_000_000_000)
+	up := &gwpb.Envelope{Schema: 1, From: "node1", SentMs: now.UnixMilli(), Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{Meta: &gwpb.Meta{Seq: 3}}}}
+	ctrl := &gwpb.Envelope{Schema: 1, From: "agg-1", To: "node1", SentMs: now.UnixMilli(), Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: "x"}}}
+	for _, c := range []struct {
+		env *gwpb.Envelope
+		k   *Keys
+	}{{up, nodeK}, {ctrl, aggK}, {up, nil}} {
+		b, _ := EncodeEnvelope(c.env)
+		f.Add(newGuard(c.k, false).sealEnvelope(b))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sealedUp := newGuard(nodeK, false).sealEnvelope(mustEnvelope(t, up))
+		sealedCtrl := newGuard(aggK, false).sealEnvelope(mustEnvelope(t, ctrl))
+		if env, err := newGuard(aggK, false).openEnvelope("agg-1", b, now); err == nil && string(b) != string(sealedUp) {
+			t.Fatalf("aggregator accepted bytes no node sealed: %v", env)
+		}
+		if env, err := newGuard(nodeK, false).openEnvelope("node1", b, now); err == nil && string(b) != string(sealedCtrl) {
+			t.Fatalf("agent accepted bytes no aggregator sealed: %v", env)
+		}
+		newGuard(aggK, true).openEnvelope("agg-1", b, now) // allow_unsigned: must not panic
+	})
+}
+
+// Arbitrary bytes as a member's meta never panic the checks, and an
+// aggregator role is never granted without a valid signature.
+func FuzzOpenMeta(f *testing.F) {
+	aggK := fuzzKeys(f, "agg-1", gwpb.Role_ROLE_AGGREGATOR)
+	now := time.UnixMilli(1_800_000_000_000)
+	body, _ := EncodeMeta(&gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGGREGATOR})
+	signed := newGuard(aggK, false).sealMeta("agg-1", gwpb.Role_ROLE_AGGREGATOR, body, now)
+	f.Add(signed)
+	f.Add(body)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		o, err := newGuard(aggK, false).openMeta("agg-1", b, now)
+		if err == nil && knownRole(o.meta.GetRole()) == gwpb.Role_ROLE_AGGREGATOR {
+			if !o.proven {
+				t.Fatal("aggregator role without a proof")
+			}
+			if _, p, ok := splitProof(b); !ok || string(p) != string(signed[len(signed)-len(p):]) {
+				t.Fatalf("aggregator role granted to bytes agg-1 did not sign: %x", b)
+			}
+		}
+	})
+}
+
+func fuzzKeys(f *testing.F, name string, role gwpb.Role) *Keys {
+	agg, err := AggregatorKeys([][]byte{testSite})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if role == gwpb.Role_ROLE_AGGREGATOR {
+		return agg
+	}
+	k, err := AgentKeys(NodeKey(testSite, name), agg.PublicKeys())
+	if err != nil {
+		f.Fatal(err)
+	}
+	return k
+}
+
+func mustEnvelope(t *testing.T, env *gwpb.Envelope) []byte {
+	b, err := EncodeEnvelope(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
