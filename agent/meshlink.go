@@ -46,7 +46,10 @@ type meshLink struct {
 	ctrl     chan ctrlMsg
 	sender   *stateSender // the direct sends; set by run
 	started  time.Time    // this process's start: StateUpdate.started_ms
-	now      func() time.Time
+	// aggregators are the alive aggregators seen (MemberChanged), so that
+	// only a new one triggers a full send.
+	aggregators map[string]bool
+	now         func() time.Time
 }
 
 type ctrlMsg struct {
@@ -107,9 +110,24 @@ func (l *meshLink) HandleMessage(from string, env *gwpb.Envelope) {
 }
 
 // MemberChanged implements mesh.Handler: a newly seen aggregator gets the
-// full state at once instead of waiting for the next change.
+// full state at once instead of waiting for the next change. Only a new
+// one: an aggregator's meta changes every few minutes (it signs it again),
+// and every node sending its state then would be a storm.
 func (l *meshLink) MemberChanged(m mesh.Member) {
-	if m.Role == gwpb.Role_ROLE_AGGREGATOR && m.Status == mesh.StatusAlive {
+	alive := m.Role == gwpb.Role_ROLE_AGGREGATOR && m.Status == mesh.StatusAlive
+	l.mu.Lock()
+	was := l.aggregators[m.Name]
+	switch {
+	case alive && !was:
+		if l.aggregators == nil {
+			l.aggregators = map[string]bool{}
+		}
+		l.aggregators[m.Name] = true
+	case !alive && was:
+		delete(l.aggregators, m.Name)
+	}
+	l.mu.Unlock()
+	if alive && !was {
 		l.kick()
 	}
 }

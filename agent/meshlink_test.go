@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +157,41 @@ func TestLateControl(t *testing.T) {
 	}
 	if err := lateControl(&gwpb.Control{Id: "old"}, asked.Add(time.Hour)); err != nil {
 		t.Errorf("no deadline: %v", err)
+	}
+}
+
+// A newly seen aggregator gets the state at once; the same aggregator's
+// meta changing again (it signs it every few minutes) does not send it
+// again, nor does an agent's change.
+func TestKickOnNewAggregatorOnly(t *testing.T) {
+	l := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	agg := mesh.Member{Name: "agg-1", Role: gwpb.Role_ROLE_AGGREGATOR, Status: mesh.StatusAlive}
+	kicked := func() bool {
+		select {
+		case <-l.wake:
+			<-l.wakeMeta
+			return true
+		default:
+			return false
+		}
+	}
+	l.MemberChanged(agg)
+	if !kicked() {
+		t.Fatal("a new aggregator: no send")
+	}
+	l.MemberChanged(agg) // re-signed meta
+	if kicked() {
+		t.Error("the same aggregator's meta again: sent again")
+	}
+	l.MemberChanged(mesh.Member{Name: "n2", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive})
+	if kicked() {
+		t.Error("an agent's change: sent")
+	}
+	agg.Status = mesh.StatusDead
+	l.MemberChanged(agg)
+	agg.Status = mesh.StatusAlive
+	l.MemberChanged(agg)
+	if !kicked() {
+		t.Error("an aggregator back from the dead: no send")
 	}
 }
