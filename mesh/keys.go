@@ -222,6 +222,16 @@ func readKeyFile(path, what string, badPerm os.FileMode, check func([]byte) erro
 	if len(data) > maxKeyFile {
 		return nil, fmt.Errorf("%s file %s: larger than %d bytes", what, path, maxKeyFile)
 	}
+	keys, err := parseKeyLines(data, check)
+	if err != nil {
+		return nil, fmt.Errorf("%s file %s: %w", what, path, err)
+	}
+	return keys, nil
+}
+
+// parseKeyLines reads one base64 key per line ('#' comments and blank
+// lines ignored), each passing check; errors name the line.
+func parseKeyLines(data []byte, check func([]byte) error) ([][]byte, error) {
 	var keys [][]byte
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), maxKeyFile+1)
@@ -233,18 +243,18 @@ func readKeyFile(path, what string, badPerm os.FileMode, check func([]byte) erro
 		}
 		k, err := base64.StdEncoding.DecodeString(s)
 		if err != nil {
-			return nil, fmt.Errorf("%s file %s: line %d: not base64: %v", what, path, line, err)
+			return nil, fmt.Errorf("line %d: not base64: %v", line, err)
 		}
 		if err := check(k); err != nil {
-			return nil, fmt.Errorf("%s file %s: line %d: %w", what, path, line, err)
+			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
 		keys = append(keys, k)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s file %s: %w", what, path, err)
+		return nil, err
 	}
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("%s file %s: no key", what, path)
+		return nil, errors.New("no key")
 	}
 	return keys, nil
 }
