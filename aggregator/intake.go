@@ -98,16 +98,19 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		return true
 	}
 	in, known := s.inputs[m.Name]
-	if s.opts.ProvenOnly {
+	if s.opts.ProvenOnly || (m.Signs && known) {
 		// Node restriction: an agent's gossiped meta is a claim anyone
 		// with the mesh key can make. The node enters the view with its
 		// first proven update; the mesh's liveness of a known node is
-		// kept (memberlist's failure detection is all there is).
+		// kept (memberlist's failure detection is all there is). So for
+		// a node that signs its messages where unproven input is
+		// accepted (allow_unsigned, a rollout): its gossip is dropped.
 		if !known {
 			return false
 		}
 		s.seenByMesh(m.Name)
 		in.Status, in.StatusSince = m.Status, m.Since
+		in.Gossip, in.GossipErr = nil, nil
 		dirty[m.Name] = true
 		return false
 	}

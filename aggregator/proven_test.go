@@ -86,3 +86,19 @@ func TestAggregatorRoleWithdrawn(t *testing.T) {
 		t.Error("the former aggregator became a node")
 	}
 }
+
+// Where unproven input is accepted (allow_unsigned), a node that signs its
+// messages is still heard only through them: its gossip is dropped.
+func TestSigningNodeGossipDropped(t *testing.T) {
+	h := newHarness(t)
+	down := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 5, State: gwpb.State_STATE_DOWN, Reason: "hung", SinceMs: t0.UnixMilli()}
+	h.update("n1", &gwpb.StateUpdate{Meta: down, Reason: "hung", StartedMs: 1000})
+	m := AgentMember("n1", upMeta(7, 99), h.clk.Now())
+	m.Signs = true
+	h.mesh.SetMember(m)
+	h.sync()
+	h.wantState("n1", StateDown)
+	// A node without its key is heard through its gossip, as before.
+	h.member("n2", downMeta(1, 1, "gossiped"))
+	h.wantState("n2", StateDown)
+}

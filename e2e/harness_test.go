@@ -137,6 +137,10 @@ type cluster struct {
 	agents  []*agent
 	extra   string // appended to every agent config
 	aggConf string // appended to every aggregator config
+	// Node restriction's rollout: aggregators with allow_unsigned, and
+	// the agents named in keyless with no keys (and allow_unsigned).
+	aggAllowUnsigned bool
+	keyless          map[string]bool
 	// grace is G of every agent and aggregator ("" is 3s);
 	// teardown, more keys of the agents' [teardown] table; killWait and
 	// unkillableAfter, the agents' ("" is 30s).
@@ -222,6 +226,7 @@ join = %s
 label = %q
 keyring = %q
 site_key_file = %q
+allow_unsigned = %t
 rejoin_interval = "2s"
 
 [http]
@@ -232,7 +237,7 @@ admin_token_file = %q
 grace = %q
 clock_skew_allowance = "1s"
 settle = %q
-%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, c.keys.site, hport, filepath.Join(c.dir, "token"), c.graceOr(), aggSettle.String(), c.aggConf)
+%s`, name, filepath.Join(c.dir, name+"-state"), mport, tomlList(join), c.label, c.keyfile, c.keys.site, c.aggAllowUnsigned, hport, filepath.Join(c.dir, "token"), c.graceOr(), aggSettle.String(), c.aggConf)
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -292,11 +297,10 @@ bind = "127.0.0.1:%d"
 join = %s
 label = %q
 keyring = %q
-node_key_file = %q
-aggregator_keys_file = %q
+%s
 rejoin_interval = "2s"
 %s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), or30s(c.killWait), or30s(c.unkillableAfter), c.teardown, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile,
-		c.keys.nodeKey(node), c.keys.public, c.extra)
+		c.agentKeys(node), c.extra)
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -524,6 +528,14 @@ func (w *watcher) next(t testing.TB, name, state string, timeout time.Duration) 
 			t.Fatalf("no %s event for %s within %v", state, name, timeout)
 		}
 	}
+}
+
+// agentKeys is the key lines of node's [mesh] table.
+func (c *cluster) agentKeys(node string) string {
+	if c.keyless[node] {
+		return "allow_unsigned = true"
+	}
+	return fmt.Sprintf("node_key_file = %q\naggregator_keys_file = %q", c.keys.nodeKey(node), c.keys.public)
 }
 
 // siteKeys is a cluster's node restriction, provisioned as an administrator

@@ -329,6 +329,61 @@ func TestControlAfterItsDeadline(t *testing.T) {
 	}
 }
 
+// Node restriction's rollout, step 1 and 2 (packaging/README.md): the
+// aggregator has its site key and allow_unsigned, n1 already proves
+// itself, n2 has no key yet. Both are served and commanded; /readyz and
+// the logs say node restriction is off; n1, having proven itself, cannot
+// be impersonated by an unsigned update, while n2 still can (what the
+// opt-out means).
+func TestNodeRestrictionRollout(t *testing.T) {
+	c := newCluster(t)
+	c.aggAllowUnsigned = true
+	c.keyless = map[string]bool{"n2": true}
+	agg := c.addAggregator("agg-1")
+	n1, n2 := c.addAgent("n1"), c.addAgent("n2")
+	for _, n := range []string{"n1", "n2"} {
+		agg.waitNode(t, n, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+	}
+	for _, a := range []*agent{n1, n2} {
+		if code, body := agg.post(t, "/v1/nodes/"+a.node+"/drain", c.token, `{"reason":"rollout"}`); code != 200 {
+			t.Fatalf("drain %s: %d %s", a.node, code, body)
+		}
+		if st := a.status(); st.State != "down" {
+			t.Fatalf("%s not drained: %s", a.node, st.State)
+		}
+	}
+	resp, err := http.Get(agg.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rd struct {
+		NodeRestriction bool   `json:"node_restriction"`
+		Detail          string `json:"detail"`
+	}
+	json.NewDecoder(resp.Body).Decode(&rd)
+	resp.Body.Close()
+	if rd.NodeRestriction || !strings.Contains(rd.Detail, "node restriction is off") {
+		t.Errorf("/readyz %+v: want node_restriction false and a warning", rd)
+	}
+	for _, p := range []*proc{agg.proc, n2.proc} {
+		if !strings.Contains(p.logs.String(), "node restriction is off") {
+			t.Errorf("%s did not warn at start that node restriction is off", p.name)
+		}
+	}
+
+	r := c.joinRogue(t, "rogue", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT}, nil))
+	time.Sleep(500 * time.Millisecond)
+	r.send("agg-1", stateEnv("n1", gwpb.State_STATE_UP, 1000, ""), false)
+	r.send("agg-1", stateEnv("n2", gwpb.State_STATE_UP, 1000, ""), false)
+	time.Sleep(time.Second)
+	if n, _ := agg.node(t, "n1"); n.State != "down" {
+		t.Errorf("n1 (proven before) after an unsigned update: %s, want down", n.State)
+	}
+	if n, _ := agg.node(t, "n2"); n.State != "up" {
+		t.Errorf("n2 (no key) after an unsigned update: %s: allow_unsigned is expected to let it through", n.State)
+	}
+}
+
 // waitFile waits (bounded) until path holds want.
 func waitFile(t *testing.T, path, want string) {
 	t.Helper()

@@ -206,6 +206,18 @@ func TestGuardAllowUnsigned(t *testing.T) {
 	if _, err := g.openEnvelope("agg-1", forge(t, up, nil), now); err == nil || !strings.Contains(err.Error(), "proven itself before") {
 		t.Errorf("unsigned after proven: %v", err)
 	}
+	// Rollout, step 1: an agent without keys (allow_unsigned) takes the
+	// aggregators that already sign, and their controls.
+	bare := newGuard(nil, true)
+	aggMetaSigned := newGuard(aggK, false).sealMeta("agg-9", aggr, mustMeta(t, &gwpb.Meta{Role: aggr}), now)
+	if o, err := bare.openMeta("agg-9", aggMetaSigned, now); err != nil || o.proven {
+		t.Errorf("signed aggregator meta at an agent without keys: %+v %v, want accepted unproven", o, err)
+	}
+	ctrl := &gwpb.Envelope{Schema: 1, From: "agg-9", To: "n5", SentMs: now.UnixMilli(), Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: "c"}}}
+	if _, err := bare.openEnvelope("n5", forge(t, ctrl, aggK), now); err != nil {
+		t.Errorf("signed control at an agent without keys: %v", err)
+	}
+
 	// Metas: an agent's is a claim, never proven; an aggregator's needs
 	// its signature, except (allow_unsigned) from a name never proven.
 	meta, _ := EncodeMeta(&gwpb.Meta{Role: agent})
@@ -273,4 +285,13 @@ func TestSplitProof(t *testing.T) {
 	if _, _, ok := splitProof(sealed[:len(sealed)-1]); ok {
 		t.Error("proof found in truncated bytes")
 	}
+}
+
+func mustMeta(t *testing.T, m *gwpb.Meta) []byte {
+	t.Helper()
+	b, err := EncodeMeta(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

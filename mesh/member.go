@@ -39,6 +39,10 @@ type Member struct {
 	// carries one (its role is then proven); an agent's meta is a claim,
 	// its state proven by its direct StateUpdates only (mesh/auth.go).
 	Proven bool
+	// Signs: this member has proven a direct message here (it has its
+	// key): even where unproven input is accepted (allow_unsigned), its
+	// state is to be taken from its proven messages, not from its meta.
+	Signs  bool
 	Status Status
 	Since  time.Time // when Status last changed, as seen here
 }

@@ -850,6 +850,7 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 		st.Status, st.Since = status, now
 		changed = true
 	}
+	st.Signs = m.guard.everProven(n.Name)
 	mem, hidden := st.Member, st.hidden
 	m.mu.Unlock()
 
