@@ -74,6 +74,10 @@ type actuators struct {
 	// restarts (drained.json); saved is what was written last.
 	stateDir string
 	saved    []string
+	// saveErr is the last failed write of the drained set (nil once one
+	// succeeds): shown by /readyz; onSaveError counts each failure.
+	saveErr     error
+	onSaveError func()
 }
 
 type actNode struct {
@@ -164,14 +168,31 @@ func (a *actuators) saveLocked() {
 		}
 	}
 	slices.Sort(names)
-	if slices.Equal(names, a.saved) {
+	if slices.Equal(names, a.saved) && a.saveErr == nil {
 		return
 	}
 	if err := saveDrained(a.stateDir, names); err != nil {
-		a.log.Error("cannot save the drained nodes; a restart will forget them", "dir", a.stateDir, "err", err)
+		if a.saveErr == nil {
+			a.log.Error("cannot save the drained nodes; a restart will forget them (retried at the next change)", "dir", a.stateDir, "err", err)
+		}
+		a.saveErr = err
+		if a.onSaveError != nil {
+			a.onSaveError()
+		}
 		return
 	}
-	a.saved = names
+	if a.saveErr != nil {
+		a.log.Info("the drained nodes are saved again", "dir", a.stateDir)
+	}
+	a.saved, a.saveErr = names, nil
+}
+
+// saveError returns the last failed write of the drained set, nil once one
+// succeeded.
+func (a *actuators) saveError() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.saveErr
 }
 
 // start ties the actuators' commands to ctx.

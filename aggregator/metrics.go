@@ -58,6 +58,7 @@ type serviceMetrics struct {
 	actuatorRuns    *prometheus.CounterVec
 	watchersDropped prometheus.Counter
 	refused         *prometheus.CounterVec
+	stateWrites     prometheus.Counter
 	state           *stateCollector
 	nodes           *nodeCollector
 	stateDir        prometheus.Collector // nil without Options.Host
@@ -85,6 +86,8 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("intake_refused_total",
 			"What the aggregator refused where it enters, by what: an invalid node name (not a host name, or ALL) of a member, of a message's sender, in a handover or a forget; unseen: a message dropped from a node the mesh has not told of, past 1,024 such nodes.")),
 			[]string{"what"}),
+		stateWrites: prometheus.NewCounter(prometheus.CounterOpts(opts("state_write_failures_total",
+			"Failed writes of the drained set under state_dir (a full or read-only disk): a restart would forget which nodes gracewatch drained."))),
 		state: newStateCollector(s),
 		nodes: newNodeCollector(s),
 	}
@@ -107,7 +110,7 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 
 // collectors returns every collector of m.
 func (m *serviceMetrics) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.state, m.nodes}
+	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.stateWrites, m.state, m.nodes}
 	if m.stateDir != nil {
 		cs = append(cs, m.stateDir)
 	}

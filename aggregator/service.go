@@ -276,6 +276,7 @@ func New(o Options) (*Service, error) {
 		}
 	}
 	s.met = newServiceMetrics(s)
+	s.act.onSaveError = s.met.stateWrites.Inc
 	s.act.onRun = s.met.actuatorRun
 	if o.Registry != nil {
 		for _, c := range s.met.collectors() {
@@ -487,7 +488,10 @@ type Readiness struct {
 	// NodeRestriction: node states are taken from proven updates only
 	// (Options.ProvenOnly). False: anyone with the mesh key can speak for
 	// a node without a key.
-	NodeRestriction bool   `json:"node_restriction"`
+	NodeRestriction bool `json:"node_restriction"`
+	// StateWriteError is why the drained set could not be written under
+	// state_dir the last time (a full disk); empty when it was.
+	StateWriteError string `json:"state_write_error,omitempty"`
 	Detail          string `json:"detail"`
 	// Host is the aggregator's machine (Options.Host); nil without it. It
 	// does not decide readiness.
@@ -519,6 +523,10 @@ func (s *Service) Ready() Readiness {
 	}
 	if r.Insecure {
 		detail = append(detail, "the mesh runs insecure: gossip is neither encrypted nor authenticated")
+	}
+	if err := s.act.saveError(); err != nil {
+		r.StateWriteError = err.Error()
+		detail = append(detail, "cannot save the drained nodes under state_dir (a restart would forget them): "+r.StateWriteError)
 	}
 	if !r.NodeRestriction {
 		detail = append(detail, "node restriction is off (mesh.allow_unsigned, or an insecure mesh without mesh.site_key_file): anyone with the mesh key can speak for a node that has no node key")
