@@ -3,7 +3,6 @@ package aggregator
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -223,14 +221,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-type access int
-
-const (
-	public access = iota // never a token
-	read                 // a token with ReadToken
-	admin                // always a token
-)
-
 func (s *Server) routes() {
 	type route struct {
 		method, path string
@@ -282,32 +272,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(rec, r)
 	// The mux has set r.Pattern to the pattern that matched.
 	s.requests.WithLabelValues(routeLabel(r), methodLabel(r.Method), rec.status()).Inc()
-}
-
-// authorize checks the bearer token where acc asks for it; it answers 401
-// or 403 itself and returns false.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, acc access) bool {
-	if acc == public || (acc == read && !s.opts.ReadToken) {
-		return true
-	}
-	if len(s.opts.Token) == 0 {
-		s.writeError(w, http.StatusForbidden, "admin endpoints are disabled: the aggregator has no http.admin_token_file")
-		return false
-	}
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch"`)
-		s.writeError(w, http.StatusUnauthorized, "missing bearer token (Authorization: Bearer <token>)")
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="invalid_token"`)
-		s.log.Warn("wrong bearer token", "remote", r.RemoteAddr, "path", r.URL.Path)
-		s.writeError(w, http.StatusUnauthorized, "wrong bearer token")
-		return false
-	}
-	return true
 }
 
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
@@ -391,19 +355,6 @@ const (
 	detailOmitted = "the report's detail (command lines, open files) is served only with a bearer token: send Authorization: Bearer <token>; or run nodeagent diagnose on the node"
 	detailNoToken = "the report's detail (command lines, open files) is served only with a bearer token, and this aggregator has none (http.admin_token_file); run nodeagent diagnose on the node"
 )
-
-// hasToken reports whether r carries the admin token, without answering.
-func (s *Server) hasToken(r *http.Request) bool {
-	if len(s.opts.Token) == 0 {
-		return false
-	}
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
-}
 
 func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -571,40 +522,6 @@ func validateReason(reason string) error {
 		}
 	}
 	return nil
-}
-
-// LoadToken reads the admin token file: one line, at least MinTokenBytes
-// long. The file must be a regular file that others can neither read nor
-// write (mode 0600 or 0640): a token anyone on the host can read protects
-// nothing, and the aggregator refuses to start.
-func LoadToken(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("admin token: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("admin token: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("admin token %s: not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o007 != 0 {
-		return nil, fmt.Errorf("admin token %s: mode %04o lets others read or write it; chmod o-rwx it", path, perm)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("admin token %s: %w", path, err)
-	}
-	tok := strings.TrimSpace(string(data))
-	switch {
-	case len(tok) < MinTokenBytes:
-		return nil, fmt.Errorf("admin token %s: %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", path, len(tok), MinTokenBytes)
-	case strings.ContainsFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
-		return nil, fmt.Errorf("admin token %s: holds white space or control characters (want one line)", path)
-	}
-	return []byte(tok), nil
 }
 
 func (s *Server) setWriteDeadline(w http.ResponseWriter) {
