@@ -31,7 +31,7 @@ const (
 	MaxBodyBytes = 4 << 10
 	// MaxReasonBytes bounds the reason of a resume or drain.
 	MaxReasonBytes = 256
-	// MinTokenBytes is the shortest admin token accepted.
+	// MinTokenBytes is the shortest token (admin or read) accepted.
 	MinTokenBytes = 16
 
 	// DefaultMaxWatchers bounds the /v1/watch streams at once. A
@@ -102,10 +102,15 @@ type Health struct {
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	// Token is the admin bearer token (see LoadToken); empty disables the
-	// admin endpoints (403).
+	// admin endpoints (403). It opens the read endpoints too.
 	Token []byte
-	// ReadToken makes the read endpoints require the token too.
-	ReadToken bool
+	// ReadToken is the read bearer token: it opens the read endpoints
+	// (auth.go lists them) and nothing else (403 on an admin endpoint).
+	// Non-empty, the read endpoints need it or the admin token.
+	ReadToken []byte
+	// GuardReads makes the read endpoints need a token even without
+	// ReadToken, then the admin token (the configuration's http.read_token).
+	GuardReads bool
 	// Logger receives the server's events; nil discards them.
 	Logger *slog.Logger
 	// Clock times the watch heartbeats; nil is the wall clock.
@@ -119,8 +124,8 @@ type ServerOptions struct {
 	// MaxWatchers bounds the /v1/watch streams served at once; 0 means
 	// DefaultMaxWatchers.
 	MaxWatchers int
-	// Registry, if set, is served on GET /metrics (with ReadToken, the
-	// token is required, as on the other read endpoints) and receives the
+	// Registry, if set, is served on GET /metrics (a read endpoint: with
+	// ReadToken or GuardReads it needs a token) and receives the
 	// server's own metrics (gracewatch_aggregator_http_requests_total).
 	// Pass the Service's Options.Registry to serve its metrics too.
 	Registry *prometheus.Registry
@@ -129,13 +134,15 @@ type ServerOptions struct {
 // Server serves the HTTP API (proto/openapi.yaml) over a Service. It is safe
 // for concurrent use.
 type Server struct {
-	svc   *Service
-	opts  ServerOptions
-	token [sha256.Size]byte
-	log   *slog.Logger
-	clock clock.Clock
-	mux   *http.ServeMux
-	hs    *http.Server
+	svc  *Service
+	opts ServerOptions
+	// adminSum and readSum are the SHA-256 of the tokens, compared in
+	// constant time with that of a request's.
+	adminSum, readSum [sha256.Size]byte
+	log               *slog.Logger
+	clock             clock.Clock
+	mux               *http.ServeMux
+	hs                *http.Server
 	// requests counts the answered requests by route pattern.
 	requests *prometheus.CounterVec
 	// watchers counts the /v1/watch streams being served.
@@ -168,7 +175,10 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	log := o.Logger.With("component", "http")
 	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux()}
 	if len(o.Token) > 0 {
-		s.token = sha256.Sum256(o.Token)
+		s.adminSum = sha256.Sum256(o.Token)
+	}
+	if len(o.ReadToken) > 0 {
+		s.readSum = sha256.Sum256(o.ReadToken)
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	var reg prometheus.Registerer
@@ -238,7 +248,7 @@ func (s *Server) routes() {
 		{"GET", "/v1/config", read, s.handleConfig},
 		{"GET", "/healthz", public, s.handleHealth},
 		{"GET", "/readyz", public, s.handleReady},
-		{"GET", "/{$}", public, s.handleUI}, // a read route: handleUI checks the token itself, from the header or ?token=
+		{"GET", "/{$}", public, s.handleUI}, // the page's HTML holds no data: it reads the API with the token typed into it
 	}
 	if s.opts.Registry != nil {
 		routes = append(routes, route{"GET", "/metrics", read, metrics.Handler(s.opts.Registry, s.log).ServeHTTP})
@@ -337,13 +347,13 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		return
 	}
-	if n.LastReport != nil && n.LastReport.Detail != nil && !s.hasToken(r) {
+	if n.LastReport != nil && n.LastReport.Detail != nil && s.tokenOf(r) == noToken {
 		// The detail names command lines, open files and users' paths: it
-		// is for clients with the token only, whether or not read_token
-		// guards the rest.
+		// is for clients with a token (read or admin) only, whether or not
+		// the rest of the read endpoints need one.
 		n = n.Summary()
 		n.LastReport.DetailOmitted = detailOmitted
-		if len(s.opts.Token) == 0 {
+		if len(s.opts.Token) == 0 && len(s.opts.ReadToken) == 0 {
 			n.LastReport.DetailOmitted = detailNoToken
 		}
 	}
@@ -352,8 +362,8 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 
 // The notes of a report served without its detail.
 const (
-	detailOmitted = "the report's detail (command lines, open files) is served only with a bearer token: send Authorization: Bearer <token>; or run nodeagent diagnose on the node"
-	detailNoToken = "the report's detail (command lines, open files) is served only with a bearer token, and this aggregator has none (http.admin_token_file); run nodeagent diagnose on the node"
+	detailOmitted = "the report's detail (command lines, open files) is served only with the read or the admin token: send Authorization: Bearer <token>; or run nodeagent diagnose on the node"
+	detailNoToken = "the report's detail (command lines, open files) is served only with the read or the admin token, and this aggregator has neither (http.read_token_file, http.admin_token_file); run nodeagent diagnose on the node"
 )
 
 func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
