@@ -83,16 +83,27 @@ type Config struct {
 type HTTPConfig struct {
 	// Listen is the TCP address of the API.
 	Listen string `toml:"listen"`
-	// AdminTokenFile holds the bearer token of POST .../resume and
-	// .../drain (and of every read endpoint with ReadToken). It must not be
-	// readable or writable by others: the aggregator refuses to start. Empty
-	// disables the admin endpoints (they answer 403).
+	// AdminTokenFile holds the bearer token of the admin endpoints (POST
+	// .../resume, .../drain, .../forget, /v1/jobs), which opens the read
+	// endpoints too. It must not be readable or writable by others: the
+	// aggregator refuses to start. Empty disables the admin endpoints (they
+	// answer 403).
 	AdminTokenFile string `toml:"admin_token_file"`
+	// ReadTokenFile holds the read token, by the same file rules: set, the
+	// read endpoints (/v1/nodes, /v1/nodes/{name}, /v1/watch, /v1/config,
+	// /metrics) need it or the admin token, and it opens nothing else (the
+	// admin endpoints answer it 403). It is what the status page, a
+	// Prometheus or a script that only reads should hold. It must differ
+	// from the admin token.
+	ReadTokenFile string `toml:"read_token_file"`
 	// TLSCert and TLSKey, both or neither, serve HTTPS.
 	TLSCert string `toml:"tls_cert"`
 	TLSKey  string `toml:"tls_key"`
-	// ReadToken makes the read endpoints (/v1/nodes, /v1/watch, /v1/config)
-	// require the token too. /healthz and /readyz never do.
+	// ReadToken makes the read endpoints need a token even without
+	// ReadTokenFile: then the admin token, which every reader would have to
+	// hold (Warnings says so). Kept so that configurations from before
+	// read_token_file keep working; with ReadTokenFile it changes nothing.
+	// /healthz and /readyz never need a token.
 	ReadToken bool `toml:"read_token"`
 	// MaxWatchers bounds the /v1/watch streams served at once (past it:
 	// 503 with Retry-After); 0 or absent means DefaultMaxWatchers (256).
@@ -211,8 +222,11 @@ func (c *Config) Validate() error {
 	if h.MaxWatchers < 0 || h.MaxWatchers > maxMaxWatchers {
 		bad("http.max_watchers", "want 0 (the default, %d) to %d, got %d", DefaultMaxWatchers, maxMaxWatchers, h.MaxWatchers)
 	}
-	if h.ReadToken && h.AdminTokenFile == "" {
-		bad("http.read_token", "needs http.admin_token_file")
+	if h.ReadToken && h.AdminTokenFile == "" && h.ReadTokenFile == "" {
+		bad("http.read_token", "needs http.read_token_file (or http.admin_token_file)")
+	}
+	if h.ReadTokenFile != "" && h.AdminTokenFile != "" && filepath.Clean(h.ReadTokenFile) == filepath.Clean(h.AdminTokenFile) {
+		bad("http.read_token_file", "is http.admin_token_file: the read token must differ from the admin token, or a reader could drain nodes")
 	}
 
 	p := c.Policy
@@ -272,6 +286,17 @@ func (c *Config) Validate() error {
 		bad("actuator", "an on = \"up\" actuator runs only after on = \"down\" ones succeeded, and there is none")
 	}
 	return errors.Join(errs...)
+}
+
+// Warnings lists what a valid configuration does that its operator
+// likely does not want, one line each naming the key; serve logs them and
+// config check prints them.
+func (c *Config) Warnings() []string {
+	var w []string
+	if c.HTTP.ReadToken && c.HTTP.ReadTokenFile == "" {
+		w = append(w, `key "http.read_token": the read endpoints take the admin token only, so every reader (the status page, Prometheus, scripts) must hold the token that drains nodes; set http.read_token_file to a separate read token`)
+	}
+	return w
 }
 
 // ViewPolicy returns the policy of Compute.

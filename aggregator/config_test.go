@@ -54,6 +54,7 @@ site_key_file = "/etc/gracewatch/site.key"
 [http]
 listen = "0.0.0.0:8470"
 admin_token_file = "/etc/gracewatch/admin.token"
+read_token_file = "/etc/gracewatch/read.token"
 read_token = true
 
 [policy]
@@ -79,6 +80,12 @@ retries = 0
 	}
 	if cfg.Name != "agg-1" || cfg.LogFormat != "json" || cfg.Mesh.Join[0] != "10.0.0.1:7946" {
 		t.Errorf("cfg = %+v", cfg)
+	}
+	if h := cfg.HTTP; h.AdminTokenFile != "/etc/gracewatch/admin.token" || h.ReadTokenFile != "/etc/gracewatch/read.token" || !h.ReadToken {
+		t.Errorf("http = %+v", h)
+	}
+	if w := cfg.Warnings(); len(w) != 0 {
+		t.Errorf("warnings with read_token_file: %q", w)
 	}
 	if cfg.Policy.Grace.D() != 90*time.Second || cfg.Policy.ClockSkewAllowance.D() != 2*time.Second || !cfg.Policy.UnreachableIsDown {
 		t.Errorf("policy = %+v", cfg.Policy)
@@ -122,7 +129,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"up without down", "[mesh]\ninsecure = true\n[[actuator]]\non = \"up\"\ncommand = [\"x\"]\n",
 			[]string{`"actuator"`, "there is none"}},
 		{"tls halves", "[mesh]\ninsecure = true\n[http]\ntls_cert = \"/c\"\n", []string{`"http.tls_cert"`}},
-		{"read_token without a token", "[mesh]\ninsecure = true\n[http]\nread_token = true\n", []string{`"http.read_token"`}},
+		{"read_token without a token", "[mesh]\ninsecure = true\n[http]\nread_token = true\n", []string{`"http.read_token"`, "needs http.read_token_file"}},
+		{"read token file is the admin one", "[mesh]\ninsecure = true\n[http]\nadmin_token_file = \"/etc/gracewatch/admin.token\"\nread_token_file = \"/etc/gracewatch/./admin.token\"\n",
+			[]string{`"http.read_token_file"`, "must differ from the admin token"}},
 		{"bad listen", "[mesh]\ninsecure = true\n[http]\nlisten = \"8470\"\n", []string{`"http.listen"`}},
 		{"negative allowance", "[mesh]\ninsecure = true\n[policy]\nclock_skew_allowance = \"-1s\"\n", []string{`"policy.clock_skew_allowance"`}},
 		{"negative unreachable_after", "[mesh]\ninsecure = true\n[policy]\nunreachable_after = \"-1s\"\n", []string{`"policy.unreachable_after"`}},
@@ -140,6 +149,31 @@ func TestLoadConfigErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not contain %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// TestReadTokenWarnings: read_token without read_token_file still works
+// (configurations from before it) and says what it costs.
+func TestReadTokenWarnings(t *testing.T) {
+	for _, c := range []struct {
+		name, http string
+		warn       bool
+	}{
+		{"read_token with the admin token only", "admin_token_file = \"/a\"\nread_token = true\n", true},
+		{"read_token with a read token", "admin_token_file = \"/a\"\nread_token_file = \"/r\"\nread_token = true\n", false},
+		{"read token only", "read_token_file = \"/r\"\n", false},
+		{"no read_token", "admin_token_file = \"/a\"\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := ParseConfig("a.toml", []byte("[mesh]\ninsecure = true\n[http]\n"+c.http))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := cfg.Warnings()
+			if got := len(w) == 1 && strings.Contains(w[0], `key "http.read_token"`) && strings.Contains(w[0], "set http.read_token_file"); got != c.warn || (!c.warn && len(w) != 0) {
+				t.Errorf("warnings %q, want a read_token warning: %v", w, c.warn)
 			}
 		})
 	}

@@ -3,7 +3,6 @@ package aggregator
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -33,7 +31,7 @@ const (
 	MaxBodyBytes = 4 << 10
 	// MaxReasonBytes bounds the reason of a resume or drain.
 	MaxReasonBytes = 256
-	// MinTokenBytes is the shortest admin token accepted.
+	// MinTokenBytes is the shortest token (admin or read) accepted.
 	MinTokenBytes = 16
 
 	// DefaultMaxWatchers bounds the /v1/watch streams at once. A
@@ -104,10 +102,15 @@ type Health struct {
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	// Token is the admin bearer token (see LoadToken); empty disables the
-	// admin endpoints (403).
+	// admin endpoints (403). It opens the read endpoints too.
 	Token []byte
-	// ReadToken makes the read endpoints require the token too.
-	ReadToken bool
+	// ReadToken is the read bearer token: it opens the read endpoints
+	// (auth.go lists them) and nothing else (403 on an admin endpoint).
+	// Non-empty, the read endpoints need it or the admin token.
+	ReadToken []byte
+	// GuardReads makes the read endpoints need a token even without
+	// ReadToken, then the admin token (the configuration's http.read_token).
+	GuardReads bool
 	// Logger receives the server's events; nil discards them.
 	Logger *slog.Logger
 	// Clock times the watch heartbeats; nil is the wall clock.
@@ -121,8 +124,8 @@ type ServerOptions struct {
 	// MaxWatchers bounds the /v1/watch streams served at once; 0 means
 	// DefaultMaxWatchers.
 	MaxWatchers int
-	// Registry, if set, is served on GET /metrics (with ReadToken, the
-	// token is required, as on the other read endpoints) and receives the
+	// Registry, if set, is served on GET /metrics (a read endpoint: with
+	// ReadToken or GuardReads it needs a token) and receives the
 	// server's own metrics (gracewatch_aggregator_http_requests_total).
 	// Pass the Service's Options.Registry to serve its metrics too.
 	Registry *prometheus.Registry
@@ -131,13 +134,15 @@ type ServerOptions struct {
 // Server serves the HTTP API (proto/openapi.yaml) over a Service. It is safe
 // for concurrent use.
 type Server struct {
-	svc   *Service
-	opts  ServerOptions
-	token [sha256.Size]byte
-	log   *slog.Logger
-	clock clock.Clock
-	mux   *http.ServeMux
-	hs    *http.Server
+	svc  *Service
+	opts ServerOptions
+	// adminSum and readSum are the SHA-256 of the tokens, compared in
+	// constant time with that of a request's.
+	adminSum, readSum [sha256.Size]byte
+	log               *slog.Logger
+	clock             clock.Clock
+	mux               *http.ServeMux
+	hs                *http.Server
 	// requests counts the answered requests by route pattern.
 	requests *prometheus.CounterVec
 	// watchers counts the /v1/watch streams being served.
@@ -170,7 +175,10 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	log := o.Logger.With("component", "http")
 	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux()}
 	if len(o.Token) > 0 {
-		s.token = sha256.Sum256(o.Token)
+		s.adminSum = sha256.Sum256(o.Token)
+	}
+	if len(o.ReadToken) > 0 {
+		s.readSum = sha256.Sum256(o.ReadToken)
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	var reg prometheus.Registerer
@@ -223,14 +231,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-type access int
-
-const (
-	public access = iota // never a token
-	read                 // a token with ReadToken
-	admin                // always a token
-)
-
 func (s *Server) routes() {
 	type route struct {
 		method, path string
@@ -248,7 +248,7 @@ func (s *Server) routes() {
 		{"GET", "/v1/config", read, s.handleConfig},
 		{"GET", "/healthz", public, s.handleHealth},
 		{"GET", "/readyz", public, s.handleReady},
-		{"GET", "/{$}", public, s.handleUI}, // a read route: handleUI checks the token itself, from the header or ?token=
+		{"GET", "/{$}", public, s.handleUI}, // the page's HTML holds no data: it reads the API with the token typed into it
 	}
 	if s.opts.Registry != nil {
 		routes = append(routes, route{"GET", "/metrics", read, metrics.Handler(s.opts.Registry, s.log).ServeHTTP})
@@ -282,32 +282,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(rec, r)
 	// The mux has set r.Pattern to the pattern that matched.
 	s.requests.WithLabelValues(routeLabel(r), methodLabel(r.Method), rec.status()).Inc()
-}
-
-// authorize checks the bearer token where acc asks for it; it answers 401
-// or 403 itself and returns false.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, acc access) bool {
-	if acc == public || (acc == read && !s.opts.ReadToken) {
-		return true
-	}
-	if len(s.opts.Token) == 0 {
-		s.writeError(w, http.StatusForbidden, "admin endpoints are disabled: the aggregator has no http.admin_token_file")
-		return false
-	}
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch"`)
-		s.writeError(w, http.StatusUnauthorized, "missing bearer token (Authorization: Bearer <token>)")
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="invalid_token"`)
-		s.log.Warn("wrong bearer token", "remote", r.RemoteAddr, "path", r.URL.Path)
-		s.writeError(w, http.StatusUnauthorized, "wrong bearer token")
-		return false
-	}
-	return true
 }
 
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
@@ -373,13 +347,13 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		return
 	}
-	if n.LastReport != nil && n.LastReport.Detail != nil && !s.hasToken(r) {
+	if n.LastReport != nil && n.LastReport.Detail != nil && s.tokenOf(r) == noToken {
 		// The detail names command lines, open files and users' paths: it
-		// is for clients with the token only, whether or not read_token
-		// guards the rest.
+		// is for clients with a token (read or admin) only, whether or not
+		// the rest of the read endpoints need one.
 		n = n.Summary()
 		n.LastReport.DetailOmitted = detailOmitted
-		if len(s.opts.Token) == 0 {
+		if len(s.opts.Token) == 0 && len(s.opts.ReadToken) == 0 {
 			n.LastReport.DetailOmitted = detailNoToken
 		}
 	}
@@ -388,22 +362,9 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 
 // The notes of a report served without its detail.
 const (
-	detailOmitted = "the report's detail (command lines, open files) is served only with a bearer token: send Authorization: Bearer <token>; or run nodeagent diagnose on the node"
-	detailNoToken = "the report's detail (command lines, open files) is served only with a bearer token, and this aggregator has none (http.admin_token_file); run nodeagent diagnose on the node"
+	detailOmitted = "the report's detail (command lines, open files) is served only with the read or the admin token: send Authorization: Bearer <token>; or run nodeagent diagnose on the node"
+	detailNoToken = "the report's detail (command lines, open files) is served only with the read or the admin token, and this aggregator has neither (http.read_token_file, http.admin_token_file); run nodeagent diagnose on the node"
 )
-
-// hasToken reports whether r carries the admin token, without answering.
-func (s *Server) hasToken(r *http.Request) bool {
-	if len(s.opts.Token) == 0 {
-		return false
-	}
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		return false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
-}
 
 func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -571,40 +532,6 @@ func validateReason(reason string) error {
 		}
 	}
 	return nil
-}
-
-// LoadToken reads the admin token file: one line, at least MinTokenBytes
-// long. The file must be a regular file that others can neither read nor
-// write (mode 0600 or 0640): a token anyone on the host can read protects
-// nothing, and the aggregator refuses to start.
-func LoadToken(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("admin token: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("admin token: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("admin token %s: not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o007 != 0 {
-		return nil, fmt.Errorf("admin token %s: mode %04o lets others read or write it; chmod o-rwx it", path, perm)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("admin token %s: %w", path, err)
-	}
-	tok := strings.TrimSpace(string(data))
-	switch {
-	case len(tok) < MinTokenBytes:
-		return nil, fmt.Errorf("admin token %s: %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", path, len(tok), MinTokenBytes)
-	case strings.ContainsFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
-		return nil, fmt.Errorf("admin token %s: holds white space or control characters (want one line)", path)
-	}
-	return []byte(tok), nil
 }
 
 func (s *Server) setWriteDeadline(w http.ResponseWriter) {

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -163,7 +161,8 @@ func TestHTTPReadEndpoints(t *testing.T) {
 		n.LastReport.Detail != nil || n.LastReport.Summary != "1 unkillable" || n.LastReport.DetailOmitted != detailNoToken {
 		t.Errorf("GET /v1/nodes/node18 without a token: %s", r.body)
 	}
-	// With a token, read_token off: the detail to the token only.
+	// With a token, read_token off: the detail to the token only
+	// (TestTokenRules: the read token too).
 	tokBase := h.serve(ServerOptions{Token: []byte(testToken)})
 	for _, tc := range []struct {
 		token      string
@@ -365,71 +364,6 @@ func TestHTTPActionErrors(t *testing.T) {
 		h.mesh.Deliver("n1", &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: "stale", Ok: true}}})
 		h.sync()
 	})
-}
-
-func TestHTTPTokens(t *testing.T) {
-	h := newHarness(t)
-	h.member("n1", upMeta(1, 1))
-
-	noToken := h.serve(ServerOptions{})
-	r := call(t, "POST", noToken+"/v1/nodes/n1/drain", testToken, `{"reason":"x"}`)
-	if r.status != 403 || !strings.Contains(r.errorMsg(t), "admin_token_file") {
-		t.Errorf("admin without a configured token: %d %s", r.status, r.body)
-	}
-
-	readToken := h.serve(ServerOptions{Token: []byte(testToken), ReadToken: true})
-	for _, path := range []string{"/v1/nodes", "/v1/nodes/n1", "/v1/config", "/v1/watch"} {
-		if r := call(t, "GET", readToken+path, "", ""); r.status != 401 {
-			t.Errorf("%s without token under read_token: %d", path, r.status)
-		}
-	}
-	if r := call(t, "GET", readToken+"/v1/nodes", testToken, ""); r.status != 200 {
-		t.Errorf("/v1/nodes with token: %d", r.status)
-	}
-	for _, path := range []string{"/healthz", "/readyz"} {
-		if r := call(t, "GET", readToken+path, "", ""); r.status != 200 {
-			t.Errorf("%s needs no token: %d", path, r.status)
-		}
-	}
-}
-
-func TestLoadToken(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string, mode os.FileMode) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	if tok, err := LoadToken(write("ok", testToken+"\n", 0o600)); err != nil || string(tok) != testToken {
-		t.Errorf("LoadToken = %q, %v", tok, err)
-	}
-	if _, err := LoadToken(write("group", testToken, 0o640)); err != nil {
-		t.Errorf("group-readable token refused: %v", err)
-	}
-	for name, c := range map[string]struct {
-		content string
-		mode    os.FileMode
-		want    string
-	}{
-		"world": {testToken, 0o644, "lets others read"},
-		"short": {"abc", 0o600, "want at least 16"},
-		"lines": {"abcdefghijklmnop\nqrstuvwxyz", 0o600, "one line"},
-	} {
-		if _, err := LoadToken(write(name, c.content, c.mode)); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: err = %v, want %q", name, err, c.want)
-		}
-	}
-	if _, err := LoadToken(dir); err == nil {
-		t.Error("a directory accepted")
-	}
-	if _, err := LoadToken(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("missing file: %v", err)
-	}
 }
 
 // TestTwoAggregatorsServeTheSameView feeds two Services the same inputs (in

@@ -123,7 +123,8 @@ func TestMetricsGolden(t *testing.T) {
 	}
 }
 
-// /metrics is a read endpoint: with read_token it needs the token; without
+// /metrics is a read endpoint: with read_token it needs a token (auth_test.go
+// has it with the read token); without
 // a registry there is none.
 func TestMetricsAccess(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Registry = prometheus.NewRegistry() })
@@ -139,7 +140,7 @@ func TestMetricsAccess(t *testing.T) {
 
 	reg := metrics.NewRegistry(metrics.ProgramAggregator)
 	h = newHarness(t, func(o *Options) { o.Registry = reg })
-	base = h.serve(ServerOptions{Registry: reg, Token: []byte(testToken), ReadToken: true})
+	base = h.serve(ServerOptions{Registry: reg, Token: []byte(testToken), GuardReads: true})
 	if r := call(t, "GET", base+"/metrics", "", ""); r.status != 401 {
 		t.Errorf("read_token without a token: %d, want 401", r.status)
 	}

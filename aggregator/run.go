@@ -45,12 +45,12 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	}
 	log := logger.With("component", "main")
 
-	var token []byte
-	var err error
-	if cfg.HTTP.AdminTokenFile != "" {
-		if token, err = LoadToken(cfg.HTTP.AdminTokenFile); err != nil {
-			return err
-		}
+	token, readToken, err := LoadTokens(cfg.HTTP)
+	if err != nil {
+		return err
+	}
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
 	}
 	reg := metrics.NewRegistry(metrics.ProgramAggregator)
 	stateDir := cfg.StateDir
@@ -80,10 +80,10 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)
 	}
-	if len(token) > 0 && cfg.HTTP.TLSCert == "" && !isLoopback(l.Addr()) {
-		log.Warn("the admin token travels in clear text: set http.tls_cert and http.tls_key", "listen", l.Addr().String())
+	if len(token)+len(readToken) > 0 && cfg.HTTP.TLSCert == "" && !isLoopback(l.Addr()) {
+		log.Warn("the tokens travel in clear text: set http.tls_cert and http.tls_key", "listen", l.Addr().String())
 	}
-	srv := NewServer(svc, ServerOptions{Token: token, ReadToken: cfg.HTTP.ReadToken, MaxWatchers: cfg.HTTP.MaxWatchers,
+	srv := NewServer(svc, ServerOptions{Token: token, ReadToken: readToken, GuardReads: cfg.HTTP.ReadToken, MaxWatchers: cfg.HTTP.MaxWatchers,
 		Logger: logger, Registry: reg})
 	serveErr := make(chan error, 1)
 	go func() {

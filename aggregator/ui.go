@@ -78,20 +78,25 @@ func inlineHashes(page []byte, tag string) (string, error) {
 	return strings.Join(srcs, " "), nil
 }
 
-// handleUI serves the status page. It is a read route: with
-// ServerOptions.ReadToken it wants the token, as /v1/nodes does. A browser
-// cannot send an Authorization header when it opens a page, so the page
-// also takes the token as the query parameter token (/?token=...); the page
-// then sends it as a bearer token on its own requests, reading the watch
-// with fetch instead of EventSource, which cannot send headers. The token
-// in the URL ends up in the browser's history: with read_token on, prefer a
-// dedicated read-only deployment or a reverse proxy that adds the header.
+// handleUI serves the status page. Its HTML holds no data and is the same
+// for everyone, so it needs no token: the page reads the API like any
+// client, and where the read endpoints need a token it asks for one, keeps
+// it in the tab's sessionStorage and sends it as Authorization on fetch
+// (the watch too: EventSource cannot send headers). A token never goes in
+// a URL, where it would land in the browser's history, proxies' logs and
+// Referer headers: the query parameter token, which the page once took,
+// is refused with 400 and a note that says where the token goes now.
+//
+// Why not a login form and a cookie: the cookie would be sent by the
+// browser on every request, the admin POSTs included, so it would need a
+// CSRF defence, an expiry and a logout; a header that only the page's own
+// script sets has none of these problems, and the page's CSP (hashes only,
+// connect-src 'self') keeps other scripts from reading sessionStorage.
 func (s *Server) handleUI(w http.ResponseWriter, r *http.Request) {
-	if tok := r.URL.Query().Get("token"); tok != "" && r.Header.Get("Authorization") == "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+tok)
-	}
-	if !s.authorize(w, r, read) {
+	if r.URL.Query().Has("token") {
+		s.log.Warn("status page opened with ?token=, which is no longer read", "remote", r.RemoteAddr)
+		s.writeError(w, http.StatusBadRequest, "the status page no longer takes the token in the URL (it lands in the browser's history and in logs): "+
+			"open / and type the token into the page; and treat the token in this URL as leaked (replace it)")
 		return
 	}
 	h := w.Header()

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -42,7 +44,14 @@ type browser struct {
 	tab context.Context
 
 	mu       sync.Mutex
-	problems []string // exceptions and CSP violations the page reported
+	problems []string  // exceptions and CSP violations the page reported
+	requests []request // every request the page made, in order
+}
+
+// request is one request the browser sent, as Chromium's network events
+// report it.
+type request struct {
+	Method, URL, Authorization string
 }
 
 // newBrowser starts Chromium (skipping the test outside CI when there is
@@ -88,6 +97,16 @@ func newBrowser(t *testing.T) *browser {
 	}
 
 	// Subscribe before the page loads so that nothing is missed.
+	if err := chromedp.Listen(tab, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && e.Request != nil {
+			auth, _ := e.Request.Headers["Authorization"].(string)
+			b.mu.Lock()
+			b.requests = append(b.requests, request{e.Request.Method, e.Request.URL + e.Request.URLFragment, auth})
+			b.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatalf("listening to the network: %v", err)
+	}
 	messages := chromedp.Console(tab)
 	done := make(chan struct{})
 	go func() {
@@ -139,6 +158,13 @@ func (b *browser) checkProblems() {
 	for _, p := range b.problems {
 		b.t.Errorf("the page reported: %s", p)
 	}
+}
+
+// sent returns the requests the page made so far.
+func (b *browser) sent() []request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.requests)
 }
 
 // pageView is what the test reads of the page's DOM.
@@ -296,24 +322,27 @@ func statusCluster(h *harness, now time.Time) {
 // the real HTTP server, checks what it shows, changes nodes through the
 // fake mesh and checks that the page follows live, through a restart of the
 // server (the page resumes with Last-Event-ID), and takes a screenshot.
-// Without a read token the page watches with EventSource; with one, with
-// fetch (EventSource cannot send the header).
+// Without a read token the page watches with EventSource; with one, it
+// asks for the token (refusing a wrong one with a message), then watches
+// with fetch (EventSource cannot send the header). No request the page
+// makes has a token in its URL; with the token, the data requests carry it
+// as a header, and the page makes no admin request.
 func TestStatusPageInBrowser(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		opts       ServerOptions
-		query      string
 		screenshot bool
 	}{
 		{name: "EventSource", screenshot: true},
-		{name: "fetch with read_token", opts: ServerOptions{Token: []byte(testToken), ReadToken: true}, query: "?token=" + testToken},
+		{name: "fetch with the read token", opts: ServerOptions{Token: []byte(testToken), ReadToken: []byte(testReadToken)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := newBrowser(t)
 			now := time.Now().UTC().Truncate(time.Second)
 			h := newHarnessClock(t, clock.NewFake(now))
 			statusCluster(h, now)
-			if c.opts.ReadToken {
+			withToken := len(c.opts.ReadToken) > 0
+			if withToken {
 				// Strings from the API are text, never markup.
 				m := &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 2, State: gwpb.State_STATE_DOWN,
 					SinceMs: now.Add(-time.Minute).UnixMilli(), Reason: `<img src=x onerror="document.title='pwned'"><b>bold</b>`}
@@ -327,7 +356,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 			c.opts.Clock = h.clk
 			srv := serveRestartable(t, h.svc, c.opts)
 
-			b.run("open the page", chromedp.Navigate(srv.base()+"/"+c.query))
+			b.run("open the page", chromedp.Navigate(srv.base()+"/"))
+			if withToken {
+				b.login(testReadToken)
+			}
 			want := h.svc.Nodes()
 			b.waitFor("the snapshot", fmt.Sprintf(`document.getElementById('stream').dataset.state === 'live' &&
 				+document.getElementById('stream').dataset.snapshots === 1 && +document.getElementById('n-total').textContent === %d`, len(want)))
@@ -360,7 +392,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 				t.Errorf("tiles not in name order: %v", names)
 			}
 			wantDown := 2
-			if c.opts.ReadToken {
+			if withToken {
 				wantDown = 3
 			}
 			if byState["up"] != 43 || byState["teardown"] != 2 || byState["down"] != wantDown || byState["unreachable"] != 1 {
@@ -392,7 +424,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 				!strings.Contains(p.Teardown[1].Text, "job 41871") || !strings.Contains(p.Teardown[1].Text, "in 3 min") {
 				t.Errorf("teardown of cn07 (free at %v): %+v", cn07.FreeAt, p.Teardown[1])
 			}
-			if c.opts.ReadToken {
+			if withToken {
 				if p.Injected != 0 || p.Title == "pwned" || !strings.Contains(p.Down[0].Text, `<img src=x onerror=`) {
 					t.Errorf("markup from the API reached the DOM: %d elements, title %q, row %+v", p.Injected, p.Title, p.Down[0])
 				}
@@ -435,8 +467,106 @@ func TestStatusPageInBrowser(t *testing.T) {
 			if p := b.page(); p.Snapshots != 1 || p.Banner != "" {
 				t.Errorf("after the reconnection: %d snapshots (want 1: resumed), banner %q", p.Snapshots, p.Banner)
 			}
+			if withToken {
+				// The read token cannot drain from the page: the
+				// aggregator refuses it (the page has no admin action).
+				ctx, cancel := context.WithTimeout(b.tab, browserStep)
+				defer cancel()
+				r, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch('/v1/nodes/cn01/drain', {method: 'POST',
+					headers: {Authorization: 'Bearer ' + sessionStorage.getItem('gracewatch-token'), 'Content-Type': 'application/json'},
+					body: '{"reason":"from the page"}'}).then((r) => r.status + ' ' + r.statusText)`, chromedp.EvalAwaitPromise))
+				if err != nil || r != "403 Forbidden" {
+					t.Errorf("a drain from the page with the read token: %q, %v; want 403", r, err)
+				}
+				if n, _ := h.svc.Node("cn01"); n.State != StateUp {
+					t.Errorf("cn01 is %s after a drain with the read token", n.State)
+				}
+				// A reload keeps the token (sessionStorage) and asks for
+				// nothing; "Forget token" removes it and asks again.
+				b.run("reload", chromedp.Reload())
+				b.waitFor("live after the reload", `document.getElementById('stream').dataset.state === 'live' && document.getElementById('login').hidden`)
+				b.reloadBy("forget the token", chromedp.Click(chromedp.ID("logout")))
+				b.waitFor("the form after forgetting the token", `!document.getElementById('login').hidden &&
+					sessionStorage.getItem('gracewatch-token') === null`)
+			}
+			b.checkRequests(withToken)
 			b.checkProblems()
 		})
+	}
+}
+
+// reloadBy runs an action that reloads the page and waits for the new
+// page's load event.
+func (b *browser) reloadBy(what string, action chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.tab, browserStep)
+	defer cancel()
+	loaded := chromedp.Events(ctx, page.LoadEventFired)
+	if err := chromedp.Do(ctx, action); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+	for _, err := range loaded {
+		if err != nil {
+			b.t.Fatalf("%s: waiting for the page to load: %v", what, err)
+		}
+		return
+	}
+}
+
+// login checks that the page asks for a token, refuses a wrong one with a
+// clear message, and takes tok.
+func (b *browser) login(tok string) {
+	b.t.Helper()
+	const form = `!document.getElementById('login').hidden && document.getElementById('main').hidden &&
+		document.getElementById('stream').dataset.state === 'error' && document.getElementById('login-why').textContent.includes(%q)`
+	b.waitFor("the token form", fmt.Sprintf(form, "serves the nodes only with a token"))
+	b.run("type a wrong token", chromedp.SendKeys(chromedp.ID("login-token"), "wrong-token-0123456789"), chromedp.Click(chromedp.ID("login-open")))
+	b.waitFor("the wrong token refused", fmt.Sprintf(form, "refused the token"))
+	b.run("type the token", chromedp.SendKeys(chromedp.ID("login-token"), tok), chromedp.Click(chromedp.ID("login-open")))
+}
+
+// checkRequests checks every request the page made: none has a token in
+// its URL; with withToken, every data request carries the read token as a
+// header and none is an admin request (but the test's own drain).
+func (b *browser) checkRequests(withToken bool) {
+	b.t.Helper()
+	reqs := b.sent()
+	var watches, configs int
+	for _, r := range reqs {
+		for _, tok := range []string{testToken, testReadToken, "wrong-token-0123456789", "token="} {
+			if strings.Contains(r.URL, tok) {
+				b.t.Errorf("%s %s: the URL holds %q", r.Method, r.URL, tok)
+			}
+		}
+		path := strings.TrimPrefix(r.URL, "http://")
+		if i := strings.IndexByte(path, '/'); i >= 0 {
+			path = path[i:]
+		}
+		switch {
+		case r.Method == "POST" && path == "/v1/nodes/cn01/drain":
+			continue // the test's own, above
+		case r.Method != "GET":
+			b.t.Errorf("the page made %s %s", r.Method, r.URL)
+		case path == "/v1/watch":
+			watches++
+		case path == "/v1/config":
+			configs++
+		}
+		if withToken && (path == "/v1/watch" || path == "/v1/config") && r.Authorization != "" &&
+			r.Authorization != "Bearer "+testReadToken && r.Authorization != "Bearer wrong-token-0123456789" {
+			b.t.Errorf("%s %s: Authorization %q", r.Method, r.URL, r.Authorization)
+		}
+		if withToken && path == "/v1/watch" && r.Authorization != "Bearer "+testReadToken {
+			b.t.Errorf("%s %s without the read token: Authorization %q", r.Method, r.URL, r.Authorization)
+		}
+		if path == "/healthz" || path == "/readyz" || path == "/" {
+			if r.Authorization != "" {
+				b.t.Errorf("%s %s: the token sent to a public route", r.Method, r.URL)
+			}
+		}
+	}
+	if watches < 2 || configs < 1 {
+		b.t.Errorf("the page made %d watches and %d config requests (want 2 or more and 1 or more): %+v", watches, configs, reqs)
 	}
 }
 

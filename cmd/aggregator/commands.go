@@ -172,9 +172,11 @@ func runAction(c *cli, name string, args []string) int {
 }
 
 // client resolves the URL (--url, else $GRACEWATCH_AGGREGATOR, else the
-// default) and the token (--token-file, else http.admin_token_file of the
-// default configuration file). needToken makes a token file that cannot be
-// read an error; without it the request goes without a token.
+// default) and the token (--token-file, else a token file of the default
+// configuration file: http.admin_token_file, and for a read command, which
+// a read token serves too, http.read_token_file when the admin one cannot
+// be read). needToken (an admin command) makes an admin token file that
+// cannot be read an error; without it the request goes without a token.
 func (c *cli) client(f *flags, needToken bool) (*aggregator.Client, error) {
 	url := *f.url
 	if url == "" {
@@ -188,29 +190,36 @@ func (c *cli) client(f *flags, needToken bool) (*aggregator.Client, error) {
 	case *f.tokenFile != "":
 		t, err := aggregator.LoadToken(*f.tokenFile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--token-file: %w", err)
 		}
 		token = t
 	default:
-		if path := defaultTokenFile(); path != "" {
-			t, err := aggregator.LoadToken(path)
+		h, ok := defaultHTTPConfig()
+		if !ok {
+			break
+		}
+		if h.AdminTokenFile != "" {
+			t, err := aggregator.LoadToken(h.AdminTokenFile)
 			if err != nil && needToken {
-				return nil, fmt.Errorf("%w (from %s; give --token-file)", err, aggregator.DefaultConfigPath)
+				return nil, fmt.Errorf("%w (http.admin_token_file of %s; give --token-file)", err, aggregator.DefaultConfigPath)
 			}
 			token = t
+		}
+		if token == nil && !needToken && h.ReadTokenFile != "" {
+			token, _ = aggregator.LoadToken(h.ReadTokenFile)
 		}
 	}
 	return aggregator.NewClient(url, string(token))
 }
 
-// defaultTokenFile returns http.admin_token_file of the default
-// configuration file, if it exists and decodes.
-func defaultTokenFile() string {
+// defaultHTTPConfig returns the [http] table of the default configuration
+// file, if it exists and decodes.
+func defaultHTTPConfig() (aggregator.HTTPConfig, bool) {
 	cfg := aggregator.DefaultConfig()
 	if err := config.Load(aggregator.DefaultConfigPath, &cfg); err != nil {
-		return ""
+		return cfg.HTTP, false
 	}
-	return cfg.HTTP.AdminTokenFile
+	return cfg.HTTP, true
 }
 
 func runKeygen(c *cli, name string, args []string) int {
@@ -275,7 +284,7 @@ func orDash(s string) string {
 }
 
 // runConfigCheck ("config check") validates a configuration file as serve
-// would — the mesh key file and the admin token file included — and prints
+// would — the mesh key file and the token files included — and prints
 // the effective configuration, defaults filled in, as TOML.
 func runConfigCheck(c *cli, name string, args []string) int {
 	f := newFlags(name)
@@ -303,10 +312,11 @@ func runConfigCheck(c *cli, name string, args []string) int {
 	if _, err := cfg.Mesh.LoadKeys(gwpb.Role_ROLE_AGGREGATOR); err != nil {
 		return c.fail(fmt.Errorf("%s: %w", path, err))
 	}
-	if cfg.HTTP.AdminTokenFile != "" {
-		if _, err := aggregator.LoadToken(cfg.HTTP.AdminTokenFile); err != nil {
-			return c.fail(fmt.Errorf("%s: key \"http.admin_token_file\": %w", path, err))
-		}
+	if _, _, err := aggregator.LoadTokens(cfg.HTTP); err != nil {
+		return c.fail(fmt.Errorf("%s: %w", path, err))
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(c.stderr, "aggregator: warning: %s: %s\n", path, w)
 	}
 	return c.out().PrintConfig(path, cfg)
 }

@@ -109,7 +109,8 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", cmd.name, cmd.summary)
 	}
 	fmt.Fprintf(w, "\nClient commands take --url URL (default: $%s, else %s) and\n", aggregator.URLEnv, aggregator.DefaultURL)
-	fmt.Fprintf(w, "--token-file FILE (default: http.admin_token_file of %s, if readable).\n", aggregator.DefaultConfigPath)
+	fmt.Fprintf(w, "--token-file FILE (default: http.admin_token_file of %s, if readable;\n", aggregator.DefaultConfigPath)
+	fmt.Fprintln(w, "for nodes, else http.read_token_file: the read token serves reads only).")
 	fmt.Fprintln(w, "Exit status: 0 ok, 1 the aggregator refused or could not be reached, 2 usage error.")
 	fmt.Fprintln(w, "Run 'aggregator help COMMAND' for a command's flags.")
 }
@@ -134,7 +135,7 @@ func newFlags(name string) *flags {
 	f := &flags{FlagSet: fs, cmd: cmd}
 	if cmd.isClient {
 		f.url = fs.String("url", "", "the aggregator's base `URL`")
-		f.tokenFile = fs.String("token-file", "", "`file` holding the bearer token")
+		f.tokenFile = fs.String("token-file", "", "`file` holding the bearer token (the admin token; for nodes, the read token does)")
 	}
 	return f
 }

@@ -501,12 +501,16 @@ command = ["true", "{node}"]
 		t.Fatalf("effective configuration %+v", cfg)
 	}
 	open := writeFile(t, filepath.Join(dir, "open.token"), token+"\n", 0o644)
+	sameToken := writeFile(t, filepath.Join(dir, "same.token"), token+"\n", 0o640)
 	siteText, _ := os.ReadFile(site)
 	openSite := writeFile(t, filepath.Join(dir, "open-site.key"), string(siteText), 0o644)
 	cases := []struct{ name, text, want string }{
 		{"unknown key", "[policy]\ngrase = \"3s\"\n", `:2: key "policy.grase": unknown key`},
 		{"no keyring", "name = \"a\"\n", "mesh.keyring"},
 		{"readable token", fmt.Sprintf("[mesh]\nkeyring = %q\nallow_unsigned = true\n[http]\nadmin_token_file = %q\n", key, open), "http.admin_token_file"},
+		{"readable read token", fmt.Sprintf("[mesh]\nkeyring = %q\nallow_unsigned = true\n[http]\nread_token_file = %q\n", key, open), `key "http.read_token_file": token file ` + open + ": mode 0644"},
+		{"read token is the admin token", fmt.Sprintf("[mesh]\nkeyring = %q\nallow_unsigned = true\n[http]\nadmin_token_file = %q\nread_token_file = %q\n", key, tokenFile, sameToken),
+			"holds the same token as http.admin_token_file"},
 		{"readable site key", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\n", key, openSite), "mesh.site_key_file: site key file " + openSite + " has mode 0644"},
 		{"no site key", fmt.Sprintf("[mesh]\nkeyring = %q\n", key), "mesh.site_key_file: required unless mesh.allow_unsigned = true"},
 		{"node key on an aggregator", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\nnode_key_file = \"/etc/k\"\n", key, site), "mesh.node_key_file: is a node's key"},
@@ -519,6 +523,13 @@ command = ["true", "{node}"]
 				t.Fatalf("exit %d, stderr %q: want 1 and %q", r.code, r.stderr, tc.want)
 			}
 		})
+	}
+	// read_token with the admin token only: valid (older configurations),
+	// with a warning that says what to set.
+	compat := writeFile(t, filepath.Join(dir, "compat.toml"), fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\n[http]\nadmin_token_file = %q\nread_token = true\n", key, site, tokenFile), 0o644)
+	if r := runCLI(t, nil, "config", "check", "--config", compat); r.code != 0 ||
+		!strings.Contains(r.stderr, `warning: `+compat+`: key "http.read_token": the read endpoints take the admin token only`) {
+		t.Errorf("config check of read_token without read_token_file: %+v", r)
 	}
 	if r := runCLI(t, nil, "config", "show"); r.code != 2 {
 		t.Fatalf("config show: %+v", r)

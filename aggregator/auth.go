@@ -1,0 +1,182 @@
+package aggregator
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"unicode"
+)
+
+// The HTTP API has two bearer tokens:
+//
+//   - the admin token (http.admin_token_file) opens every endpoint, the
+//     admin ones (resume, drain, forget, jobs) included;
+//   - the read token (http.read_token_file) opens the read endpoints only
+//     (the node list and detail, the watch, the config, /metrics): what a
+//     status page in a browser, a Prometheus or a monitoring script holds,
+//     none of which must be able to drain a node.
+//
+// With a read token, or with http.read_token (the older switch, which has
+// the read endpoints take the admin token), the read endpoints need one of
+// the two; without either they are open. /healthz, /readyz and the status
+// page's HTML (which holds no data: the page reads the API with the token
+// typed into it) are always open. A report's detail (command lines, open
+// files) on GET /v1/nodes/{name} needs one of the two tokens whatever the
+// setting.
+
+type access int
+
+const (
+	public access = iota // never a token
+	read                 // the read or the admin token, when reads are guarded
+	admin                // always the admin token
+)
+
+// tokenKind is which configured token a request carries.
+type tokenKind int
+
+const (
+	noToken    tokenKind = iota // none, or a token that matches neither
+	readToken                   // the read token
+	adminToken                  // the admin token
+)
+
+// bearer returns the bearer token of r's Authorization header.
+func bearer(r *http.Request) (string, bool) {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	tok = strings.TrimSpace(tok)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return "", false
+	}
+	return tok, true
+}
+
+// match says which configured token tok is. Both are compared, in constant
+// time, whatever the first answer.
+func (s *Server) match(tok string) tokenKind {
+	sum := sha256.Sum256([]byte(tok))
+	isAdmin := len(s.opts.Token) > 0 && subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) == 1
+	isRead := len(s.opts.ReadToken) > 0 && subtle.ConstantTimeCompare(sum[:], s.readSum[:]) == 1
+	switch {
+	case isAdmin:
+		return adminToken
+	case isRead:
+		return readToken
+	}
+	return noToken
+}
+
+// tokenOf says which configured token r carries, without answering.
+func (s *Server) tokenOf(r *http.Request) tokenKind {
+	tok, ok := bearer(r)
+	if !ok {
+		return noToken
+	}
+	return s.match(tok)
+}
+
+// readsGuarded reports whether the read endpoints need a token.
+func (s *Server) readsGuarded() bool { return s.opts.GuardReads || len(s.opts.ReadToken) > 0 }
+
+// authorize checks the bearer token where acc asks for it; it answers 401
+// or 403 itself and returns false.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, acc access) bool {
+	if acc == public || (acc == read && !s.readsGuarded()) {
+		return true
+	}
+	switch {
+	case acc == admin && len(s.opts.Token) == 0:
+		s.writeError(w, http.StatusForbidden, "admin endpoints are disabled: the aggregator has no http.admin_token_file")
+		return false
+	case acc == read && len(s.opts.Token) == 0 && len(s.opts.ReadToken) == 0:
+		// Config.Validate refuses http.read_token without a token file.
+		s.writeError(w, http.StatusForbidden, "read endpoints need a token and the aggregator has none (http.read_token_file, http.admin_token_file)")
+		return false
+	}
+	tok, ok := bearer(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch"`)
+		s.writeError(w, http.StatusUnauthorized, "missing bearer token (Authorization: Bearer <token>)")
+		return false
+	}
+	switch s.match(tok) {
+	case adminToken:
+		return true
+	case readToken:
+		if acc == read {
+			return true
+		}
+		s.log.Warn("read token on an admin endpoint", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="insufficient_scope"`)
+		s.writeError(w, http.StatusForbidden, "%s %s needs the admin token (http.admin_token_file); this is the read token (http.read_token_file), which opens the read endpoints only", r.Method, r.URL.Path)
+		return false
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="invalid_token"`)
+	s.log.Warn("wrong bearer token", "remote", r.RemoteAddr, "path", r.URL.Path)
+	s.writeError(w, http.StatusUnauthorized, "wrong bearer token")
+	return false
+}
+
+// ErrSameToken is returned by LoadTokens when the read token is the admin
+// token: it would open the admin endpoints to every reader.
+var ErrSameToken = errors.New("http.read_token_file holds the same token as http.admin_token_file: a reader could drain nodes; make a new read token (head -c 32 /dev/urandom | base64)")
+
+// LoadTokens reads h's token files, each by LoadToken's rules: the admin
+// token (nil without http.admin_token_file) and the read token (nil without
+// http.read_token_file). The two must differ (ErrSameToken). Errors name
+// the key.
+func LoadTokens(h HTTPConfig) (admin, read []byte, err error) {
+	if h.AdminTokenFile != "" {
+		if admin, err = LoadToken(h.AdminTokenFile); err != nil {
+			return nil, nil, fmt.Errorf("key \"http.admin_token_file\": %w", err)
+		}
+	}
+	if h.ReadTokenFile != "" {
+		if read, err = LoadToken(h.ReadTokenFile); err != nil {
+			return nil, nil, fmt.Errorf("key \"http.read_token_file\": %w", err)
+		}
+	}
+	if admin != nil && read != nil && subtle.ConstantTimeCompare(admin, read) == 1 {
+		return nil, nil, fmt.Errorf("key \"http.read_token_file\": %w", ErrSameToken)
+	}
+	return admin, read, nil
+}
+
+// LoadToken reads a token file (the admin or the read token): one line, at
+// least MinTokenBytes long. The file must be a regular file that others can
+// neither read nor write (mode 0600 or 0640): a token anyone on the host can
+// read protects nothing, and the aggregator refuses to start.
+func LoadToken(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("token file %s: not a regular file", path)
+	}
+	if perm := st.Mode().Perm(); perm&0o007 != 0 {
+		return nil, fmt.Errorf("token file %s: mode %04o lets others read or write it; chmod o-rwx it", path, perm)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return nil, fmt.Errorf("token file %s: %w", path, err)
+	}
+	tok := strings.TrimSpace(string(data))
+	switch {
+	case len(tok) < MinTokenBytes:
+		return nil, fmt.Errorf("token file %s: %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", path, len(tok), MinTokenBytes)
+	case strings.ContainsFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		return nil, fmt.Errorf("token file %s: holds white space or control characters (want one line)", path)
+	}
+	return []byte(tok), nil
+}

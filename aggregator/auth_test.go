@@ -1,0 +1,230 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// testReadToken is the read token of the tests, testToken the admin one.
+const testReadToken = "r3ad-token-0123456789"
+
+// TestTokenRules: every endpoint under every token configuration, asked
+// with no token, the read token, the admin token and a wrong one, over
+// real HTTP on loopback. A status past authorization (200, 404, 409, 400)
+// is the handler's own: it shows that the token was let through.
+func TestTokenRules(t *testing.T) {
+	reg := metrics.NewRegistry(metrics.ProgramAggregator)
+	h := newHarness(t, func(o *Options) { o.Registry = reg })
+	h.member("n1", upMeta(1, 1)) // its report's detail is served or not
+	h.member("n2", upMeta(1, 1)) // the admin actions act on it
+	h.update("n1", &gwpb.StateUpdate{Meta: upMeta(1, 1),
+		Reports: []*gwpb.Report{{Job: "5", Summary: "1 unkillable", TakenMs: ms(t0), DetailJson: []byte(`{"job":"5","processes":[]}`)}}})
+	ackControls(h.mesh, func(node string, c *gwpb.Control) *gwpb.Meta { return upMeta(1, 2) }, "")
+	expiration := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+
+	type endpoint struct {
+		method, path, body string
+		admin              bool
+		ok                 int // the handler's answer once authorized
+	}
+	endpoints := []endpoint{
+		{"GET", "/v1/nodes", "", false, 200},
+		{"GET", "/v1/nodes/n1", "", false, 200},
+		{"GET", "/v1/watch", "", false, 200},
+		{"GET", "/v1/config", "", false, 200},
+		{"GET", "/metrics", "", false, 200},
+		{"POST", "/v1/nodes/n2/resume", `{"reason":"fixed"}`, true, 200},
+		{"POST", "/v1/nodes/n2/drain", `{"reason":"maintenance"}`, true, 200},
+		{"POST", "/v1/nodes/n1/forget", `{"reason":"gone"}`, true, 409}, // n1 is alive
+		{"POST", "/v1/jobs", `{"job":"7","nodes":"n2","expiration":"` + expiration + `"}`, true, 200},
+	}
+	// Always public, whatever the configuration and the token.
+	public := []endpoint{
+		{"GET", "/healthz", "", false, 200},
+		{"GET", "/readyz", "", false, 200},
+		{"GET", "/", "", false, 200},
+	}
+	const wrong = "wrong-token-0123456789"
+	tokens := []struct{ name, token string }{{"no token", ""}, {"read token", testReadToken}, {"admin token", testToken}, {"wrong token", wrong}}
+
+	type config struct {
+		name         string
+		opts         ServerOptions
+		readsGuarded bool
+	}
+	configs := []config{
+		{"read and admin tokens", ServerOptions{Token: []byte(testToken), ReadToken: []byte(testReadToken)}, true},
+		{"admin token only", ServerOptions{Token: []byte(testToken)}, false},
+		{"read_token with the admin token only", ServerOptions{Token: []byte(testToken), GuardReads: true}, true},
+		{"read token only", ServerOptions{ReadToken: []byte(testReadToken)}, true},
+		{"no token", ServerOptions{}, false},
+	}
+	for _, c := range configs {
+		t.Run(c.name, func(t *testing.T) {
+			c.opts.Registry = reg
+			base := h.serve(c.opts)
+			hasAdmin, hasRead := len(c.opts.Token) > 0, len(c.opts.ReadToken) > 0
+			for _, e := range append(endpoints, public...) {
+				for _, tok := range tokens {
+					isAdmin := hasAdmin && tok.token == testToken
+					isRead := hasRead && tok.token == testReadToken
+					want := e.ok
+					switch {
+					case e.path == "/healthz" || e.path == "/readyz" || e.path == "/":
+					case e.admin && !hasAdmin:
+						want = http.StatusForbidden // admin endpoints disabled
+					case e.admin && isRead:
+						want = http.StatusForbidden // the read token on an admin endpoint
+					case e.admin && !isAdmin:
+						want = http.StatusUnauthorized
+					case !e.admin && c.readsGuarded && !isAdmin && !isRead:
+						want = http.StatusUnauthorized
+					}
+					got, hdr, body := status(t, e.method, base+e.path, tok.token, e.body)
+					if got != want {
+						t.Errorf("%s %s with %s: %d, want %d: %s", e.method, e.path, tok.name, got, want, body)
+						continue
+					}
+					switch {
+					case got == http.StatusUnauthorized && hdr.Get("WWW-Authenticate") == "":
+						t.Errorf("%s %s with %s: 401 without WWW-Authenticate", e.method, e.path, tok.name)
+					case got == http.StatusForbidden && isRead && hasAdmin && !strings.Contains(body, "needs the admin token (http.admin_token_file); this is the read token"):
+						t.Errorf("%s %s with the read token: 403 says %s", e.method, e.path, body)
+					case got == http.StatusForbidden && !hasAdmin && !strings.Contains(body, "no http.admin_token_file"):
+						t.Errorf("%s %s without an admin token configured: 403 says %s", e.method, e.path, body)
+					}
+					// The detail of a report: to the read or the admin
+					// token only, whether or not the reads need a token.
+					if e.path == "/v1/nodes/n1" && got == 200 {
+						var n Node
+						if err := json.Unmarshal([]byte(body), &n); err != nil || n.LastReport == nil {
+							t.Fatalf("GET /v1/nodes/n1: %v: %s", err, body)
+						}
+						if gotDetail := n.LastReport.Detail != nil; gotDetail != (isAdmin || isRead) {
+							t.Errorf("GET /v1/nodes/n1 with %s: detail %v, want %v: %s", tok.name, gotDetail, isAdmin || isRead, body)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// status makes a real request and answers its status, headers and body; a
+// watch stream's body is not read (it never ends), only its headers. Other
+// responses are validated against the spec.
+func status(t *testing.T, method, url, token, body string) (int, http.Header, string) {
+	t.Helper()
+	if !strings.HasSuffix(url, "/v1/watch") {
+		r := call(t, method, url, token, body)
+		return r.status, r.header, string(r.body)
+	}
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: testTimeout}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == 200 {
+		return resp.StatusCode, resp.Header, ""
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func writeToken(t *testing.T, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string { return writeToken(t, dir, name, content, mode) }
+	if tok, err := LoadToken(write("ok", testToken+"\n", 0o600)); err != nil || string(tok) != testToken {
+		t.Errorf("LoadToken = %q, %v", tok, err)
+	}
+	if _, err := LoadToken(write("group", testToken, 0o640)); err != nil {
+		t.Errorf("group-readable token refused: %v", err)
+	}
+	for name, c := range map[string]struct {
+		content string
+		mode    os.FileMode
+		want    string
+	}{
+		"world": {testToken, 0o644, "lets others read"},
+		"short": {"abc", 0o600, "want at least 16"},
+		"lines": {"abcdefghijklmnop\nqrstuvwxyz", 0o600, "one line"},
+	} {
+		if _, err := LoadToken(write(name, c.content, c.mode)); err == nil || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), filepath.Join(dir, name)) {
+			t.Errorf("%s: err = %v, want %q and the path", name, err, c.want)
+		}
+	}
+	if _, err := LoadToken(dir); err == nil {
+		t.Error("a directory accepted")
+	}
+	if _, err := LoadToken(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestLoadTokens: both files by LoadToken's rules, errors naming the key,
+// and a read token equal to the admin token refused.
+func TestLoadTokens(t *testing.T) {
+	dir := t.TempDir()
+	adminFile := writeToken(t, dir, "admin.token", testToken+"\n", 0o600)
+	readFile := writeToken(t, dir, "read.token", testReadToken+"\n", 0o640)
+	sameFile := writeToken(t, dir, "same.token", testToken, 0o640)
+	worldFile := writeToken(t, dir, "world.token", testReadToken, 0o644)
+
+	admin, read, err := LoadTokens(HTTPConfig{AdminTokenFile: adminFile, ReadTokenFile: readFile})
+	if err != nil || string(admin) != testToken || string(read) != testReadToken {
+		t.Errorf("LoadTokens = %q, %q, %v", admin, read, err)
+	}
+	if admin, read, err := LoadTokens(HTTPConfig{}); err != nil || admin != nil || read != nil {
+		t.Errorf("no files: %q, %q, %v", admin, read, err)
+	}
+	if _, read, err := LoadTokens(HTTPConfig{ReadTokenFile: readFile}); err != nil || string(read) != testReadToken {
+		t.Errorf("read token only: %q, %v", read, err)
+	}
+	for _, c := range []struct {
+		name string
+		h    HTTPConfig
+		want string
+	}{
+		{"same token", HTTPConfig{AdminTokenFile: adminFile, ReadTokenFile: sameFile}, `key "http.read_token_file": http.read_token_file holds the same token`},
+		{"read file open to others", HTTPConfig{AdminTokenFile: adminFile, ReadTokenFile: worldFile}, `key "http.read_token_file": token file ` + worldFile + `: mode 0644`},
+		{"admin file open to others", HTTPConfig{AdminTokenFile: worldFile, ReadTokenFile: readFile}, `key "http.admin_token_file": token file ` + worldFile},
+		{"missing read file", HTTPConfig{ReadTokenFile: filepath.Join(dir, "nope")}, `key "http.read_token_file": token file: open ` + filepath.Join(dir, "nope")},
+	} {
+		if _, _, err := LoadTokens(c.h); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+	if _, _, err := LoadTokens(HTTPConfig{AdminTokenFile: adminFile, ReadTokenFile: sameFile}); !errors.Is(err, ErrSameToken) {
+		t.Errorf("same token: %v, want ErrSameToken", err)
+	}
+}
