@@ -106,7 +106,7 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 		s.reopen(j)
 	}
 	if j.Cgroup == "" {
-		cg, err := s.o.Cgroups.Create(cgroupName(id))
+		cg, err := s.o.Cgroups.Create("job-" + j.name())
 		if err != nil {
 			return nil, fmt.Errorf("job %s: %w", id, err)
 		}
@@ -126,7 +126,7 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
-	odir := s.jobOutDir(id)
+	odir := s.jobOutDir(j)
 	if err := os.MkdirAll(odir, 0o700); err != nil {
 		return nil, fmt.Errorf("job %s: create output dir: %w", id, err)
 	}

@@ -294,7 +294,7 @@ func (s *Supervisor) release(j *job) {
 			j.Cgroup = ""
 		}
 	}
-	os.RemoveAll(s.jobOutDir(j.ID))
+	os.RemoveAll(s.jobOutDir(j))
 	var took time.Duration
 	if !j.Ended.IsZero() {
 		took = now.Sub(j.Ended)

@@ -150,6 +150,7 @@ func New(o Options) (*Supervisor, error) {
 	}
 	s.st = st
 	for _, j := range st.Jobs {
+		j.adoptName()
 		s.jobs[j.ID] = j
 	}
 	s.status = s.compute()
