@@ -409,6 +409,9 @@ func notifyStatus(st api.Status) {
 		}
 	}
 	line := fmt.Sprintf("%d teardowns, node %s", active, st.State)
+	if st.StateFile != nil {
+		line = "STATE FILE NOT WRITTEN (" + st.StateFile.Error + "); " + line
+	}
 	if st.Reason != "" {
 		line += ": " + st.Reason
 	}

@@ -97,6 +97,12 @@ type Supervisor struct {
 	status  api.Status
 	ctx     context.Context
 	unsaved bool // the state changed since the last write
+	// stateErr is the failing streak of state file writes, nil while
+	// they succeed; stateErrLogged is when it was last logged and
+	// stateRetry the write it will try next (see writeFailed).
+	stateErr       *api.StateFileError
+	stateErrLogged time.Time
+	stateRetry     clock.Timer
 }
 
 // New loads the persisted state from o.StateDir. Run must be called for the
@@ -174,6 +180,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			for _, j := range s.jobs {
 				s.stopRuntime(j)
+			}
+			if s.stateRetry != nil {
+				s.stateRetry.Stop()
 			}
 			return nil
 		case fn := <-s.events:
@@ -303,6 +312,10 @@ func (s *Supervisor) compute() api.Status {
 				st.Hung = append(st.Hung, api.Hung{Job: j.ID, PID: p.PID, Comm: p.Comm, Class: string(p.Class), State: p.State, Wchan: p.Wchan})
 			}
 		}
+	}
+	if e := s.stateErr; e != nil {
+		c := *e
+		st.StateFile = &c
 	}
 	switch {
 	case s.st.Latch.Down:
