@@ -255,14 +255,36 @@ func (s *Supervisor) markDirty(id string) {
 	}
 }
 
-// armAt schedules fn on the main loop at t (at once if t has passed),
-// replacing the job's previous timer.
+// armAt schedules fn on the main loop at the wall-clock instant t (at
+// once if t has passed), replacing the job's previous timer. It is for the
+// instants agreed with the exec system and the aggregators, E and
+// D = min(T_end, E) + G: clock.At fires neither early nor late when the
+// wall clock is stepped (NTP) in between.
 func (s *Supervisor) armAt(j *job, t time.Time, fn func()) {
 	if j.timer != nil {
 		j.timer.Stop()
 	}
-	d := t.Sub(s.o.Clock.Now())
+	j.timer = clock.At(s.o.Clock, t, func() { s.post(func() { fn(); s.changed() }) })
+}
+
+// armAfter schedules fn on the main loop after d of elapsed (monotonic)
+// time, replacing the job's previous timer. It is for the waits the agent
+// alone counts, which a step of the wall clock must neither stretch nor
+// shrink: kill_wait after SIGTERM, unkillable_after after SIGKILL, the
+// recheck of survivors.
+func (s *Supervisor) armAfter(j *job, d time.Duration, fn func()) {
+	if j.timer != nil {
+		j.timer.Stop()
+	}
 	j.timer = s.o.Clock.AfterFunc(d, func() { s.post(func() { fn(); s.changed() }) })
+}
+
+// leftOf is what remains of a wait of step that began at the wall-clock
+// instant from (a persisted TERM or KILL), for an escalation re-adopted
+// after a restart: the wall clock is all a restart has, so the remainder
+// is bounded to [0, step] in case it was stepped meanwhile.
+func (s *Supervisor) leftOf(from time.Time, step time.Duration) time.Duration {
+	return min(max(from.Add(step).Sub(s.o.Clock.Now().Round(0)), 0), step)
 }
 
 // stopTimers stops j's deadline, expiration and poll timers.
