@@ -158,6 +158,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		AutoResume:       cfg.Teardown.AutoResume,
 		SignalForeign:    cfg.Teardown.SignalForeign,
 		MaxExpirationAge: cfg.Teardown.MaxExpirationAge.D(),
+		OutputTail:       cfg.Teardown.OutputTail.N(),
 		OnReport:         onReport,
 		OnChange:         onChange,
 		OnEvent:          am.onEvent,

@@ -6,8 +6,10 @@ package agent_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,4 +115,134 @@ func TestJobIDsHaveTheirOwnCgroups(t *testing.T) {
 	if _, e, code := n.cli("job", "start", "--job", longJobID+"x", "--expiration", "0"); code == 0 || !strings.Contains(e, "longer than 128") {
 		t.Errorf("job start with a 129-byte id: exit %d: %s; want a refusal naming the bound", code, e)
 	}
+}
+
+// allocated is the space the files under dir take (st_blocks), as du
+// counts it, and their apparent size.
+func allocated(t *testing.T, dir string) (used, apparent int64) {
+	t.Helper()
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil // a file removed meanwhile
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			used += st.Blocks * 512
+		}
+		apparent += fi.Size()
+		return nil
+	})
+	return used, apparent
+}
+
+// TestEndlessEpilogueOutputIsBounded: an epilogue that prints without end
+// (yes) keeps the state dir under its bound while it runs, with its caller
+// attached and after the caller went away, and what is kept is the end of
+// its output.
+func TestEndlessEpilogueOutputIsBounded(t *testing.T) {
+	const tail = 64 << 10
+	n := startNode(t, nodeOpts{grace: "1m", teardown: `output_tail = "64KiB"`})
+	state := filepath.Join(n.dir, "state")
+	g1, g2 := filepath.Join(n.dir, "g1"), filepath.Join(n.dir, "g2")
+	script := fmt.Sprintf(`yes & p=$!
+while [ ! -e %s ]; do sleep 0.02; done
+kill $p; wait $p
+echo END-OF-OUTPUT
+while [ ! -e %s ]; do sleep 0.02; done`, g1, g2)
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	wrapper := exec.Command(nodeagentBin, "epilog", "--job", "201", "--", "sh", "-c", script)
+	wrapper.Env = append(os.Environ(), "GRACEWATCH_SOCKET="+n.socket)
+	wrapper.Stdout, wrapper.Stderr = devnull, devnull
+	if err := wrapper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if wrapper.ProcessState == nil {
+			wrapper.Process.Kill()
+			wrapper.Wait()
+		}
+	})
+	out := filepath.Join(state, "output", jobname.Of("201"), "epilog.stdout")
+	var maxUsed, lastApparent int64
+	measure := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			used, _ := allocated(t, state)
+			maxUsed = max(maxUsed, used)
+			if fi, err := os.Stat(out); err == nil {
+				lastApparent = fi.Size()
+			}
+		}
+	}
+	measure(1500 * time.Millisecond) // attached
+	wrapper.Process.Kill()
+	wrapper.Wait()
+	measure(1500 * time.Millisecond) // the caller went away; yes goes on
+	if err := os.WriteFile(g1, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The output ends; the teardown stays until g2.
+	var kept []byte
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kept = keptTail(t, out, tail)
+		if strings.HasSuffix(string(kept), "END-OF-OUTPUT\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kept output does not end with the epilogue's last line: ...%q\nlogs:\n%s", kept[max(0, len(kept)-64):], n.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	used, apparent := allocated(t, state)
+	t.Logf("yes wrote %d MB in 3 s; state dir: at most %d KiB in use while it ran, %d KiB at the end (apparent size %d MB)",
+		lastApparent>>20, maxUsed>>10, used>>10, apparent>>20)
+	if lastApparent < 64<<20 {
+		t.Fatalf("yes wrote only %d bytes in 3 s: the test proves nothing", lastApparent)
+	}
+	// The bound: the tail of both streams, plus what yes writes while the
+	// agent reacts to a write (inotify, then a punch), the state file and
+	// the reports dir. Measured on a 2-core machine shared with other
+	// tests, yes at 0.7-1.4 GB/s: 6 to 38 MB at the worst moment of a run.
+	// 128 MiB is 1/10 s of yes, and 1/30 of what it wrote here.
+	const bound = 128 << 20
+	if maxUsed > bound {
+		t.Fatalf("state dir took %d bytes while yes ran, want at most %d", maxUsed, bound)
+	}
+	if used > 4*tail+64<<10 {
+		t.Fatalf("state dir takes %d bytes once the output ended, want about the tails (%d)", used, 2*tail)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(kept), "END-OF-OUTPUT\n"), "\n")
+	for i, l := range lines[1 : len(lines)-1] { // the first may be cut
+		if l != "y" {
+			t.Fatalf("kept line %d is %q, want y: the tail is not the end of the output", i+1, l)
+		}
+	}
+	if err := os.WriteFile(g2, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.waitFor("released", 10*time.Second, func(st api.Status) bool {
+		return len(st.Jobs) == 1 && st.Jobs[0].Phase == api.PhaseReleased
+	})
+}
+
+// keptTail reads the last n bytes of the file at path (a punched head
+// reads as zeros and is not read).
+func keptTail(t *testing.T, path string, n int64) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := max(0, fi.Size()-n)
+	buf := make([]byte, fi.Size()-off)
+	k, _ := f.ReadAt(buf, off)
+	return buf[:k]
 }

@@ -105,7 +105,18 @@ type TeardownConfig struct {
 	ExpirationCommand []string `toml:"expiration_command"`
 	// ExpirationTimeout bounds one run of ExpirationCommand.
 	ExpirationTimeout config.Duration `toml:"expiration_timeout"`
+	// OutputTail is how much of each of an epilogue's streams (stdout,
+	// stderr) the state dir keeps while its teardown goes on: the end of
+	// it ("64KiB"; 4KiB to 1GiB). An attached `nodeagent epilog` receives
+	// all of the output as it comes; the files are removed at the release.
+	OutputTail config.Size `toml:"output_tail"`
 }
+
+// Bounds of [teardown] output_tail.
+const (
+	minOutputTail = 4 << 10
+	maxOutputTail = 1 << 30
+)
 
 // DefaultForeignCgroups are Slurm's job cgroups: proctrack/cgroup on cgroup
 // v1 (freezer:/slurm/uid_U/job_J, or slurm_NODE with several slurmd on a
@@ -155,6 +166,7 @@ func DefaultConfig() Config {
 			MaxExpirationAge:  config.Dur(24 * time.Hour),
 			ForeignCgroups:    slices.Clone(DefaultForeignCgroups),
 			ExpirationTimeout: config.Dur(10 * time.Second),
+			OutputTail:        config.Bytes(64 << 10),
 		},
 		API: APIConfig{AllowedUIDs: []int{0}, StopWait: config.Dur(20 * time.Second)},
 		Diagnostics: DiagnosticsConfig{
@@ -239,6 +251,9 @@ func (c *Config) Validate() error {
 	}
 	if to := t.ExpirationTimeout.D(); to < time.Second || to > 5*time.Minute {
 		bad("teardown.expiration_timeout", "must be between 1s and 5m, got %v", to)
+	}
+	if n := t.OutputTail.N(); n < minOutputTail || n > maxOutputTail {
+		bad("teardown.output_tail", "must be between 4KiB and 1GiB, got %d bytes", n)
 	}
 	for _, u := range c.API.AllowedUIDs {
 		if u < 0 {

@@ -125,6 +125,7 @@ func TestReadoptedEscalationAfterAWallClockStep(t *testing.T) {
 	h.stop()
 	h.clk.StepWall(-time.Hour)
 	h.start(nil)
+	h.status() // the re-adoption is done
 	h.advance(10 * time.Second)
 	if got := h.cg.Signals(); len(got) != 2 || got[1] != "/foreign/1 killed" {
 		t.Fatalf("signals %v kill_wait after SIGTERM across a restart and a step back of an hour, want SIGKILL", got)

@@ -295,6 +295,7 @@ func (s *Supervisor) release(j *job) {
 			j.Cgroup = ""
 		}
 	}
+	s.out.removeDir(s.jobOutDir(j))
 	os.RemoveAll(s.jobOutDir(j))
 	var took time.Duration
 	if !j.Ended.IsZero() {

@@ -60,6 +60,11 @@ type Options struct {
 	// MaxJobs bounds the registered jobs that are not released (0:
 	// DefaultMaxJobs).
 	MaxJobs int
+	// OutputTail is how many bytes of each of an epilogue's streams
+	// (stdout, stderr) the state dir keeps, the end of them (0:
+	// DefaultOutputTail; see output.go). An attached `nodeagent epilog`
+	// receives all of it as it comes.
+	OutputTail int64
 	// Expirations, if set, is asked for a job's current expiration just
 	// before a job whose end was never reported would be made overdue
 	// ([teardown] expiration_command).
@@ -84,6 +89,7 @@ type Supervisor struct {
 	log       *slog.Logger
 	statePath string
 	outDir    string
+	out       *outputs
 
 	events chan func()
 	quit   chan struct{} // closed when Run returns
@@ -120,6 +126,9 @@ func New(o Options) (*Supervisor, error) {
 	if o.MaxJobs <= 0 {
 		o.MaxJobs = DefaultMaxJobs
 	}
+	if o.OutputTail <= 0 {
+		o.OutputTail = DefaultOutputTail
+	}
 	if o.MaxExpirationAge == 0 {
 		o.MaxExpirationAge = 24 * time.Hour
 	}
@@ -146,6 +155,9 @@ func New(o Options) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.out, err = newOutputs(o.OutputTail, s.log); err != nil {
+		return nil, err
+	}
 	st.Boots++
 	if st.Node == "" {
 		st.Node = o.Node
@@ -168,6 +180,10 @@ func New(o Options) (*Supervisor, error) {
 func (s *Supervisor) Run(ctx context.Context) error {
 	s.ctx = ctx
 	defer close(s.quit)
+	trimmed := make(chan struct{})
+	go func() { s.out.run(); close(trimmed) }()
+	defer s.out.close(trimmed)
+	s.out.scan(s.outDir)
 	s.readopt()
 	s.changed()
 	s.flush()

@@ -211,7 +211,11 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 				t.Fatalf("signals %v, want SIGKILL after kill_wait", got)
 			}
 			h.advance(30 * time.Second)
-			st = h.eventually("classification", func(st api.Status) bool { return len(st.Hung) == 1 })
+			// The before-signal snapshot already names the hung process:
+			// wait for the one after the escalation (its own goroutine).
+			st = h.eventually("classification", func(st api.Status) bool {
+				return len(st.Hung) == 1 && len(h.diag.stages()) == 2 && st.Jobs[0].Escalation == escClassified
+			})
 			if st.Hung[0].PID != 42 || st.Hung[0].Class != "unkillable" {
 				t.Fatalf("hung = %+v", st.Hung)
 			}

@@ -228,3 +228,83 @@ func LoadWith[T any](path string, parse func(name string, data []byte) (T, error
 	}
 	return parse(path, data)
 }
+
+// Size is a number of bytes written in TOML as an integer (65536) or a
+// string with a binary unit ("64KiB", "1MiB", "2GiB"; "KB", "MB", "GB"
+// are read as the same powers of 1024, as most people mean them, and "B"
+// or no unit as bytes).
+type Size struct{ n int64 }
+
+// Bytes returns a Size of n bytes.
+func Bytes(n int64) Size { return Size{n} }
+
+// N returns the size in bytes.
+func (s Size) N() int64 { return s.n }
+
+var sizeUnits = []struct {
+	suffix string
+	mul    int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"TB", 1 << 40},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40},
+	{"B", 1},
+}
+
+// UnmarshalText parses "64KiB"-style strings and plain byte counts.
+func (s *Size) UnmarshalText(b []byte) error {
+	str := strings.TrimSpace(string(b))
+	num, mul := str, int64(1)
+	for _, u := range sizeUnits {
+		if v, ok := strings.CutSuffix(str, u.suffix); ok {
+			num, mul = strings.TrimSpace(v), u.mul
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || num == "" {
+		return fmt.Errorf("invalid size %q (want e.g. \"64KiB\", \"1MiB\" or a number of bytes)", str)
+	}
+	if n < 0 {
+		return fmt.Errorf("size %q is negative", str)
+	}
+	if n > (1<<62)/mul {
+		return fmt.Errorf("size %q out of range", str)
+	}
+	s.n = n * mul
+	return nil
+}
+
+// MarshalText writes the size with the largest binary unit that divides it.
+func (s Size) MarshalText() ([]byte, error) {
+	for i := 3; i >= 0; i-- {
+		u := sizeUnits[i]
+		if s.n >= u.mul && s.n%u.mul == 0 {
+			return []byte(strconv.FormatInt(s.n/u.mul, 10) + u.suffix), nil
+		}
+	}
+	return []byte(strconv.FormatInt(s.n, 10)), nil
+}
+
+// UnmarshalTOML decodes a raw TOML value: a string goes through
+// UnmarshalText, an integer counts bytes.
+func (s *Size) UnmarshalTOML(data []byte) error {
+	raw := strings.TrimSpace(string(data))
+	text := raw
+	switch {
+	case strings.HasPrefix(raw, "'") && strings.HasSuffix(raw, "'") && len(raw) >= 2:
+		text = raw[1 : len(raw)-1]
+	case strings.HasPrefix(raw, `"`):
+		u, err := strconv.Unquote(raw)
+		if err != nil {
+			return &valueError{raw: raw, msg: fmt.Sprintf("invalid size %s", raw)}
+		}
+		text = u
+	default:
+		text = strings.ReplaceAll(raw, "_", "")
+	}
+	if err := s.UnmarshalText([]byte(text)); err != nil {
+		return &valueError{raw: raw, msg: err.Error()}
+	}
+	return nil
+}
