@@ -2,16 +2,17 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 )
 
@@ -195,17 +196,23 @@ func ParseConfig(name string, data []byte) (Config, error) {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("key %q: %s", key, fmt.Sprintf(format, a...)))
+		errs = append(errs, config.KeyErr(key, format, a...))
 	}
 	if c.NodeName == "" {
 		h, err := os.Hostname()
 		if err != nil {
 			bad("node_name", "empty and the host name is unknown: %v", err)
+		} else {
+			if i := indexByte(h, '.'); i > 0 {
+				h = h[:i]
+			}
+			if err := nodename.Validate(h); err != nil {
+				bad("node_name", "empty, and the host name is not a node name: %v; set node_name", err)
+			}
+			c.NodeName = h
 		}
-		if i := indexByte(h, '.'); i > 0 {
-			h = h[:i]
-		}
-		c.NodeName = h
+	} else if err := nodename.Validate(c.NodeName); err != nil {
+		bad("node_name", "%v", err)
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		bad("state_dir", "must be an absolute path, got %q", c.StateDir)
@@ -290,11 +297,56 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Mesh.Enabled {
-		if err := c.Mesh.Config.Validate(); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, meshKeyErrors(c.Mesh.Config.Validate())...)
+	} else if set := c.Mesh.setKeys(); len(set) > 0 {
+		// An agent with [mesh] join or keyring set but without enabled
+		// ran alone, silently: say so rather than guess.
+		bad("mesh.enabled", "is false, but %s %s set: set enabled = true to join the mesh, or remove %s to run without it",
+			strings.Join(set, ", "), map[bool]string{true: "is", false: "are"}[len(set) == 1], map[bool]string{true: "it", false: "them"}[len(set) == 1])
 	}
 	return errors.Join(errs...)
+}
+
+// setKeys lists the [mesh] keys other than enabled whose values differ
+// from the defaults, by their dotted names.
+func (m MeshConfig) setKeys() []string {
+	d := mesh.DefaultConfig()
+	var set []string
+	add := func(differs bool, key string) {
+		if differs {
+			set = append(set, "mesh."+key)
+		}
+	}
+	add(m.Bind != d.Bind, "bind")
+	add(m.Advertise != d.Advertise, "advertise")
+	add(len(m.Join) > 0, "join")
+	add(m.Label != d.Label, "label")
+	add(m.Keyring != d.Keyring, "keyring")
+	add(m.Insecure != d.Insecure, "insecure")
+	add(m.RejoinInterval != d.RejoinInterval, "rejoin_interval")
+	return set
+}
+
+// meshKeyErrors turns the errors of mesh.Config.Validate ("mesh.keyring:
+// required ...", joined) into config.KeyErrors, so that they are placed
+// at their line of the file like the agent's own.
+func meshKeyErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		if k, msg, ok := strings.Cut(e.Error(), ": "); ok && strings.HasPrefix(k, "mesh.") && !strings.ContainsAny(k, " \"") {
+			out = append(out, config.KeyErr(k, "%s", msg))
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // validPort reports whether p is a port number from 1 to 65535.
