@@ -50,7 +50,18 @@ const WallRecheck = time.Second
 // compares the wall clock (monotonic readings stripped) with t, and fires
 // only once it is reached: never early, and at most WallRecheck late after
 // a forward step.
+//
+// A clock with an At method of its own (Real: a CLOCK_REALTIME timerfd,
+// which the kernel fires at the wall-clock instant across steps, without
+// waking before) is asked instead.
 func At(c Clock, t time.Time, f func()) Timer {
+	if wc, ok := c.(interface {
+		At(time.Time, func()) (Timer, error)
+	}); ok {
+		if tm, err := wc.At(t, f); err == nil {
+			return tm
+		}
+	}
 	w := &wallTimer{c: c, t: t.Round(0), f: f}
 	w.mu.Lock()
 	defer w.mu.Unlock()

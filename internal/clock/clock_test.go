@@ -101,3 +101,38 @@ func TestAtStop(t *testing.T) {
 		t.Fatalf("fired %v, %d pending after Stop", fired, f.Pending())
 	}
 }
+
+// TestRealAt: the real clock's wall-clock timer fires at its instant
+// (soon here), not before, and a stopped one never does.
+func TestRealAt(t *testing.T) {
+	fired := make(chan time.Time, 1)
+	at := time.Now().Add(200 * time.Millisecond)
+	tm := At(Real{}, at, func() { fired <- time.Now() })
+	if _, ok := tm.(*realtimeTimer); !ok {
+		t.Fatalf("Real's At gave a %T, want the timerfd one", tm)
+	}
+	select {
+	case got := <-fired:
+		if got.Before(at) {
+			t.Fatalf("fired at %v, before %v", got, at)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("did not fire within 5 s")
+	}
+	if tm.Stop() {
+		t.Fatal("Stop of a fired timer returned true")
+	}
+	stopped := At(Real{}, time.Now().Add(100*time.Millisecond), func() { fired <- time.Now() })
+	if !stopped.Stop() {
+		t.Fatal("Stop of a pending timer returned false")
+	}
+	past := make(chan struct{})
+	At(Real{}, time.Now().Add(-time.Hour), func() { close(past) })
+	select {
+	case <-fired:
+		t.Fatal("a stopped timer fired")
+	case <-past:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a timer for a past instant did not fire at once")
+	}
+}
