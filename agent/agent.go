@@ -24,6 +24,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -79,11 +80,40 @@ type Agent struct {
 	reg  *prometheus.Registry
 }
 
-// New builds the agent from cfg: it sets up the cgroup subtree, loads the
-// persisted state and opens the socket. Nothing runs until Run.
+// Preflight checks what cfg names outside itself, which New would
+// otherwise find wrong only after it created the cgroup subtree and the
+// state dir: the mesh's key file and the socket's group. The errors are
+// config.KeyErrors (config.InFile places them in the file). It changes
+// nothing.
+func Preflight(cfg Config) error {
+	var errs []error
+	if cfg.Mesh.Enabled && !cfg.Mesh.Insecure {
+		if _, err := mesh.LoadKeyring(cfg.Mesh.Keyring); err != nil {
+			errs = append(errs, config.KeyErr("mesh.keyring", "%v", err))
+		}
+	}
+	if cfg.Mesh.Enabled {
+		if _, err := cfg.Mesh.LoadKeys(gwpb.Role_ROLE_AGENT); err != nil {
+			errs = append(errs, err) // names its key: "mesh.node_key_file: ..."
+		}
+	}
+	if g := cfg.API.SocketGroup; g != "" {
+		if err := api.CheckSocketGroup(g); err != nil {
+			errs = append(errs, config.KeyErr("api.socket_group", "%v", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// New builds the agent from cfg: it checks it (Preflight), then sets up
+// the cgroup subtree, loads the persisted state and opens the socket.
+// Nothing runs until Run.
 func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := Preflight(cfg); err != nil {
+		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: logger.With("component", "agent")}
 	var link *meshLink
@@ -158,6 +188,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		AutoResume:       cfg.Teardown.AutoResume,
 		SignalForeign:    cfg.Teardown.SignalForeign,
 		MaxExpirationAge: cfg.Teardown.MaxExpirationAge.D(),
+		OutputTail:       cfg.Teardown.OutputTail.N(),
 		OnReport:         onReport,
 		OnChange:         onChange,
 		OnEvent:          am.onEvent,
@@ -280,7 +311,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		stopped = true
 	case runErr = <-errc:
 	}
-	daemon.SdNotify(false, daemon.SdNotifyStopping)
+	// STOPPING, and how long the stop may take: stop_wait may be longer
+	// than the unit's TimeoutStopSec, after which systemd would kill the
+	// agent before it left the mesh.
+	daemon.SdNotify(false, stoppingNotice(a.cfg.API.StopWait.D(), stopped))
 	if stopped {
 		a.drain()
 	}
@@ -298,7 +332,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	if m != nil {
-		if err := m.Leave(2 * time.Second); err != nil {
+		if err := m.Leave(meshLeaveTimeout); err != nil {
 			a.log.Warn("mesh leave", "err", err)
 		}
 		m.Shutdown()
@@ -328,6 +362,25 @@ func (a *Agent) drain() {
 		return
 	}
 	a.log.Info("epilog streams ended", "after", time.Since(start).Round(time.Millisecond))
+}
+
+// meshLeaveTimeout bounds the mesh's leave at the end of Run.
+const meshLeaveTimeout = 2 * time.Second
+
+// stopSlack is added to the longest stop when systemd is told of it.
+const stopSlack = 5 * time.Second
+
+// stoppingNotice is the sd_notify message at the start of a stop: STOPPING,
+// and EXTEND_TIMEOUT_USEC with the longest the stop may take (the drain of
+// the epilog streams when draining, the API's shutdown, the mesh's leave,
+// and some slack), so that systemd's stop timeout (TimeoutStopSec) never
+// ends the agent within it, whatever [api] stop_wait says.
+func stoppingNotice(stopWait time.Duration, draining bool) string {
+	d := shutdownTimeout + meshLeaveTimeout + stopSlack
+	if draining {
+		d += stopWait
+	}
+	return fmt.Sprintf("%s\nEXTEND_TIMEOUT_USEC=%d", daemon.SdNotifyStopping, d.Microseconds())
 }
 
 // Run builds an agent from cfg and runs it until ctx ends.
@@ -409,6 +462,9 @@ func notifyStatus(st api.Status) {
 		}
 	}
 	line := fmt.Sprintf("%d teardowns, node %s", active, st.State)
+	if st.StateFile != nil {
+		line = "STATE FILE NOT WRITTEN (" + st.StateFile.Error + "); " + line
+	}
 	if st.Reason != "" {
 		line += ": " + st.Reason
 	}

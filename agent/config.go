@@ -2,16 +2,17 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -106,7 +107,18 @@ type TeardownConfig struct {
 	ExpirationCommand []string `toml:"expiration_command"`
 	// ExpirationTimeout bounds one run of ExpirationCommand.
 	ExpirationTimeout config.Duration `toml:"expiration_timeout"`
+	// OutputTail is how much of each of an epilogue's streams (stdout,
+	// stderr) the state dir keeps while its teardown goes on: the end of
+	// it ("64KiB"; 4KiB to 1GiB). An attached `nodeagent epilog` receives
+	// all of the output as it comes; the files are removed at the release.
+	OutputTail config.Size `toml:"output_tail"`
 }
+
+// Bounds of [teardown] output_tail.
+const (
+	minOutputTail = 4 << 10
+	maxOutputTail = 1 << 30
+)
 
 // DefaultForeignCgroups are Slurm's job cgroups: proctrack/cgroup on cgroup
 // v1 (freezer:/slurm/uid_U/job_J, or slurm_NODE with several slurmd on a
@@ -156,6 +168,7 @@ func DefaultConfig() Config {
 			MaxExpirationAge:  config.Dur(24 * time.Hour),
 			ForeignCgroups:    slices.Clone(DefaultForeignCgroups),
 			ExpirationTimeout: config.Dur(10 * time.Second),
+			OutputTail:        config.Bytes(64 << 10),
 		},
 		API: APIConfig{AllowedUIDs: []int{0}, StopWait: config.Dur(20 * time.Second)},
 		Diagnostics: DiagnosticsConfig{
@@ -184,17 +197,23 @@ func ParseConfig(name string, data []byte) (Config, error) {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("key %q: %s", key, fmt.Sprintf(format, a...)))
+		errs = append(errs, config.KeyErr(key, format, a...))
 	}
 	if c.NodeName == "" {
 		h, err := os.Hostname()
 		if err != nil {
 			bad("node_name", "empty and the host name is unknown: %v", err)
+		} else {
+			if i := indexByte(h, '.'); i > 0 {
+				h = h[:i]
+			}
+			if err := nodename.Validate(h); err != nil {
+				bad("node_name", "empty, and the host name is not a node name: %v; set node_name", err)
+			}
+			c.NodeName = h
 		}
-		if i := indexByte(h, '.'); i > 0 {
-			h = h[:i]
-		}
-		c.NodeName = h
+	} else if err := nodename.Validate(c.NodeName); err != nil {
+		bad("node_name", "%v", err)
 	}
 	if !filepath.IsAbs(c.StateDir) {
 		bad("state_dir", "must be an absolute path, got %q", c.StateDir)
@@ -241,6 +260,9 @@ func (c *Config) Validate() error {
 	if to := t.ExpirationTimeout.D(); to < time.Second || to > 5*time.Minute {
 		bad("teardown.expiration_timeout", "must be between 1s and 5m, got %v", to)
 	}
+	if n := t.OutputTail.N(); n < minOutputTail || n > maxOutputTail {
+		bad("teardown.output_tail", "must be between 4KiB and 1GiB, got %d bytes", n)
+	}
 	for _, u := range c.API.AllowedUIDs {
 		if u < 0 {
 			bad("api.allowed_uids", "negative uid %d", u)
@@ -276,11 +298,60 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Mesh.Enabled {
-		if err := c.Mesh.Config.ValidateRole(gwpb.Role_ROLE_AGENT); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, meshKeyErrors(c.Mesh.Config.ValidateRole(gwpb.Role_ROLE_AGENT))...)
+	} else if set := c.Mesh.setKeys(); len(set) > 0 {
+		// An agent with [mesh] join or keyring set but without enabled
+		// ran alone, silently: say so rather than guess.
+		bad("mesh.enabled", "is false, but %s %s set: set enabled = true to join the mesh, or remove %s to run without it",
+			strings.Join(set, ", "), map[bool]string{true: "is", false: "are"}[len(set) == 1], map[bool]string{true: "it", false: "them"}[len(set) == 1])
 	}
 	return errors.Join(errs...)
+}
+
+// setKeys lists the [mesh] keys other than enabled whose values differ
+// from the defaults, by their dotted names.
+func (m MeshConfig) setKeys() []string {
+	d := mesh.DefaultConfig()
+	var set []string
+	add := func(differs bool, key string) {
+		if differs {
+			set = append(set, "mesh."+key)
+		}
+	}
+	add(m.Bind != d.Bind, "bind")
+	add(m.Advertise != d.Advertise, "advertise")
+	add(len(m.Join) > 0, "join")
+	add(m.Label != d.Label, "label")
+	add(m.Keyring != d.Keyring, "keyring")
+	add(m.Insecure != d.Insecure, "insecure")
+	add(m.RejoinInterval != d.RejoinInterval, "rejoin_interval")
+	add(m.NodeKeyFile != "", "node_key_file")
+	add(m.AggregatorKeysFile != "", "aggregator_keys_file")
+	add(m.SiteKeyFile != "", "site_key_file")
+	add(m.AllowUnsigned, "allow_unsigned")
+	return set
+}
+
+// meshKeyErrors turns the errors of mesh.Config.Validate ("mesh.keyring:
+// required ...", joined) into config.KeyErrors, so that they are placed
+// at their line of the file like the agent's own.
+func meshKeyErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		if k, msg, ok := strings.Cut(e.Error(), ": "); ok && strings.HasPrefix(k, "mesh.") && !strings.ContainsAny(k, " \"") {
+			out = append(out, config.KeyErr(k, "%s", msg))
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // validPort reports whether p is a port number from 1 to 65535.

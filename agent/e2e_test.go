@@ -646,7 +646,18 @@ func TestSystemdNotify(t *testing.T) {
 	waitExit(t, ep, 5*time.Second)
 	n.stop()
 	expect(mark, "STOPPING=1", 5*time.Second)
+	// The stop may take stop_wait (20 s by default) and more: systemd is
+	// told, so that a TimeoutStopSec shorter than that does not kill the
+	// agent before it left the mesh.
+	i := expect(mark, "EXTEND_TIMEOUT_USEC=", 5*time.Second)
+	usec, err := strconv.ParseInt(strings.TrimPrefix(seen[i], "EXTEND_TIMEOUT_USEC="), 10, 64)
+	if min := (20*time.Second + shutdownTimeoutForTest).Microseconds(); err != nil || usec < min {
+		t.Fatalf("%q: want at least %d µs (stop_wait and the API's shutdown)", seen[i], min)
+	}
 }
+
+// shutdownTimeoutForTest is agent.shutdownTimeout.
+const shutdownTimeoutForTest = 5 * time.Second
 
 // An agent restart (a package upgrade) during an epilogue does not fail
 // the exec system's epilog: the stopping agent waits for the attached

@@ -46,6 +46,7 @@ type agentMetrics struct {
 	downLatched      prometheus.Gauge
 	hung             *prometheus.GaugeVec
 	stateWrites      prometheus.Counter
+	stateFailing     prometheus.Gauge
 	proc             *procCollector       // nil without a /proc reader
 	stateDir         prometheus.Collector // nil without a host reader
 }
@@ -86,6 +87,8 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 			"Processes of overdue teardowns in the latest diagnosis, by class.")), []string{"class"}),
 		stateWrites: prometheus.NewCounter(prometheus.CounterOpts(opts("state_write_failures_total",
 			"Writes of the state file (registrations, teardown clocks, the latch) that failed, e.g. on a full state dir; the agent goes on from memory."))),
+		stateFailing: prometheus.NewGauge(prometheus.GaugeOpts(opts("state_write_failing",
+			"1 while the latest write of the state file failed: a restart of the agent would lose every change since."))),
 	}
 	for _, v := range teardownOutcomes {
 		m.teardowns.WithLabelValues(v)
@@ -113,7 +116,7 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 // collectors returns every collector of m.
 func (m *agentMetrics) collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{m.jobs, m.violations, m.teardowns, m.teardownDuration, m.escalations, m.epilogues,
-		m.activeTeardowns, m.nodeState, m.downLatched, m.hung, m.stateWrites}
+		m.activeTeardowns, m.nodeState, m.downLatched, m.hung, m.stateWrites, m.stateFailing}
 	if m.proc != nil {
 		cs = append(cs, m.proc)
 	}
@@ -178,6 +181,9 @@ func (m *agentMetrics) onEvent(ev teardown.Event) {
 		m.epilogues.WithLabelValues("start_error").Inc()
 	case teardown.EventStateWriteError:
 		m.stateWrites.Inc()
+		m.stateFailing.Set(1)
+	case teardown.EventStateWriteRecovered:
+		m.stateFailing.Set(0)
 	}
 }
 

@@ -84,6 +84,13 @@ func removeStale(path string) error {
 	return nil
 }
 
+// CheckSocketGroup reports why Listen could not give the socket the group
+// group (a name or a numeric gid), or nil.
+func CheckSocketGroup(group string) error {
+	_, err := lookupGroup(group)
+	return err
+}
+
 // lookupGroup resolves a group name or numeric gid.
 func lookupGroup(group string) (int, error) {
 	if n, err := strconv.Atoi(group); err == nil {

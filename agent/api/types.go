@@ -139,6 +139,18 @@ type Status struct {
 	Incarnation uint64 `json:"incarnation"`
 	Jobs        []Job  `json:"jobs"`
 	Hung        []Hung `json:"hung"`
+	// StateFile is set while the agent cannot write its state file (a
+	// full or failing state dir): it enforces deadlines from memory, but
+	// a restart would lose every change since StateFile.Since.
+	StateFile *StateFileError `json:"state_file_error,omitempty"`
+}
+
+// StateFileError is a streak of failed writes of the agent's state file.
+type StateFileError struct {
+	Path     string    `json:"path"`
+	Error    string    `json:"error"` // the latest failure
+	Since    time.Time `json:"since"` // the first failure of the streak
+	Failures int       `json:"failures"`
 }
 
 // Peer is the SO_PEERCRED identity of a client connection.

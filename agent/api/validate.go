@@ -166,6 +166,13 @@ func ParseExpiration(s string, now time.Time, maxAge time.Duration) (e time.Time
 		if sec == 0 && nsec == 0 {
 			return time.Time{}, true, nil
 		}
+		// Refused here, before it is a time: parseUnix clamps what no
+		// time.Time holds, and a date printed from the clamped value
+		// (or from one beyond the year 9999) would be wrong.
+		if last := now.Add(MaxExpirationAhead); sec > last.Unix() {
+			return time.Time{}, false, inputErr("expiration", "%s is out of range: Unix seconds up to %d (%s, 10 years from now) are accepted (milliseconds given as seconds?)",
+				quote(s), last.Unix(), last.UTC().Format(time.RFC3339))
+		}
 		e = time.Unix(sec, nsec).UTC()
 	} else {
 		t, perr := time.Parse(time.RFC3339Nano, s)

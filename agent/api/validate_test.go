@@ -113,7 +113,10 @@ func TestParseExpiration(t *testing.T) {
 		{name: "long garbage is shortened", in: strings.Repeat("x", 500), wantErr: []string{"(500 bytes)"}},
 		{name: "far past", in: "1000000000", wantErr: []string{"2001-09-09T01:46:40Z is 22y", "in the past (more than 24h0m0s)"}},
 		{name: "past beyond maxAge", in: "2024-04-30T11:00:00Z", wantErr: []string{"2024-04-30T11:00:00Z is 25h0m0s in the past"}},
-		{name: "milliseconds as seconds", in: "1714568400000", wantErr: []string{"in the future", "milliseconds given as seconds"}},
+		{name: "milliseconds as seconds", in: "1714568400000", wantErr: []string{`"1714568400000" is out of range: Unix seconds up to`, "milliseconds given as seconds"}},
+		// Beyond what parseUnix keeps (1<<40): the message printed the
+		// clamped value's date, year 36812.
+		{name: "far beyond", in: "9999999999999", wantErr: []string{`"9999999999999" is out of range: Unix seconds up to 2029924800 (2034-04-29T12:00:00Z, 10 years from now)`}},
 		{name: "year 9999", in: "9999-01-01T00:00:00Z", wantErr: []string{"in the future"}},
 	}
 	for _, tt := range tests {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,6 +124,17 @@ func Run(args []string, stdout, stderr io.Writer, d *Daemon) int {
 		usage(stdout)
 		return exitOK
 	}
+	globals, args, err := leadingFlags(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodeagent: %v\n", err)
+		usage(stderr)
+		return exitUsage
+	}
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, "nodeagent: a command is required after %s\n", strings.Join(globals, " "))
+		usage(stderr)
+		return exitUsage
+	}
 	cmd, rest := findCommand(args)
 	if cmd == nil {
 		if args[0] == "job" && len(args) == 1 {
@@ -138,7 +150,35 @@ func Run(args []string, stdout, stderr io.Writer, d *Daemon) int {
 		usage(stderr)
 		return exitUsage
 	}
-	return cmd.run(c, cmd.name, rest)
+	// Flags given before the command are the command's, as if after it:
+	// `nodeagent --socket S status` is `nodeagent status --socket S`.
+	return cmd.run(c, cmd.name, append(globals, rest...))
+}
+
+// globalFlags are the flags that may come before the command: those every
+// client command takes. Each takes a value.
+var globalFlags = []string{"socket", "config", "connect-wait"}
+
+// leadingFlags splits the flags before the command (and their values) from
+// the rest of args. A flag there that is not a global one is an error.
+func leadingFlags(args []string) (flags, rest []string, err error) {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "-" && args[0] != "--" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !slices.Contains(globalFlags, name) {
+			return nil, nil, fmt.Errorf("flag %s before the command: only --%s may come first; put it after the command",
+				args[0], strings.Join(globalFlags, ", --"))
+		}
+		n := 1
+		if !hasValue {
+			if len(args) < 2 {
+				return nil, nil, fmt.Errorf("flag %s needs a value", args[0])
+			}
+			n = 2
+		}
+		flags = append(flags, args[:n]...)
+		args = args[n:]
+	}
+	return flags, args, nil
 }
 
 // findCommand matches the longest command name at the start of args.

@@ -17,6 +17,10 @@ func writeStatus(w io.Writer, st api.Status, now time.Time) {
 	fmt.Fprintf(w, "node:     %s\n", st.Node)
 	fmt.Fprintf(w, "state:    %s\n", st.State)
 	fmt.Fprintf(w, "reason:   %s\n", orDash(st.Reason))
+	if e := st.StateFile; e != nil {
+		fmt.Fprintf(w, "WARNING:  state file %s not written since %s (%s, %d failures): %s; a restart of the agent would lose every change since\n",
+			e.Path, formatTime(e.Since), relative(e.Since, now), e.Failures, e.Error)
+	}
 	if st.Since.IsZero() {
 		fmt.Fprintf(w, "since:    -\n")
 	} else {

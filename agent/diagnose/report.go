@@ -204,8 +204,20 @@ type Report struct {
 	// when it was taken (Timeline.Released says when they went).
 	History bool `json:"history,omitempty"`
 
+	// Omitted counts the processes beyond MaxProcesses that the report
+	// does not describe (nil: none).
+	Omitted *Omitted `json:"omitted,omitempty"`
+
 	// Samples is how many samples of the threads were taken: 2, or 1 for a
 	// Request with SingleSample (Thread.Scheduled is then unknown and
 	// false), 0 when there was no process.
 	Samples int `json:"samples,omitempty"`
+}
+
+// Omitted is what a report leaves out of a huge process tree: how many
+// processes, and their main threads' states ("S", "R", "D", "Z", or "?"
+// for an unreadable one).
+type Omitted struct {
+	Processes int            `json:"processes"`
+	ByState   map[string]int `json:"by_state"`
 }

@@ -25,6 +25,13 @@ const (
 // Bounds of one report, so that a job with a huge process tree still gives a
 // report that can be logged and sent to the aggregators.
 const (
+	// MaxProcesses is how many processes a report describes: the worst
+	// by a first look at each one's /proc/PID/stat (see triage); the
+	// others are counted by state in Report.Omitted. A job with 100,000
+	// processes gives a report of at most MaxProcesses × maxThreads
+	// threads, and a snapshot that reads one small file per process
+	// beyond these.
+	MaxProcesses    = 100
 	maxThreads      = 512  // threads detailed per process
 	maxFDs          = 256  // open files listed per process
 	maxCmdlineBytes = 4096 // of a process's cmdline
@@ -218,6 +225,9 @@ func (s *Snapshotter) Snapshot(ctx context.Context, req Request) *Report {
 		}
 	}
 	slices.Sort(pids)
+	if len(pids) > MaxProcesses {
+		pids, r.Omitted = s.triage(ctx, pids)
+	}
 
 	boot := time.Time{}
 	if len(pids) > 0 {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/jobname"
 	"github.com/gracewatch/gracewatch/internal/fsutil"
 )
 
@@ -31,7 +32,7 @@ const (
 
 // Store keeps reports as JSON files in one directory, at most max of them.
 // File names start with the report's time (UTC, fixed width) so that they
-// sort by time, followed by the job id made safe for a file name. It is safe
+// sort by time, followed by the job's name (jobname.Of). It is safe
 // for concurrent use within one process; its methods block on file I/O.
 type Store struct {
 	dir string
@@ -79,7 +80,7 @@ func (s *Store) Save(r *Report) (string, error) {
 	if taken.IsZero() {
 		taken = time.Now()
 	}
-	stem := taken.UTC().Format(nameTime) + "_" + SafeName(r.Job)
+	stem := taken.UTC().Format(nameTime) + "_" + jobname.Of(r.Job)
 	path := filepath.Join(s.dir, stem+reportExt)
 	for i := 2; exists(path); i++ {
 		path = filepath.Join(s.dir, fmt.Sprintf("%s~%d%s", stem, i, reportExt))
@@ -124,10 +125,10 @@ func (s *Store) Latest(job string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	safe := SafeName(job)
+	own, legacy := jobname.Of(job), legacyName(job)
 	for _, p := range slices.Backward(paths) {
 		stem, _, _ := strings.Cut(strings.TrimSuffix(filepath.Base(p), reportExt), "~")
-		if _, name, _ := strings.Cut(stem, "_"); name != safe {
+		if _, name, _ := strings.Cut(stem, "_"); name != own && name != legacy {
 			continue
 		}
 		r, err := Load(p)
@@ -137,7 +138,8 @@ func (s *Store) Latest(job string) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		// Two job ids can share a safe name: the report says whose it is.
+		// Reports saved by an earlier agent are named by legacyName, which
+		// two job ids can share: the report says whose it is.
 		if r.Job == job {
 			return r, nil
 		}
@@ -174,11 +176,10 @@ func (s *Store) prune() error {
 	return errors.Join(errs...)
 }
 
-// SafeName turns a job id (an arbitrary string) into a part of a file name:
-// ASCII letters, digits, '.', '-' and '+' are kept, every other byte becomes
-// '_', a leading '.' too, and the result is at most 64 bytes. Different ids
-// can give the same name.
-func SafeName(job string) string {
+// legacyName is how reports were named before jobname.Of (ASCII letters,
+// digits, '.', '-' and '+' kept, every other byte '_', at most 64 bytes):
+// Latest still finds them. Different ids can give the same legacy name.
+func legacyName(job string) string {
 	var b strings.Builder
 	for i := 0; i < len(job) && b.Len() < maxJobInName; i++ {
 		c := job[i]

@@ -181,21 +181,42 @@ func TestStoreAtomic(t *testing.T) {
 	}
 }
 
-func TestSafeName(t *testing.T) {
+// TestStoreJobNames: ids that an earlier mapping gave one name each get
+// their own report, and a long id's report is saved and found.
+func TestStoreJobNames(t *testing.T) {
+	st, err := NewStore(t.TempDir(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a:b", "a_b", "x613a62", strings.Repeat("ƒ", 64)}
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, id := range ids {
+		if _, err := st.Save(&Report{Job: id, Summary: "s" + id, Taken: base.Add(time.Duration(i) * time.Second)}); err != nil {
+			t.Fatalf("save %q: %v", id, err)
+		}
+	}
+	for _, id := range ids {
+		r, err := st.Latest(id)
+		if err != nil {
+			t.Fatalf("latest %q: %v", id, err)
+		}
+		if r.Job != id || r.Summary != "s"+id {
+			t.Errorf("latest %q = report of %q (%q)", id, r.Job, r.Summary)
+		}
+	}
+}
+
+func TestLegacyName(t *testing.T) {
 	tests := map[string]string{
 		"1234":                   "1234",
-		"f3Kx9bLmQ":              "f3Kx9bLmQ",
-		"1234.batch":             "1234.batch",
 		"../x":                   "_._x",
-		".hidden":                "_hidden",
 		"a b/c":                  "a_b_c",
 		"":                       "_",
-		"é":                      "__",
 		strings.Repeat("a", 100): strings.Repeat("a", 64),
 	}
 	for in, want := range tests {
-		if got := SafeName(in); got != want {
-			t.Errorf("SafeName(%q) = %q, want %q", in, got, want)
+		if got := legacyName(in); got != want {
+			t.Errorf("legacyName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -76,6 +76,9 @@ func Summarize(r *Report) string {
 		}
 		parts = append(parts, part)
 	}
+	if r.Omitted != nil {
+		parts = append(parts, fmt.Sprintf("%d more processes not described", r.Omitted.Processes))
+	}
 	return clipSummary(head + ": " + strings.Join(parts, ", "))
 }
 

@@ -200,7 +200,7 @@ const recheckInterval = 30 * time.Second
 
 // armRecheck schedules the next look at j's survivors.
 func (s *Supervisor) armRecheck(j *job) {
-	s.armAt(j, s.o.Clock.Now().Add(recheckInterval), func() { s.recheck(j) })
+	s.armAfter(j, recheckInterval, func() { s.recheck(j) })
 }
 
 // recheck takes a fresh snapshot of a classified, still overdue job; its

@@ -28,7 +28,9 @@ type epilogRun struct {
 	// the files), before the caller reads them.
 	stdout *os.File
 	stderr *os.File
-	exit   chan int
+	// kept are the two files as the trimmer keeps them (nil: not bounded).
+	kept [2]*outFile
+	exit chan int
 }
 
 // RunEpilog runs req.Argv in the job's cgroup (job-<id>/epilog), streams its
@@ -106,7 +108,7 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 		s.reopen(j)
 	}
 	if j.Cgroup == "" {
-		cg, err := s.o.Cgroups.Create(cgroupName(id))
+		cg, err := s.o.Cgroups.Create("job-" + j.name())
 		if err != nil {
 			return nil, fmt.Errorf("job %s: %w", id, err)
 		}
@@ -126,7 +128,7 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
-	odir := s.jobOutDir(id)
+	odir := s.jobOutDir(j)
 	if err := os.MkdirAll(odir, 0o700); err != nil {
 		return nil, fmt.Errorf("job %s: create output dir: %w", id, err)
 	}
@@ -145,6 +147,10 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 		if err != nil {
 			run.close()
 			return nil, fmt.Errorf("job %s: %w", id, err)
+		}
+		if run.kept[i], err = s.out.add(p); err != nil {
+			// The epilogue runs all the same: its output is not bounded.
+			s.log.Warn("cannot bound an epilogue's output", "job", id, "path", p, "err", err)
 		}
 		if i == 0 {
 			run.stdout = r
@@ -232,19 +238,37 @@ func signaled(cmd *exec.Cmd) bool {
 }
 
 // tail copies the epilogue's output files to out until it exits, then drains
-// them. If ctx ends first (the client went away) the epilogue goes on.
+// them. If ctx ends first (the client went away) the epilogue goes on. A
+// client slower than the epilogue by more than the kept tail (see
+// output.go) is told how much it missed.
 func tail(ctx context.Context, run *epilogRun, out api.OutputSink) (int, error) {
 	defer run.close()
-	fo, fe := run.stdout, run.stderr
 	buf := make([]byte, 32<<10)
 	sinkOK := true
+	streams := []struct {
+		f     *os.File
+		kept  *outFile
+		write func([]byte) error
+		off   int64
+	}{{f: run.stdout, kept: run.kept[0], write: out.Stdout}, {f: run.stderr, kept: run.kept[1], write: out.Stderr}}
 	drain := func() {
-		for _, p := range []struct {
-			f     *os.File
-			write func([]byte) error
-		}{{fo, out.Stdout}, {fe, out.Stderr}} {
+		for i := range streams {
+			p := &streams[i]
 			for {
-				n, err := p.f.Read(buf)
+				from, n := p.off, 0
+				var err error
+				if p.kept != nil {
+					from, n, err = p.kept.readAt(p.f, p.off, buf)
+				} else {
+					n, err = p.f.ReadAt(buf, p.off)
+				}
+				if from > p.off && sinkOK {
+					msg := fmt.Sprintf("\n[gracewatch: %d bytes of this output were dropped: the epilogue wrote faster than they were read]\n", from-p.off)
+					if p.write([]byte(msg)) != nil {
+						sinkOK = false
+					}
+				}
+				p.off = from + int64(n)
 				if n > 0 && sinkOK {
 					if p.write(buf[:n]) != nil {
 						sinkOK = false

@@ -164,7 +164,7 @@ func (s *Supervisor) escalateTerm(j *job) {
 	s.log.Warn("escalation", "job", j.ID, "signal", "SIGTERM", "processes", n)
 	s.emit(Event{Kind: EventEscalation, Job: j.ID, Signal: "SIGTERM"})
 	s.persist()
-	s.armAt(j, j.Term.Add(s.o.KillWait), func() { s.escalateKill(j) })
+	s.armAfter(j, s.o.KillWait, func() { s.escalateKill(j) })
 }
 
 func (s *Supervisor) escalateKill(j *job) {
@@ -191,7 +191,7 @@ func (s *Supervisor) escalateKill(j *job) {
 	s.log.Warn("escalation", "job", j.ID, "signal", "SIGKILL", "processes", n)
 	s.emit(Event{Kind: EventEscalation, Job: j.ID, Signal: "SIGKILL"})
 	s.persist()
-	s.armAt(j, j.Kill.Add(s.o.UnkillableAfter), func() { s.classify(j) })
+	s.armAfter(j, s.o.UnkillableAfter, func() { s.classify(j) })
 }
 
 func (s *Supervisor) classify(j *job) {

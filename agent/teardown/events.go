@@ -33,6 +33,9 @@ const (
 	// or read-only state dir); Err says why. The agent goes on from memory,
 	// but a restart would lose what was not written.
 	EventStateWriteError EventKind = "state-write-error"
+	// EventStateWriteRecovered: the state file was written after a streak
+	// of EventStateWriteError.
+	EventStateWriteRecovered EventKind = "state-write-recovered"
 )
 
 // Event is one thing that happened on the supervisor's main loop, for

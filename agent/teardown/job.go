@@ -3,15 +3,14 @@ package teardown
 // The supervisor's record of a job, and the names a job id maps to.
 
 import (
-	"encoding/hex"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/jobname"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
@@ -27,6 +26,7 @@ import (
 // same checks the CLI and the mesh's job registration make.
 type job struct {
 	ID           string        `json:"id"`
+	Name         string        `json:"name,omitempty"` // jobname.Of(ID) when first named; see name
 	Expiration   time.Time     `json:"expiration,omitzero"`
 	NoExpiration bool          `json:"no_expiration,omitempty"`
 	Grace        time.Duration `json:"grace"`
@@ -113,17 +113,34 @@ func (j *job) wire() api.Job {
 	return w
 }
 
-var safeID = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// cgroupName maps a job id to a cgroup directory name: safe ids are kept,
-// others are hex-encoded so no id can escape or collide.
-func cgroupName(id string) string {
-	if safeID.MatchString(id) && id != "." && id != ".." && len(id) <= 100 {
-		return "job-" + id
+// name is j's name on the file system (jobname.Of): its cgroup is
+// job-<name>, its output directory output/<name>. A job persisted with a
+// name keeps it; one persisted by an agent that did not record names
+// keeps the name of the cgroup it was given then (adoptName), so a
+// teardown in progress across an upgrade is found where it is.
+func (j *job) name() string {
+	if j.Name == "" {
+		j.Name = jobname.Of(j.ID)
 	}
-	return "job-x" + hex.EncodeToString([]byte(id))
+	return j.Name
 }
 
-func (s *Supervisor) jobOutDir(id string) string {
-	return filepath.Join(s.outDir, strings.TrimPrefix(cgroupName(id), "job-"))
+// adoptName fills the name of a job read from a state file that has none:
+// the name of its cgroup if it has one (the mapping of the agent that made
+// it), else the current mapping.
+func (j *job) adoptName() {
+	if j.Name != "" {
+		return
+	}
+	if j.Cgroup != "" {
+		if n, ok := strings.CutPrefix(filepath.Base(j.Cgroup), "job-"); ok && n != "" {
+			j.Name = n
+			return
+		}
+	}
+	j.Name = jobname.Of(j.ID)
+}
+
+func (s *Supervisor) jobOutDir(j *job) string {
+	return filepath.Join(s.outDir, j.name())
 }

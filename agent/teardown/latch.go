@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
@@ -66,12 +67,40 @@ func (s *Supervisor) refreshReason() {
 		parts = append(parts, p)
 	}
 	if len(parts) > 0 {
-		l.Reason = strings.Join(parts, " | ")
+		l.Reason = boundReason(strings.Join(parts, " | "))
 	}
-	const maxReason = 1024
-	if len(l.Reason) > maxReason {
-		l.Reason = l.Reason[:maxReason-3] + "..."
+}
+
+// MaxReasonBytes bounds the node's reason (the latch's), which the status,
+// the state file, the mesh and the schedulers' reasons carry: the parts of
+// several violations and drains beyond it are cut, with reasonCut at the
+// end.
+const MaxReasonBytes = 1024
+
+// reasonCut ends a reason that was cut to MaxReasonBytes.
+const reasonCut = " …(cut)"
+
+// boundReason cuts r to MaxReasonBytes, at a rune boundary, marked.
+func boundReason(r string) string {
+	if len(r) <= MaxReasonBytes {
+		return r
 	}
+	cut := MaxReasonBytes - len(reasonCut)
+	for cut > 0 && !utf8.RuneStart(r[cut]) {
+		cut--
+	}
+	return r[:cut] + reasonCut
+}
+
+// drainedWith reports whether reason, a latch's, already holds a drain
+// with the reason text, whoever asked for it.
+func drainedWith(reason, text string) bool {
+	for _, part := range strings.Split(reason, " | ") {
+		if strings.HasPrefix(part, "drained") && (strings.HasSuffix(part, ": "+text) || part == "drained: "+text) {
+			return true
+		}
+	}
+	return false
 }
 
 // maybeAutoResume clears a grace latch once every violating job is released,
@@ -139,15 +168,24 @@ func (s *Supervisor) Drain(ctx context.Context, reason, by string) (api.Status, 
 			text += " by " + by
 		}
 		text += ": " + reason
-		if !l.Down {
-			*l = latch{Down: true, Kind: "drain", Since: s.o.Clock.Now(), Reason: text}
-		} else {
-			// A drain on top of a violation: the violation's reason stays
-			// first, and only a resume clears the latch.
+		switch {
+		case !l.Down:
+			*l = latch{Down: true, Kind: "drain", Since: s.o.Clock.Now(), Reason: boundReason(text)}
+		case drainedWith(l.Reason, reason):
+			// The same drain again (an aggregator's retry, an operator's
+			// loop, several aggregators): the reason already says it, and
+			// the callers would only grow it (issue 11: 460 drains made a
+			// 117 KB reason).
 			l.Kind = "drain"
-			if !strings.Contains(l.Reason, text) {
-				l.Reason = l.Reason + " | " + text
-			}
+			s.log.Info("node drained again with the same reason", "by", by, "reason", reason)
+			s.changed()
+			out = s.status
+			return
+		default:
+			// A drain on top of a violation or of another drain: the first
+			// reason stays first, and only a resume clears the latch.
+			l.Kind = "drain"
+			l.Reason = boundReason(l.Reason + " | " + text)
 		}
 		s.log.Warn("node drained", "by", by, "reason", reason)
 		s.changed()

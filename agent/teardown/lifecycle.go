@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
 // v1PollInterval is how often a v1 foreign cgroup is read while its job is
@@ -55,9 +56,9 @@ func (s *Supervisor) readopt() {
 			s.latchJob(j)
 			s.escalateTerm(j)
 		case j.Escalation == escTerm:
-			s.armAt(j, j.Term.Add(s.o.KillWait), func() { s.escalateKill(j) })
+			s.armAfter(j, s.leftOf(j.Term, s.o.KillWait), func() { s.escalateKill(j) })
 		case j.Escalation == escKill:
-			s.armAt(j, j.Kill.Add(s.o.UnkillableAfter), func() { s.classify(j) })
+			s.armAfter(j, s.leftOf(j.Kill, s.o.UnkillableAfter), func() { s.classify(j) })
 		case j.Escalation == escClassified:
 			s.armRecheck(j)
 		}
@@ -80,9 +81,9 @@ func (s *Supervisor) armRunning(j *job) {
 		}
 		return
 	}
-	if d := j.Expiration.Sub(s.o.Clock.Now()); d > 0 {
+	if j.Expiration.After(s.o.Clock.Now().Round(0)) {
 		// At E the node turns to teardown (compute): tell it.
-		j.atE = s.o.Clock.AfterFunc(d, func() { s.post(s.changed) })
+		j.atE = clock.At(s.o.Clock, j.Expiration, func() { s.post(s.changed) })
 	}
 	s.armAt(j, j.Deadline, func() { s.expire(j) })
 }
@@ -294,7 +295,8 @@ func (s *Supervisor) release(j *job) {
 			j.Cgroup = ""
 		}
 	}
-	os.RemoveAll(s.jobOutDir(j.ID))
+	s.out.removeDir(s.jobOutDir(j))
+	os.RemoveAll(s.jobOutDir(j))
 	var took time.Duration
 	if !j.Ended.IsZero() {
 		took = now.Sub(j.Ended)

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/internal/fsutil"
 )
 
@@ -80,8 +81,20 @@ func (s *Supervisor) flush() {
 	}
 }
 
-// write writes the state file. A failure is logged: the agent goes on
-// enforcing deadlines from memory.
+// How a state file that cannot be written is told (a full or failing
+// state dir: ENOSPC, EIO, a read-only file system).
+const (
+	// stateErrorLogEvery bounds the log lines of a failing streak: the
+	// first failure, then one line per this interval with the count.
+	stateErrorLogEvery = time.Minute
+	// stateRetryAfter is when a failed write is tried again if no event
+	// comes first: memory is ahead of the disk until a write succeeds.
+	stateRetryAfter = 5 * time.Second
+)
+
+// write writes the state file. A failure is logged (rate-limited),
+// counted (EventStateWriteError), shown in the status (StateFile) and
+// retried; the agent goes on enforcing deadlines from memory.
 func (s *Supervisor) write() {
 	s.st.Version = stateVersion
 	s.st.Node = s.o.Node
@@ -103,7 +116,42 @@ func (s *Supervisor) write() {
 		err = writeFileAtomic(s.statePath, data, 0o600)
 	}
 	if err != nil {
-		s.log.Error("cannot persist state", "path", s.statePath, "err", err)
-		s.emit(Event{Kind: EventStateWriteError, Err: err})
+		s.writeFailed(err)
+		return
+	}
+	if e := s.stateErr; e != nil {
+		s.log.Info("state file written again", "path", s.statePath, "failed_since", e.Since, "failures", e.Failures)
+		s.stateErr = nil
+		s.status.StateFile = nil
+		s.emit(Event{Kind: EventStateWriteRecovered})
+	}
+}
+
+// writeFailed records a failed write of the state file.
+func (s *Supervisor) writeFailed(err error) {
+	now := s.o.Clock.Now()
+	e := s.stateErr
+	if e == nil {
+		e = &api.StateFileError{Path: s.statePath, Since: now}
+		s.stateErr = e
+		s.stateErrLogged = time.Time{}
+	}
+	e.Failures++
+	e.Error = err.Error()
+	if s.stateErrLogged.IsZero() || now.Sub(s.stateErrLogged) >= stateErrorLogEvery {
+		s.stateErrLogged = now
+		s.log.Error("cannot write the state file: deadlines are enforced from memory, but a restart loses every change since",
+			"path", s.statePath, "err", err, "since", e.Since, "failures", e.Failures)
+	}
+	c := *e
+	s.status.StateFile = &c
+	s.emit(Event{Kind: EventStateWriteError, Err: err})
+	if s.stateRetry == nil {
+		s.stateRetry = s.o.Clock.AfterFunc(stateRetryAfter, func() {
+			s.post(func() {
+				s.stateRetry = nil
+				s.persist()
+			})
+		})
 	}
 }

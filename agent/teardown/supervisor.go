@@ -60,6 +60,11 @@ type Options struct {
 	// MaxJobs bounds the registered jobs that are not released (0:
 	// DefaultMaxJobs).
 	MaxJobs int
+	// OutputTail is how many bytes of each of an epilogue's streams
+	// (stdout, stderr) the state dir keeps, the end of them (0:
+	// DefaultOutputTail; see output.go). An attached `nodeagent epilog`
+	// receives all of it as it comes.
+	OutputTail int64
 	// Expirations, if set, is asked for a job's current expiration just
 	// before a job whose end was never reported would be made overdue
 	// ([teardown] expiration_command).
@@ -84,6 +89,7 @@ type Supervisor struct {
 	log       *slog.Logger
 	statePath string
 	outDir    string
+	out       *outputs
 
 	events chan func()
 	quit   chan struct{} // closed when Run returns
@@ -97,6 +103,12 @@ type Supervisor struct {
 	status  api.Status
 	ctx     context.Context
 	unsaved bool // the state changed since the last write
+	// stateErr is the failing streak of state file writes, nil while
+	// they succeed; stateErrLogged is when it was last logged and
+	// stateRetry the write it will try next (see writeFailed).
+	stateErr       *api.StateFileError
+	stateErrLogged time.Time
+	stateRetry     clock.Timer
 }
 
 // New loads the persisted state from o.StateDir. Run must be called for the
@@ -113,6 +125,9 @@ func New(o Options) (*Supervisor, error) {
 	}
 	if o.MaxJobs <= 0 {
 		o.MaxJobs = DefaultMaxJobs
+	}
+	if o.OutputTail <= 0 {
+		o.OutputTail = DefaultOutputTail
 	}
 	if o.MaxExpirationAge == 0 {
 		o.MaxExpirationAge = 24 * time.Hour
@@ -140,6 +155,9 @@ func New(o Options) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.out, err = newOutputs(o.OutputTail, s.log); err != nil {
+		return nil, err
+	}
 	st.Boots++
 	if st.Node == "" {
 		st.Node = o.Node
@@ -150,6 +168,7 @@ func New(o Options) (*Supervisor, error) {
 	}
 	s.st = st
 	for _, j := range st.Jobs {
+		j.adoptName()
 		s.jobs[j.ID] = j
 	}
 	s.status = s.compute()
@@ -161,6 +180,10 @@ func New(o Options) (*Supervisor, error) {
 func (s *Supervisor) Run(ctx context.Context) error {
 	s.ctx = ctx
 	defer close(s.quit)
+	trimmed := make(chan struct{})
+	go func() { s.out.run(); close(trimmed) }()
+	defer s.out.close(trimmed)
+	s.out.scan(s.outDir)
 	s.readopt()
 	s.changed()
 	s.flush()
@@ -173,6 +196,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			for _, j := range s.jobs {
 				s.stopRuntime(j)
+			}
+			if s.stateRetry != nil {
+				s.stateRetry.Stop()
 			}
 			return nil
 		case fn := <-s.events:
@@ -245,14 +271,36 @@ func (s *Supervisor) markDirty(id string) {
 	}
 }
 
-// armAt schedules fn on the main loop at t (at once if t has passed),
-// replacing the job's previous timer.
+// armAt schedules fn on the main loop at the wall-clock instant t (at
+// once if t has passed), replacing the job's previous timer. It is for the
+// instants agreed with the exec system and the aggregators, E and
+// D = min(T_end, E) + G: clock.At fires neither early nor late when the
+// wall clock is stepped (NTP) in between.
 func (s *Supervisor) armAt(j *job, t time.Time, fn func()) {
 	if j.timer != nil {
 		j.timer.Stop()
 	}
-	d := t.Sub(s.o.Clock.Now())
+	j.timer = clock.At(s.o.Clock, t, func() { s.post(func() { fn(); s.changed() }) })
+}
+
+// armAfter schedules fn on the main loop after d of elapsed (monotonic)
+// time, replacing the job's previous timer. It is for the waits the agent
+// alone counts, which a step of the wall clock must neither stretch nor
+// shrink: kill_wait after SIGTERM, unkillable_after after SIGKILL, the
+// recheck of survivors.
+func (s *Supervisor) armAfter(j *job, d time.Duration, fn func()) {
+	if j.timer != nil {
+		j.timer.Stop()
+	}
 	j.timer = s.o.Clock.AfterFunc(d, func() { s.post(func() { fn(); s.changed() }) })
+}
+
+// leftOf is what remains of a wait of step that began at the wall-clock
+// instant from (a persisted TERM or KILL), for an escalation re-adopted
+// after a restart: the wall clock is all a restart has, so the remainder
+// is bounded to [0, step] in case it was stepped meanwhile.
+func (s *Supervisor) leftOf(from time.Time, step time.Duration) time.Duration {
+	return min(max(from.Add(step).Sub(s.o.Clock.Now().Round(0)), 0), step)
 }
 
 // stopTimers stops j's deadline, expiration and poll timers.
@@ -302,6 +350,10 @@ func (s *Supervisor) compute() api.Status {
 				st.Hung = append(st.Hung, api.Hung{Job: j.ID, PID: p.PID, Comm: p.Comm, Class: string(p.Class), State: p.State, Wchan: p.Wchan})
 			}
 		}
+	}
+	if e := s.stateErr; e != nil {
+		c := *e
+		st.StateFile = &c
 	}
 	switch {
 	case s.st.Latch.Down:

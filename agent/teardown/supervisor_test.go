@@ -3,6 +3,9 @@ package teardown
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -208,7 +211,11 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 				t.Fatalf("signals %v, want SIGKILL after kill_wait", got)
 			}
 			h.advance(30 * time.Second)
-			st = h.eventually("classification", func(st api.Status) bool { return len(st.Hung) == 1 })
+			// The before-signal snapshot already names the hung process:
+			// wait for the one after the escalation (its own goroutine).
+			st = h.eventually("classification", func(st api.Status) bool {
+				return len(st.Hung) == 1 && len(h.diag.stages()) == 2 && st.Jobs[0].Escalation == escClassified
+			})
 			if st.Hung[0].PID != 42 || st.Hung[0].Class != "unkillable" {
 				t.Fatalf("hung = %+v", st.Hung)
 			}
@@ -424,4 +431,51 @@ func TestGoneDuringTheLatchWaitStillLatches(t *testing.T) {
 	if st.State != api.StateDown || st.Jobs[0].Outcome != "exited" {
 		t.Fatalf("state %s outcome %q, want down/exited", st.State, st.Jobs[0].Outcome)
 	}
+}
+
+// TestRepeatedDrainsStayBounded: a drain repeated with the same reason by
+// ever other callers (an aggregator's address and port) does not grow the
+// reason; different reasons grow it up to MaxReasonBytes, cut with a
+// marker; the state file stays small after 1,000 drains of each kind.
+func TestRepeatedDrainsStayBounded(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	var first api.Status
+	for i := range 1000 {
+		st, err := h.s.Drain(ctx, "bad DIMM", fmt.Sprintf("10.0.0.1:%d", 40000+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = st
+		}
+	}
+	st := h.status()
+	if st.Reason != first.Reason || st.Reason != "drained by 10.0.0.1:40000: bad DIMM" {
+		t.Fatalf("after 1,000 drains with one reason: reason %q (%d bytes), want the first drain's %q", st.Reason, len(st.Reason), first.Reason)
+	}
+	size := func() int64 {
+		fi, err := os.Stat(filepath.Join(h.dir, "state.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	if n := size(); n > 2<<10 {
+		t.Fatalf("state file is %d bytes after 1,000 drains with one reason, want at most 2 KiB", n)
+	}
+	for i := range 1000 {
+		if _, err := h.s.Drain(ctx, fmt.Sprintf("reason %d", i), "agg"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st = h.status()
+	if len(st.Reason) > MaxReasonBytes || !strings.HasSuffix(st.Reason, reasonCut) || !strings.HasPrefix(st.Reason, first.Reason) {
+		t.Fatalf("after 1,000 drains with other reasons: reason of %d bytes ending %q, want at most %d bytes, the first drain first, cut with %q",
+			len(st.Reason), st.Reason[max(0, len(st.Reason)-20):], MaxReasonBytes, reasonCut)
+	}
+	if n := size(); n > 4<<10 {
+		t.Fatalf("state file is %d bytes after 2,000 drains, want at most 4 KiB", n)
+	}
+	t.Logf("state file %d bytes after 2,000 drains; reason %d bytes", size(), len(st.Reason))
 }

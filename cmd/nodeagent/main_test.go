@@ -667,9 +667,9 @@ aggregator_keys_file = %q
 		{"unknown key", "[teardown]\ngrase = \"3s\"\n", `:2: key "teardown.grase": unknown key`},
 		{"bad value", "[teardown]\nauto_resume = \"sometimes\"\n", `teardown.auto_resume`},
 		{"world-readable key", fmt.Sprintf("[mesh]\nenabled = true\nallow_unsigned = true\nkeyring = %q\n", filepath.Join(dir, "open.key")), "mesh.keyring"},
-		{"no node key", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\n", key), "mesh.node_key_file: required unless mesh.allow_unsigned = true"},
+		{"no node key", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\n", key), `key "mesh.node_key_file": required unless mesh.allow_unsigned = true`},
 		{"world-readable node key", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\nnode_key_file = %q\naggregator_keys_file = %q\n", key, filepath.Join(dir, "open.key"), pubs), "mesh.node_key_file: node key file"},
-		{"site key on a node", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\nnode_key_file = %q\naggregator_keys_file = %q\nsite_key_file = \"/etc/gracewatch/site.key\"\n", key, nodeKey, pubs), "mesh.site_key_file: is the aggregators' secret"},
+		{"site key on a node", fmt.Sprintf("[mesh]\nenabled = true\nkeyring = %q\nnode_key_file = %q\naggregator_keys_file = %q\nsite_key_file = \"/etc/gracewatch/site.key\"\n", key, nodeKey, pubs), `key "mesh.site_key_file": is the aggregators' secret`},
 	}
 	os.WriteFile(filepath.Join(dir, "open.key"), []byte("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"), 0o644)
 	os.Chmod(filepath.Join(dir, "open.key"), 0o644)

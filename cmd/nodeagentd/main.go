@@ -16,9 +16,8 @@ import (
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/cli"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
+	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/version"
-	"github.com/gracewatch/gracewatch/mesh"
-	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 func main() {
@@ -49,6 +48,11 @@ func serve(o cli.ServeOptions, out cmdutil.Out) int {
 	if err := cfg.Validate(); err != nil {
 		return out.Fail(fmt.Errorf("configuration with flags: %w", err))
 	}
+	// Everything is checked before anything is created (the cgroup
+	// subtree, the state dir).
+	if err := agent.Preflight(cfg); err != nil {
+		return out.Fail(inFile(o.Config, err))
+	}
 	logger := cmdutil.NewLogger(out.Stderr, cfg.LogFormat, cfg.LogLevel).With("node", cfg.NodeName)
 	log := logger.With("component", "main")
 
@@ -76,15 +80,8 @@ func configCheck(path string, out cmdutil.Out) int {
 	if err != nil {
 		return out.Fail(err)
 	}
-	if cfg.Mesh.Enabled && !cfg.Mesh.Insecure {
-		if _, err := mesh.LoadKeyring(cfg.Mesh.Keyring); err != nil {
-			return out.Fail(fmt.Errorf("%s: key \"mesh.keyring\": %w", path, err))
-		}
-	}
-	if cfg.Mesh.Enabled {
-		if _, err := cfg.Mesh.LoadKeys(gwpb.Role_ROLE_AGENT); err != nil {
-			return out.Fail(fmt.Errorf("%s: %w", path, err))
-		}
+	if err := agent.Preflight(cfg); err != nil {
+		return out.Fail(inFile(path, err))
 	}
 	code := out.PrintConfig(path, cfg)
 	// The grace against the exec systems found here: advice on standard
@@ -101,4 +98,14 @@ func configCheck(path string, out cmdutil.Out) int {
 		fmt.Fprintf(out.Stderr, "nodeagent: cannot compare the grace with the exec system: %v\n", err)
 	}
 	return code
+}
+
+// inFile places the errors of agent.Preflight at their lines of the
+// configuration file at path (empty: the defaults).
+func inFile(path string, err error) error {
+	var data []byte
+	if path != "" {
+		data, _ = os.ReadFile(path)
+	}
+	return config.InFile(path, data, err)
 }

@@ -92,7 +92,13 @@ func decode(name string, data []byte, v any, strictKeys bool) error {
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		line, _ := de.Position()
-		return &Error{File: name, Line: line, Key: strings.Join(de.Key(), "."), Msg: de.Error()}
+		key := strings.Join(de.Key(), ".")
+		// The decoder names a duplicate key by its last part ("grace"):
+		// the line says under which table it stands.
+		if full := keyAtLine(data, line); full != "" && (full == key || strings.HasSuffix(full, "."+key)) {
+			key = full
+		}
+		return &Error{File: name, Line: line, Key: key, Msg: de.Error()}
 	}
 	var ve *valueError
 	if errors.As(err, &ve) {
@@ -128,6 +134,139 @@ func locate(data []byte, raw string) (int, string) {
 		}
 	}
 	return 0, ""
+}
+
+// scanKeys calls fn with the number and the full dotted key of every
+// "key = value" line of data (the key prefixed with its [table]), and with
+// the number and name of every [table] header (header true), until fn
+// returns false. It reads TOML as the shipped files write it; what it does
+// not recognise it skips.
+func scanKeys(data []byte, fn func(line int, key string, header bool) bool) {
+	table := ""
+	for i, line := range strings.Split(string(data), "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "[") {
+			table = strings.TrimSpace(strings.Trim(t, "[] "))
+			if i := strings.Index(table, "]"); i >= 0 {
+				table = strings.TrimSpace(table[:i])
+			}
+			if !fn(i+1, table, true) {
+				return
+			}
+			continue
+		}
+		if strings.HasPrefix(t, "#") {
+			continue
+		}
+		k, _, ok := strings.Cut(t, "=")
+		if !ok {
+			continue
+		}
+		key := strings.Trim(strings.TrimSpace(k), `"'`)
+		if table != "" {
+			key = table + "." + key
+		}
+		if !fn(i+1, key, false) {
+			return
+		}
+	}
+}
+
+// keyAtLine returns the full dotted key set on line n of data, or "".
+func keyAtLine(data []byte, n int) string {
+	found := ""
+	scanKeys(data, func(line int, key string, header bool) bool {
+		if line == n && !header {
+			found = key
+		}
+		return line < n
+	})
+	return found
+}
+
+// LineOf returns the line of data where the dotted key is set ("mesh.join"
+// or "mesh.join[1]", the index ignored), else the line of the [table]
+// that would hold it, else 0.
+func LineOf(data []byte, key string) int {
+	if i := strings.IndexByte(key, '['); i >= 0 {
+		key = key[:i]
+	}
+	table := ""
+	if i := strings.LastIndexByte(key, '.'); i >= 0 {
+		table = key[:i]
+	}
+	exact, header := 0, 0
+	scanKeys(data, func(line int, k string, isHeader bool) bool {
+		switch {
+		case !isHeader && k == key:
+			exact = line
+			return false
+		case isHeader && k == table && header == 0:
+			header = line
+		}
+		return true
+	})
+	if exact > 0 {
+		return exact
+	}
+	return header
+}
+
+// KeyError is a value that decoded but makes no sense, found by a
+// Validate method: Key is the full dotted key ("teardown.kill_wait"). Parse
+// turns every KeyError into an *Error with the file and the line where the
+// key is set.
+type KeyError struct {
+	Key string
+	Msg string
+}
+
+func (e *KeyError) Error() string { return fmt.Sprintf("key %q: %s", e.Key, e.Msg) }
+
+// KeyErr returns a *KeyError for key.
+func KeyErr(key, format string, a ...any) error {
+	return &KeyError{Key: key, Msg: fmt.Sprintf(format, a...)}
+}
+
+// InFile places err (a *KeyError, or errors joined with errors.Join of
+// which some are) in the file name whose content is data: each KeyError
+// becomes an *Error with the file, the key's line and the key, each other
+// error is prefixed with the file's name.
+func InFile(name string, data []byte, err error) error {
+	if err == nil {
+		return nil
+	}
+	if name == "" {
+		name = "defaults"
+	}
+	var ke *KeyError
+	if !errors.As(err, &ke) {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		var ke *KeyError
+		if errors.As(e, &ke) {
+			out = append(out, &Error{File: name, Line: LineOf(data, ke.Key), Key: ke.Key, Msg: ke.Msg})
+			continue
+		}
+		out = append(out, fmt.Errorf("%s: %w", name, e))
+	}
+	return errors.Join(out...)
+}
+
+// KeyErrorInFile is InFile for one error about key of the file at path
+// (read again to find the line): for checks made after Parse, such as
+// loading the key file that a key names.
+func KeyErrorInFile(path, key string, err error) error {
+	data, _ := os.ReadFile(path)
+	return InFile(path, data, &KeyError{Key: key, Msg: err.Error()})
 }
 
 // Duration is a time.Duration written in TOML as a Go duration string
@@ -207,10 +346,7 @@ func Parse[T any, PT interface {
 		}
 	}
 	if err := PT(&cfg).Validate(); err != nil {
-		if name == "" {
-			name = "defaults"
-		}
-		return cfg, fmt.Errorf("%s: %w", name, err)
+		return cfg, InFile(name, data, err)
 	}
 	return cfg, nil
 }
@@ -227,4 +363,84 @@ func LoadWith[T any](path string, parse func(name string, data []byte) (T, error
 		return cfg, fmt.Errorf("read config: %w", err)
 	}
 	return parse(path, data)
+}
+
+// Size is a number of bytes written in TOML as an integer (65536) or a
+// string with a binary unit ("64KiB", "1MiB", "2GiB"; "KB", "MB", "GB"
+// are read as the same powers of 1024, as most people mean them, and "B"
+// or no unit as bytes).
+type Size struct{ n int64 }
+
+// Bytes returns a Size of n bytes.
+func Bytes(n int64) Size { return Size{n} }
+
+// N returns the size in bytes.
+func (s Size) N() int64 { return s.n }
+
+var sizeUnits = []struct {
+	suffix string
+	mul    int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"TB", 1 << 40},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40},
+	{"B", 1},
+}
+
+// UnmarshalText parses "64KiB"-style strings and plain byte counts.
+func (s *Size) UnmarshalText(b []byte) error {
+	str := strings.TrimSpace(string(b))
+	num, mul := str, int64(1)
+	for _, u := range sizeUnits {
+		if v, ok := strings.CutSuffix(str, u.suffix); ok {
+			num, mul = strings.TrimSpace(v), u.mul
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || num == "" {
+		return fmt.Errorf("invalid size %q (want e.g. \"64KiB\", \"1MiB\" or a number of bytes)", str)
+	}
+	if n < 0 {
+		return fmt.Errorf("size %q is negative", str)
+	}
+	if n > (1<<62)/mul {
+		return fmt.Errorf("size %q out of range", str)
+	}
+	s.n = n * mul
+	return nil
+}
+
+// MarshalText writes the size with the largest binary unit that divides it.
+func (s Size) MarshalText() ([]byte, error) {
+	for i := 3; i >= 0; i-- {
+		u := sizeUnits[i]
+		if s.n >= u.mul && s.n%u.mul == 0 {
+			return []byte(strconv.FormatInt(s.n/u.mul, 10) + u.suffix), nil
+		}
+	}
+	return []byte(strconv.FormatInt(s.n, 10)), nil
+}
+
+// UnmarshalTOML decodes a raw TOML value: a string goes through
+// UnmarshalText, an integer counts bytes.
+func (s *Size) UnmarshalTOML(data []byte) error {
+	raw := strings.TrimSpace(string(data))
+	text := raw
+	switch {
+	case strings.HasPrefix(raw, "'") && strings.HasSuffix(raw, "'") && len(raw) >= 2:
+		text = raw[1 : len(raw)-1]
+	case strings.HasPrefix(raw, `"`):
+		u, err := strconv.Unquote(raw)
+		if err != nil {
+			return &valueError{raw: raw, msg: fmt.Sprintf("invalid size %s", raw)}
+		}
+		text = u
+	default:
+		text = strings.ReplaceAll(raw, "_", "")
+	}
+	if err := s.UnmarshalText([]byte(text)); err != nil {
+		return &valueError{raw: raw, msg: err.Error()}
+	}
+	return nil
 }

@@ -110,3 +110,68 @@ func TestLoadKeys(t *testing.T) {
 		t.Error("LoadKeys of a missing file: no error")
 	}
 }
+
+func TestSize(t *testing.T) {
+	type doc struct {
+		Tail Size `toml:"tail"`
+	}
+	cases := []struct {
+		in      string
+		want    int64
+		wantErr string
+	}{
+		{in: `tail = "64KiB"`, want: 64 << 10},
+		{in: `tail = "1MiB"`, want: 1 << 20},
+		{in: `tail = "2 GiB"`, want: 2 << 30},
+		{in: `tail = "64KB"`, want: 64 << 10},
+		{in: `tail = "512"`, want: 512},
+		{in: `tail = 4096`, want: 4096},
+		{in: `tail = 1_024`, want: 1024},
+		{in: `tail = "big"`, wantErr: `f.toml:1: key "tail": invalid size "big"`},
+		{in: `tail = -1`, wantErr: `f.toml:1: key "tail": size "-1" is negative`},
+		{in: `tail = "99999999999TiB"`, wantErr: "out of range"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			var d doc
+			err := Decode("f.toml", []byte(tc.in+"\n"), &d)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || d.Tail.N() != tc.want {
+				t.Fatalf("got %d, %v; want %d", d.Tail.N(), err, tc.want)
+			}
+			text, _ := d.Tail.MarshalText()
+			var back Size
+			if err := back.UnmarshalText(text); err != nil || back != d.Tail {
+				t.Fatalf("%q does not read back: %v, %d", text, err, back.N())
+			}
+		})
+	}
+}
+
+func FuzzSize(f *testing.F) {
+	for _, s := range []string{"64KiB", "1", "0", "-1", "9223372036854775807", "1TiB", " 2 MB ", "KiB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var v Size
+		if err := v.UnmarshalText([]byte(s)); err != nil {
+			return
+		}
+		if v.N() < 0 {
+			t.Fatalf("%q: negative size %d", s, v.N())
+		}
+		text, err := v.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Size
+		if err := back.UnmarshalText(text); err != nil || back != v {
+			t.Fatalf("%q → %q does not read back: %v", s, text, err)
+		}
+	})
+}
