@@ -293,9 +293,11 @@ func TestMemoryUnderMaximalMessages(t *testing.T) {
 	h := newHarness(t)
 	base := h.serve(ServerOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The watchers end when their requests are cancelled: cancel first,
+	// then wait (two defers would run in the other order and wait for
+	// streams that never end).
+	defer func() { cancel(); wg.Wait() }()
 	for range 4 {
 		wg.Add(1)
 		go func() {
