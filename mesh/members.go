@@ -1,0 +1,260 @@
+package mesh
+
+// What memberlist tells the mesh: its delegate (meta, direct messages) and
+// event delegate (members joining, changing, leaving), the checks of what
+// members publish, and the upkeep of aggregators' proofs.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/protobuf/proto"
+)
+
+// delegate is memberlist's Delegate.
+type delegate struct{ m *Mesh }
+
+// NodeMeta returns the stored encoded meta, never over limit.
+func (d delegate) NodeMeta(limit int) []byte {
+	b := *d.m.metaBytes.Load()
+	if len(b) <= limit {
+		return b
+	}
+	d.m.metaMu.Lock()
+	defer d.m.metaMu.Unlock()
+	small, err := d.m.encodeOwnMetaLocked(limit)
+	if err != nil {
+		d.m.log.Error("meta does not fit memberlist's limit", "limit", limit, "err", err)
+		return nil
+	}
+	return small
+}
+
+// NotifyMsg decodes a direct message and hands it to the Handler.
+func (d delegate) NotifyMsg(buf []byte) {
+	b := bytes.Clone(buf) // memberlist reuses buf
+	var env *gwpb.Envelope
+	var err error
+	if len(b) > EnvelopeLimit+sealedEnvelopeOverhead {
+		err = fmt.Errorf("decode envelope: %d bytes, limit %d: %w", len(b), EnvelopeLimit, ErrTooLarge)
+	} else {
+		env, err = d.m.guard.openEnvelope(d.m.name, b, d.m.now())
+	}
+	if err != nil {
+		from := claimedSender(b)
+		if from == "" {
+			from = "unknown"
+		}
+		if ok, suppressed := d.m.badMsgs.allow(from, time.Now()); ok {
+			msg := "dropped undecodable message"
+			if errors.Is(err, ErrUnproven) {
+				msg = "refused a message whose sender is not proven"
+			}
+			d.m.log.Warn(msg, "from", nodename.ForLog(from), "bytes", len(b), "err", err,
+				"suppressed", suppressed)
+		}
+		return
+	}
+	if h := d.m.handler; h != nil {
+		h.HandleMessage(env.GetFrom(), env)
+	}
+}
+
+// GetBroadcasts returns nil: user broadcasts are not used.
+func (delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+
+// LocalState returns nil: the meta carries the state.
+func (delegate) LocalState(join bool) []byte { return nil }
+
+// MergeRemoteState does nothing.
+func (delegate) MergeRemoteState(buf []byte, join bool) {}
+
+// events is memberlist's EventDelegate. Its methods run with memberlist's
+// member lock held.
+type events struct{ m *Mesh }
+
+type eventKind int
+
+const (
+	eventJoin eventKind = iota
+	eventUpdate
+	eventLeave
+)
+
+func (e events) NotifyJoin(n *memberlist.Node)   { e.m.observe(n, eventJoin) }
+func (e events) NotifyUpdate(n *memberlist.Node) { e.m.observe(n, eventUpdate) }
+func (e events) NotifyLeave(n *memberlist.Node)  { e.m.observe(n, eventLeave) }
+
+// observe records what memberlist says about n and tells the Handler.
+func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
+	now := time.Now()
+	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	if err := nodename.Validate(n.Name); err != nil {
+		if ok, suppressed := m.badMsgs.allow("name:"+n.Name, now); ok {
+			m.log.Warn("ignored a member with an invalid name", "addr", addr, "err", err, "suppressed", suppressed)
+		}
+		return
+	}
+	var badMeta error
+	m.mu.Lock()
+	st := m.members[n.Name]
+	isNew := st == nil
+	if isNew {
+		st = &memberState{Member: Member{Name: n.Name}}
+		m.members[n.Name] = st
+	}
+	changed := isNew || st.Addr != addr
+	st.ip, st.port, st.Addr = slices.Clone(n.Addr), n.Port, addr
+	if isNew || !bytes.Equal(st.raw, n.Meta) {
+		oldMeta, oldErr := st.Meta, st.MetaErr
+		badMeta = m.decodeMemberMeta(st, n.Meta)
+		changed = changed || !proto.Equal(oldMeta, st.Meta) || (oldErr == nil) != (st.MetaErr == nil)
+	}
+	prev := st.Status
+	status := prev
+	switch kind {
+	case eventJoin:
+		status = StatusAlive
+	case eventUpdate:
+		if status == "" {
+			status = StatusAlive
+		}
+	case eventLeave:
+		status = StatusDead
+		// Node.State is not filled in by memberlist v0.7.0; use it if a
+		// later version does.
+		if n.State == memberlist.StateLeft || st.leaving {
+			status = StatusLeft
+		}
+	}
+	if status != st.Status {
+		st.Status, st.Since = status, now
+		changed = true
+	}
+	st.Signs = m.guard.everProven(n.Name)
+	mem, hidden := st.Member, st.hidden
+	m.mu.Unlock()
+
+	if badMeta != nil {
+		msg := "undecodable member meta"
+		if errors.Is(badMeta, ErrUnproven) {
+			msg = "refused a member meta that is not proven"
+		}
+		m.log.Warn(msg, "node", n.Name, "addr", addr, "bytes", len(n.Meta), "err", badMeta)
+	}
+	if hidden {
+		return
+	}
+	// Departures and returns matter to an operator; the first sight of
+	// each member (thousands when an aggregator starts) does not.
+	switch {
+	case kind == eventLeave:
+		m.log.Info("member gone", "node", mem.Name, "addr", addr, "status", string(mem.Status))
+	case kind == eventJoin && (prev == StatusDead || prev == StatusLeft):
+		m.log.Info("member back", "node", mem.Name, "addr", addr, "role", mem.Role.String(), "was", string(prev))
+	case kind == eventJoin:
+		m.log.Debug("member joined", "node", mem.Name, "addr", addr, "role", mem.Role.String())
+	}
+	if changed && m.handler != nil {
+		m.handler.MemberChanged(mem)
+	}
+}
+
+// decodeMemberMeta decodes and checks a member's meta into st. It returns
+// the error if it should be logged (once per node and meta value). A meta
+// that is not proven leaves st without meta or role; the member is hidden
+// unless its name has been proven here before (then it shows, with the
+// error, so that an operator sees a node whose key went wrong).
+func (m *Mesh) decodeMemberMeta(st *memberState, raw []byte) error {
+	st.raw = bytes.Clone(raw)
+	st.Meta, st.MetaErr, st.Role, st.leaving, st.proofUntil, st.Proven = nil, nil, gwpb.Role_ROLE_UNSPECIFIED, false, time.Time{}, false
+	if len(raw) == 0 {
+		return nil
+	}
+	o, err := m.guard.openMeta(st.Name, raw, m.now())
+	if err != nil {
+		st.MetaErr = err
+		st.hidden = !m.guard.everProven(st.Name) && (errors.Is(err, ErrUnproven) || !m.guard.allowUnsigned)
+		if bytes.Equal(st.badMeta, raw) {
+			return nil
+		}
+		st.badMeta = st.raw
+		return err
+	}
+	st.hidden = false
+	st.Meta, st.Role, st.leaving, st.proofUntil, st.Proven = o.meta, knownRole(o.meta.GetRole()), o.leaving, o.until, o.proven
+	return nil
+}
+
+// authLoop signs this aggregator's meta again when its proof is due and
+// withdraws the role of aggregators whose proof has expired, every
+// interval, until stop.
+func (m *Mesh) authLoop(every time.Duration) {
+	defer close(m.authDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	signed := m.now()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := m.now()
+		if m.role == gwpb.Role_ROLE_AGGREGATOR && m.guard.keys.signer != nil && now.Sub(signed) >= aggregatorProofRefresh {
+			if m.resign() {
+				signed = now
+			}
+		}
+		m.expireProofs(now)
+	}
+}
+
+// resign stores this member's meta again (a new signing time) and gossips
+// it; it reports whether it did.
+func (m *Mesh) resign() bool {
+	if m.closed(true) {
+		return false
+	}
+	m.metaMu.Lock()
+	err := m.storeMetaLocked()
+	m.metaMu.Unlock()
+	if err != nil {
+		m.log.Error("cannot sign the meta again", "err", err)
+		return false
+	}
+	if err := m.ml.UpdateNode(metaUpdateTimeout); err != nil {
+		m.log.Debug("re-signed meta not gossiped in time (push-pull carries it)", "err", err)
+	}
+	return true
+}
+
+// expireProofs withdraws the role of every aggregator whose meta proof
+// expired before now, and tells the Handler.
+func (m *Mesh) expireProofs(now time.Time) {
+	var changed []Member
+	m.mu.Lock()
+	for name, st := range m.members {
+		if name == m.name || st.proofUntil.IsZero() || now.Before(st.proofUntil) {
+			continue
+		}
+		st.MetaErr = fmt.Errorf("%w: aggregator meta proof expired at %s (not signed again)", ErrUnproven, st.proofUntil.UTC().Format(time.RFC3339))
+		st.Meta, st.Role, st.proofUntil, st.Proven = nil, gwpb.Role_ROLE_UNSPECIFIED, time.Time{}, false
+		changed = append(changed, st.Member)
+	}
+	m.mu.Unlock()
+	for _, mem := range changed {
+		m.log.Warn("aggregator role withdrawn: its proof expired", "node", mem.Name, "err", mem.MetaErr)
+		if m.handler != nil {
+			m.handler.MemberChanged(mem)
+		}
+	}
+}
