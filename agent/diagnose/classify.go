@@ -35,7 +35,7 @@ var classOrder = []Class{Unkillable, ExitHang, KillableD, Missed, Dying, Zombie}
 // consumed): tearing down its memory or closing its files.
 var exitFrames = []string{"do_exit", "exit_mmap", "__fput"}
 
-// Classify returns the class of one thread by DESIGN.md 3.3:
+// Classify returns the class of one thread by docs/DESIGN.md §3.3:
 //
 //   - zombie: state Z (or X);
 //   - exit-hang: D with PF_EXITING and do_exit, exit_mmap or __fput in the

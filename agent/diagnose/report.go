@@ -8,7 +8,7 @@ import "time"
 // ReportVersion is the version of the Report JSON written by this package.
 const ReportVersion = 1
 
-// Class is the verdict on a surviving thread or process (DESIGN.md 3.3).
+// Class is the verdict on a surviving thread or process (docs/DESIGN.md §3.3).
 type Class string
 
 // Classes, from worst to most benign.

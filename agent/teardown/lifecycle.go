@@ -66,7 +66,7 @@ func (s *Supervisor) readopt() {
 	}
 }
 
-// armRunning arms the deadline E + G of a running job (DESIGN.md 2: D holds
+// armRunning arms the deadline E + G of a running job (docs/DESIGN.md §2: D holds
 // from registration, whether or not an end is ever reported); a job without
 // an expiration has none until it ends.
 func (s *Supervisor) armRunning(j *job) {

@@ -17,7 +17,7 @@ import (
 // stateVersion is the version of the persisted state file.
 const stateVersion = 1
 
-// persisted is what survives an agent restart (DESIGN.md 3.4): registrations,
+// persisted is what survives an agent restart (docs/DESIGN.md §3.4): registrations,
 // teardown clocks, the DOWN latch and the sequence number.
 type persisted struct {
 	Version int       `json:"version"`
