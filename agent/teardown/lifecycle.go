@@ -105,15 +105,21 @@ func (s *Supervisor) watch(j *job) {
 		}
 		cancel, err := s.o.Cgroups.Watch(p, func() { s.markDirty(id) })
 		if err != nil {
-			s.log.Warn("cannot watch cgroup", "job", id, "cgroup", p, "err", err)
+			// Without its watch (inotify's limit reached, ENOSPC) the
+			// cgroup's emptying would be seen only at the deadline, as a
+			// violation: poll it as a v1 cgroup instead.
+			s.log.Warn("cannot watch cgroup: polling it once a second instead", "job", id, "cgroup", p, "err", err)
+			if j.poll == nil {
+				s.pollV1(j)
+			}
 			continue
 		}
 		j.cancels = append(j.cancels, cancel)
 	}
 }
 
-// pollV1 arms the next read of j's v1 foreign cgroup; each read re-arms it
-// until the job is released (or the supervisor stops: stopRuntime).
+// pollV1 arms the next read of j's cgroups (a v1 foreign cgroup, or one
+// that could not be watched); each read re-arms it until the job is released (or the supervisor stops: stopRuntime).
 func (s *Supervisor) pollV1(j *job) {
 	j.poll = s.o.Clock.AfterFunc(v1PollInterval, func() {
 		s.post(func() {
@@ -290,11 +296,12 @@ func (s *Supervisor) release(j *job) {
 	j.cancels = nil
 	if j.Cgroup != "" {
 		if err := s.o.Cgroups.Remove(j.Cgroup); err != nil {
-			s.log.Warn("cannot remove job cgroup", "job", j.ID, "cgroup", j.Cgroup, "err", err)
+			s.log.Warn("cannot remove job cgroup: kept, tried again at the next release", "job", j.ID, "cgroup", j.Cgroup, "err", err)
 		} else {
 			j.Cgroup = ""
 		}
 	}
+	s.removeLeftovers(j)
 	s.out.removeDir(s.jobOutDir(j))
 	os.RemoveAll(s.jobOutDir(j))
 	var took time.Duration
@@ -327,6 +334,23 @@ func (s *Supervisor) release(j *job) {
 	}
 	s.pruneReleased()
 	s.persist()
+}
+
+// removeLeftovers tries again to remove the cgroups of released jobs (but
+// just) that could not be removed when they were released: a cgroup is
+// busy while the kernel still counts a dying process in it.
+func (s *Supervisor) removeLeftovers(just *job) {
+	for _, k := range s.jobs {
+		if k == just || k.Phase != api.PhaseReleased || k.Cgroup == "" {
+			continue
+		}
+		if err := s.o.Cgroups.Remove(k.Cgroup); err != nil {
+			s.log.Warn("cannot remove job cgroup", "job", k.ID, "cgroup", k.Cgroup, "err", err)
+			continue
+		}
+		s.log.Info("removed a job cgroup left behind", "job", k.ID, "cgroup", k.Cgroup)
+		k.Cgroup = ""
+	}
 }
 
 func (s *Supervisor) pruneReleased() {
