@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -23,10 +24,10 @@ const controlTimeout = 10 * time.Second
 // latcher is what the mesh link needs from the supervisor.
 type latcher interface {
 	Status(ctx context.Context) (api.Status, error)
-	Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error)
+	Resume(ctx context.Context, req request.ResumeRequest) (api.Status, error)
 	Drain(ctx context.Context, reason, by string) (api.Status, error)
-	StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error)
-	UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error)
+	StartJob(ctx context.Context, req request.JobStartRequest) (api.Job, error)
+	UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (api.Job, error)
 }
 
 // meshLink publishes the node's status on the mesh (NodeMeta for everyone,
@@ -255,7 +256,7 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 	}
 	switch c.GetAction() {
 	case gwpb.Action_ACTION_RESUME:
-		st, err = l.sup.Resume(ctx, api.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
+		st, err = l.sup.Resume(ctx, request.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
 	case gwpb.Action_ACTION_DRAIN:
 		st, err = l.sup.Drain(ctx, c.GetReason(), by)
 	case gwpb.Action_ACTION_REGISTER_JOB:
@@ -301,8 +302,8 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 	if r == nil {
 		return errors.New("register job: no job given")
 	}
-	_, err := l.sup.StartJob(ctx, api.JobStartRequest{Job: r.GetJob(), Expiration: r.GetExpiration(), Grace: r.GetGrace()})
-	if !errors.Is(err, api.ErrDuplicateJob) {
+	_, err := l.sup.StartJob(ctx, request.JobStartRequest{Job: r.GetJob(), Expiration: r.GetExpiration(), Grace: r.GetGrace()})
+	if !errors.Is(err, request.ErrDuplicateJob) {
 		return err
 	}
 	// Registered here already. The controller's registration gives the E
@@ -318,7 +319,7 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 		if j.ID != r.GetJob() || j.Expiration == nil {
 			continue
 		}
-		e, none, err := api.ParseExpiration(r.GetExpiration(), time.Now(), 0)
+		e, none, err := request.ParseExpiration(r.GetExpiration(), time.Now(), 0)
 		if err != nil {
 			return err
 		}
@@ -327,10 +328,10 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 		}
 		if !none && e.Before(*j.Expiration) {
 			return fmt.Errorf("job %s: %w: registered with expiration %s; the mesh's registration may only move it later, not to %s",
-				r.GetJob(), api.ErrConflict, j.Expiration.UTC().Format(time.RFC3339), e.UTC().Format(time.RFC3339))
+				r.GetJob(), request.ErrConflict, j.Expiration.UTC().Format(time.RFC3339), e.UTC().Format(time.RFC3339))
 		}
 	}
-	_, err = l.sup.UpdateJob(ctx, r.GetJob(), api.JobUpdateRequest{Expiration: r.GetExpiration()})
+	_, err = l.sup.UpdateJob(ctx, r.GetJob(), request.JobUpdateRequest{Expiration: r.GetExpiration()})
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -78,20 +79,20 @@ func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 // jobSup records the job calls of the mesh link's job registration.
 type jobSup struct {
 	latcher
-	starts              []api.JobStartRequest
-	updates             []api.JobUpdateRequest
+	starts              []request.JobStartRequest
+	updates             []request.JobUpdateRequest
 	startErr, updateErr error
 	status              api.Status
 }
 
-func (s *jobSup) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
+func (s *jobSup) StartJob(ctx context.Context, req request.JobStartRequest) (api.Job, error) {
 	s.starts = append(s.starts, req)
 	return api.Job{}, s.startErr
 }
 
 func (s *jobSup) Status(ctx context.Context) (api.Status, error) { return s.status, nil }
 
-func (s *jobSup) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
+func (s *jobSup) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (api.Job, error) {
 	s.updates = append(s.updates, req)
 	return api.Job{}, s.updateErr
 }
@@ -106,10 +107,10 @@ func TestRegisterJobFromTheMesh(t *testing.T) {
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.starts) != 1 || len(sup.updates) != 0 {
 		t.Fatalf("new job: %v, starts %+v updates %+v", err, sup.starts, sup.updates)
 	}
-	if want := (api.JobStartRequest{Job: "41", Expiration: "1764750000", Grace: "90s"}); sup.starts[0] != want {
+	if want := (request.JobStartRequest{Job: "41", Expiration: "1764750000", Grace: "90s"}); sup.starts[0] != want {
 		t.Fatalf("start %+v, want %+v", sup.starts[0], want)
 	}
-	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob)}
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", request.ErrDuplicateJob)}
 	l.sup = sup
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 1 || sup.updates[0].Expiration != "1764750000" || sup.updates[0].Cgroup != "" {
 		t.Fatalf("registered by the prolog first: %v, updates %+v", err, sup.updates)
@@ -117,7 +118,7 @@ func TestRegisterJobFromTheMesh(t *testing.T) {
 	// Registered with an E already: the mesh may move it later, never
 	// earlier (a shortened E would be a false DOWN).
 	later := time.Unix(1764750000, 0)
-	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob),
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", request.ErrDuplicateJob),
 		status: api.Status{Jobs: []api.Job{{ID: "41", Expiration: &later}}}}
 	l.sup = sup
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 0 {
@@ -125,7 +126,7 @@ func TestRegisterJobFromTheMesh(t *testing.T) {
 	}
 	earlier := later.Add(time.Hour)
 	sup.status.Jobs[0].Expiration = &earlier
-	if err := l.registerJob(context.Background(), reg); !errors.Is(err, api.ErrConflict) || len(sup.updates) != 0 {
+	if err := l.registerJob(context.Background(), reg); !errors.Is(err, request.ErrConflict) || len(sup.updates) != 0 {
 		t.Fatalf("an earlier E: %v, updates %+v; want a refusal", err, sup.updates)
 	}
 	before := later.Add(-time.Hour)
@@ -133,9 +134,9 @@ func TestRegisterJobFromTheMesh(t *testing.T) {
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 1 {
 		t.Fatalf("a later E: %v, updates %+v; want it moved", err, sup.updates)
 	}
-	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob), updateErr: fmt.Errorf("job 41: %w: it is released", api.ErrConflict)}
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", request.ErrDuplicateJob), updateErr: fmt.Errorf("job 41: %w: it is released", request.ErrConflict)}
 	l.sup = sup
-	if err := l.registerJob(context.Background(), reg); !errors.Is(err, api.ErrConflict) {
+	if err := l.registerJob(context.Background(), reg); !errors.Is(err, request.ErrConflict) {
 		t.Fatalf("released on the node: %v, want the refusal passed on", err)
 	}
 	if err := l.registerJob(context.Background(), nil); err == nil {

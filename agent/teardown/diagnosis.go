@@ -10,6 +10,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // request builds a diagnostics request for j.
@@ -126,7 +127,7 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 		sort.Strings(ids)
 		if id != "" {
 			if s.jobs[id] == nil {
-				opErr = fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
+				opErr = fmt.Errorf("job %s: %w", id, request.ErrUnknownJob)
 				return
 			}
 			ids = []string{id}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // The error paths of escalation and release, opened by FakeCgroups.Fail.
@@ -65,7 +66,7 @@ func logTo(b *logBuffer) func(*Options) {
 func (h *harness) epilogIn(id string) string {
 	h.t.Helper()
 	h.cg.StartProcesses = true
-	if status, err := h.s.RunEpilog(context.Background(), id, api.EpilogRequest{Argv: []string{"/bin/true"}}, discard{}); err != nil || status != 0 {
+	if status, err := h.s.RunEpilog(context.Background(), id, request.EpilogRequest{Argv: []string{"/bin/true"}}, discard{}); err != nil || status != 0 {
 		h.t.Fatalf("epilog %s: status %d, %v", id, status, err)
 	}
 	cg := "/fake/job-" + id
@@ -203,7 +204,7 @@ func TestCreateFailureFailsTheEpilog(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.OnEvent = log.add })
 	h.cg.StartProcesses = true
 	h.cg.Fail(OpCreate, "*", syscall.ENOSPC)
-	_, err := h.s.RunEpilog(context.Background(), "c", api.EpilogRequest{Argv: []string{"/bin/true"}}, nil)
+	_, err := h.s.RunEpilog(context.Background(), "c", request.EpilogRequest{Argv: []string{"/bin/true"}}, nil)
 	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "job c") {
 		t.Fatalf("epilog: %v, want an error naming job c and wrapping ENOSPC", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // outcomeUnreported is the outcome of an overdue job whose end was never
@@ -58,7 +59,7 @@ func (s *Supervisor) askExpiration(j *job) {
 			if err == nil {
 				var e time.Time
 				var none bool
-				e, none, err = api.ParseExpiration(out, now, s.o.MaxExpirationAge)
+				e, none, err = request.ParseExpiration(out, now, s.o.MaxExpirationAge)
 				switch {
 				case err != nil:
 					err = fmt.Errorf("answer %s: %w", clipText(out), err)

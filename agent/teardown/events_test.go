@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // eventLog records what OnEvent is told.
@@ -82,7 +83,7 @@ func TestOnEvent(t *testing.T) {
 func TestOnEventEpilogStartError(t *testing.T) {
 	log := &eventLog{}
 	h := newHarness(t, func(o *Options) { o.OnEvent = log.add })
-	_, err := h.s.RunEpilog(context.Background(), "5", api.EpilogRequest{Argv: []string{"/bin/true"}}, nil)
+	_, err := h.s.RunEpilog(context.Background(), "5", request.EpilogRequest{Argv: []string{"/bin/true"}}, nil)
 	if err == nil {
 		t.Fatal("the fake cgroups started an epilogue")
 	}

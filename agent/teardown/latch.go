@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // latchJob latches the node DOWN for overdue job j, once.
@@ -121,12 +122,12 @@ func (s *Supervisor) maybeAutoResume() {
 
 // Resume clears the DOWN latch. Overdue jobs stay supervised but no longer
 // hold the node.
-func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error) {
+func (s *Supervisor) Resume(ctx context.Context, req request.ResumeRequest) (api.Status, error) {
 	if strings.TrimSpace(req.Reason) == "" {
-		return api.Status{}, &api.InputError{Field: "reason", Msg: "a reason is required"}
+		return api.Status{}, &request.InputError{Field: "reason", Msg: "a reason is required"}
 	}
 	who := "unknown peer"
-	if p, ok := api.PeerFrom(ctx); ok {
+	if p, ok := request.PeerFrom(ctx); ok {
 		who = fmt.Sprintf("uid %d pid %d", p.UID, p.PID)
 	}
 	var out api.Status
@@ -157,7 +158,7 @@ func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Sta
 // Drain latches the node DOWN on an administrator's word. Like a grace
 // violation it holds until Resume; auto_resume never clears it.
 func (s *Supervisor) Drain(ctx context.Context, reason, by string) (api.Status, error) {
-	if err := api.ValidateReason(reason); err != nil {
+	if err := request.ValidateReason(reason); err != nil {
 		return api.Status{}, err
 	}
 	var out api.Status

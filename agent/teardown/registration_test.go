@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // The deadline E + G holds from registration (issue 9): these tests step
@@ -62,7 +63,7 @@ func TestNoEndReported(t *testing.T) {
 	if p := h.job("41").Phase; p != api.PhaseOverdue {
 		t.Fatalf("an hour later: phase %s, want overdue", p)
 	}
-	st, err := h.s.Resume(context.Background(), api.ResumeRequest{Reason: "checked"})
+	st, err := h.s.Resume(context.Background(), request.ResumeRequest{Reason: "checked"})
 	if err != nil || st.State != api.StateUp {
 		t.Fatalf("resume: %v %s", err, st.State)
 	}
@@ -147,7 +148,7 @@ func TestJobUpdateMovesTheDeadline(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start1("7", t0.Add(time.Minute).Format(time.RFC3339), "", "")
 	h.advance(30 * time.Second)
-	j, err := h.s.UpdateJob(context.Background(), "7", api.JobUpdateRequest{Expiration: t0.Add(10 * time.Minute).Format(time.RFC3339)})
+	j, err := h.s.UpdateJob(context.Background(), "7", request.JobUpdateRequest{Expiration: t0.Add(10 * time.Minute).Format(time.RFC3339)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestJobUpdateMovesTheDeadline(t *testing.T) {
 	// An expiration removed: no deadline until the job ends.
 	h2 := newHarness(t, nil)
 	h2.start1("8", t0.Add(time.Minute).Format(time.RFC3339), "", "")
-	if j, err := h2.s.UpdateJob(context.Background(), "8", api.JobUpdateRequest{Expiration: "0"}); err != nil || j.Deadline != nil {
+	if j, err := h2.s.UpdateJob(context.Background(), "8", request.JobUpdateRequest{Expiration: "0"}); err != nil || j.Deadline != nil {
 		t.Fatalf("update to no expiration: %v, deadline %v", err, j.Deadline)
 	}
 	h2.advance(24 * time.Hour)
@@ -193,24 +194,24 @@ func TestJobUpdateBadInput(t *testing.T) {
 	future := t0.Add(2 * time.Hour).Format(time.RFC3339)
 	cases := []struct {
 		name, id string
-		req      api.JobUpdateRequest
+		req      request.JobUpdateRequest
 		want     error
 		field    string
 	}{
-		{"unknown", "nope", api.JobUpdateRequest{Expiration: future}, api.ErrUnknownJob, ""},
-		{"released", "rel", api.JobUpdateRequest{Expiration: future}, api.ErrConflict, ""},
-		{"overdue", "od", api.JobUpdateRequest{Expiration: future}, api.ErrConflict, ""},
-		{"into the past", "r", api.JobUpdateRequest{Expiration: t0.Format(time.RFC3339)}, nil, "expiration"},
-		{"not a time", "r", api.JobUpdateRequest{Expiration: "soon"}, nil, "expiration"},
-		{"nothing", "r", api.JobUpdateRequest{}, nil, "expiration"},
-		{"another cgroup", "r", api.JobUpdateRequest{Cgroup: "/cg/other"}, api.ErrConflict, ""},
-		{"cgroup not allowed", "r", api.JobUpdateRequest{Cgroup: "/not-allowed/x"}, nil, "cgroup"},
-		{"bad id", "a/b", api.JobUpdateRequest{Expiration: future}, nil, "job"},
+		{"unknown", "nope", request.JobUpdateRequest{Expiration: future}, request.ErrUnknownJob, ""},
+		{"released", "rel", request.JobUpdateRequest{Expiration: future}, request.ErrConflict, ""},
+		{"overdue", "od", request.JobUpdateRequest{Expiration: future}, request.ErrConflict, ""},
+		{"into the past", "r", request.JobUpdateRequest{Expiration: t0.Format(time.RFC3339)}, nil, "expiration"},
+		{"not a time", "r", request.JobUpdateRequest{Expiration: "soon"}, nil, "expiration"},
+		{"nothing", "r", request.JobUpdateRequest{}, nil, "expiration"},
+		{"another cgroup", "r", request.JobUpdateRequest{Cgroup: "/cg/other"}, request.ErrConflict, ""},
+		{"cgroup not allowed", "r", request.JobUpdateRequest{Cgroup: "/not-allowed/x"}, nil, "cgroup"},
+		{"bad id", "a/b", request.JobUpdateRequest{Expiration: future}, nil, "job"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := h.s.UpdateJob(ctx, c.id, c.req)
-			var ie *api.InputError
+			var ie *request.InputError
 			switch {
 			case err == nil:
 				t.Fatal("accepted")
@@ -371,12 +372,12 @@ func TestTooManyJobs(t *testing.T) {
 	h.start1("done", "0", "", "")
 	h.s.EndJob(context.Background(), "done") // released: does not count
 	for i := range 50 {
-		if _, err := h.s.StartJob(context.Background(), api.JobStartRequest{Job: "j" + strconv.Itoa(i), Expiration: "0"}); err != nil {
+		if _, err := h.s.StartJob(context.Background(), request.JobStartRequest{Job: "j" + strconv.Itoa(i), Expiration: "0"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err := h.s.StartJob(context.Background(), api.JobStartRequest{Job: "one-more", Expiration: "0"})
-	if !errors.Is(err, api.ErrFull) {
+	_, err := h.s.StartJob(context.Background(), request.JobStartRequest{Job: "one-more", Expiration: "0"})
+	if !errors.Is(err, request.ErrFull) {
 		t.Fatalf("job 51: %v, want ErrFull", err)
 	}
 }

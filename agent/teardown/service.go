@@ -8,25 +8,26 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 var _ api.Service = (*Supervisor)(nil)
 
 // DefaultMaxJobs is the default of Options.MaxJobs: the registered jobs
 // that are not released. A node runs a few hundred at most; a runaway
-// caller gets api.ErrFull instead of growing the agent's memory and state
+// caller gets request.ErrFull instead of growing the agent's memory and state
 // file (which is written after every change) without a bound.
 const DefaultMaxJobs = 4096
 
 // resolveForeign resolves a cgroup given on the socket API (job start,
-// job update, epilog), as an *api.InputError of field "cgroup".
+// job update, epilog), as an *request.InputError of field "cgroup".
 func (s *Supervisor) resolveForeign(spec string) (Foreign, error) {
 	if spec == "" {
 		return Foreign{}, nil
 	}
 	f, err := s.o.Cgroups.Resolve(spec)
 	if err != nil {
-		return Foreign{}, &api.InputError{Field: "cgroup", Msg: err.Error()}
+		return Foreign{}, &request.InputError{Field: "cgroup", Msg: err.Error()}
 	}
 	return f, nil
 }
@@ -71,18 +72,18 @@ func (s *Supervisor) registered() int {
 
 // StartJob registers a job (phase running). Its deadline E + G holds from
 // now on, whether an end is reported or not.
-func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
-	if err := api.ValidateJobID(req.Job); err != nil {
+func (s *Supervisor) StartJob(ctx context.Context, req request.JobStartRequest) (api.Job, error) {
+	if err := request.ValidateJobID(req.Job); err != nil {
 		return api.Job{}, err
 	}
 	now := s.o.Clock.Now()
-	exp, none, err := api.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge)
+	exp, none, err := request.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge)
 	if err != nil {
 		return api.Job{}, err
 	}
 	grace := s.o.Grace
 	if req.Grace != "" {
-		if grace, err = api.ParseGrace(req.Grace); err != nil {
+		if grace, err = request.ParseGrace(req.Grace); err != nil {
 			return api.Job{}, err
 		}
 	}
@@ -92,10 +93,10 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 	}
 	return s.onLoop(ctx, func() (api.Job, error) {
 		if _, ok := s.jobs[req.Job]; ok {
-			return api.Job{}, fmt.Errorf("job %s: %w", req.Job, api.ErrDuplicateJob)
+			return api.Job{}, fmt.Errorf("job %s: %w", req.Job, request.ErrDuplicateJob)
 		}
 		if n := s.registered(); n >= s.o.MaxJobs {
-			return api.Job{}, fmt.Errorf("job %s: %w: %d jobs are registered and not released", req.Job, api.ErrFull, n)
+			return api.Job{}, fmt.Errorf("job %s: %w: %d jobs are registered and not released", req.Job, request.ErrFull, n)
 		}
 		j := &job{ID: req.Job, Expiration: exp, NoExpiration: none, Grace: grace, Registered: now,
 			Phase: api.PhaseRunning}
@@ -121,13 +122,13 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 // overdue job whose end was never reported is recorded: from then on, its
 // release waits only for its processes.
 func (s *Supervisor) EndJob(ctx context.Context, id string) (api.Job, error) {
-	if err := api.ValidateJobID(id); err != nil {
+	if err := request.ValidateJobID(id); err != nil {
 		return api.Job{}, err
 	}
 	return s.onLoop(ctx, func() (api.Job, error) {
 		j := s.jobs[id]
 		if j == nil {
-			return api.Job{}, fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
+			return api.Job{}, fmt.Errorf("job %s: %w", id, request.ErrUnknownJob)
 		}
 		switch j.Phase {
 		case api.PhaseRunning:
@@ -143,23 +144,23 @@ func (s *Supervisor) EndJob(ctx context.Context, id string) (api.Job, error) {
 
 // UpdateJob changes the expiration of a job (its time limit moved in the
 // exec system) or adds the cgroup it runs in. See api.Service.
-func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
-	if err := api.ValidateJobID(id); err != nil {
+func (s *Supervisor) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (api.Job, error) {
+	if err := request.ValidateJobID(id); err != nil {
 		return api.Job{}, err
 	}
 	if req.Expiration == "" && req.Cgroup == "" {
-		return api.Job{}, &api.InputError{Field: "expiration", Msg: "nothing to update: give an expiration or a cgroup"}
+		return api.Job{}, &request.InputError{Field: "expiration", Msg: "nothing to update: give an expiration or a cgroup"}
 	}
 	now := s.o.Clock.Now()
 	var exp time.Time
 	var none bool
 	if req.Expiration != "" {
 		var err error
-		if exp, none, err = api.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge); err != nil {
+		if exp, none, err = request.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge); err != nil {
 			return api.Job{}, err
 		}
 		if !none && exp.Before(now) {
-			return api.Job{}, &api.InputError{Field: "expiration", Msg: fmt.Sprintf(
+			return api.Job{}, &request.InputError{Field: "expiration", Msg: fmt.Sprintf(
 				"the new expiration %s is %s before now: a time limit can be moved, not into the past",
 				exp.UTC().Format(time.RFC3339Nano), now.Sub(exp).Round(time.Millisecond))}
 		}
@@ -172,15 +173,15 @@ func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdate
 		j := s.jobs[id]
 		switch {
 		case j == nil:
-			return api.Job{}, fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
+			return api.Job{}, fmt.Errorf("job %s: %w", id, request.ErrUnknownJob)
 		case j.Phase == api.PhaseReleased:
-			return api.Job{}, fmt.Errorf("job %s: %w: it is released (its teardown ended %s)", id, api.ErrConflict,
+			return api.Job{}, fmt.Errorf("job %s: %w: it is released (its teardown ended %s)", id, request.ErrConflict,
 				j.Released.UTC().Format(time.RFC3339))
 		case j.Phase == api.PhaseOverdue:
 			return api.Job{}, fmt.Errorf("job %s: %w: it is overdue since its deadline %s and the node is down; check it and resume the node",
-				id, api.ErrConflict, j.Deadline.UTC().Format(time.RFC3339))
+				id, request.ErrConflict, j.Deadline.UTC().Format(time.RFC3339))
 		case foreign.Path != "" && j.Foreign != "" && j.Foreign != foreign.Path:
-			return api.Job{}, fmt.Errorf("job %s: %w: it already observes cgroup %s", id, api.ErrConflict, j.ForeignName)
+			return api.Job{}, fmt.Errorf("job %s: %w: it already observes cgroup %s", id, request.ErrConflict, j.ForeignName)
 		}
 		if foreign.Path != "" && j.Foreign == "" {
 			s.setForeign(j, foreign)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
@@ -122,7 +123,7 @@ func (h *harness) eventually(what string, cond func(api.Status) bool) api.Status
 
 func (h *harness) start1(id, exp, grace, cgroup string) api.Job {
 	h.t.Helper()
-	j, err := h.s.StartJob(context.Background(), api.JobStartRequest{Job: id, Expiration: exp, Grace: grace, Cgroup: cgroup})
+	j, err := h.s.StartJob(context.Background(), request.JobStartRequest{Job: id, Expiration: exp, Grace: grace, Cgroup: cgroup})
 	if err != nil {
 		h.t.Fatalf("start %s: %v", id, err)
 	}
@@ -228,7 +229,7 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 				if st.State != api.StateDown {
 					t.Fatalf("never: state %s after the processes went, want down", st.State)
 				}
-				st, err := h.s.Resume(context.Background(), api.ResumeRequest{Reason: "fixed"})
+				st, err := h.s.Resume(context.Background(), request.ResumeRequest{Reason: "fixed"})
 				if err != nil || st.State != api.StateUp {
 					t.Fatalf("resume: %v, state %s", err, st.State)
 				}
@@ -285,16 +286,16 @@ func TestBadInputChangesNothing(t *testing.T) {
 	before := h.status()
 	cases := []struct {
 		name  string
-		req   api.JobStartRequest
+		req   request.JobStartRequest
 		want  error
 		field string
 	}{
-		{"duplicate", api.JobStartRequest{Job: "1", Expiration: t0.Add(time.Hour).Format(time.RFC3339)}, api.ErrDuplicateJob, ""},
-		{"not a time", api.JobStartRequest{Job: "2", Expiration: "tomorrow"}, nil, "expiration"},
-		{"far past", api.JobStartRequest{Job: "2", Expiration: "1000000000"}, nil, "expiration"},
-		{"negative grace", api.JobStartRequest{Job: "2", Expiration: "0", Grace: "-5s"}, nil, "grace"},
-		{"bad id", api.JobStartRequest{Job: "a/b", Expiration: "0"}, nil, "job"},
-		{"missing cgroup", api.JobStartRequest{Job: "2", Expiration: "0", Cgroup: "/missing"}, nil, "cgroup"},
+		{"duplicate", request.JobStartRequest{Job: "1", Expiration: t0.Add(time.Hour).Format(time.RFC3339)}, request.ErrDuplicateJob, ""},
+		{"not a time", request.JobStartRequest{Job: "2", Expiration: "tomorrow"}, nil, "expiration"},
+		{"far past", request.JobStartRequest{Job: "2", Expiration: "1000000000"}, nil, "expiration"},
+		{"negative grace", request.JobStartRequest{Job: "2", Expiration: "0", Grace: "-5s"}, nil, "grace"},
+		{"bad id", request.JobStartRequest{Job: "a/b", Expiration: "0"}, nil, "job"},
+		{"missing cgroup", request.JobStartRequest{Job: "2", Expiration: "0", Cgroup: "/missing"}, nil, "cgroup"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -305,13 +306,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 			if tc.want != nil && !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
-			var ie *api.InputError
+			var ie *request.InputError
 			if tc.field != "" && (!errors.As(err, &ie) || ie.Field != tc.field) {
 				t.Fatalf("err %v, want an input error on %s", err, tc.field)
 			}
 		})
 	}
-	if _, err := h.s.EndJob(context.Background(), "nope"); !errors.Is(err, api.ErrUnknownJob) {
+	if _, err := h.s.EndJob(context.Background(), "nope"); !errors.Is(err, request.ErrUnknownJob) {
 		t.Fatalf("end of unknown job: %v", err)
 	}
 	after := h.status()
@@ -383,7 +384,7 @@ func TestDrainHoldsUntilResume(t *testing.T) {
 	if _, err := h.s.Drain(context.Background(), "", "x"); err == nil {
 		t.Fatal("empty reason accepted")
 	}
-	st, err = h.s.Resume(context.Background(), api.ResumeRequest{Reason: "DIMM replaced"})
+	st, err = h.s.Resume(context.Background(), request.ResumeRequest{Reason: "DIMM replaced"})
 	if err != nil || st.State != api.StateUp {
 		t.Fatalf("resume: %v %s", err, st.State)
 	}
