@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/request"
 )
 
@@ -35,7 +34,9 @@ type epilogRun struct {
 }
 
 // RunEpilog runs req.Argv in the job's cgroup (job-<id>/epilog), streams its
-// output to out and returns its exit status. See api.Service.
+// output to out and returns its exit status (128+signal if killed); if ctx
+// ends first it returns ctx.Err() and the epilogue goes on under
+// supervision.
 func (s *Supervisor) RunEpilog(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 	if err := request.ValidateJobID(id); err != nil {
 		return 0, err
@@ -84,7 +85,7 @@ func (s *Supervisor) spawnEpilog(id, path string, req request.EpilogRequest, dir
 		if n := s.registered(); n >= s.o.MaxJobs {
 			return nil, fmt.Errorf("job %s: %w: %d jobs are registered and not released", id, request.ErrFull, n)
 		}
-		j = &job{ID: id, Expiration: now, Grace: s.o.Grace, Registered: now, Phase: api.PhaseRunning}
+		j = &job{ID: id, Expiration: now, Grace: s.o.Grace, Registered: now, Phase: PhaseRunning}
 		s.jobs[id] = j
 		s.log.Info("job registered by its epilogue", "job", id, "expiration", now, "grace", j.Grace)
 		s.emit(Event{Kind: EventRegistered, Job: id})
@@ -101,11 +102,11 @@ func (s *Supervisor) spawnEpilog(id, path string, req request.EpilogRequest, dir
 		}
 	}
 	switch j.Phase {
-	case api.PhaseRunning:
+	case PhaseRunning:
 		s.startTeardown(j, now, endedByEpilog)
-	case api.PhaseOverdue:
+	case PhaseOverdue:
 		s.endOverdue(j, endedByEpilog)
-	case api.PhaseReleased:
+	case PhaseReleased:
 		s.reopen(j)
 	}
 	if j.Cgroup == "" {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/request"
 )
 
@@ -76,13 +75,13 @@ func (h *harness) epilogIn(id string) string {
 	return cg
 }
 
-func jobOf(st api.Status, id string) api.Job {
+func jobOf(st Status, id string) Job {
 	for _, j := range st.Jobs {
 		if j.ID == id {
 			return j
 		}
 	}
-	return api.Job{}
+	return Job{}
 }
 
 // A kill that fails does not stop the escalation: the failure is logged
@@ -98,10 +97,10 @@ func TestKillFailureStillEscalates(t *testing.T) {
 	h.cg.Fail(OpKill, cg, errKill)
 
 	h.advance(60 * time.Second)
-	h.eventually("SIGTERM", func(st api.Status) bool { return jobOf(st, "k").Escalation == escTerm })
+	h.eventually("SIGTERM", func(st Status) bool { return jobOf(st, "k").Escalation == escTerm })
 	h.advance(10 * time.Second)
 	st := h.status()
-	if j := jobOf(st, "k"); j.Escalation != escKill || j.Phase != api.PhaseOverdue || st.State != api.StateDown {
+	if j := jobOf(st, "k"); j.Escalation != escKill || j.Phase != PhaseOverdue || st.State != StateDown {
 		t.Fatalf("after the failed kill: job %+v, node %s; want overdue at kill, node down", j, st.State)
 	}
 	if got := h.cg.Kills(); !slices.Equal(got, []string{cg}) {
@@ -111,7 +110,7 @@ func TestKillFailureStillEscalates(t *testing.T) {
 		t.Errorf("the failed kill is not logged with its cgroup and error:\n%s", logs)
 	}
 	h.advance(30 * time.Second)
-	h.eventually("classification after the failed kill", func(st api.Status) bool {
+	h.eventually("classification after the failed kill", func(st Status) bool {
 		return jobOf(st, "k").Escalation == escClassified && len(h.diag.stages()) == 2
 	})
 	if got := h.cg.Kills(); len(got) != 2 {
@@ -129,7 +128,7 @@ func TestSignalFailureStillKills(t *testing.T) {
 	h.cg.Fail(OpSignal, "/foreign/s", syscall.EPERM)
 	h.s.EndJob(context.Background(), "s")
 	h.advance(60 * time.Second)
-	h.eventually("SIGTERM", func(st api.Status) bool { return jobOf(st, "s").Escalation == escTerm })
+	h.eventually("SIGTERM", func(st Status) bool { return jobOf(st, "s").Escalation == escTerm })
 	if !logs.has("signal failed", "/foreign/s", "signal=terminated", syscall.EPERM.Error()) {
 		t.Errorf("the failed SIGTERM is not logged:\n%s", logs)
 	}
@@ -150,8 +149,8 @@ func TestRemoveFailureKeepsCgroupAndRetries(t *testing.T) {
 	h := newHarness(t, logTo(logs))
 	h.cg.Fail(OpRemove, "*", syscall.EBUSY)
 	cg := h.epilogIn("r")
-	st := h.eventually("release", func(st api.Status) bool { return jobOf(st, "r").Phase == api.PhaseReleased })
-	if j := jobOf(st, "r"); j.Outcome != "clean" || j.Cgroup != cg || st.State != api.StateUp {
+	st := h.eventually("release", func(st Status) bool { return jobOf(st, "r").Phase == PhaseReleased })
+	if j := jobOf(st, "r"); j.Outcome != "clean" || j.Cgroup != cg || st.State != StateUp {
 		t.Fatalf("job %+v node %s: want released clean with its cgroup kept, node up", j, st.State)
 	}
 	if !logs.has("cannot remove job cgroup", cg, syscall.EBUSY.Error()) {
@@ -160,7 +159,7 @@ func TestRemoveFailureKeepsCgroupAndRetries(t *testing.T) {
 
 	h.cg.Fail(OpRemove, "*", nil)
 	cg2 := h.epilogIn("r2")
-	st = h.eventually("the next release", func(st api.Status) bool { return jobOf(st, "r2").Phase == api.PhaseReleased })
+	st = h.eventually("the next release", func(st Status) bool { return jobOf(st, "r2").Phase == PhaseReleased })
 	if j := jobOf(st, "r"); j.Cgroup != "" {
 		t.Fatalf("job r still holds cgroup %s after the next release", j.Cgroup)
 	}
@@ -188,7 +187,7 @@ func TestWatchFailureFallsBackToPolling(t *testing.T) {
 	h.cg.SetPopulated("/foreign/w", false) // no watcher to tell
 	h.advance(time.Second)
 	st := h.status()
-	if j := jobOf(st, "w"); j.Phase != api.PhaseReleased || j.Outcome != "clean" || st.State != api.StateUp {
+	if j := jobOf(st, "w"); j.Phase != PhaseReleased || j.Outcome != "clean" || st.State != StateUp {
 		t.Fatalf("a second after the unwatched cgroup emptied: job %+v node %s, want released clean, up", j, st.State)
 	}
 	if sig := h.cg.Signals(); len(sig) != 0 {
@@ -213,7 +212,7 @@ func TestCreateFailureFailsTheEpilog(t *testing.T) {
 	}
 	h.advance(61 * time.Second)
 	st := h.status()
-	if j := jobOf(st, "c"); j.Phase != api.PhaseReleased || st.State != api.StateUp {
+	if j := jobOf(st, "c"); j.Phase != PhaseReleased || st.State != StateUp {
 		t.Fatalf("after the deadline: job %+v node %s, want released, up", j, st.State)
 	}
 	if len(h.diag.stages()) != 0 || len(h.cg.Signals()) != 0 {

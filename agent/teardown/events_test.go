@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/request"
 )
 
@@ -60,7 +59,7 @@ func TestOnEvent(t *testing.T) {
 	h.cg.SetPopulated("/foreign/1", false)
 	h.status()
 	h.advance(2 * time.Second)
-	h.eventually("SIGTERM", func(st api.Status) bool { return st.Jobs[1].Escalation == escTerm })
+	h.eventually("SIGTERM", func(st Status) bool { return st.Jobs[1].Escalation == escTerm })
 	h.advance(10 * time.Second)
 	h.cg.SetPopulated("/foreign/2", false)
 	h.status()

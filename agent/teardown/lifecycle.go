@@ -9,7 +9,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
@@ -28,11 +27,11 @@ const (
 // readopt re-arms watches and timers of persisted jobs after a restart.
 func (s *Supervisor) readopt() {
 	for _, j := range s.jobs {
-		if !j.active() && j.Phase != api.PhaseRunning {
+		if !j.active() && j.Phase != PhaseRunning {
 			continue
 		}
 		s.watch(j)
-		if j.Phase == api.PhaseRunning {
+		if j.Phase == PhaseRunning {
 			// A state file of an earlier version has no deadline for a
 			// running job: it holds from registration now.
 			if j.Deadline.IsZero() && !j.NoExpiration {
@@ -50,7 +49,7 @@ func (s *Supervisor) readopt() {
 		}
 		s.log.Info("re-adopted teardown", "job", j.ID, "phase", j.Phase, "deadline", j.Deadline, "escalation", j.Escalation)
 		switch {
-		case j.Phase == api.PhaseTeardown:
+		case j.Phase == PhaseTeardown:
 			s.armAt(j, j.Deadline, func() { s.overdue(j) })
 		case j.Escalation == escNone:
 			s.latchJob(j)
@@ -124,12 +123,12 @@ func (s *Supervisor) pollV1(j *job) {
 	j.poll = s.o.Clock.AfterFunc(v1PollInterval, func() {
 		s.post(func() {
 			j.poll = nil
-			if j.Phase == api.PhaseReleased || s.jobs[j.ID] != j {
+			if j.Phase == PhaseReleased || s.jobs[j.ID] != j {
 				return
 			}
 			s.check(j)
 			s.changed()
-			if j.Phase != api.PhaseReleased && j.poll == nil {
+			if j.Phase != PhaseReleased && j.poll == nil {
 				s.pollV1(j)
 			}
 		})
@@ -148,10 +147,10 @@ func (s *Supervisor) observeForeign(j *job) bool {
 	var err error
 	var pids []int
 	if j.ForeignV1 {
-		pids, err = s.o.Cgroups.Procs(j.Foreign, true, api.MaxListedProcesses)
+		pids, err = s.o.Cgroups.Procs(j.Foreign, true, MaxListedProcesses)
 		pop = len(pids) > 0
 	} else if pop, err = s.o.Cgroups.Populated(j.Foreign); err == nil && pop {
-		pids, err = s.o.Cgroups.Procs(j.Foreign, false, api.MaxListedProcesses)
+		pids, err = s.o.Cgroups.Procs(j.Foreign, false, MaxListedProcesses)
 	}
 	if err != nil {
 		// Once per failing streak: a v1 cgroup is read every second.
@@ -202,13 +201,13 @@ func (s *Supervisor) populated(j *job) bool {
 // says that the job's processes are gone.
 func (s *Supervisor) check(j *job) {
 	switch {
-	case j.Phase == api.PhaseRunning:
+	case j.Phase == PhaseRunning:
 		if !s.foreignEmptied(j) {
 			return
 		}
 		s.log.Info("job cgroup emptied without an end report: the job ended", "job", j.ID, "cgroup", j.ForeignName)
 		s.startTeardown(j, s.o.Clock.Now(), endedByCgroup)
-	case j.Phase == api.PhaseOverdue && j.Ended.IsZero():
+	case j.Phase == PhaseOverdue && j.Ended.IsZero():
 		if !s.foreignEmptied(j) {
 			return
 		}
@@ -230,7 +229,7 @@ func (s *Supervisor) startTeardown(j *job, now time.Time, by string) {
 	j.Ended = now
 	j.EndedBy = by
 	j.Deadline = j.teardownDeadline()
-	j.Phase = api.PhaseTeardown
+	j.Phase = PhaseTeardown
 	s.log.Info("teardown started", "job", j.ID, "deadline", j.Deadline, "grace", j.Grace, "ended_by", by)
 	s.persist()
 	s.watch(j)
@@ -240,7 +239,7 @@ func (s *Supervisor) startTeardown(j *job, now time.Time, by string) {
 // endOverdue records the end of an overdue job whose end was not known,
 // when the exec system reports it late (job end, or its epilogue).
 func (s *Supervisor) endOverdue(j *job, by string) {
-	if j.Phase != api.PhaseOverdue || !j.Ended.IsZero() {
+	if j.Phase != PhaseOverdue || !j.Ended.IsZero() {
 		return
 	}
 	j.Ended, j.EndedBy = s.o.Clock.Now(), by
@@ -251,7 +250,7 @@ func (s *Supervisor) endOverdue(j *job, by string) {
 // reopen puts a released job back into teardown with its original deadline
 // (an epilogue that arrived after the job looked done).
 func (s *Supervisor) reopen(j *job) {
-	j.Phase = api.PhaseTeardown
+	j.Phase = PhaseTeardown
 	j.Released = time.Time{}
 	j.Outcome = ""
 	s.watch(j)
@@ -266,13 +265,13 @@ func (s *Supervisor) reopen(j *job) {
 // release ends j's teardown: every process is gone.
 func (s *Supervisor) release(j *job) {
 	now := s.o.Clock.Now()
-	wasOverdue := j.Phase == api.PhaseOverdue
+	wasOverdue := j.Phase == PhaseOverdue
 	if wasOverdue {
 		// Gone while the latch waited for the first snapshot: the grace
 		// was still exceeded.
 		s.latchJob(j)
 	}
-	j.Phase = api.PhaseReleased
+	j.Phase = PhaseReleased
 	j.Released = now
 	s.stopTimers(j)
 	j.pids = nil
@@ -341,7 +340,7 @@ func (s *Supervisor) release(j *job) {
 // busy while the kernel still counts a dying process in it.
 func (s *Supervisor) removeLeftovers(just *job) {
 	for _, k := range s.jobs {
-		if k == just || k.Phase != api.PhaseReleased || k.Cgroup == "" {
+		if k == just || k.Phase != PhaseReleased || k.Cgroup == "" {
 			continue
 		}
 		if err := s.o.Cgroups.Remove(k.Cgroup); err != nil {
@@ -356,7 +355,7 @@ func (s *Supervisor) removeLeftovers(just *job) {
 func (s *Supervisor) pruneReleased() {
 	var rel []*job
 	for _, j := range s.jobs {
-		if j.Phase == api.PhaseReleased && !slices.Contains(s.st.Latch.Jobs, j.ID) {
+		if j.Phase == PhaseReleased && !slices.Contains(s.st.Latch.Jobs, j.ID) {
 			rel = append(rel, j)
 		}
 	}
