@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "aggregator")
-	build := exec.Command(goTool(), "build", "-o", binary, ".")
+	build := exec.Command(goTool(), "build", "-o", binary, "github.com/gracewatch/gracewatch/cmd/aggregator")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.RemoveAll(dir)
