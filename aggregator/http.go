@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/version"
@@ -312,7 +313,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		for i, n := range nodes {
 			names[i] = n.Name
 		}
-		hl, err := Compress(names)
+		hl, err := hostlist.Compress(names)
 		if err != nil {
 			s.writeError(w, http.StatusInternalServerError, "%v", err)
 			return

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	agentrequest "github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -106,7 +107,7 @@ func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
 	if strings.TrimSpace(req.Nodes) == "" {
 		return req, nil, errors.New("nodes: the job's nodes are required (a hostlist such as node[1-4])")
 	}
-	names, err := Expand(req.Nodes)
+	names, err := hostlist.Expand(req.Nodes)
 	if err != nil {
 		return req, nil, fmt.Errorf("nodes: %w", err)
 	}

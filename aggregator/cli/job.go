@@ -6,6 +6,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
 
 // runJob is `aggregator job start`: POST /v1/jobs. It exits 0 when every
@@ -35,7 +36,7 @@ func runJob(c *cli, name string, args []string) int {
 	if err := request.ValidateJobID(*job); err != nil {
 		return f.UsageErrorf("--job: %v", err)
 	}
-	if _, err := aggregator.Expand(*nodes); err != nil {
+	if _, err := hostlist.Expand(*nodes); err != nil {
 		return f.UsageErrorf("--nodes: %v", err)
 	}
 	cl, err := c.client(f, true)

@@ -13,7 +13,7 @@ import (
 func TestDependencies(t *testing.T) {
 	depcheck.Check(t, ".", depcheck.Allow{
 		Packages: []string{"aggregator", "aggregator/cli", "agent/request", "mesh", "proto/gwpb",
-			"internal/clock", "internal/cmdutil", "internal/config", "internal/fsutil", "internal/hostinfo",
+			"internal/clock", "internal/cmdutil", "internal/config", "internal/fsutil", "internal/hostinfo", "internal/hostlist",
 			"internal/metrics", "internal/nodename", "internal/secretfile", "internal/version"},
 		Modules: []string{
 			"github.com/beorn7/perks", "github.com/cespare/xxhash/v2", "github.com/coreos/go-systemd/v22",
