@@ -56,41 +56,6 @@ const (
 	sseRetry = 2 * time.Second
 )
 
-// ErrorBody is the JSON body of every error response.
-type ErrorBody struct {
-	Error string `json:"error"`
-}
-
-// ActionRequest is the body of POST /v1/nodes/{name}/resume and /drain.
-type ActionRequest struct {
-	// Reason says why (required, at most MaxReasonBytes of printable
-	// UTF-8); it is logged and, for a drain, becomes the node's reason.
-	Reason string `json:"reason"`
-}
-
-// NodeList is the body of GET /v1/nodes and the data of a watch snapshot.
-type NodeList struct {
-	Nodes []Node `json:"nodes"`
-}
-
-// ClusterConfig is the body of GET /v1/config: what a scheduler needs to
-// agree with the agents.
-type ClusterConfig struct {
-	// Grace is G in seconds.
-	Grace float64 `json:"grace"`
-	// ClockSkewAllowance is in seconds.
-	ClockSkewAllowance float64 `json:"clock_skew_allowance"`
-	UnreachableIsDown  bool    `json:"unreachable_is_down"`
-	// UnreachableAfter is in seconds: how long a member must stay dead or
-	// left before it is served unreachable.
-	UnreachableAfter float64 `json:"unreachable_after"`
-	// Settle is in seconds: how long a newly seen node has to send its
-	// own state before gossip alone can make it down.
-	Settle float64 `json:"settle"`
-	// Schema is the mesh schema version this aggregator speaks.
-	Schema int `json:"schema"`
-}
-
 // Health is the body of GET /healthz.
 type Health struct {
 	Status      string           `json:"status"`

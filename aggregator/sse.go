@@ -130,11 +130,6 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Forgotten is the data of a "forget" event.
-type Forgotten struct {
-	Name string `json:"name"`
-}
-
 // writeChange writes one event of the history: "node" or "forget".
 func writeChange(buf *bytes.Buffer, ev Event) {
 	if ev.Forgotten {

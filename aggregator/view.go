@@ -11,37 +11,6 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-// State is a node's state as served to the scheduler (docs/DESIGN.md §2).
-type State string
-
-// Served states.
-const (
-	// StateUp: no teardown in progress; schedulable.
-	StateUp State = "up"
-	// StateTeardown: a teardown within its grace; schedulable from FreeAt.
-	StateTeardown State = "teardown"
-	// StateDown: a grace violation, hung processes, an administrator's
-	// drain, or a missed teardown deadline; not schedulable.
-	StateDown State = "down"
-	// StateUnreachable: the aggregator cannot tell the node's state (the
-	// mesh declared the agent dead, it left, or what it publishes cannot be
-	// read); not schedulable.
-	StateUnreachable State = "unreachable"
-)
-
-// States lists the served states in the order documented in the API.
-var States = []State{StateUp, StateTeardown, StateDown, StateUnreachable}
-
-// ParseState returns the State named s.
-func ParseState(s string) (State, error) {
-	for _, st := range States {
-		if string(st) == s {
-			return st, nil
-		}
-	}
-	return "", fmt.Errorf("unknown state %q (want up, teardown, down or unreachable)", s)
-}
-
 // gone reports whether a member is dead or has left. A suspect member is
 // still alive: suspicion is memberlist's transient doubt.
 func gone(s mesh.Status) bool { return s == mesh.StatusDead || s == mesh.StatusLeft }
@@ -116,87 +85,6 @@ type NodeInput struct {
 	FirstSeen time.Time
 }
 
-// Node is one node of the served view. It is the JSON of GET
-// /v1/nodes/{name} (and, without LastReport.Detail, of the list and of the
-// watch events); see proto/openapi.yaml.
-//
-// The wire type is kept apart from gwpb.Meta on purpose: the HTTP API is a
-// promise to schedulers, the mesh schema a promise between agents and
-// aggregators, and the two evolve separately.
-type Node struct {
-	Name  string `json:"name"`
-	State State  `json:"state"`
-	// Reason says why the node is down, unreachable or tearing down;
-	// empty when up.
-	Reason string `json:"reason"`
-	// Since is when the node entered State; nil when unknown.
-	Since *time.Time `json:"since"`
-	// FreeAt is set only in state teardown: the latest deadline of the
-	// teardowns in progress, from which the node may be scheduled.
-	FreeAt *time.Time `json:"free_at"`
-	// Schedulable: up yes; teardown yes from FreeAt; down and unreachable
-	// no.
-	Schedulable bool `json:"schedulable"`
-	// Member is the mesh's view of the agent: alive, suspect, dead or left.
-	Member mesh.Status `json:"member"`
-	// Role is the member's role ("agent"; "unspecified" when its meta does
-	// not decode).
-	Role string `json:"role"`
-	// Incarnation and Seq order the agent's states: (incarnation, seq) of
-	// the freshest meta; zero when none.
-	Incarnation uint64 `json:"incarnation"`
-	Seq         uint64 `json:"seq"`
-	// DecodeError is set when the gossiped meta does not decode.
-	DecodeError string `json:"decode_error,omitempty"`
-	// Teardowns are the agent's teardown clocks from its last StateUpdate
-	// (active and recently released); empty when unknown.
-	Teardowns []Teardown `json:"teardowns"`
-	// LastReport is the most recent diagnostics report of a violating
-	// teardown; nil when none.
-	LastReport *Report `json:"last_report"`
-}
-
-// Teardown is one job's teardown clock on a node.
-type Teardown struct {
-	Job   string `json:"job"`
-	Phase string `json:"phase"`
-	// Ended is T_end; Deadline is D; Expiration is E (nil: none).
-	Ended      *time.Time `json:"ended"`
-	Deadline   *time.Time `json:"deadline"`
-	Expiration *time.Time `json:"expiration"`
-	// Grace is G in seconds.
-	Grace   float64 `json:"grace"`
-	Outcome string  `json:"outcome"`
-}
-
-// Report is a diagnostics report of a violating teardown.
-type Report struct {
-	Job     string     `json:"job"`
-	Stage   string     `json:"stage"`
-	Outcome string     `json:"outcome"`
-	Summary string     `json:"summary"`
-	Taken   *time.Time `json:"taken"`
-	// Detail is the agent's whole report (JSON); only GET
-	// /v1/nodes/{name} carries it. Absent when the agent sent none or it is
-	// not valid JSON.
-	Detail json.RawMessage `json:"detail,omitempty"`
-	// DetailOmitted says why Detail is absent from GET /v1/nodes/{name}
-	// and how to get it: the detail holds command lines and open files,
-	// which only a client with a token is served.
-	DetailOmitted string `json:"detail_omitted,omitempty"`
-}
-
-// Summary returns n without the report's detail, as lists and watch events
-// carry it. It does not modify n.
-func (n Node) Summary() Node {
-	if n.LastReport != nil && n.LastReport.Detail != nil {
-		r := *n.LastReport
-		r.Detail = nil
-		n.LastReport = &r
-	}
-	return n
-}
-
 // Compute derives the served view from the inputs at time now. It is pure:
 // the same inputs, time and policy give the same nodes, sorted by name.
 //
@@ -259,12 +147,12 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	status := servedStatus(in, now, p)
 	n := Node{
 		Name:      in.Name,
-		Member:    status,
+		Member:    string(status),
 		Role:      roleName(in.Role),
 		Teardowns: []Teardown{},
 	}
 	if n.Member == "" {
-		n.Member = mesh.StatusAlive
+		n.Member = string(mesh.StatusAlive)
 	}
 	if in.GossipErr != nil {
 		n.DecodeError = in.GossipErr.Error()

@@ -92,7 +92,7 @@ func TestCompute(t *testing.T) {
 			in:    func() NodeInput { in := alive("n1", upMeta(1, 1)); in.Status = mesh.StatusSuspect; return in }(),
 			state: StateUp, since: tp(t0), schedulable: true,
 			check: func(t *testing.T, n Node) {
-				if n.Member != mesh.StatusSuspect {
+				if mesh.Status(n.Member) != mesh.StatusSuspect {
 					t.Errorf("member = %q, want suspect", n.Member)
 				}
 			},
@@ -301,7 +301,7 @@ func TestCompute(t *testing.T) {
 			in:    NodeInput{Name: "n1", Role: gwpb.Role_ROLE_AGENT, Direct: upMeta(1, 1)},
 			state: StateUp, since: tp(t0), schedulable: true,
 			check: func(t *testing.T, n Node) {
-				if n.Member != mesh.StatusAlive {
+				if mesh.Status(n.Member) != mesh.StatusAlive {
 					t.Errorf("member = %q, want alive", n.Member)
 				}
 			},
@@ -434,7 +434,7 @@ func TestComputeUnreachableAfter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := Compute([]NodeInput{tt.in}, tt.now, tt.policy)[0]
-			if n.State != tt.state || n.Member != tt.member || n.Reason != tt.reason {
+			if n.State != tt.state || mesh.Status(n.Member) != tt.member || n.Reason != tt.reason {
 				t.Errorf("got (%s, member %s, %q), want (%s, member %s, %q)", n.State, n.Member, n.Reason, tt.state, tt.member, tt.reason)
 			}
 			var want *time.Time

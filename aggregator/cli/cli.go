@@ -1,6 +1,6 @@
 // Package cli is the aggregator's command line: `aggregator serve` joins the
 // mesh and serves the nodes' states over HTTP, the other commands call a
-// running aggregator's HTTP API (aggregator.Client) or make and print keys.
+// running aggregator's HTTP API (api.Client) or make and print keys.
 // cmd/aggregator runs it; it runs on internal/cmdutil's command framework,
 // as the nodeagent's command line (agent/cli) does.
 package cli
@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 )
 
@@ -86,7 +87,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 
 // usageFooter is what the aggregator's usage says after the commands.
 func usageFooter(w io.Writer) {
-	fmt.Fprintf(w, "\nClient commands take --url URL (default: $%s, else %s) and\n", aggregator.URLEnv, aggregator.DefaultURL)
+	fmt.Fprintf(w, "\nClient commands take --url URL (default: $%s, else %s) and\n", api.URLEnv, api.DefaultURL)
 	fmt.Fprintf(w, "--token-file FILE (default: http.admin_token_file of %s, if readable;\n", aggregator.DefaultConfigPath)
 	fmt.Fprintln(w, "for nodes, else http.read_token_file: the read token serves reads only).")
 	fmt.Fprintln(w, "Exit status: 0 ok, 1 the aggregator refused or could not be reached, 2 usage error.")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/version"
@@ -67,10 +68,10 @@ func runNodes(c *cli, name string, args []string) int {
 	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
-	var st aggregator.State
+	var st api.State
 	if *state != "" {
 		var err error
-		if st, err = aggregator.ParseState(*state); err != nil {
+		if st, err = api.ParseState(*state); err != nil {
 			return f.UsageErrorf("--state: %v", err)
 		}
 	}
@@ -78,23 +79,23 @@ func runNodes(c *cli, name string, args []string) int {
 		return f.UsageErrorf("give one of --hostlist and --json, not both")
 	}
 	if *hostlist {
-		return call(c, f, false, false, func(ctx context.Context, cl *aggregator.Client) (string, error) { return cl.Hostlist(ctx, st) },
+		return call(c, f, false, false, func(ctx context.Context, cl *api.Client) (string, error) { return cl.Hostlist(ctx, st) },
 			func(w io.Writer, hl string) { fmt.Fprintln(w, hl) })
 	}
-	return call(c, f, false, *asJSON, func(ctx context.Context, cl *aggregator.Client) (aggregator.NodeList, error) {
+	return call(c, f, false, *asJSON, func(ctx context.Context, cl *api.Client) (api.NodeList, error) {
 		nodes, err := cl.Nodes(ctx, st)
-		return aggregator.NodeList{Nodes: nodes}, err
+		return api.NodeList{Nodes: nodes}, err
 	}, writeNodes)
 }
 
 // writeNodes prints nodes as a table for people.
-func writeNodes(w io.Writer, list aggregator.NodeList) {
+func writeNodes(w io.Writer, list api.NodeList) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tSCHEDULABLE\tSINCE\tFREE_AT\tREASON")
 	for _, n := range list.Nodes {
 		sched := "no"
 		switch {
-		case n.State == aggregator.StateTeardown && n.Schedulable:
+		case n.State == api.StateTeardown && n.Schedulable:
 			sched = "from free_at"
 		case n.Schedulable:
 			sched = "yes"
@@ -107,7 +108,7 @@ func writeNodes(w io.Writer, list aggregator.NodeList) {
 // call is a client command's call of the aggregator: on a client of its
 // HTTP API (see client; needToken for an admin command), call runs fn and
 // prints the result as JSON with --json (asJSON), else with text.
-func call[T any](c *cli, f *flags, needToken, asJSON bool, fn func(context.Context, *aggregator.Client) (T, error), text func(io.Writer, T)) int {
+func call[T any](c *cli, f *flags, needToken, asJSON bool, fn func(context.Context, *api.Client) (T, error), text func(io.Writer, T)) int {
 	cl, err := c.client(f, needToken)
 	if err != nil {
 		return c.fail(err)
@@ -130,16 +131,16 @@ func runAction(c *cli, name string, args []string) int {
 	}
 	node := f.Args()[0]
 	if name == "forget" {
-		return call(c, f, true, *asJSON, func(ctx context.Context, cl *aggregator.Client) (aggregator.Forgotten, error) {
-			return aggregator.Forgotten{Name: node}, cl.Forget(ctx, node, *reason)
-		}, func(w io.Writer, g aggregator.Forgotten) { fmt.Fprintf(w, "%s forgotten\n", g.Name) })
+		return call(c, f, true, *asJSON, func(ctx context.Context, cl *api.Client) (api.Forgotten, error) {
+			return api.Forgotten{Name: node}, cl.Forget(ctx, node, *reason)
+		}, func(w io.Writer, g api.Forgotten) { fmt.Fprintf(w, "%s forgotten\n", g.Name) })
 	}
-	action := map[string]func(*aggregator.Client, context.Context, string, string) (aggregator.Node, error){
-		"resume": (*aggregator.Client).Resume, "drain": (*aggregator.Client).Drain}[name]
+	action := map[string]func(*api.Client, context.Context, string, string) (api.Node, error){
+		"resume": (*api.Client).Resume, "drain": (*api.Client).Drain}[name]
 	verb := map[string]string{"resume": "resumed", "drain": "drained"}[name]
-	return call(c, f, true, *asJSON, func(ctx context.Context, cl *aggregator.Client) (aggregator.Node, error) {
+	return call(c, f, true, *asJSON, func(ctx context.Context, cl *api.Client) (api.Node, error) {
 		return action(cl, ctx, node, *reason)
-	}, func(w io.Writer, n aggregator.Node) {
+	}, func(w io.Writer, n api.Node) {
 		fmt.Fprintf(w, "%s %s: state %s", n.Name, verb, n.State)
 		if n.Reason != "" {
 			fmt.Fprintf(w, " (%s)", n.Reason)
@@ -154,13 +155,13 @@ func runAction(c *cli, name string, args []string) int {
 // a read token serves too, http.read_token_file when the admin one cannot
 // be read). needToken (an admin command) makes an admin token file that
 // cannot be read an error; without it the request goes without a token.
-func (c *cli) client(f *flags, needToken bool) (*aggregator.Client, error) {
+func (c *cli) client(f *flags, needToken bool) (*api.Client, error) {
 	url := *f.url
 	if url == "" {
-		url = c.getenv(aggregator.URLEnv)
+		url = c.getenv(api.URLEnv)
 	}
 	if url == "" {
-		url = aggregator.DefaultURL
+		url = api.DefaultURL
 	}
 	var token []byte
 	switch {
@@ -186,7 +187,7 @@ func (c *cli) client(f *flags, needToken bool) (*aggregator.Client, error) {
 			token, _ = aggregator.LoadToken(h.ReadTokenFile)
 		}
 	}
-	return aggregator.NewClient(url, string(token))
+	return api.NewClient(url, string(token))
 }
 
 // defaultHTTPConfig returns the [http] table of the default configuration

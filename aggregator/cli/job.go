@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gracewatch/gracewatch/agent/request"
-	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
 
@@ -43,7 +43,7 @@ func runJob(c *cli, name string, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	res, err := cl.RegisterJob(context.Background(), aggregator.JobRequest{Job: *job, Nodes: *nodes, Expiration: *exp, Grace: *grace})
+	res, err := cl.RegisterJob(context.Background(), api.JobRequest{Job: *job, Nodes: *nodes, Expiration: *exp, Grace: *grace})
 	if err != nil {
 		return c.fail(err)
 	}

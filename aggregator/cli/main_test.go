@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -327,14 +328,14 @@ grace = "90s"
 	srv := startServe(t, cfg)
 
 	waitFor(t, "node1 in the view", func() bool {
-		var list aggregator.NodeList
+		var list api.NodeList
 		return getJSON(srv.url+"/v1/nodes", &list) == 200 && len(list.Nodes) == 1
 	})
 	var rd aggregator.Readiness
 	if code := getJSON(srv.url+"/readyz", &rd); code != 200 || !rd.Insecure {
 		t.Errorf("readyz: %d %+v", code, rd)
 	}
-	var cc aggregator.ClusterConfig
+	var cc api.ClusterConfig
 	if getJSON(srv.url+"/v1/config", &cc); cc.Grace != 90 {
 		t.Errorf("config: %+v", cc)
 	}
@@ -343,7 +344,7 @@ grace = "90s"
 	if r.code != 0 || !regexp.MustCompile(`node1\s+down\s+no\s+\S+\s+-\s+job 7 teardown exceeded grace 120s`).MatchString(r.stdout) {
 		t.Errorf("nodes: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	r = runCLI(t, []string{aggregator.URLEnv + "=" + srv.url}, "nodes", "--hostlist", "--state", "down")
+	r = runCLI(t, []string{api.URLEnv + "=" + srv.url}, "nodes", "--hostlist", "--state", "down")
 	if r.code != 0 || r.stdout != "node1\n" {
 		t.Errorf("nodes --hostlist (URL from the environment): %d %q %s", r.code, r.stdout, r.stderr)
 	}
@@ -361,8 +362,8 @@ grace = "90s"
 		t.Errorf("drain: %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, nil, "resume", "node1", "--reason", "x", "--url", srv.url, "--json", "--token-file", tokenFile)
-	var n aggregator.Node
-	if err := json.Unmarshal([]byte(r.stdout), &n); r.code != 0 || err != nil || n.State != aggregator.StateUp {
+	var n api.Node
+	if err := json.Unmarshal([]byte(r.stdout), &n); r.code != 0 || err != nil || n.State != api.StateUp {
 		t.Errorf("resume --json: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 

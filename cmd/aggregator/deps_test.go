@@ -12,7 +12,7 @@ import (
 // added here.
 func TestDependencies(t *testing.T) {
 	depcheck.Check(t, ".", depcheck.Allow{
-		Packages: []string{"aggregator", "aggregator/cli", "agent/request", "mesh", "proto/gwpb",
+		Packages: []string{"aggregator", "aggregator/cli", "agent/request", "aggregator/api", "mesh", "proto/gwpb",
 			"internal/clock", "internal/cmdutil", "internal/config", "internal/fsutil", "internal/hostinfo", "internal/hostlist",
 			"internal/metrics", "internal/nodename", "internal/secretfile", "internal/version"},
 		Modules: []string{
