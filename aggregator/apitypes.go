@@ -3,12 +3,10 @@ package aggregator
 import "github.com/gracewatch/gracewatch/aggregator/api"
 
 // The HTTP API's types and client are package aggregator/api; the server
-// here serves them under these names.
+// here serves them under these names. The view's own node is Node
+// (view.go), converted at the HTTP edge (wire.go).
 type (
 	State         = api.State
-	Node          = api.Node
-	Teardown      = api.Teardown
-	Report        = api.Report
 	ErrorBody     = api.ErrorBody
 	ActionRequest = api.ActionRequest
 	NodeList      = api.NodeList

@@ -289,7 +289,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, hl+"\n")
 		return
 	}
-	s.writeJSON(w, http.StatusOK, NodeList{Nodes: nodes})
+	s.writeJSON(w, http.StatusOK, NodeList{Nodes: wireNodes(nodes)})
 }
 
 // pathNode returns the node name of the request's path; when it is not a
@@ -308,11 +308,12 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, ok := s.svc.Node(name)
+	node, ok := s.svc.Node(name)
 	if !ok {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		return
 	}
+	n := wireNode(node)
 	if n.LastReport != nil && n.LastReport.Detail != nil && s.tokenOf(r) == noToken {
 		// The detail names command lines, open files and users' paths: it
 		// is for clients with a token (read or admin) only, whether or not
@@ -347,7 +348,7 @@ func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 		var ae *AgentError
 		switch {
 		case err == nil:
-			s.writeJSON(w, http.StatusOK, n)
+			s.writeJSON(w, http.StatusOK, wireNode(n))
 		case errors.Is(err, ErrUnknownNode):
 			s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		case errors.Is(err, ErrUnreachable):

@@ -66,7 +66,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 
 	buf.WriteString("retry: " + strconv.FormatInt(sseRetry.Milliseconds(), 10) + "\n\n")
 	if sub.Snapshot != nil {
-		writeEvent(&buf, sub.SnapshotID, "snapshot", NodeList{Nodes: sub.Snapshot})
+		writeEvent(&buf, sub.SnapshotID, "snapshot", NodeList{Nodes: wireNodes(sub.Snapshot)})
 	}
 	for _, ev := range sub.Missed {
 		writeChange(&buf, ev)
@@ -136,7 +136,7 @@ func writeChange(buf *bytes.Buffer, ev Event) {
 		writeEvent(buf, ev.ID, "forget", Forgotten{Name: ev.Node.Name})
 		return
 	}
-	writeEvent(buf, ev.ID, "node", ev.Node)
+	writeEvent(buf, ev.ID, "node", wireNode(ev.Node))
 }
 
 // writeEvent appends one SSE event to buf. JSON has no raw line breaks, so

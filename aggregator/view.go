@@ -85,6 +85,82 @@ type NodeInput struct {
 	FirstSeen time.Time
 }
 
+// Node is one node of the view, as Compute derives it: the aggregator's
+// own type, kept apart from the HTTP API's api.Node on purpose (as
+// kubernetes/node-problem-detector keeps its internal types): the view,
+// the events, the actuators and the metrics work on it, and the HTTP edge
+// (wire.go) converts it, so the API can stay a promise to schedulers while
+// the view changes. A time that is not known is the zero time; every time
+// is in UTC, to the millisecond, within year 9999 (servedTime).
+type Node struct {
+	Name  string
+	State State
+	// Reason says why the node is down, unreachable or tearing down;
+	// empty when up.
+	Reason string
+	// Since is when the node entered State.
+	Since time.Time
+	// FreeAt is set only in state teardown: the latest deadline of the
+	// teardowns in progress, from which the node may be scheduled.
+	FreeAt time.Time
+	// Schedulable: up yes; teardown yes from FreeAt; down and unreachable
+	// no.
+	Schedulable bool
+	// Member is the mesh's view of the agent: alive, suspect, dead or left.
+	Member mesh.Status
+	// Role is the member's role ("agent"; "unspecified" when its meta does
+	// not decode).
+	Role string
+	// Incarnation and Seq order the agent's states: (incarnation, seq) of
+	// the freshest meta; zero when none.
+	Incarnation uint64
+	Seq         uint64
+	// DecodeError is set when the gossiped meta does not decode.
+	DecodeError string
+	// Teardowns are the agent's teardown clocks from its last StateUpdate
+	// (active and recently released); empty when unknown.
+	Teardowns []Teardown
+	// LastReport is the most recent diagnostics report of a violating
+	// teardown; nil when none.
+	LastReport *Report
+}
+
+// Teardown is one job's teardown clock on a node.
+type Teardown struct {
+	Job   string
+	Phase string
+	// Ended is T_end; Deadline is D; Expiration is E (zero: none).
+	Ended      time.Time
+	Deadline   time.Time
+	Expiration time.Time
+	Grace      time.Duration
+	Outcome    string
+}
+
+// Report is a diagnostics report of a violating teardown.
+type Report struct {
+	Job     string
+	Stage   string
+	Outcome string
+	Summary string
+	Taken   time.Time
+	// Detail is the agent's whole report (JSON); nil when the agent sent
+	// none or it is not valid JSON. Only one node's detail is served with
+	// it.
+	Detail json.RawMessage
+}
+
+// Summary returns n without the report's detail, as lists and watch events
+// carry it. It does not modify n.
+func (n Node) Summary() Node {
+	if n.LastReport != nil && n.LastReport.Detail != nil {
+		r := *n.LastReport
+		r.Detail = nil
+		n.LastReport = &r
+	}
+	return n
+}
+
 // Compute derives the served view from the inputs at time now. It is pure:
 // the same inputs, time and policy give the same nodes, sorted by name.
 //
@@ -147,12 +223,12 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	status := servedStatus(in, now, p)
 	n := Node{
 		Name:      in.Name,
-		Member:    string(status),
+		Member:    status,
 		Role:      roleName(in.Role),
 		Teardowns: []Teardown{},
 	}
 	if n.Member == "" {
-		n.Member = string(mesh.StatusAlive)
+		n.Member = mesh.StatusAlive
 	}
 	if in.GossipErr != nil {
 		n.DecodeError = in.GossipErr.Error()
@@ -182,7 +258,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 				if gone(status) {
 					n.Reason += " (" + goneReason(status) + ")"
 				}
-				n.Since = timePtr(down)
+				n.Since = servedTime(down)
 				return n, causeCentralDeadline
 			}
 		}
@@ -218,12 +294,12 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 				n.Reason = "unreachable since " + formatTime(since) + ": " + unreachable
 			}
 		}
-		n.Since = timePtr(since)
+		n.Since = servedTime(since)
 		return n, cause
 	}
 
 	// Rule 6: the agent's own state.
-	n.Since = timePtr(msTime(meta.GetSinceMs()))
+	n.Since = servedTime(msTime(meta.GetSinceMs()))
 	n.Reason = reason
 	switch meta.GetState() {
 	case gwpb.State_STATE_UP:
@@ -237,7 +313,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		if free.IsZero() {
 			free = msTime(meta.GetDeadlineMs())
 		}
-		n.FreeAt = timePtr(free)
+		n.FreeAt = servedTime(free)
 	case gwpb.State_STATE_DOWN:
 		n.State = StateDown
 	}
@@ -359,10 +435,10 @@ func fillDetails(n *Node, u *gwpb.StateUpdate) {
 		n.Teardowns = append(n.Teardowns, Teardown{
 			Job:        td.GetJob(),
 			Phase:      td.GetPhase(),
-			Ended:      timePtr(msTime(td.GetEndedMs())),
-			Deadline:   timePtr(msTime(td.GetDeadlineMs())),
-			Expiration: timePtr(msTime(td.GetExpirationMs())),
-			Grace:      float64(td.GetGraceMs()) / 1000,
+			Ended:      servedTime(msTime(td.GetEndedMs())),
+			Deadline:   servedTime(msTime(td.GetDeadlineMs())),
+			Expiration: servedTime(msTime(td.GetExpirationMs())),
+			Grace:      time.Duration(td.GetGraceMs()) * time.Millisecond,
 			Outcome:    td.GetOutcome(),
 		})
 	}
@@ -378,7 +454,7 @@ func fillDetails(n *Node, u *gwpb.StateUpdate) {
 			Stage:   last.GetStage(),
 			Outcome: last.GetOutcome(),
 			Summary: last.GetSummary(),
-			Taken:   timePtr(msTime(last.GetTakenMs())),
+			Taken:   servedTime(msTime(last.GetTakenMs())),
 		}
 		if d := last.GetDetailJson(); len(d) > 0 && json.Valid(d) {
 			rep.Detail = json.RawMessage(slices.Clone(d))
@@ -433,14 +509,13 @@ func msTime(ms int64) time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
-// timePtr returns nil for the zero time (and for one beyond year 9999, which
-// JSON cannot carry), else t in UTC to the millisecond.
-func timePtr(t time.Time) *time.Time {
+// servedTime returns the zero time for the zero time and for one beyond
+// year 9999 (which JSON cannot carry), else t in UTC to the millisecond.
+func servedTime(t time.Time) time.Time {
 	if t.IsZero() || t.UTC().Year() > 9999 {
-		return nil
+		return time.Time{}
 	}
-	t = t.UTC().Truncate(time.Millisecond)
-	return &t
+	return t.UTC().Truncate(time.Millisecond)
 }
 
 // formatTime writes t as RFC 3339 in UTC with milliseconds, as in reasons.
