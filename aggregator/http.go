@@ -318,7 +318,7 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 		// The detail names command lines, open files and users' paths: it
 		// is for clients with a token (read or admin) only, whether or not
 		// the rest of the read endpoints need one.
-		n = n.Summary()
+		n.LastReport.Detail = nil // wireNode made n.LastReport: n's own
 		n.LastReport.DetailOmitted = detailOmitted
 		if len(s.opts.Token) == 0 && len(s.opts.ReadToken) == 0 {
 			n.LastReport.DetailOmitted = detailNoToken

@@ -116,17 +116,6 @@ type Report struct {
 	DetailOmitted string `json:"detail_omitted,omitempty"`
 }
 
-// Summary returns n without the report's detail, as lists and watch events
-// carry it. It does not modify n.
-func (n Node) Summary() Node {
-	if n.LastReport != nil && n.LastReport.Detail != nil {
-		r := *n.LastReport
-		r.Detail = nil
-		n.LastReport = &r
-	}
-	return n
-}
-
 // ErrorBody is the JSON body of every error response.
 type ErrorBody struct {
 	Error string `json:"error"`
