@@ -295,11 +295,9 @@ func runResume(c *cli, name string, args []string) int {
 	f := c.newFlags(name)
 	reason := f.String("reason", "", "why the node is resumed (required, logged)")
 	asJSON := f.Bool("json", false, "print the status as JSON")
+	f.Required = []string{"reason"}
 	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
-	}
-	if !f.IsSet("reason") {
-		return f.UsageErrorf("--reason is required")
 	}
 	if err := request.ValidateReason(*reason); err != nil {
 		return f.UsageErrorf("--reason: %s", inputMsg(err))

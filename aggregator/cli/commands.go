@@ -120,11 +120,9 @@ func runAction(c *cli, name string, args []string) int {
 	f := c.newFlags(name)
 	reason := f.String("reason", "", "why (required, logged; a drain's reason becomes the node's)")
 	asJSON := f.Bool("json", false, "print the node as JSON")
+	f.Required = []string{"reason"}
 	if code, ok := f.ParseN(args, 1, "NODE"); !ok {
 		return code
-	}
-	if !f.IsSet("reason") {
-		return f.UsageErrorf("--reason is required")
 	}
 	if len(*reason) > aggregator.MaxReasonBytes {
 		return f.UsageErrorf("--reason: %d bytes, longer than %d", len(*reason), aggregator.MaxReasonBytes)

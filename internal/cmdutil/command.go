@@ -106,7 +106,11 @@ type Flags struct {
 	// Check, if set, validates the parsed flags; its error is a usage
 	// error.
 	Check func() error
-	args  []string
+	// Required are flags that must be given: ParseN refuses a command
+	// line without one, after the positional arguments ("--NAME is
+	// required").
+	Required []string
+	args     []string
 }
 
 // NewFlags returns the flag set of cmd of the program prog.
@@ -159,6 +163,11 @@ func (f *Flags) ParseN(args []string, n int, what string) (int, bool) {
 		return f.UsageErrorf("%s is required", what), false
 	case len(f.args) > n:
 		return f.UsageErrorf("unexpected argument %q", f.args[n]), false
+	}
+	for _, name := range f.Required {
+		if !f.IsSet(name) {
+			return f.UsageErrorf("--%s is required", name), false
+		}
 	}
 	return ExitOK, true
 }

@@ -19,6 +19,9 @@ func testProgram() (*Program[*env], *bytes.Buffer, *bytes.Buffer, Out) {
 	run := func(e *env, name string, args []string) int {
 		f := NewFlags(out, p.Lookup(name))
 		f.Interleaved = name == "thing"
+		if name == "job start" {
+			f.Required = []string{"n"}
+		}
 		n := f.Int("n", 0, "a `number`")
 		f.Check = func() error {
 			if *n < 0 {
@@ -57,6 +60,8 @@ func TestCommands(t *testing.T) {
 		{"thing", []string{"--n=4", "--", "-b"}, ExitOK, "thing -b n=4"},    // -- ends the flags
 		{"job start", []string{"--n", "1", "x"}, ExitOK, "job start x n=1"}, // flags first
 		{"job start", []string{"x", "--n", "1"}, ExitUsage, "unexpected argument \"--n\""},
+		{"job start", []string{"x"}, ExitUsage, "prog job start: --n is required"},
+		{"job start", nil, ExitUsage, "prog job start: NAME is required"}, // the arguments first
 		{"thing", nil, ExitUsage, "prog thing: NAME is required\nusage: prog thing NAME [--n N]"},
 		{"thing", []string{"a", "--n", "-1"}, ExitUsage, "prog thing: --n: -1 is negative"},
 		{"thing", []string{"--bogus"}, ExitUsage, "flag provided but not defined: -bogus"},
