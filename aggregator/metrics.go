@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/internal/runcmd"
 	"github.com/gracewatch/gracewatch/mesh"
 )
 
@@ -121,7 +122,7 @@ func (m *serviceMetrics) collectors() []prometheus.Collector {
 func (m *serviceMetrics) actuatorRun(on string, err error) {
 	r := resultSuccess
 	switch {
-	case errors.Is(err, errTimedOut):
+	case errors.Is(err, runcmd.ErrTimedOut):
 		r = resultTimeout
 	case err != nil:
 		r = resultFailure
