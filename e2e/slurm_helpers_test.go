@@ -151,6 +151,9 @@ type slurmSite struct {
 	dPort    int
 	env      []string
 	daemons  []*daemon // in start order
+	// netns, if set, is the network namespace the client commands run in
+	// (slurmctld's, in slurm_nodes_helpers_test.go).
+	netns string
 }
 
 // newSlurmSite prepares the folder, munge key and ports of a site; start
@@ -258,6 +261,19 @@ func (s *slurmSite) start(cfg slurmConfig) {
 		CtldPort, DPort int
 	}{cfg, s.dir, s.host, s.ctldPort, s.dPort})
 
+	s.startMunge()
+	for _, name := range []string{"slurmctld", "slurmd"} {
+		bin, _ := lookSlurm(name)
+		s.daemons = append(s.daemons, startDaemon(t, name, nil, bin, "-D", "-f", s.conf))
+	}
+	s.waitNode("idle after start", 30*time.Second, func(state, _ string) bool { return state == "idle" })
+}
+
+// startMunge starts munged (the first daemon) and waits for its socket; the
+// daemons are stopped by pid when the test ends.
+func (s *slurmSite) startMunge() {
+	t := s.t
+	t.Helper()
 	uid, gid := mungeIDs(t)
 	munged, _ := lookSlurm("munged")
 	s.daemons = append(s.daemons, startDaemon(t, "munged", &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
@@ -266,11 +282,6 @@ func (s *slurmSite) start(cfg slurmConfig) {
 		"--seed-file="+s.path("munge/munged.seed")))
 	t.Cleanup(s.stop)
 	s.waitFile(s.path("munge-run/munge.socket.2"), s.daemons[0])
-	for _, name := range []string{"slurmctld", "slurmd"} {
-		bin, _ := lookSlurm(name)
-		s.daemons = append(s.daemons, startDaemon(t, name, nil, bin, "-D", "-f", s.conf))
-	}
-	s.waitNode("idle after start", 30*time.Second, func(state, _ string) bool { return state == "idle" })
 }
 
 func (s *slurmSite) waitFile(path string, d *daemon) {
@@ -301,8 +312,9 @@ func (s *slurmSite) stop() {
 				s.t.Logf("=== output of %s:\n%s", d.name, out)
 			}
 		}
-		for _, f := range []string{"log/slurmctld.log", "log/slurmd.log"} {
-			s.t.Logf("=== %s:\n%s", f, tailFile(s.path(f), 6000))
+		logs, _ := filepath.Glob(s.path("log/*.log"))
+		for _, f := range logs {
+			s.t.Logf("=== %s:\n%s", filepath.Base(f), tailFile(f, 6000))
 		}
 	}
 	s.daemons = nil
@@ -327,7 +339,11 @@ func (s *slurmSite) run(name string, args ...string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
+	argv := append([]string{bin}, args...)
+	if s.netns != "" {
+		argv = append([]string{"nsenter", "--net=/var/run/netns/" + s.netns}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = s.env, s.dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
