@@ -310,9 +310,27 @@ func (s *slurmNodes) release(job string) {
 	}
 }
 
-// releaseAll ends every wait, now and from now on (the cleanup's first
-// step: a slurmd whose epilogue runs does not stop on SIGTERM).
-func (s *slurmNodes) releaseAll() { os.WriteFile(s.path("release-all"), nil, 0o644) }
+// endJobs ends every wait of an epilogue, now and from now on, cancels
+// every job and waits (at most 30 s) until none is left: the cleanup's
+// first step, since a job's processes stay in its node's namespace and a
+// slurmd whose epilogue runs does not stop on SIGTERM.
+func (s *slurmNodes) endJobs() {
+	os.WriteFile(s.path("release-all"), nil, 0o644)
+	if _, err := s.run("scancel", "--user", "root"); err != nil {
+		s.t.Errorf("cleanup: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, err := s.run("squeue", "-h", "-o", "%i %T")
+		if err == nil && strings.TrimSpace(out) == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Errorf("cleanup: jobs left after 30 s: %s %v", out, err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 // slurmCommands returns the aggregator's [[actuator]] tables
 // (packaging/examples/aggregator/actuator-slurm.toml) and, unless after is
