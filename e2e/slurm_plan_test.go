@@ -182,6 +182,45 @@ func TestSlurmPlan(t *testing.T) {
 		return
 	}
 
+	ok = t.Run("a node Slurm does not know keeps no other node out of the plan", func(t *testing.T) {
+		// n9 has a gracewatch agent but is no Slurm node: its teardown
+		// and n1's share a window, so the first reservation names both
+		// and Slurm refuses it; the halves follow.
+		n9 := c.addAgent("n9")
+		agg1.waitNode(t, "n9", "up", 30*time.Second, func(n node) bool { return n.State == "up" })
+		s.hang("n1")
+		job := s.submit("-w", "n1", "--wrap", "true")
+		s.epilogStartOf(job, "n1", 30*time.Second)
+		n9.epilog("900", "sleep", "8")
+		free := teardownOf(t, agg1, "n1")
+		teardownOf(t, agg1, "n9")
+		s.waitReservations("n1 alone until its free_at", 15*time.Second, func(l []slurmRes) bool {
+			return heldUntil(l, map[string]time.Time{"n1": free})
+		})
+		// Whichever way n9 was tried (with n1, or joining n1's), it ends
+		// refused alone and left out for a while.
+		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(agg1.logs.String(),
+			`"msg":"the scheduler refused to reserve this node alone: not tried again for a while"`); {
+			if time.Now().After(deadline) {
+				t.Fatal("the aggregator did not log that Slurm refused n9 alone")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !heldUntil(s.gracewatchReservations(), map[string]time.Time{"n1": free}) {
+			t.Errorf("after n9's refusal Slurm holds %+v, want n1 alone", s.gracewatchReservations())
+		}
+		s.unhang("n1")
+		s.release(job)
+		released := time.Now()
+		s.waitReservations("none once n1 is up", 5*time.Second, func(l []slurmRes) bool { return len(l) == 0 })
+		t.Logf("n1 given back %v after its teardown ended", time.Since(released).Round(time.Millisecond))
+		agg1.waitNode(t, "n9", "up", 20*time.Second, func(n node) bool { return n.State == "up" })
+		s.waitNodeState("n1", "idle", 30*time.Second, func(state, _ string) bool { return state == "idle" })
+	})
+	if !ok {
+		return
+	}
+
 	t.Run("an aggregator failover leaves exactly the reservations the view calls for", func(t *testing.T) {
 		s.hang("n3")
 		s.hang("n4")

@@ -165,7 +165,8 @@ func (g *group) add(node string, s span, limit int) {
 //     latest target, with at most as many nodes as its members' limits
 //     allow (a failed create halves them).
 //  4. A reservation that holds no node is gone, unless a new one takes its
-//     name (an update instead of a delete and a create).
+//     name (an update instead of a delete and a create), which one holding
+//     a node whose joining update failed does not.
 func plan(in planInput) ([]Reservation, time.Time) {
 	now, r, h := in.now, in.rules, in.hints
 	var wake time.Time
@@ -231,17 +232,6 @@ func plan(in planInput) ([]Reservation, time.Time) {
 			spare = append(spare, res.Name)
 		}
 	}
-	// A new reservation takes the name of one that lost all its nodes:
-	// one update instead of a delete and a create (a node whose free_at
-	// moved past its reservation's).
-	name := func() string {
-		if len(spare) > 0 {
-			n := spare[0]
-			spare = spare[1:]
-			return n
-		}
-		return in.newName()
-	}
 
 	var rest []string
 	for n := range spans {
@@ -274,6 +264,7 @@ func plan(in planInput) ([]Reservation, time.Time) {
 
 	// Rule 3.
 	var cur *group
+	var created []*group
 	for _, n := range left {
 		s, limit := spans[n], limitOf(n)
 		if cur != nil && !s.target.After(cur.hi) && len(cur.nodes) < min(cur.limit, limit) {
@@ -281,9 +272,22 @@ func plan(in planInput) ([]Reservation, time.Time) {
 			cur.end = s.target
 			continue
 		}
-		cur = &group{name: name(), end: s.target, limit: limit}
+		cur = &group{end: s.target, limit: limit}
 		cur.add(n, s, limit)
-		groups = append(groups, cur)
+		created = append(created, cur)
+	}
+	// A new reservation takes the name of one that lost all its nodes:
+	// one update instead of a delete and a create (a node whose free_at
+	// moved past its reservation's). Not one that holds a node whose
+	// joining update failed: that update would fail again, and the nodes
+	// the old reservation must give back would stay held with it.
+	for _, g := range created {
+		if len(spare) > 0 && !slices.ContainsFunc(g.nodes, func(n string) bool { return h.noJoin[n] }) {
+			g.name, spare = spare[0], spare[1:]
+		} else {
+			g.name = in.newName()
+		}
+		groups = append(groups, g)
 	}
 
 	out := make([]Reservation, 0, len(groups))

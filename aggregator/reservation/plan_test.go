@@ -190,6 +190,14 @@ func TestPlan(t *testing.T) {
 			wake:  time.Minute,
 		},
 		{
+			name:  "a node whose joining update failed takes no spare name: the old reservation is deleted apart",
+			nodes: []Node{tearing("n9", since, t0.Add(100*time.Second))},
+			have:  []Reservation{res("gracewatch_a", 100*time.Second, "n1")},
+			hints: func(h hints) { h.noJoin["n9"] = true },
+			want:  []Reservation{res("gracewatch_new1", 100*time.Second, "n9")},
+			wake:  100 * time.Second,
+		},
+		{
 			name:  "a node whose joining update failed gets a reservation of its own",
 			nodes: []Node{tearing("n1", since, t0.Add(100*time.Second)), tearing("n2", since, t0.Add(100*time.Second))},
 			have:  []Reservation{res("gracewatch_a", 100*time.Second, "n1")},

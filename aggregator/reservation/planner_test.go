@@ -289,3 +289,30 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestPlannerGivesBackAFreeNode: n1 is reserved, then up; n9, which the
+// scheduler does not know, tears down. The update that would move n1's
+// reservation to n9 fails; n1 must not stay held with it.
+func TestPlannerGivesBackAFreeNode(t *testing.T) {
+	p, sched, clk, _ := newTestPlanner(t, testConfig())
+	ctx := context.Background()
+	sched.Unknown = map[string]bool{"n9": true}
+	p.SetLeader(true)
+	p.Observe(tearing("n1", t0.Add(-time.Minute), t0.Add(10*time.Minute)))
+	p.round(ctx)
+	if got := held(sched, DefaultPrefix); len(got) != 1 {
+		t.Fatalf("held %v", got)
+	}
+	p.Observe(Node{Name: "n1"})
+	p.Observe(tearing("n9", t0.Add(-time.Minute), t0.Add(10*time.Minute)))
+	for range 3 {
+		clk.Set(p.notBefore)
+		p.round(ctx)
+	}
+	if got := held(sched, DefaultPrefix); len(got) != 0 {
+		t.Errorf("still held after three rounds: %v (n1 is up, n9 unknown)", got)
+	}
+	if _, ok := p.hints.quarantine["n9"]; !ok {
+		t.Error("n9 is not quarantined")
+	}
+}
