@@ -364,8 +364,11 @@ func (s *slurmSite) must(name string, args ...string) string {
 // node returns Slurm's state of the node as sinfo prints it ("idle",
 // "completing", "draining", "drained", "idle*"...) and its reason ("" for
 // none).
-func (s *slurmSite) node() (state, reason string, err error) {
-	out, err := s.run("sinfo", "-h", "-N", "-n", s.host, "-o", "%T|%E")
+func (s *slurmSite) node() (state, reason string, err error) { return s.nodeState(s.host) }
+
+// nodeState is node() of the named node.
+func (s *slurmSite) nodeState(node string) (state, reason string, err error) {
+	out, err := s.run("sinfo", "-h", "-N", "-n", node, "-o", "%T|%E")
 	if err != nil {
 		return "", "", err
 	}
@@ -381,16 +384,23 @@ func (s *slurmSite) node() (state, reason string, err error) {
 // returns that state and reason.
 func (s *slurmSite) waitNode(what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
 	s.t.Helper()
+	return s.waitNodeState(s.host, what, timeout, cond)
+}
+
+// waitNodeState is waitNode of the named node.
+func (s *slurmSite) waitNodeState(node, what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
+	s.t.Helper()
 	deadline := time.Now().Add(timeout)
 	var state, reason string
 	var err error
 	for {
-		state, reason, err = s.node()
+		state, reason, err = s.nodeState(node)
 		if err == nil && cond(state, reason) {
 			return state, reason
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("slurm: node %s not %s within %v (last: %q %q, %v)", s.host, what, timeout, state, reason, err)
+			s.t.Fatalf("slurm: node %s not %s within %v (last: %q %q, %v)\n%s", node, what, timeout, state, reason, err,
+				tailFile(s.path("log/slurmctld.log"), 3000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -464,6 +474,17 @@ func (s *slurmSite) writeRealEpilog(hangFile string) string {
 // GRACEWATCH_SOCKET at agent a. It returns the Epilog= path.
 func (s *slurmSite) writeGracewatchEpilog(a *agent, realEpilog string) string {
 	s.t.Helper()
+	wrapper := s.writeEpilogWrapper(realEpilog)
+	p := s.path("epilog.sh")
+	writeTemplate(s.t, "epilog-gracewatch.sh", p, 0o755, map[string]string{"Socket": a.socket, "Wrapper": wrapper})
+	return p
+}
+
+// writeEpilogWrapper writes the shipped wrapper
+// (packaging/examples/nodeagent/slurm-epilog.sh) with the test's paths of
+// nodeagent and of the real epilogue, and returns its path.
+func (s *slurmSite) writeEpilogWrapper(realEpilog string) string {
+	s.t.Helper()
 	wrapper := s.path("slurm-epilog.sh")
 	text := readExample(s.t, "nodeagent/slurm-epilog.sh")
 	text = replaceOnce(s.t, text, "/usr/sbin/nodeagent", bins.nodeagent)
@@ -471,9 +492,7 @@ func (s *slurmSite) writeGracewatchEpilog(a *agent, realEpilog string) string {
 	if err := os.WriteFile(wrapper, []byte(text), 0o755); err != nil {
 		s.t.Fatal(err)
 	}
-	p := s.path("epilog.sh")
-	writeTemplate(s.t, "epilog-gracewatch.sh", p, 0o755, map[string]string{"Socket": a.socket, "Wrapper": wrapper})
-	return p
+	return wrapper
 }
 
 // slurmActuators returns packaging/examples/aggregator/actuator-slurm.toml,

@@ -146,38 +146,6 @@ func (s *slurmNodes) start(cfg slurmNodesConfig) {
 	}
 }
 
-// nodeState returns Slurm's state and reason of node (sinfo).
-func (s *slurmNodes) nodeState(node string) (state, reason string, err error) {
-	out, err := s.run("sinfo", "-h", "-N", "-n", node, "-o", "%T|%E")
-	if err != nil {
-		return "", "", err
-	}
-	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
-	state, reason, _ = strings.Cut(line, "|")
-	if reason == "none" {
-		reason = ""
-	}
-	return state, reason, nil
-}
-
-// waitNodeState polls Slurm (every 50 ms, at most timeout) until cond holds
-// for node.
-func (s *slurmNodes) waitNodeState(node, what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
-	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		state, reason, err := s.nodeState(node)
-		if err == nil && cond(state, reason) {
-			return state, reason
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("slurm: node %s not %s within %v (last: %q %q, %v)\n%s", node, what, timeout, state, reason, err,
-				tailFile(s.path("log/slurmctld.log"), 3000))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // slurmRes is one of Slurm's reservations (scontrol show reservation).
 type slurmRes struct {
 	Name, Nodes, Flags string
@@ -279,13 +247,7 @@ func (s *slurmNodes) epilogs(agentDir string) string {
 	s.t.Helper()
 	real := s.path("epilog.real")
 	writeTemplate(s.t, "epilog-slow.real", real, 0o755, map[string]string{"Dir": s.dir, "Starts": s.path("epilog-starts")})
-	wrapper := s.path("slurm-epilog.sh")
-	text := readExample(s.t, "nodeagent/slurm-epilog.sh")
-	text = replaceOnce(s.t, text, "/usr/sbin/nodeagent", bins.nodeagent)
-	text = replaceOnce(s.t, text, "/etc/slurm/epilog.real", real)
-	if err := os.WriteFile(wrapper, []byte(text), 0o755); err != nil {
-		s.t.Fatal(err)
-	}
+	wrapper := s.writeEpilogWrapper(real)
 	p := s.path("epilog.sh")
 	writeTemplate(s.t, "epilog-nodes.sh", p, 0o755, map[string]string{"AgentDir": agentDir, "Wrapper": wrapper})
 	return p
