@@ -123,7 +123,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		// The supervisor is built below; the link reaches it through this
 		// indirection because each needs the other.
 		link = newMeshLink(nil, logger)
-		onChange = func(st api.Status) { notifyStatus(st); link.onChange(st) }
+		onChange = func(st teardown.Status) { notifyStatus(st); link.onChange(st) }
 		onReport = func(r *diagnose.Report) { journalReport(r); link.onReport(r) }
 	}
 	cg, err := cgroup.New(cgroup.Options{
@@ -164,7 +164,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	a.reg = metrics.NewRegistry(metrics.ProgramNodeagent)
 	am := newAgentMetrics(a.reg, a.proc, cfg.Diagnostics.MaxBlockedReads, host.Read)
 	notify := onChange
-	onChange = func(st api.Status) { notify(st); am.onChange(st) }
+	onChange = func(st teardown.Status) { notify(st); am.onChange(st) }
 	allow, err := cgroup.ParseAllowList(cfg.Teardown.ForeignCgroups)
 	if err != nil {
 		return nil, fmt.Errorf("teardown.foreign_cgroups: %w", err)
@@ -201,7 +201,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		link.sup = sup
 		a.link = link
 	}
-	a.srv = api.NewServer(sup, api.ServerOptions{
+	a.srv = api.NewServer(socketService{sup}, api.ServerOptions{
 		AllowedUIDs: cfg.API.AllowedUIDs,
 		AllowedGIDs: cfg.API.AllowedGIDs,
 		ProcRoot:    cfg.Diagnostics.ProcRoot,
@@ -454,10 +454,10 @@ func (a *Agent) watchdog(ctx context.Context, period time.Duration) {
 
 // notifyStatus tells systemd what the agent is doing ("2 teardowns, node
 // down: ..."); outside systemd it does nothing.
-func notifyStatus(st api.Status) {
+func notifyStatus(st teardown.Status) {
 	active := 0
 	for _, j := range st.Jobs {
-		if j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue {
+		if j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue {
 			active++
 		}
 	}

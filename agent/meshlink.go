@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -22,11 +23,11 @@ const controlTimeout = 10 * time.Second
 
 // latcher is what the mesh link needs from the supervisor.
 type latcher interface {
-	Status(ctx context.Context) (api.Status, error)
-	Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error)
-	Drain(ctx context.Context, reason, by string) (api.Status, error)
-	StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error)
-	UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error)
+	Status(ctx context.Context) (teardown.Status, error)
+	Resume(ctx context.Context, req request.ResumeRequest) (teardown.Status, error)
+	Drain(ctx context.Context, reason, by string) (teardown.Status, error)
+	StartJob(ctx context.Context, req request.JobStartRequest) (teardown.Job, error)
+	UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (teardown.Job, error)
 }
 
 // meshLink publishes the node's status on the mesh (NodeMeta for everyone,
@@ -39,7 +40,7 @@ type meshLink struct {
 	m   *mesh.Mesh
 
 	mu       sync.Mutex
-	latest   *api.Status
+	latest   *teardown.Status
 	reports  map[string]*diagnose.Report // latest report of each job, for StateUpdate
 	wake     chan struct{}               // the direct sender's
 	wakeMeta chan struct{}               // the meta updater's
@@ -71,7 +72,7 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 }
 
 // onChange is the supervisor's OnChange: it must not block.
-func (l *meshLink) onChange(st api.Status) {
+func (l *meshLink) onChange(st teardown.Status) {
 	l.mu.Lock()
 	l.latest = &st
 	l.mu.Unlock()
@@ -239,7 +240,7 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 	if by == "" {
 		by = cm.from
 	}
-	var st api.Status
+	var st teardown.Status
 	var err error
 	if late := lateControl(c, l.now()); late != nil {
 		// The aggregator has told its caller that the request timed
@@ -255,7 +256,7 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 	}
 	switch c.GetAction() {
 	case gwpb.Action_ACTION_RESUME:
-		st, err = l.sup.Resume(ctx, api.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
+		st, err = l.sup.Resume(ctx, request.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
 	case gwpb.Action_ACTION_DRAIN:
 		st, err = l.sup.Drain(ctx, c.GetReason(), by)
 	case gwpb.Action_ACTION_REGISTER_JOB:
@@ -301,8 +302,8 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 	if r == nil {
 		return errors.New("register job: no job given")
 	}
-	_, err := l.sup.StartJob(ctx, api.JobStartRequest{Job: r.GetJob(), Expiration: r.GetExpiration(), Grace: r.GetGrace()})
-	if !errors.Is(err, api.ErrDuplicateJob) {
+	_, err := l.sup.StartJob(ctx, request.JobStartRequest{Job: r.GetJob(), Expiration: r.GetExpiration(), Grace: r.GetGrace()})
+	if !errors.Is(err, request.ErrDuplicateJob) {
 		return err
 	}
 	// Registered here already. The controller's registration gives the E
@@ -315,22 +316,22 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 		return err
 	}
 	for _, j := range st.Jobs {
-		if j.ID != r.GetJob() || j.Expiration == nil {
+		if j.ID != r.GetJob() || j.Expiration.IsZero() {
 			continue
 		}
-		e, none, err := api.ParseExpiration(r.GetExpiration(), time.Now(), 0)
+		e, none, err := request.ParseExpiration(r.GetExpiration(), time.Now(), 0)
 		if err != nil {
 			return err
 		}
-		if !none && e.Equal(*j.Expiration) {
+		if !none && e.Equal(j.Expiration) {
 			return nil // the same registration again: nothing to move
 		}
-		if !none && e.Before(*j.Expiration) {
+		if !none && e.Before(j.Expiration) {
 			return fmt.Errorf("job %s: %w: registered with expiration %s; the mesh's registration may only move it later, not to %s",
-				r.GetJob(), api.ErrConflict, j.Expiration.UTC().Format(time.RFC3339), e.UTC().Format(time.RFC3339))
+				r.GetJob(), request.ErrConflict, j.Expiration.UTC().Format(time.RFC3339), e.UTC().Format(time.RFC3339))
 		}
 	}
-	_, err = l.sup.UpdateJob(ctx, r.GetJob(), api.JobUpdateRequest{Expiration: r.GetExpiration()})
+	_, err = l.sup.UpdateJob(ctx, r.GetJob(), request.JobUpdateRequest{Expiration: r.GetExpiration()})
 	return err
 }
 
@@ -350,7 +351,7 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 // 1,016 B/s per member with them, 596 without; BENCHMARKS.md, "Node
 // restriction"). An aggregator that does not check proofs orders them
 // (0, 0) before any direct update, which it gets too.
-func gossipedMeta(st api.Status, proves bool) *gwpb.Meta {
+func gossipedMeta(st teardown.Status, proves bool) *gwpb.Meta {
 	m := metaOf(st)
 	if m.State == gwpb.State_STATE_UP {
 		m.SinceMs = 0
@@ -363,7 +364,7 @@ func gossipedMeta(st api.Status, proves bool) *gwpb.Meta {
 
 // metaOf is the compact meta of a status, as the direct StateUpdate and
 // the ControlAck carry it.
-func metaOf(st api.Status) *gwpb.Meta {
+func metaOf(st teardown.Status) *gwpb.Meta {
 	m := &gwpb.Meta{
 		Schema:      gwpb.SchemaVersion,
 		Role:        gwpb.Role_ROLE_AGENT,
@@ -373,20 +374,20 @@ func metaOf(st api.Status) *gwpb.Meta {
 		Reason:      st.Reason,
 	}
 	switch st.State {
-	case api.StateUp:
+	case teardown.StateUp:
 		m.State = gwpb.State_STATE_UP
-	case api.StateTeardown:
+	case teardown.StateTeardown:
 		m.State = gwpb.State_STATE_TEARDOWN
-	case api.StateDown:
+	case teardown.StateDown:
 		m.State = gwpb.State_STATE_DOWN
 	}
-	if st.FreeAt != nil {
+	if !st.FreeAt.IsZero() {
 		m.FreeAtMs = st.FreeAt.UnixMilli()
 	}
 	// The deadline of the latest teardown still in progress: with it an
 	// aggregator serves the node down if nothing newer arrives by then.
 	for _, j := range st.Jobs {
-		if (j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue) && j.Deadline != nil && j.Deadline.UnixMilli() > m.DeadlineMs {
+		if (j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue) && !j.Deadline.IsZero() && j.Deadline.UnixMilli() > m.DeadlineMs {
 			m.DeadlineMs = j.Deadline.UnixMilli()
 		}
 	}
@@ -398,21 +399,19 @@ func metaOf(st api.Status) *gwpb.Meta {
 	return m
 }
 
-func teardownsOf(st api.Status) []*gwpb.Teardown {
+func teardownsOf(st teardown.Status) []*gwpb.Teardown {
 	var out []*gwpb.Teardown
 	for _, j := range st.Jobs {
-		if j.Phase == api.PhaseRunning || j.Deadline == nil {
+		if j.Phase == teardown.PhaseRunning || j.Deadline.IsZero() {
 			continue
 		}
-		t := &gwpb.Teardown{Job: j.ID, Phase: j.Phase, DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome}
-		if j.Ended != nil {
+		t := &gwpb.Teardown{Job: j.ID, Phase: string(j.Phase), DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome,
+			GraceMs: j.Grace.Milliseconds()}
+		if !j.Ended.IsZero() {
 			t.EndedMs = j.Ended.UnixMilli()
 		}
-		if j.Expiration != nil {
+		if !j.Expiration.IsZero() {
 			t.ExpirationMs = j.Expiration.UnixMilli()
-		}
-		if g, err := time.ParseDuration(j.Grace); err == nil {
-			t.GraceMs = g.Milliseconds()
 		}
 		out = append(out, t)
 	}

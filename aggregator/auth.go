@@ -5,11 +5,10 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"strings"
-	"unicode"
+
+	"github.com/gracewatch/gracewatch/internal/secretfile"
 )
 
 // The HTTP API has two bearer tokens:
@@ -148,35 +147,9 @@ func LoadTokens(h HTTPConfig) (admin, read []byte, err error) {
 }
 
 // LoadToken reads a token file (the admin or the read token): one line, at
-// least MinTokenBytes long. The file must be a regular file that others can
-// neither read nor write (mode 0600 or 0640): a token anyone on the host can
-// read protects nothing, and the aggregator refuses to start.
+// least MinTokenBytes long, without white space. It is a secret file, read
+// by internal/secretfile's policy (mode 0600 or 0640; a token anyone on the
+// host can read protects nothing, and the aggregator refuses to start).
 func LoadToken(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("token file: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("token file: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("token file %s: not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o007 != 0 {
-		return nil, fmt.Errorf("token file %s: mode %04o lets others read or write it; chmod o-rwx it", path, perm)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("token file %s: %w", path, err)
-	}
-	tok := strings.TrimSpace(string(data))
-	switch {
-	case len(tok) < MinTokenBytes:
-		return nil, fmt.Errorf("token file %s: %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", path, len(tok), MinTokenBytes)
-	case strings.ContainsFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
-		return nil, fmt.Errorf("token file %s: holds white space or control characters (want one line)", path)
-	}
-	return []byte(tok), nil
+	return secretfile.Token("token", path, MinTokenBytes)
 }

@@ -174,7 +174,7 @@ func TestLoadToken(t *testing.T) {
 		mode    os.FileMode
 		want    string
 	}{
-		"world": {testToken, 0o644, "lets others read"},
+		"world": {testToken, 0o644, "mode 0644 is too open"},
 		"short": {"abc", 0o600, "want at least 16"},
 		"lines": {"abcdefghijklmnop\nqrstuvwxyz", 0o600, "one line"},
 	} {

@@ -1,5 +1,5 @@
 // Package aggregator derives each compute node's state from the gossip mesh
-// and serves it to the scheduler (DESIGN section 5).
+// and serves it to the scheduler (docs/DESIGN.md §5).
 //
 // The parts, from the inside out:
 //

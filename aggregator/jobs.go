@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
+	agentrequest "github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -92,14 +92,14 @@ func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
 		}
 		return req, nil, errors.New("trailing data after the JSON object")
 	}
-	if err := api.ValidateJobID(req.Job); err != nil {
+	if err := agentrequest.ValidateJobID(req.Job); err != nil {
 		return req, nil, err
 	}
-	if _, _, err := api.ParseExpiration(req.Expiration, now, 0); err != nil {
+	if _, _, err := agentrequest.ParseExpiration(req.Expiration, now, 0); err != nil {
 		return req, nil, err
 	}
 	if req.Grace != "" {
-		if _, err := api.ParseGrace(req.Grace); err != nil {
+		if _, err := agentrequest.ParseGrace(req.Grace); err != nil {
 			return req, nil, err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-// State is a node's state as served to the scheduler (DESIGN section 2).
+// State is a node's state as served to the scheduler (docs/DESIGN.md §2).
 type State string
 
 // Served states.

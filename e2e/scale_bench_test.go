@@ -56,7 +56,7 @@ import (
 // The aggregator runs with its defaults (GOGC 100, clock_skew_allowance
 // 5s, so its own enforcement of D, which has a different reason and is
 // counted apart, cannot hide a late agent report under 5 s). This process
-// runs with GOGC GW_BENCH_GOGC (default 400), as DESIGN advises for many
+// runs with GOGC GW_BENCH_GOGC (default 400), as docs/DESIGN.md §4 advises for many
 // memberlists in one process.
 //
 // All the members' gossip lands on this one process: each meta change is

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/version"
 )
@@ -104,7 +105,7 @@ func runJobStart(c *cli, name string, args []string) int {
 	if code, ok := checkJobFlag(c, f, *id); !ok {
 		return code
 	}
-	req := api.JobStartRequest{Job: *id, Grace: *grace, Cgroup: *cg}
+	req := request.JobStartRequest{Job: *id, Grace: *grace, Cgroup: *cg}
 	e, code, ok := expirationFlags(c, f, *exp, *rFile)
 	if !ok {
 		return code
@@ -114,7 +115,7 @@ func runJobStart(c *cli, name string, args []string) int {
 	}
 	req.Expiration = e
 	if *grace != "" {
-		if _, err := api.ParseGrace(*grace); err != nil {
+		if _, err := request.ParseGrace(*grace); err != nil {
 			return c.usageError(f, "--grace: %s", inputMsg(err))
 		}
 	}
@@ -147,7 +148,7 @@ func expirationFlags(c *cli, f *flags, exp, rFile string) (string, int, bool) {
 	case f.isSet("expiration") && f.isSet("R"):
 		return "", c.usageError(f, "give one of --expiration and --R, not both"), false
 	case f.isSet("expiration"):
-		if _, _, err := api.ParseExpiration(exp, c.now(), 0); err != nil {
+		if _, _, err := request.ParseExpiration(exp, c.now(), 0); err != nil {
 			return "", c.usageError(f, "--expiration: %s", inputMsg(err)), false
 		}
 		return exp, 0, true
@@ -156,11 +157,11 @@ func expirationFlags(c *cli, f *flags, exp, rFile string) (string, int, bool) {
 		if err != nil {
 			return "", c.usageError(f, "--R: %v", err), false
 		}
-		e, err := api.ParseR(data)
+		e, err := request.ParseR(data)
 		if err != nil {
 			return "", c.usageError(f, "--R %s: %v", rFile, err), false
 		}
-		return api.FormatUnix(e), 0, true
+		return request.FormatUnix(e), 0, true
 	}
 	return "", 0, true
 }
@@ -195,7 +196,7 @@ func runJobUpdate(c *cli, name string, args []string) int {
 	defer cl.Close()
 	ctx, cancel := c.ctx()
 	defer cancel()
-	job, err := cl.UpdateJob(ctx, *id, api.JobUpdateRequest{Expiration: e, Cgroup: *cg})
+	job, err := cl.UpdateJob(ctx, *id, request.JobUpdateRequest{Expiration: e, Cgroup: *cg})
 	if err != nil {
 		return c.fail(err)
 	}
@@ -266,8 +267,8 @@ func runEpilog(c *cli, name string, args []string) int {
 	if err != nil {
 		dir = "/"
 	}
-	req := api.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir, Cgroup: *cg}
-	if err := api.ValidateEpilog(req); err != nil {
+	req := request.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir, Cgroup: *cg}
+	if err := request.ValidateEpilog(req); err != nil {
 		return c.usageError(f, "%s", inputMsg(err))
 	}
 	cl, err := c.client(f)
@@ -368,7 +369,7 @@ func runResume(c *cli, name string, args []string) int {
 	if !f.isSet("reason") {
 		return c.usageError(f, "--reason is required")
 	}
-	if err := api.ValidateReason(*reason); err != nil {
+	if err := request.ValidateReason(*reason); err != nil {
 		return c.usageError(f, "--reason: %s", inputMsg(err))
 	}
 	cl, err := c.client(f)
@@ -378,7 +379,7 @@ func runResume(c *cli, name string, args []string) int {
 	defer cl.Close()
 	ctx, cancel := c.ctx()
 	defer cancel()
-	st, err := cl.Resume(ctx, api.ResumeRequest{Reason: *reason})
+	st, err := cl.Resume(ctx, request.ResumeRequest{Reason: *reason})
 	if err != nil {
 		return c.fail(err)
 	}
@@ -445,16 +446,16 @@ func checkJobFlag(c *cli, f *flags, id string) (int, bool) {
 	if id == "" {
 		return c.usageError(f, "--job is required"), false
 	}
-	if err := api.ValidateJobID(id); err != nil {
+	if err := request.ValidateJobID(id); err != nil {
 		return c.usageError(f, "--job: %s", inputMsg(err)), false
 	}
 	return 0, true
 }
 
-// inputMsg is the message of an *api.InputError without its field, for
+// inputMsg is the message of an *request.InputError without its field, for
 // messages that already name the flag.
 func inputMsg(err error) string {
-	var ie *api.InputError
+	var ie *request.InputError
 	if errors.As(err, &ie) {
 		return ie.Msg
 	}

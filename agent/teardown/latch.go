@@ -10,13 +10,13 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // latchJob latches the node DOWN for overdue job j, once.
 func (s *Supervisor) latchJob(j *job) {
-	if j.Latched || j.Acknowledged || j.Phase != api.PhaseOverdue {
+	if j.Latched || j.Acknowledged || j.Phase != PhaseOverdue {
 		return
 	}
 	j.Latched = true
@@ -60,7 +60,7 @@ func (s *Supervisor) refreshReason() {
 		case "exited":
 			p += "; exited after the deadline"
 		}
-		if j.Phase == api.PhaseReleased && !j.Released.IsZero() {
+		if j.Phase == PhaseReleased && !j.Released.IsZero() {
 			// Only the latch is left: say so, and what clears it.
 			p += fmt.Sprintf("; gone since %s, resume to clear", j.Released.UTC().Format("15:04:05Z"))
 		}
@@ -111,7 +111,7 @@ func (s *Supervisor) maybeAutoResume() {
 		return
 	}
 	for _, id := range l.Jobs {
-		if j := s.jobs[id]; j != nil && j.Phase != api.PhaseReleased {
+		if j := s.jobs[id]; j != nil && j.Phase != PhaseReleased {
 			return
 		}
 	}
@@ -121,22 +121,22 @@ func (s *Supervisor) maybeAutoResume() {
 
 // Resume clears the DOWN latch. Overdue jobs stay supervised but no longer
 // hold the node.
-func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error) {
+func (s *Supervisor) Resume(ctx context.Context, req request.ResumeRequest) (Status, error) {
 	if strings.TrimSpace(req.Reason) == "" {
-		return api.Status{}, &api.InputError{Field: "reason", Msg: "a reason is required"}
+		return Status{}, &request.InputError{Field: "reason", Msg: "a reason is required"}
 	}
 	who := "unknown peer"
-	if p, ok := api.PeerFrom(ctx); ok {
+	if p, ok := request.PeerFrom(ctx); ok {
 		who = fmt.Sprintf("uid %d pid %d", p.UID, p.PID)
 	}
-	var out api.Status
+	var out Status
 	err := s.do(ctx, func() {
 		if s.st.Latch.Down {
 			s.log.Warn("node resumed", "by", who, "reason", req.Reason, "was", s.st.Latch.Reason)
 		}
 		s.st.Latch = latch{}
 		for _, j := range s.jobs {
-			if j.Phase != api.PhaseOverdue {
+			if j.Phase != PhaseOverdue {
 				continue
 			}
 			j.Acknowledged = true
@@ -156,11 +156,11 @@ func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Sta
 
 // Drain latches the node DOWN on an administrator's word. Like a grace
 // violation it holds until Resume; auto_resume never clears it.
-func (s *Supervisor) Drain(ctx context.Context, reason, by string) (api.Status, error) {
-	if err := api.ValidateReason(reason); err != nil {
-		return api.Status{}, err
+func (s *Supervisor) Drain(ctx context.Context, reason, by string) (Status, error) {
+	if err := request.ValidateReason(reason); err != nil {
+		return Status{}, err
 	}
-	var out api.Status
+	var out Status
 	err := s.do(ctx, func() {
 		l := &s.st.Latch
 		text := "drained"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/aggregator"
 )
 
@@ -35,7 +35,7 @@ func runJob(c *cli, name string, args []string) int {
 	case !f.isSet("expiration"):
 		return c.usageError(f, "--expiration is required")
 	}
-	if err := api.ValidateJobID(*job); err != nil {
+	if err := request.ValidateJobID(*job); err != nil {
 		return c.usageError(f, "--job: %v", err)
 	}
 	if _, err := aggregator.Expand(*nodes); err != nil {

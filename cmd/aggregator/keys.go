@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/gracewatch/gracewatch/aggregator"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
+	"github.com/gracewatch/gracewatch/internal/secretfile"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -71,7 +71,7 @@ func runNodeKey(c *cli, name string, args []string) int {
 		fmt.Fprint(c.stdout, line)
 		return exitOK
 	}
-	if err := writeNew(*out, line, 0o600); err != nil {
+	if err := secretfile.Create(*out, line); err != nil {
 		return c.fail(err)
 	}
 	fmt.Fprintf(c.stdout, "wrote the node key of %s to %s (mode 0600); install it on that node only, as its mesh.node_key_file\n", f.args[0], *out)
@@ -95,24 +95,4 @@ func runPublicKey(c *cli, name string, args []string) int {
 		fmt.Fprintln(c.stdout, mesh.EncodeKey(k))
 	}
 	return exitOK
-}
-
-// writeNew creates path with text, refusing to overwrite.
-func writeNew(path, text string, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return fmt.Errorf("write %s (refusing to overwrite): %w", path, err)
-	}
-	_, err = f.WriteString(text)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -393,7 +393,7 @@ func TestServeRefuses(t *testing.T) {
 		{"unknown key", "[mesh]\ninsecure = true\nbind = \"127.0.0.1:0\"\n[http]\nlisten = \"127.0.0.1:0\"\nlisen = 1\n",
 			`aggregator.toml:6: key "http.lisen": unknown key`},
 		{"world-readable token", fmt.Sprintf("[mesh]\ninsecure = true\nbind = \"127.0.0.1:0\"\n[http]\nlisten = \"127.0.0.1:0\"\nadmin_token_file = %q\n", open),
-			"lets others read or write it"},
+			"mode 0644 is too open (want 0600 or 0640"},
 		{"no keyring", "[http]\nlisten = \"127.0.0.1:0\"\n", "mesh.keyring: required"},
 	}
 	for _, tt := range tests {
@@ -511,7 +511,7 @@ command = ["true", "{node}"]
 		{"readable read token", fmt.Sprintf("[mesh]\nkeyring = %q\nallow_unsigned = true\n[http]\nread_token_file = %q\n", key, open), `key "http.read_token_file": token file ` + open + ": mode 0644"},
 		{"read token is the admin token", fmt.Sprintf("[mesh]\nkeyring = %q\nallow_unsigned = true\n[http]\nadmin_token_file = %q\nread_token_file = %q\n", key, tokenFile, sameToken),
 			"holds the same token as http.admin_token_file"},
-		{"readable site key", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\n", key, openSite), "mesh.site_key_file: site key file " + openSite + " has mode 0644"},
+		{"readable site key", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\n", key, openSite), "mesh.site_key_file: site key file " + openSite + ": mode 0644 is too open"},
 		{"no site key", fmt.Sprintf("[mesh]\nkeyring = %q\n", key), "mesh.site_key_file: required unless mesh.allow_unsigned = true"},
 		{"node key on an aggregator", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\nnode_key_file = \"/etc/k\"\n", key, site), "mesh.node_key_file: is a node's key"},
 	}

@@ -1,4 +1,4 @@
-package api
+package request
 
 import (
 	"bytes"
@@ -27,14 +27,14 @@ const (
 	MaxExpirationAhead = 10 * 365 * 24 * time.Hour
 )
 
-// inputErr returns an *InputError for field.
-func inputErr(field, format string, a ...any) *InputError {
+// Invalid returns an *InputError for field.
+func Invalid(field, format string, a ...any) *InputError {
 	return &InputError{Field: field, Msg: fmt.Sprintf(format, a...)}
 }
 
-// quote quotes s for an error message, shortened so that a huge or hostile
+// Quote quotes s for an error message, shortened so that a huge or hostile
 // input cannot blow up a log line.
-func quote(s string) string {
+func Quote(s string) string {
 	const max = 64
 	if len(s) > max {
 		cut := max
@@ -53,22 +53,22 @@ func quote(s string) string {
 func ValidateJobID(id string) error {
 	switch {
 	case id == "":
-		return inputErr("job", "job id is empty")
+		return Invalid("job", "job id is empty")
 	case len(id) > MaxJobIDBytes:
-		return inputErr("job", "job id %s is %d bytes, longer than %d", quote(id), len(id), MaxJobIDBytes)
+		return Invalid("job", "job id %s is %d bytes, longer than %d", Quote(id), len(id), MaxJobIDBytes)
 	case !utf8.ValidString(id):
-		return inputErr("job", "job id %s is not valid UTF-8", quote(id))
+		return Invalid("job", "job id %s is not valid UTF-8", Quote(id))
 	case id == "." || id == "..":
-		return inputErr("job", "job id %s is not allowed", quote(id))
+		return Invalid("job", "job id %s is not allowed", Quote(id))
 	}
 	for _, r := range id {
 		switch {
 		case r == '/':
-			return inputErr("job", "job id %s contains '/'", quote(id))
+			return Invalid("job", "job id %s contains '/'", Quote(id))
 		case unicode.IsControl(r):
-			return inputErr("job", "job id %s contains a control character", quote(id))
+			return Invalid("job", "job id %s contains a control character", Quote(id))
 		case unicode.IsSpace(r):
-			return inputErr("job", "job id %s contains white space", quote(id))
+			return Invalid("job", "job id %s contains white space", Quote(id))
 		}
 	}
 	return nil
@@ -80,15 +80,15 @@ func ValidateJobID(id string) error {
 func ValidateReason(reason string) error {
 	switch {
 	case strings.TrimSpace(reason) == "":
-		return inputErr("reason", "a reason is required")
+		return Invalid("reason", "a reason is required")
 	case len(reason) > MaxReasonBytes:
-		return inputErr("reason", "reason is %d bytes, longer than %d", len(reason), MaxReasonBytes)
+		return Invalid("reason", "reason is %d bytes, longer than %d", len(reason), MaxReasonBytes)
 	case !utf8.ValidString(reason):
-		return inputErr("reason", "reason is not valid UTF-8")
+		return Invalid("reason", "reason is not valid UTF-8")
 	}
 	for _, r := range reason {
 		if unicode.IsControl(r) {
-			return inputErr("reason", "reason contains a control character")
+			return Invalid("reason", "reason contains a control character")
 		}
 	}
 	return nil
@@ -104,13 +104,13 @@ const MaxCgroupBytes = 4096
 func ValidateCgroup(cg string) error {
 	switch {
 	case len(cg) > MaxCgroupBytes:
-		return inputErr("cgroup", "cgroup %s is %d bytes, longer than %d", quote(cg), len(cg), MaxCgroupBytes)
+		return Invalid("cgroup", "cgroup %s is %d bytes, longer than %d", Quote(cg), len(cg), MaxCgroupBytes)
 	case strings.IndexByte(cg, 0) >= 0:
-		return inputErr("cgroup", "cgroup path contains a NUL byte")
+		return Invalid("cgroup", "cgroup path contains a NUL byte")
 	case strings.ContainsAny(cg, "\n\r"):
-		return inputErr("cgroup", "cgroup path contains a newline")
+		return Invalid("cgroup", "cgroup path contains a newline")
 	case !utf8.ValidString(cg):
-		return inputErr("cgroup", "cgroup path is not valid UTF-8")
+		return Invalid("cgroup", "cgroup path is not valid UTF-8")
 	}
 	return nil
 }
@@ -120,24 +120,24 @@ func ValidateCgroup(cg string) error {
 // any. It returns an *InputError with Field "argv", "env" or "dir".
 func ValidateEpilog(req EpilogRequest) error {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
-		return inputErr("argv", "a command is required")
+		return Invalid("argv", "a command is required")
 	}
 	for i, a := range req.Argv {
 		if strings.IndexByte(a, 0) >= 0 {
-			return inputErr("argv", "argument %d contains a NUL byte", i)
+			return Invalid("argv", "argument %d contains a NUL byte", i)
 		}
 	}
 	for i, e := range req.Env {
 		k, _, ok := strings.Cut(e, "=")
 		if !ok || k == "" {
-			return inputErr("env", "entry %d (%s) is not of the form KEY=VALUE", i, quote(e))
+			return Invalid("env", "entry %d (%s) is not of the form KEY=VALUE", i, Quote(e))
 		}
 		if strings.IndexByte(e, 0) >= 0 {
-			return inputErr("env", "entry %d contains a NUL byte", i)
+			return Invalid("env", "entry %d contains a NUL byte", i)
 		}
 	}
 	if req.Dir != "" && (!strings.HasPrefix(req.Dir, "/") || strings.IndexByte(req.Dir, 0) >= 0) {
-		return inputErr("dir", "working directory %s is not an absolute path", quote(req.Dir))
+		return Invalid("dir", "working directory %s is not an absolute path", Quote(req.Dir))
 	}
 	return ValidateCgroup(req.Cgroup)
 }
@@ -156,12 +156,12 @@ const expirationForms = "want RFC 3339 such as 2024-05-01T12:00:00Z, Unix second
 func ParseExpiration(s string, now time.Time, maxAge time.Duration) (e time.Time, none bool, err error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return time.Time{}, false, inputErr("expiration", "an expiration is required (%s)", expirationForms)
+		return time.Time{}, false, Invalid("expiration", "an expiration is required (%s)", expirationForms)
 	}
 	if isDecimal(s) {
 		sec, nsec, ok := parseUnix(s)
 		if !ok {
-			return time.Time{}, false, inputErr("expiration", "%s is out of range (%s)", quote(s), expirationForms)
+			return time.Time{}, false, Invalid("expiration", "%s is out of range (%s)", Quote(s), expirationForms)
 		}
 		if sec == 0 && nsec == 0 {
 			return time.Time{}, true, nil
@@ -170,23 +170,23 @@ func ParseExpiration(s string, now time.Time, maxAge time.Duration) (e time.Time
 		// time.Time holds, and a date printed from the clamped value
 		// (or from one beyond the year 9999) would be wrong.
 		if last := now.Add(MaxExpirationAhead); sec > last.Unix() {
-			return time.Time{}, false, inputErr("expiration", "%s is out of range: Unix seconds up to %d (%s, 10 years from now) are accepted (milliseconds given as seconds?)",
-				quote(s), last.Unix(), last.UTC().Format(time.RFC3339))
+			return time.Time{}, false, Invalid("expiration", "%s is out of range: Unix seconds up to %d (%s, 10 years from now) are accepted (milliseconds given as seconds?)",
+				Quote(s), last.Unix(), last.UTC().Format(time.RFC3339))
 		}
 		e = time.Unix(sec, nsec).UTC()
 	} else {
 		t, perr := time.Parse(time.RFC3339Nano, s)
 		if perr != nil {
-			return time.Time{}, false, inputErr("expiration", "not a time: %s (%s)", quote(s), expirationForms)
+			return time.Time{}, false, Invalid("expiration", "not a time: %s (%s)", Quote(s), expirationForms)
 		}
 		e = t
 	}
 	if maxAge > 0 && now.Sub(e) > maxAge {
-		return time.Time{}, false, inputErr("expiration", "%s is %s in the past (more than %s)",
+		return time.Time{}, false, Invalid("expiration", "%s is %s in the past (more than %s)",
 			e.UTC().Format(time.RFC3339Nano), humanDuration(now.Sub(e)), maxAge)
 	}
 	if e.Sub(now) > MaxExpirationAhead {
-		return time.Time{}, false, inputErr("expiration", "%s is %s in the future (more than 10 years: milliseconds given as seconds?)",
+		return time.Time{}, false, Invalid("expiration", "%s is %s in the future (more than 10 years: milliseconds given as seconds?)",
 			e.UTC().Format(time.RFC3339Nano), humanDuration(e.Sub(now)))
 	}
 	return e, false, nil
@@ -267,29 +267,29 @@ func ParseGrace(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	const forms = "want a duration such as 90s or 2m, or whole seconds"
 	if s == "" {
-		return 0, inputErr("grace", "grace is empty (%s)", forms)
+		return 0, Invalid("grace", "grace is empty (%s)", forms)
 	}
 	var d time.Duration
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if n < 0 {
-			return 0, inputErr("grace", "grace %s is negative", quote(s))
+			return 0, Invalid("grace", "grace %s is negative", Quote(s))
 		}
 		if n > int64(MaxGrace/time.Second) {
-			return 0, inputErr("grace", "grace %s is longer than %s", quote(s), MaxGrace)
+			return 0, Invalid("grace", "grace %s is longer than %s", Quote(s), MaxGrace)
 		}
 		d = time.Duration(n) * time.Second
 	} else {
 		v, err := time.ParseDuration(s)
 		if err != nil {
-			return 0, inputErr("grace", "not a duration: %s (%s)", quote(s), forms)
+			return 0, Invalid("grace", "not a duration: %s (%s)", Quote(s), forms)
 		}
 		d = v
 	}
 	if d < 0 {
-		return 0, inputErr("grace", "grace %s is negative", quote(s))
+		return 0, Invalid("grace", "grace %s is negative", Quote(s))
 	}
 	if d > MaxGrace {
-		return 0, inputErr("grace", "grace %s is longer than %s", quote(s), MaxGrace)
+		return 0, Invalid("grace", "grace %s is longer than %s", Quote(s), MaxGrace)
 	}
 	return d, nil
 }
@@ -324,7 +324,7 @@ func ParseR(data []byte) (expiration float64, err error) {
 	}
 	var r rV1
 	if err := json.Unmarshal(data, &r); err != nil {
-		return 0, describeJSONError("resource set R", err)
+		return 0, DescribeJSONError("resource set R", err)
 	}
 	switch {
 	case r.Version == nil:
@@ -367,10 +367,10 @@ func FormatUnix(sec float64) string {
 	return strconv.FormatFloat(sec, 'f', -1, 64)
 }
 
-// describeJSONError turns an encoding/json error into a message that says
+// DescribeJSONError turns an encoding/json error into a message that says
 // where the problem is: the offset of a syntax error, the field of a type
 // error.
-func describeJSONError(what string, err error) error {
+func DescribeJSONError(what string, err error) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -380,15 +380,15 @@ func describeJSONError(what string, err error) error {
 		if typ.Field == "" {
 			return fmt.Errorf("%s: want a JSON object, got %s", what, typ.Value)
 		}
-		return fmt.Errorf("%s: %s: want %s, got %s", what, typ.Field, jsonKind(typ.Type.String()), typ.Value)
+		return fmt.Errorf("%s: %s: want %s, got %s", what, typ.Field, JSONKind(typ.Type.String()), typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%s: truncated JSON", what)
 	}
 	return fmt.Errorf("%s: %s", what, strings.TrimPrefix(err.Error(), "json: "))
 }
 
-// jsonKind names a Go type the way a JSON author thinks of it.
-func jsonKind(goType string) string {
+// JSONKind names a Go type the way a JSON author thinks of it.
+func JSONKind(goType string) string {
 	switch {
 	case strings.HasPrefix(goType, "[]uint8"):
 		return "a base64 string"
