@@ -1,36 +1,22 @@
 package aggregator
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/runcmd"
 )
 
-const (
-	// maxBackoff caps the exponential back-off between retries.
-	maxBackoff = time.Minute
-	// outputTail is how much of a command's output is logged.
-	outputTail = 2048
-	// waitDelay bounds the wait for a killed command's pipes.
-	waitDelay = 5 * time.Second
-)
-
-// errTimedOut is the error of a command that outlived its timeout.
-var errTimedOut = errors.New("timed out")
+// maxBackoff caps the exponential back-off between retries.
+const maxBackoff = time.Minute
 
 // actuators runs the [[actuator]] commands on transitions, when this
 // aggregator leads. The rule, per node:
@@ -448,67 +434,19 @@ func expandArgv(argv []string, node, reason string) []string {
 	return out
 }
 
-// runCommand runs argv in a process group of its own, without a shell,
-// killing the whole group when timeout passes or ctx ends. The environment
-// is the aggregator's plus GRACEWATCH_NODE, GRACEWATCH_TRANSITION and
-// GRACEWATCH_REASON. It returns the exit code (-1 if it did not exit), the
-// tail of the output and an error unless it exited 0.
+// runCommand runs an actuator's argv (internal/runcmd: no shell, its own
+// process group, killed whole at timeout, 0 meaning DefaultActuatorTimeout).
+// The environment is the aggregator's plus GRACEWATCH_NODE,
+// GRACEWATCH_TRANSITION and GRACEWATCH_REASON. It returns the exit code (-1
+// if it did not exit), the tail of the output and an error unless it exited
+// 0.
 func runCommand(ctx context.Context, argv []string, timeout time.Duration, node, on, reason string) (int, string, error) {
 	if timeout <= 0 {
 		timeout = DefaultActuatorTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		// The whole group: a shell script's children too.
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	cmd.WaitDelay = waitDelay
-	cmd.Env = append(os.Environ(), "GRACEWATCH_NODE="+node, "GRACEWATCH_TRANSITION="+on, "GRACEWATCH_REASON="+reason)
-	var out tailBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	exit := -1
-	if cmd.ProcessState != nil {
-		exit = cmd.ProcessState.ExitCode()
-	}
-	if ctx.Err() != nil && err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("%w after %v (process group killed)", errTimedOut, timeout)
-		} else {
-			err = fmt.Errorf("stopped: %w", ctx.Err())
-		}
-	}
-	return exit, out.String(), err
-}
-
-// tailBuffer keeps the last outputTail bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if t.buf.Len() > 2*outputTail {
-		b := t.buf.Bytes()[t.buf.Len()-outputTail:]
-		t.buf = *bytes.NewBuffer(bytes.Clone(b))
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf.Bytes()
-	if len(b) > outputTail {
-		b = b[len(b)-outputTail:]
-	}
-	return strings.TrimSpace(string(b))
+	res, err := runcmd.Run(ctx, argv, runcmd.Options{Timeout: timeout,
+		Env: []string{"GRACEWATCH_NODE=" + node, "GRACEWATCH_TRANSITION=" + on, "GRACEWATCH_REASON=" + reason}})
+	return res.Exit, res.Output, err
 }
 
 // busy reports whether a command runs or waits to be retried (tests).

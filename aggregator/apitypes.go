@@ -6,15 +6,17 @@ import "github.com/gracewatch/gracewatch/aggregator/api"
 // here serves them under these names. The view's own node is Node
 // (view.go), converted at the HTTP edge (wire.go).
 type (
-	State         = api.State
-	ErrorBody     = api.ErrorBody
-	ActionRequest = api.ActionRequest
-	NodeList      = api.NodeList
-	ClusterConfig = api.ClusterConfig
-	JobRequest    = api.JobRequest
-	JobNodeResult = api.JobNodeResult
-	JobResult     = api.JobResult
-	Forgotten     = api.Forgotten
+	State           = api.State
+	ErrorBody       = api.ErrorBody
+	ActionRequest   = api.ActionRequest
+	NodeList        = api.NodeList
+	ClusterConfig   = api.ClusterConfig
+	JobRequest      = api.JobRequest
+	JobNodeResult   = api.JobNodeResult
+	JobResult       = api.JobResult
+	Forgotten       = api.Forgotten
+	ReservationList = api.ReservationList
+	ReservationInfo = api.ReservationInfo
 )
 
 // Served states (api.State).

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -77,6 +78,10 @@ type Config struct {
 	HTTP      HTTPConfig       `toml:"http"`
 	Policy    PolicyConfig     `toml:"policy"`
 	Actuators []ActuatorConfig `toml:"actuator"`
+	// Reservations puts free_at into the scheduler's own plan
+	// (aggregator/reservation; packaging/README.md, "The scheduler's
+	// plan").
+	Reservations reservation.Config `toml:"reservations"`
 }
 
 // HTTPConfig is the [http] table: the scheduler-facing API.
@@ -161,6 +166,7 @@ func DefaultConfig() Config {
 			UnreachableAfter:   config.Dur(DefaultUnreachableAfter),
 			Settle:             config.Dur(DefaultSettle),
 		},
+		Reservations: reservation.DefaultConfig(),
 	}
 }
 
@@ -241,6 +247,10 @@ func (c *Config) Validate() error {
 	}
 	if d := p.Settle.D(); d < 0 || d > time.Hour {
 		bad("policy.settle", "want 0 to 1h, got %v", d)
+	}
+
+	if err := c.Reservations.Validate("reservations"); err != nil {
+		errs = append(errs, err)
 	}
 
 	var haveDown, haveUp bool

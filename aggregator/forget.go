@@ -78,6 +78,9 @@ func (s *Service) forget(name, by string, propagate bool) error {
 		f.Forget(name)
 	}
 	s.act.forget(name)
+	if s.plan != nil {
+		s.plan.Forget(name)
+	}
 	s.log.Info("node forgotten", "node", name, "by", by, "was", prev.State, "reason", logText(prev.Reason))
 	if propagate {
 		var to []string

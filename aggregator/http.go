@@ -212,6 +212,7 @@ func (s *Server) routes() {
 		{"POST", "/v1/jobs", admin, s.handleJobs},
 		{"GET", "/v1/watch", read, s.handleWatch},
 		{"GET", "/v1/config", read, s.handleConfig},
+		{"GET", "/v1/reservations", read, s.handleReservations},
 		{"GET", "/healthz", public, s.handleHealth},
 		{"GET", "/readyz", public, s.handleReady},
 		{"GET", "/{$}", public, s.handleUI}, // the page's HTML holds no data: it reads the API with the token typed into it

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/internal/runcmd"
 	"github.com/gracewatch/gracewatch/mesh"
 )
 
@@ -122,7 +123,7 @@ func (m *serviceMetrics) collectors() []prometheus.Collector {
 func (m *serviceMetrics) actuatorRun(on string, err error) {
 	r := resultSuccess
 	switch {
-	case errors.Is(err, errTimedOut):
+	case errors.Is(err, runcmd.ErrTimedOut):
 		r = resultTimeout
 	case err != nil:
 		r = resultFailure

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"sort"
 	"time"
+
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
 )
 
 // recompute recomputes the dirty nodes, publishes their changes, tells the
@@ -71,6 +73,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 	s.mu.Unlock()
 
 	for _, c := range changes {
+		s.observePlan(c.node)
 		if c.first || c.prev != c.node.State {
 			if c.first {
 				s.log.Info("node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
@@ -132,4 +135,12 @@ func (s *Service) armTimer(now time.Time) {
 	s.timerNo++
 	gen := s.timerNo
 	s.timer = s.clock.AfterFunc(next.Sub(now), func() { s.enqueue(input{kind: inTick, gen: gen}) })
+}
+
+// observePlan tells the reservation planner a node's served state.
+func (s *Service) observePlan(n Node) {
+	if s.plan == nil {
+		return
+	}
+	s.plan.Observe(reservation.Node{Name: n.Name, Tearing: n.State == StateTeardown, Since: n.Since, FreeAt: n.FreeAt})
 }

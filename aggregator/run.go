@@ -65,6 +65,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 		Policy:       cfg.ViewPolicy(),
 		Grace:        cfg.Policy.Grace.D(),
 		Actuators:    cfg.Actuators,
+		Reservations: cfg.Reservations,
 		StateDir:     stateDir,
 		MeshInsecure: cfg.Mesh.Insecure,
 		ProvenOnly:   !cfg.Mesh.AcceptsUnsigned(gwpb.Role_ROLE_AGGREGATOR),

@@ -14,8 +14,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -68,6 +70,11 @@ type Options struct {
 	Grace time.Duration
 	// Actuators run on transitions when this aggregator leads.
 	Actuators []ActuatorConfig
+	// Reservations, when enabled, keep the scheduler's reservations on the
+	// nodes tearing down while this aggregator leads.
+	Reservations reservation.Config
+	// ReservationScheduler replaces the command of Reservations (tests).
+	ReservationScheduler reservation.Scheduler
 	// MeshInsecure is reported by Ready (the mesh runs without encryption).
 	MeshInsecure bool
 	// ProvenOnly is node restriction (the mesh refuses unproven input): a
@@ -126,6 +133,7 @@ type Service struct {
 	log   *slog.Logger
 	epoch string // qualifies event ids: they are only meaningful here
 	act   *actuators
+	plan  *reservation.Planner // nil: reservations off
 	met   *serviceMetrics
 
 	// The inbox: the callbacks append, the loop takes.
@@ -252,6 +260,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("aggregator: event epoch: %w", err)
 	}
 	log := o.Logger.With("component", "aggregator")
+	var err error
 	s := &Service{
 		opts:    o,
 		clock:   o.Clock,
@@ -273,6 +282,19 @@ func New(o Options) (*Service, error) {
 	if o.StateDir != "" && len(o.Actuators) > 0 {
 		if err := s.act.remember(o.StateDir); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+	}
+	if o.Reservations.Enabled() {
+		s.plan, err = reservation.New(reservation.Options{
+			Config:    o.Reservations,
+			Scheduler: o.ReservationScheduler,
+			Hostlists: reservation.Hostlists{Compress: hostlist.Compress, Expand: hostlist.Expand},
+			Clock:     o.Clock,
+			Logger:    o.Logger,
+			Registry:  o.Registry,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("aggregator: reservations: %w", err)
 		}
 	}
 	s.met = newServiceMetrics(s)
@@ -333,8 +355,15 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	s.running, s.mesh = true, m
 	s.mu.Unlock()
 	s.act.start(ctx)
+	planDone := make(chan struct{})
+	if s.plan != nil {
+		go func() { s.plan.Run(ctx); close(planDone) }()
+	} else {
+		close(planDone)
+	}
 	defer func() {
 		s.act.stop()
+		<-planDone
 		if s.timer != nil {
 			s.timer.Stop()
 		}
@@ -527,6 +556,11 @@ func (s *Service) Ready() Readiness {
 	if err := s.act.saveError(); err != nil {
 		r.StateWriteError = err.Error()
 		detail = append(detail, "cannot save the drained nodes under state_dir (a restart would forget them): "+r.StateWriteError)
+	}
+	if s.plan != nil {
+		if st := s.plan.Status(); st.Error != "" {
+			detail = append(detail, "the scheduler's reservations may be stale: "+st.Error)
+		}
 	}
 	if !r.NodeRestriction {
 		detail = append(detail, "node restriction is off (mesh.allow_unsigned, or an insecure mesh without mesh.site_key_file): anyone with the mesh key can speak for a node that has no node key")

@@ -185,3 +185,29 @@ type JobResult struct {
 type Forgotten struct {
 	Name string `json:"name"`
 }
+
+// ReservationList is the body of GET /v1/reservations: the scheduler's
+// reservations that gracewatch keeps on nodes tearing down
+// ([reservations]; packaging/README.md, "The scheduler's plan").
+type ReservationList struct {
+	// Enabled: [reservations] command is set.
+	Enabled bool `json:"enabled"`
+	// Leader: this aggregator keeps them (the others list none; /healthz
+	// names the leader).
+	Leader       bool              `json:"leader"`
+	Reservations []ReservationInfo `json:"reservations"`
+	// Error is the last command that failed, until a round succeeds; the
+	// scheduler's plan may be stale meanwhile.
+	Error   string     `json:"error,omitempty"`
+	ErrorAt *time.Time `json:"error_at,omitempty"`
+}
+
+// ReservationInfo is one reservation.
+type ReservationInfo struct {
+	Name string `json:"name"`
+	// Nodes is a hostlist ("n[1-4]").
+	Nodes string `json:"nodes"`
+	Count int    `json:"count"`
+	// End is when the scheduler plans the nodes free.
+	End time.Time `json:"end"`
+}
