@@ -217,13 +217,17 @@ func startServe(t *testing.T, cfg string) *server {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	copied := make(chan struct{})
 	go func() {
 		err := s.cmd.Wait()
 		pw.Close()
+		<-copied // every line of the log is in s.stderr before done
 		s.done <- err
 	}()
 	found := make(chan string, 1)
 	go func() {
+		defer close(copied)
+		defer io.Copy(io.Discard, pr) // past a line too long for the scanner
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			line := sc.Text()
