@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -83,7 +84,7 @@ func (s *Service) control(ctx context.Context, node string, c *gwpb.Control) (No
 		s.mu.Unlock()
 		return Node{}, fmt.Errorf("%w: %s", ErrUnknownNode, node)
 	}
-	if gone(n.Member) {
+	if gone(mesh.Status(n.Member)) {
 		s.mu.Unlock()
 		return n, fmt.Errorf("%w: %s: %s", ErrUnreachable, node, n.Reason)
 	}

@@ -12,10 +12,11 @@
 //     armed for the next central deadline, publishes state changes as
 //     events, relays administrators' resume and drain requests to the
 //     agents, and runs the actuators when it leads.
-//   - Server, the HTTP API described in proto/openapi.yaml, and Client,
-//     its Go client used by the command line.
+//   - Server, the HTTP API described in proto/openapi.yaml, which converts
+//     the view's nodes to the API's (wire.go). The API's types and its Go
+//     client are package aggregator/api; the command line is
+//     aggregator/cli.
 //
-// The package does not import the mesh: it sees it through the small Mesh
-// interface (with FakeMesh beside it for tests), and cmd/aggregator adapts
-// the real one.
+// The Service sees the mesh through the small Mesh interface (with
+// FakeMesh beside it for tests); Run adapts the real one.
 package aggregator

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/version"
@@ -54,41 +55,6 @@ const (
 	// sseRetry is the reconnection delay suggested to watchers.
 	sseRetry = 2 * time.Second
 )
-
-// ErrorBody is the JSON body of every error response.
-type ErrorBody struct {
-	Error string `json:"error"`
-}
-
-// ActionRequest is the body of POST /v1/nodes/{name}/resume and /drain.
-type ActionRequest struct {
-	// Reason says why (required, at most MaxReasonBytes of printable
-	// UTF-8); it is logged and, for a drain, becomes the node's reason.
-	Reason string `json:"reason"`
-}
-
-// NodeList is the body of GET /v1/nodes and the data of a watch snapshot.
-type NodeList struct {
-	Nodes []Node `json:"nodes"`
-}
-
-// ClusterConfig is the body of GET /v1/config: what a scheduler needs to
-// agree with the agents.
-type ClusterConfig struct {
-	// Grace is G in seconds.
-	Grace float64 `json:"grace"`
-	// ClockSkewAllowance is in seconds.
-	ClockSkewAllowance float64 `json:"clock_skew_allowance"`
-	UnreachableIsDown  bool    `json:"unreachable_is_down"`
-	// UnreachableAfter is in seconds: how long a member must stay dead or
-	// left before it is served unreachable.
-	UnreachableAfter float64 `json:"unreachable_after"`
-	// Settle is in seconds: how long a newly seen node has to send its
-	// own state before gossip alone can make it down.
-	Settle float64 `json:"settle"`
-	// Schema is the mesh schema version this aggregator speaks.
-	Schema int `json:"schema"`
-}
 
 // Health is the body of GET /healthz.
 type Health struct {
@@ -313,7 +279,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		for i, n := range nodes {
 			names[i] = n.Name
 		}
-		hl, err := Compress(names)
+		hl, err := hostlist.Compress(names)
 		if err != nil {
 			s.writeError(w, http.StatusInternalServerError, "%v", err)
 			return
@@ -324,7 +290,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, hl+"\n")
 		return
 	}
-	s.writeJSON(w, http.StatusOK, NodeList{Nodes: nodes})
+	s.writeJSON(w, http.StatusOK, NodeList{Nodes: wireNodes(nodes)})
 }
 
 // pathNode returns the node name of the request's path; when it is not a
@@ -343,16 +309,17 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, ok := s.svc.Node(name)
+	node, ok := s.svc.Node(name)
 	if !ok {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		return
 	}
+	n := wireNode(node)
 	if n.LastReport != nil && n.LastReport.Detail != nil && s.tokenOf(r) == noToken {
 		// The detail names command lines, open files and users' paths: it
 		// is for clients with a token (read or admin) only, whether or not
 		// the rest of the read endpoints need one.
-		n = n.Summary()
+		n.LastReport.Detail = nil // wireNode made n.LastReport: n's own
 		n.LastReport.DetailOmitted = detailOmitted
 		if len(s.opts.Token) == 0 && len(s.opts.ReadToken) == 0 {
 			n.LastReport.DetailOmitted = detailNoToken
@@ -382,7 +349,7 @@ func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 		var ae *AgentError
 		switch {
 		case err == nil:
-			s.writeJSON(w, http.StatusOK, n)
+			s.writeJSON(w, http.StatusOK, wireNode(n))
 		case errors.Is(err, ErrUnknownNode):
 			s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		case errors.Is(err, ErrUnreachable):

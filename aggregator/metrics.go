@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/runcmd"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -207,14 +208,14 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	counts := make(map[State]int, len(States))
+	counts := make(map[State]int, len(api.States))
 	s.mu.RLock()
 	for _, n := range s.view {
 		counts[n.State]++
 	}
 	watchers, lowest, m := len(s.subs), s.leader == s.opts.Name, s.mesh
 	s.mu.RUnlock()
-	for _, st := range States {
+	for _, st := range api.States {
 		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(counts[st]), string(st))
 	}
 	ch <- prometheus.MustNewConstMetric(c.watchers, prometheus.GaugeValue, float64(watchers))

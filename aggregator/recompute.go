@@ -142,12 +142,5 @@ func (s *Service) observePlan(n Node) {
 	if s.plan == nil {
 		return
 	}
-	pn := reservation.Node{Name: n.Name, Tearing: n.State == StateTeardown}
-	if n.Since != nil {
-		pn.Since = *n.Since
-	}
-	if n.FreeAt != nil {
-		pn.FreeAt = *n.FreeAt
-	}
-	s.plan.Observe(pn)
+	s.plan.Observe(reservation.Node{Name: n.Name, Tearing: n.State == StateTeardown, Since: n.Since, FreeAt: n.FreeAt})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -27,7 +28,7 @@ func heldNodes(sched *reservation.FakeScheduler) []string {
 	var out []string
 	for _, r := range sched.Reservations() {
 		if strings.HasPrefix(r.Name, reservation.DefaultPrefix) {
-			hl, _ := Compress(r.Nodes)
+			hl, _ := hostlist.Compress(r.Nodes)
 			out = append(out, fmt.Sprintf("%s until +%v", hl, r.End.Sub(t0)))
 		}
 	}

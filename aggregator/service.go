@@ -17,6 +17,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -287,7 +288,7 @@ func New(o Options) (*Service, error) {
 		s.plan, err = reservation.New(reservation.Options{
 			Config:    o.Reservations,
 			Scheduler: o.ReservationScheduler,
-			Hostlists: reservation.Hostlists{Compress: Compress, Expand: Expand},
+			Hostlists: reservation.Hostlists{Compress: hostlist.Compress, Expand: hostlist.Expand},
 			Clock:     o.Clock,
 			Logger:    o.Logger,
 			Registry:  o.Registry,

@@ -11,37 +11,6 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-// State is a node's state as served to the scheduler (docs/DESIGN.md §2).
-type State string
-
-// Served states.
-const (
-	// StateUp: no teardown in progress; schedulable.
-	StateUp State = "up"
-	// StateTeardown: a teardown within its grace; schedulable from FreeAt.
-	StateTeardown State = "teardown"
-	// StateDown: a grace violation, hung processes, an administrator's
-	// drain, or a missed teardown deadline; not schedulable.
-	StateDown State = "down"
-	// StateUnreachable: the aggregator cannot tell the node's state (the
-	// mesh declared the agent dead, it left, or what it publishes cannot be
-	// read); not schedulable.
-	StateUnreachable State = "unreachable"
-)
-
-// States lists the served states in the order documented in the API.
-var States = []State{StateUp, StateTeardown, StateDown, StateUnreachable}
-
-// ParseState returns the State named s.
-func ParseState(s string) (State, error) {
-	for _, st := range States {
-		if string(st) == s {
-			return st, nil
-		}
-	}
-	return "", fmt.Errorf("unknown state %q (want up, teardown, down or unreachable)", s)
-}
-
 // gone reports whether a member is dead or has left. A suspect member is
 // still alive: suspicion is memberlist's transient doubt.
 func gone(s mesh.Status) bool { return s == mesh.StatusDead || s == mesh.StatusLeft }
@@ -116,74 +85,69 @@ type NodeInput struct {
 	FirstSeen time.Time
 }
 
-// Node is one node of the served view. It is the JSON of GET
-// /v1/nodes/{name} (and, without LastReport.Detail, of the list and of the
-// watch events); see proto/openapi.yaml.
-//
-// The wire type is kept apart from gwpb.Meta on purpose: the HTTP API is a
-// promise to schedulers, the mesh schema a promise between agents and
-// aggregators, and the two evolve separately.
+// Node is one node of the view, as Compute derives it: the aggregator's
+// own type, kept apart from the HTTP API's api.Node on purpose (as
+// kubernetes/node-problem-detector keeps its internal types): the view,
+// the events, the actuators and the metrics work on it, and the HTTP edge
+// (wire.go) converts it, so the API can stay a promise to schedulers while
+// the view changes. A time that is not known is the zero time; every time
+// is in UTC, to the millisecond, within year 9999 (servedTime).
 type Node struct {
-	Name  string `json:"name"`
-	State State  `json:"state"`
+	Name  string
+	State State
 	// Reason says why the node is down, unreachable or tearing down;
 	// empty when up.
-	Reason string `json:"reason"`
-	// Since is when the node entered State; nil when unknown.
-	Since *time.Time `json:"since"`
+	Reason string
+	// Since is when the node entered State.
+	Since time.Time
 	// FreeAt is set only in state teardown: the latest deadline of the
 	// teardowns in progress, from which the node may be scheduled.
-	FreeAt *time.Time `json:"free_at"`
+	FreeAt time.Time
 	// Schedulable: up yes; teardown yes from FreeAt; down and unreachable
 	// no.
-	Schedulable bool `json:"schedulable"`
+	Schedulable bool
 	// Member is the mesh's view of the agent: alive, suspect, dead or left.
-	Member mesh.Status `json:"member"`
+	Member mesh.Status
 	// Role is the member's role ("agent"; "unspecified" when its meta does
 	// not decode).
-	Role string `json:"role"`
+	Role string
 	// Incarnation and Seq order the agent's states: (incarnation, seq) of
 	// the freshest meta; zero when none.
-	Incarnation uint64 `json:"incarnation"`
-	Seq         uint64 `json:"seq"`
+	Incarnation uint64
+	Seq         uint64
 	// DecodeError is set when the gossiped meta does not decode.
-	DecodeError string `json:"decode_error,omitempty"`
+	DecodeError string
 	// Teardowns are the agent's teardown clocks from its last StateUpdate
 	// (active and recently released); empty when unknown.
-	Teardowns []Teardown `json:"teardowns"`
+	Teardowns []Teardown
 	// LastReport is the most recent diagnostics report of a violating
 	// teardown; nil when none.
-	LastReport *Report `json:"last_report"`
+	LastReport *Report
 }
 
 // Teardown is one job's teardown clock on a node.
 type Teardown struct {
-	Job   string `json:"job"`
-	Phase string `json:"phase"`
-	// Ended is T_end; Deadline is D; Expiration is E (nil: none).
-	Ended      *time.Time `json:"ended"`
-	Deadline   *time.Time `json:"deadline"`
-	Expiration *time.Time `json:"expiration"`
-	// Grace is G in seconds.
-	Grace   float64 `json:"grace"`
-	Outcome string  `json:"outcome"`
+	Job   string
+	Phase string
+	// Ended is T_end; Deadline is D; Expiration is E (zero: none).
+	Ended      time.Time
+	Deadline   time.Time
+	Expiration time.Time
+	Grace      time.Duration
+	Outcome    string
 }
 
 // Report is a diagnostics report of a violating teardown.
 type Report struct {
-	Job     string     `json:"job"`
-	Stage   string     `json:"stage"`
-	Outcome string     `json:"outcome"`
-	Summary string     `json:"summary"`
-	Taken   *time.Time `json:"taken"`
-	// Detail is the agent's whole report (JSON); only GET
-	// /v1/nodes/{name} carries it. Absent when the agent sent none or it is
-	// not valid JSON.
-	Detail json.RawMessage `json:"detail,omitempty"`
-	// DetailOmitted says why Detail is absent from GET /v1/nodes/{name}
-	// and how to get it: the detail holds command lines and open files,
-	// which only a client with a token is served.
-	DetailOmitted string `json:"detail_omitted,omitempty"`
+	Job     string
+	Stage   string
+	Outcome string
+	Summary string
+	Taken   time.Time
+	// Detail is the agent's whole report (JSON); nil when the agent sent
+	// none or it is not valid JSON. Only one node's detail is served with
+	// it.
+	Detail json.RawMessage
 }
 
 // Summary returns n without the report's detail, as lists and watch events
@@ -294,7 +258,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 				if gone(status) {
 					n.Reason += " (" + goneReason(status) + ")"
 				}
-				n.Since = timePtr(down)
+				n.Since = servedTime(down)
 				return n, causeCentralDeadline
 			}
 		}
@@ -330,12 +294,12 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 				n.Reason = "unreachable since " + formatTime(since) + ": " + unreachable
 			}
 		}
-		n.Since = timePtr(since)
+		n.Since = servedTime(since)
 		return n, cause
 	}
 
 	// Rule 6: the agent's own state.
-	n.Since = timePtr(msTime(meta.GetSinceMs()))
+	n.Since = servedTime(msTime(meta.GetSinceMs()))
 	n.Reason = reason
 	switch meta.GetState() {
 	case gwpb.State_STATE_UP:
@@ -349,7 +313,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		if free.IsZero() {
 			free = msTime(meta.GetDeadlineMs())
 		}
-		n.FreeAt = timePtr(free)
+		n.FreeAt = servedTime(free)
 	case gwpb.State_STATE_DOWN:
 		n.State = StateDown
 	}
@@ -471,10 +435,10 @@ func fillDetails(n *Node, u *gwpb.StateUpdate) {
 		n.Teardowns = append(n.Teardowns, Teardown{
 			Job:        td.GetJob(),
 			Phase:      td.GetPhase(),
-			Ended:      timePtr(msTime(td.GetEndedMs())),
-			Deadline:   timePtr(msTime(td.GetDeadlineMs())),
-			Expiration: timePtr(msTime(td.GetExpirationMs())),
-			Grace:      float64(td.GetGraceMs()) / 1000,
+			Ended:      servedTime(msTime(td.GetEndedMs())),
+			Deadline:   servedTime(msTime(td.GetDeadlineMs())),
+			Expiration: servedTime(msTime(td.GetExpirationMs())),
+			Grace:      time.Duration(td.GetGraceMs()) * time.Millisecond,
 			Outcome:    td.GetOutcome(),
 		})
 	}
@@ -490,7 +454,7 @@ func fillDetails(n *Node, u *gwpb.StateUpdate) {
 			Stage:   last.GetStage(),
 			Outcome: last.GetOutcome(),
 			Summary: last.GetSummary(),
-			Taken:   timePtr(msTime(last.GetTakenMs())),
+			Taken:   servedTime(msTime(last.GetTakenMs())),
 		}
 		if d := last.GetDetailJson(); len(d) > 0 && json.Valid(d) {
 			rep.Detail = json.RawMessage(slices.Clone(d))
@@ -545,14 +509,13 @@ func msTime(ms int64) time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
-// timePtr returns nil for the zero time (and for one beyond year 9999, which
-// JSON cannot carry), else t in UTC to the millisecond.
-func timePtr(t time.Time) *time.Time {
+// servedTime returns the zero time for the zero time and for one beyond
+// year 9999 (which JSON cannot carry), else t in UTC to the millisecond.
+func servedTime(t time.Time) time.Time {
 	if t.IsZero() || t.UTC().Year() > 9999 {
-		return nil
+		return time.Time{}
 	}
-	t = t.UTC().Truncate(time.Millisecond)
-	return &t
+	return t.UTC().Truncate(time.Millisecond)
 }
 
 // formatTime writes t as RFC 3339 in UTC with milliseconds, as in reasons.

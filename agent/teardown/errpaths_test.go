@@ -1,40 +1,24 @@
 package teardown
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // The error paths of escalation and release, opened by FakeCgroups.Fail.
 
 // logBuffer is a slog destination that tests read while the supervisor
 // writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ testutil.SyncBuffer }
 
 // has reports whether one line of the log holds every one of words.
 func (b *logBuffer) has(words ...string) bool {

@@ -12,9 +12,10 @@ import (
 // added here.
 func TestDependencies(t *testing.T) {
 	depcheck.Check(t, ".", depcheck.Allow{
-		Packages: []string{"aggregator", "aggregator/reservation", "agent/request", "mesh", "proto/gwpb",
-			"internal/clock", "internal/cmdutil", "internal/config", "internal/fsutil", "internal/hostinfo",
-			"internal/metrics", "internal/nodename", "internal/runcmd", "internal/secretfile", "internal/version"},
+		Packages: []string{"aggregator", "aggregator/api", "aggregator/cli", "aggregator/reservation", "agent/request", "mesh",
+			"proto/gwpb", "internal/clock", "internal/cmdutil", "internal/config", "internal/fsutil", "internal/hostinfo",
+			"internal/hostlist", "internal/metrics", "internal/nodename", "internal/runcmd", "internal/secretfile",
+			"internal/version"},
 		Modules: []string{
 			"github.com/beorn7/perks", "github.com/cespare/xxhash/v2", "github.com/coreos/go-systemd/v22",
 			"github.com/google/btree", "github.com/hashicorp/errwrap", "github.com/hashicorp/go-immutable-radix",

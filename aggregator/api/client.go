@@ -1,4 +1,4 @@
-package aggregator
+package api
 
 import (
 	"bytes"
@@ -179,4 +179,13 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		}
 	}
 	return nil, &APIError{Status: resp.StatusCode, Msg: eb.Error}
+}
+
+// RegisterJob asks the aggregator to register a job on its nodes (POST
+// /v1/jobs, admin token). A node that did not register it is in the
+// result, not an error.
+func (c *Client) RegisterJob(ctx context.Context, req JobRequest) (JobResult, error) {
+	var res JobResult
+	err := c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &res)
+	return res, err
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 )
 
 // `aggregator serve` serves its own registry on the HTTP listener: the
@@ -28,7 +28,7 @@ listen = "127.0.0.1:0"
 `, agent.m.Load().Addr()), 0o644)
 	srv := startServe(t, cfg)
 	waitFor(t, "node1 in the view", func() bool {
-		var list aggregator.NodeList
+		var list api.NodeList
 		return getJSON(srv.url+"/v1/nodes", &list) == 200 && len(list.Nodes) == 1
 	})
 	var body string

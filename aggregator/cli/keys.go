@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -14,22 +14,6 @@ import (
 // site-key makes the aggregators' secret, node-key derives the key one node
 // is provisioned with, public-key prints what every node checks aggregators
 // with.
-
-func runSiteKey(c *cli, name string, args []string) int {
-	f := newFlags(name)
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.nArgs(c, 1, "FILE"); !ok {
-		return code
-	}
-	if err := mesh.WriteKeyFile(f.args[0]); err != nil {
-		return c.fail(err)
-	}
-	fmt.Fprintf(c.stdout, "wrote a new site key to %s (mode 0600); copy it to every aggregator only, set mesh.site_key_file, "+
-		"then give each node its `aggregator node-key NODE` and every node `aggregator public-key`\n", f.args[0])
-	return exitOK
-}
 
 // siteKeys loads the aggregator keys that the configuration names.
 func siteKeys(c *cli, cfgPath string) (*mesh.Keys, int, bool) {
@@ -49,20 +33,17 @@ func siteKeys(c *cli, cfgPath string) (*mesh.Keys, int, bool) {
 }
 
 func runNodeKey(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	cfgPath := f.String("config", "", "configuration `file` naming mesh.site_key_file (default "+aggregator.DefaultConfigPath+")")
 	out := f.String("out", "", "write the key to this `file` (mode 0600; never overwrites) instead of printing it")
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.nArgs(c, 1, "NODE"); !ok {
+	if code, ok := f.ParseN(args, 1, "NODE"); !ok {
 		return code
 	}
 	keys, code, ok := siteKeys(c, *cfgPath)
 	if !ok {
 		return code
 	}
-	k, err := keys.NodeKey(f.args[0])
+	k, err := keys.NodeKey(f.Args()[0])
 	if err != nil {
 		return c.fail(err)
 	}
@@ -74,17 +55,14 @@ func runNodeKey(c *cli, name string, args []string) int {
 	if err := secretfile.Create(*out, line); err != nil {
 		return c.fail(err)
 	}
-	fmt.Fprintf(c.stdout, "wrote the node key of %s to %s (mode 0600); install it on that node only, as its mesh.node_key_file\n", f.args[0], *out)
+	fmt.Fprintf(c.stdout, "wrote the node key of %s to %s (mode 0600); install it on that node only, as its mesh.node_key_file\n", f.Args()[0], *out)
 	return exitOK
 }
 
 func runPublicKey(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	cfgPath := f.String("config", "", "configuration `file` naming mesh.site_key_file (default "+aggregator.DefaultConfigPath+")")
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.nArgs(c, 0, ""); !ok {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
 	keys, code, ok := siteKeys(c, *cfgPath)

@@ -1,4 +1,8 @@
-package aggregator
+// Package hostlist reads and writes Slurm-style hostlists ("node[1-4,7]"):
+// Expand lists a hostlist's names, Compress writes names as one. It is
+// bounded (MaxExpand names, 18 digits a number) because its input comes
+// from outside (the HTTP API, the command line, Slurm's own output).
+package hostlist
 
 import (
 	"errors"

@@ -1,8 +1,9 @@
-package main
+package cli
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os/signal"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/version"
@@ -20,13 +22,10 @@ import (
 )
 
 func runServe(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	cfgPath := f.String("config", "", "configuration `file` (default "+aggregator.DefaultConfigPath+" if it exists)")
 	listen := f.String("listen", "", "HTTP `address` (overrides http.listen)")
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.nArgs(c, 0, ""); !ok {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
 	path := cmdutil.ConfigPath(*cfgPath, aggregator.DefaultConfigPath)
@@ -62,52 +61,41 @@ func newLogger(c *cli, cfg aggregator.Config) *slog.Logger {
 }
 
 func runNodes(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	state := f.String("state", "", "only nodes in this `state`: up, teardown, down or unreachable")
 	hostlist := f.Bool("hostlist", false, "print a compressed hostlist, e.g. node[3,17-19]")
 	asJSON := f.Bool("json", false, "print the nodes as JSON")
-	if code, ok := f.parse(c, args); !ok {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
-	if code, ok := f.nArgs(c, 0, ""); !ok {
-		return code
-	}
-	var st aggregator.State
+	var st api.State
 	if *state != "" {
 		var err error
-		if st, err = aggregator.ParseState(*state); err != nil {
-			return c.usageError(f, "--state: %v", err)
+		if st, err = api.ParseState(*state); err != nil {
+			return f.UsageErrorf("--state: %v", err)
 		}
 	}
 	if *hostlist && *asJSON {
-		return c.usageError(f, "give one of --hostlist and --json, not both")
+		return f.UsageErrorf("give one of --hostlist and --json, not both")
 	}
-	cl, err := c.client(f, false)
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx := context.Background()
 	if *hostlist {
-		hl, err := cl.Hostlist(ctx, st)
-		if err != nil {
-			return c.fail(err)
-		}
-		fmt.Fprintln(c.stdout, hl)
-		return exitOK
+		return call(c, f, false, false, func(ctx context.Context, cl *api.Client) (string, error) { return cl.Hostlist(ctx, st) },
+			func(w io.Writer, hl string) { fmt.Fprintln(w, hl) })
 	}
-	nodes, err := cl.Nodes(ctx, st)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(aggregator.NodeList{Nodes: nodes})
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	return call(c, f, false, *asJSON, func(ctx context.Context, cl *api.Client) (api.NodeList, error) {
+		nodes, err := cl.Nodes(ctx, st)
+		return api.NodeList{Nodes: nodes}, err
+	}, writeNodes)
+}
+
+// writeNodes prints nodes as a table for people.
+func writeNodes(w io.Writer, list api.NodeList) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tSCHEDULABLE\tSINCE\tFREE_AT\tREASON")
-	for _, n := range nodes {
+	for _, n := range list.Nodes {
 		sched := "no"
 		switch {
-		case n.State == aggregator.StateTeardown && n.Schedulable:
+		case n.State == api.StateTeardown && n.Schedulable:
 			sched = "from free_at"
 		case n.Schedulable:
 			sched = "yes"
@@ -115,60 +103,48 @@ func runNodes(c *cli, name string, args []string) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, sched, timeOrDash(n.Since), timeOrDash(n.FreeAt), orDash(n.Reason))
 	}
 	tw.Flush()
-	return exitOK
+}
+
+// call is a client command's call of the aggregator: on a client of its
+// HTTP API (see client; needToken for an admin command), call runs fn and
+// prints the result as JSON with --json (asJSON), else with text.
+func call[T any](c *cli, f *flags, needToken, asJSON bool, fn func(context.Context, *api.Client) (T, error), text func(io.Writer, T)) int {
+	cl, err := c.client(f, needToken)
+	if err != nil {
+		return c.fail(err)
+	}
+	return cmdutil.Call(c.out(), asJSON, func(ctx context.Context) (T, error) { return fn(ctx, cl) }, text)
 }
 
 func runAction(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	reason := f.String("reason", "", "why (required, logged; a drain's reason becomes the node's)")
 	asJSON := f.Bool("json", false, "print the node as JSON")
-	if code, ok := f.parse(c, args); !ok {
+	f.Required = []string{"reason"}
+	if code, ok := f.ParseN(args, 1, "NODE"); !ok {
 		return code
-	}
-	if code, ok := f.nArgs(c, 1, "NODE"); !ok {
-		return code
-	}
-	if !f.isSet("reason") {
-		return c.usageError(f, "--reason is required")
 	}
 	if len(*reason) > aggregator.MaxReasonBytes {
-		return c.usageError(f, "--reason: %d bytes, longer than %d", len(*reason), aggregator.MaxReasonBytes)
+		return f.UsageErrorf("--reason: %d bytes, longer than %d", len(*reason), aggregator.MaxReasonBytes)
 	}
-	cl, err := c.client(f, true)
-	if err != nil {
-		return c.fail(err)
+	node := f.Args()[0]
+	if name == "forget" {
+		return call(c, f, true, *asJSON, func(ctx context.Context, cl *api.Client) (api.Forgotten, error) {
+			return api.Forgotten{Name: node}, cl.Forget(ctx, node, *reason)
+		}, func(w io.Writer, g api.Forgotten) { fmt.Fprintf(w, "%s forgotten\n", g.Name) })
 	}
-	node := f.args[0]
-	ctx := context.Background()
-	var n aggregator.Node
-	switch name {
-	case "resume":
-		n, err = cl.Resume(ctx, node, *reason)
-	case "drain":
-		n, err = cl.Drain(ctx, node, *reason)
-	case "forget":
-		if err = cl.Forget(ctx, node, *reason); err != nil {
-			return c.fail(err)
-		}
-		if *asJSON {
-			return c.printJSON(aggregator.Forgotten{Name: node})
-		}
-		fmt.Fprintf(c.stdout, "%s forgotten\n", node)
-		return exitOK
-	}
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(n)
-	}
+	action := map[string]func(*api.Client, context.Context, string, string) (api.Node, error){
+		"resume": (*api.Client).Resume, "drain": (*api.Client).Drain}[name]
 	verb := map[string]string{"resume": "resumed", "drain": "drained"}[name]
-	fmt.Fprintf(c.stdout, "%s %s: state %s", n.Name, verb, n.State)
-	if n.Reason != "" {
-		fmt.Fprintf(c.stdout, " (%s)", n.Reason)
-	}
-	fmt.Fprintln(c.stdout)
-	return exitOK
+	return call(c, f, true, *asJSON, func(ctx context.Context, cl *api.Client) (api.Node, error) {
+		return action(cl, ctx, node, *reason)
+	}, func(w io.Writer, n api.Node) {
+		fmt.Fprintf(w, "%s %s: state %s", n.Name, verb, n.State)
+		if n.Reason != "" {
+			fmt.Fprintf(w, " (%s)", n.Reason)
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 // client resolves the URL (--url, else $GRACEWATCH_AGGREGATOR, else the
@@ -177,13 +153,13 @@ func runAction(c *cli, name string, args []string) int {
 // a read token serves too, http.read_token_file when the admin one cannot
 // be read). needToken (an admin command) makes an admin token file that
 // cannot be read an error; without it the request goes without a token.
-func (c *cli) client(f *flags, needToken bool) (*aggregator.Client, error) {
+func (c *cli) client(f *flags, needToken bool) (*api.Client, error) {
 	url := *f.url
 	if url == "" {
-		url = c.getenv(aggregator.URLEnv)
+		url = c.getenv(api.URLEnv)
 	}
 	if url == "" {
-		url = aggregator.DefaultURL
+		url = api.DefaultURL
 	}
 	var token []byte
 	switch {
@@ -209,7 +185,7 @@ func (c *cli) client(f *flags, needToken bool) (*aggregator.Client, error) {
 			token, _ = aggregator.LoadToken(h.ReadTokenFile)
 		}
 	}
-	return aggregator.NewClient(url, string(token))
+	return api.NewClient(url, string(token))
 }
 
 // defaultHTTPConfig returns the [http] table of the default configuration
@@ -222,52 +198,34 @@ func defaultHTTPConfig() (aggregator.HTTPConfig, bool) {
 	return cfg.HTTP, true
 }
 
+// runKeygen writes a new key file: a mesh key (keygen) or a site key
+// (site-key, the aggregators' secret; mesh/keys.go has the scheme), made
+// the same way, for different holders.
 func runKeygen(c *cli, name string, args []string) int {
-	f := newFlags(name)
-	if code, ok := f.parse(c, args); !ok {
+	f := c.newFlags(name)
+	if code, ok := f.ParseN(args, 1, "FILE"); !ok {
 		return code
 	}
-	if code, ok := f.nArgs(c, 1, "FILE"); !ok {
-		return code
-	}
-	if err := mesh.WriteKeyFile(f.args[0]); err != nil {
+	if err := mesh.WriteKeyFile(f.Args()[0]); err != nil {
 		return c.fail(err)
 	}
-	fmt.Fprintf(c.stdout, "wrote a new mesh key to %s (mode 0600); copy it to every node and aggregator, and set mesh.keyring\n", f.args[0])
+	if name == "site-key" {
+		fmt.Fprintf(c.stdout, "wrote a new site key to %s (mode 0600); copy it to every aggregator only, set mesh.site_key_file, "+
+			"then give each node its `aggregator node-key NODE` and every node `aggregator public-key`\n", f.Args()[0])
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "wrote a new mesh key to %s (mode 0600); copy it to every node and aggregator, and set mesh.keyring\n", f.Args()[0])
 	return exitOK
 }
 
 func runVersion(c *cli, name string, args []string) int {
-	f := newFlags(name)
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.nArgs(c, 0, ""); !ok {
+	f := c.newFlags(name)
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
 	fmt.Fprintf(c.stdout, "aggregator %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return exitOK
 }
-
-func runHelp(c *cli, name string, args []string) int {
-	if len(args) == 0 {
-		usage(c.stdout)
-		return exitOK
-	}
-	cmd := lookup(args[0])
-	if cmd == nil || len(args) > 1 {
-		fmt.Fprintf(c.stderr, "aggregator help: unknown command %q\n", args[0])
-		usage(c.stderr)
-		return exitUsage
-	}
-	if cmd.name == "help" {
-		commandUsage(c.stdout, cmd, nil)
-		return exitOK
-	}
-	return cmd.run(c, cmd.name, []string{"-h"})
-}
-
-func (c *cli) printJSON(v any) int { return c.out().PrintJSON(v) }
 
 func timeOrDash(t *time.Time) string {
 	if t == nil {
@@ -287,16 +245,13 @@ func orDash(s string) string {
 // would — the mesh key file and the token files included — and prints
 // the effective configuration, defaults filled in, as TOML.
 func runConfigCheck(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	cfgPath := f.String("config", "", "configuration `file` (default "+aggregator.DefaultConfigPath+" if it exists)")
-	if code, ok := f.parse(c, args); !ok {
+	if code, ok := f.ParseN(args, 1, "check"); !ok {
 		return code
 	}
-	if code, ok := f.nArgs(c, 1, "check"); !ok {
-		return code
-	}
-	if f.args[0] != "check" {
-		fmt.Fprintf(c.stderr, "aggregator: unknown config subcommand %q (want check)\n", f.args[0])
+	if f.Args()[0] != "check" {
+		fmt.Fprintf(c.stderr, "aggregator: unknown config subcommand %q (want check)\n", f.Args()[0])
 		return exitUsage
 	}
 	path := cmdutil.ConfigPath(*cfgPath, aggregator.DefaultConfigPath)

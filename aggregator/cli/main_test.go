@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "aggregator")
-	build := exec.Command(goTool(), "build", "-o", binary, ".")
+	build := exec.Command(goTool(), "build", "-o", binary, "github.com/gracewatch/gracewatch/cmd/aggregator")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.RemoveAll(dir)
@@ -216,13 +217,17 @@ func startServe(t *testing.T, cfg string) *server {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	copied := make(chan struct{})
 	go func() {
 		err := s.cmd.Wait()
 		pw.Close()
+		<-copied // every line of the log is in s.stderr before done
 		s.done <- err
 	}()
 	found := make(chan string, 1)
 	go func() {
+		defer close(copied)
+		defer io.Copy(io.Discard, pr) // past a line too long for the scanner
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			line := sc.Text()
@@ -327,14 +332,14 @@ grace = "90s"
 	srv := startServe(t, cfg)
 
 	waitFor(t, "node1 in the view", func() bool {
-		var list aggregator.NodeList
+		var list api.NodeList
 		return getJSON(srv.url+"/v1/nodes", &list) == 200 && len(list.Nodes) == 1
 	})
 	var rd aggregator.Readiness
 	if code := getJSON(srv.url+"/readyz", &rd); code != 200 || !rd.Insecure {
 		t.Errorf("readyz: %d %+v", code, rd)
 	}
-	var cc aggregator.ClusterConfig
+	var cc api.ClusterConfig
 	if getJSON(srv.url+"/v1/config", &cc); cc.Grace != 90 {
 		t.Errorf("config: %+v", cc)
 	}
@@ -343,7 +348,7 @@ grace = "90s"
 	if r.code != 0 || !regexp.MustCompile(`node1\s+down\s+no\s+\S+\s+-\s+job 7 teardown exceeded grace 120s`).MatchString(r.stdout) {
 		t.Errorf("nodes: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	r = runCLI(t, []string{aggregator.URLEnv + "=" + srv.url}, "nodes", "--hostlist", "--state", "down")
+	r = runCLI(t, []string{api.URLEnv + "=" + srv.url}, "nodes", "--hostlist", "--state", "down")
 	if r.code != 0 || r.stdout != "node1\n" {
 		t.Errorf("nodes --hostlist (URL from the environment): %d %q %s", r.code, r.stdout, r.stderr)
 	}
@@ -361,8 +366,8 @@ grace = "90s"
 		t.Errorf("drain: %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	r = runCLI(t, nil, "resume", "node1", "--reason", "x", "--url", srv.url, "--json", "--token-file", tokenFile)
-	var n aggregator.Node
-	if err := json.Unmarshal([]byte(r.stdout), &n); r.code != 0 || err != nil || n.State != aggregator.StateUp {
+	var n api.Node
+	if err := json.Unmarshal([]byte(r.stdout), &n); r.code != 0 || err != nil || n.State != api.StateUp {
 		t.Errorf("resume --json: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 
