@@ -115,6 +115,14 @@ func (c *Client) Config(ctx context.Context) (ClusterConfig, error) {
 	return cc, err
 }
 
+// Reservations returns the scheduler's reservations the aggregator keeps
+// (GET /v1/reservations).
+func (c *Client) Reservations(ctx context.Context) (ReservationList, error) {
+	var rl ReservationList
+	err := c.call(ctx, "GET", "/v1/reservations", nil, nil, &rl)
+	return rl, err
+}
+
 func stateQuery(st State, format string) url.Values {
 	q := url.Values{}
 	if st != "" {

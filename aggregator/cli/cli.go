@@ -40,6 +40,8 @@ func init() {
 			Summary: "run the aggregator", Run: runServe},
 		{Name: "nodes", Args: "[--state STATE] [--hostlist | --json] [--url URL] [--token-file FILE]",
 			Summary: "list the nodes and their states", Run: runNodes, Client: true},
+		{Name: "reservations", Args: "[--json] [--url URL] [--token-file FILE]",
+			Summary: "list the scheduler's reservations gracewatch keeps on nodes tearing down", Run: runReservations, Client: true},
 		{Name: "resume", Args: "NODE --reason TEXT [--json] [--url URL] [--token-file FILE]",
 			Summary: "ask a node's agent to clear its DOWN latch", Run: runAction, Client: true},
 		{Name: "drain", Args: "NODE --reason TEXT [--json] [--url URL] [--token-file FILE]",

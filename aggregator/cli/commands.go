@@ -105,6 +105,38 @@ func writeNodes(w io.Writer, list api.NodeList) {
 	tw.Flush()
 }
 
+func runReservations(c *cli, name string, args []string) int {
+	f := c.newFlags(name)
+	asJSON := f.Bool("json", false, "print the reservations as JSON")
+	if code, ok := f.ParseN(args, 0, ""); !ok {
+		return code
+	}
+	return call(c, f, false, *asJSON, func(ctx context.Context, cl *api.Client) (api.ReservationList, error) {
+		return cl.Reservations(ctx)
+	}, writeReservations)
+}
+
+// writeReservations prints the reservations as a table for people.
+func writeReservations(w io.Writer, rl api.ReservationList) {
+	switch {
+	case !rl.Enabled:
+		fmt.Fprintln(w, "reservations are off ([reservations] command is empty)")
+		return
+	case !rl.Leader:
+		fmt.Fprintln(w, "this aggregator does not lead: the leader (aggregator healthz) keeps the reservations")
+		return
+	}
+	if rl.Error != "" {
+		fmt.Fprintf(w, "failing since %s: %s\n", timeOrDash(rl.ErrorAt), rl.Error)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tNODES\tCOUNT\tEND")
+	for _, r := range rl.Reservations {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Name, r.Nodes, r.Count, r.End.UTC().Format(time.RFC3339))
+	}
+	tw.Flush()
+}
+
 // call is a client command's call of the aggregator: on a client of its
 // HTTP API (see client; needToken for an admin command), call runs fn and
 // prints the result as JSON with --json (asJSON), else with text.

@@ -371,6 +371,11 @@ grace = "90s"
 		t.Errorf("resume --json: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 
+	r = runCLI(t, nil, "reservations", "--url", srv.url)
+	if r.code != 0 || !strings.Contains(r.stdout, "reservations are off") {
+		t.Errorf("reservations: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+
 	wrong := writeFile(t, filepath.Join(dir, "wrong.token"), "not-the-right-token-at-all", 0o600)
 	r = runCLI(t, nil, "drain", "node1", "--reason", "x", "--url", srv.url, "--token-file", wrong)
 	if r.code != exitError || !strings.Contains(r.stderr, "wrong bearer token (HTTP 401)") {
@@ -600,5 +605,28 @@ func TestNodeKeyCommands(t *testing.T) {
 	noSite := writeFile(t, filepath.Join(dir, "nosite.toml"), "[mesh]\ninsecure = true\n", 0o644)
 	if r := runCLI(t, nil, "public-key", "--config", noSite); r.code != exitError || !strings.Contains(r.stderr, "mesh.site_key_file is not set") {
 		t.Errorf("public-key without a site key: %+v", r)
+	}
+}
+
+func TestWriteReservations(t *testing.T) {
+	at := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		rl   api.ReservationList
+		want string
+	}{
+		{"off", api.ReservationList{}, "reservations are off"},
+		{"not the leader", api.ReservationList{Enabled: true}, "does not lead"},
+		{"held", api.ReservationList{Enabled: true, Leader: true, Reservations: []api.ReservationInfo{
+			{Name: "gracewatch_3fa9c2d1", Nodes: "n[1-4]", Count: 4, End: at}}},
+			"gracewatch_3fa9c2d1  n[1-4]  4      2026-12-04T15:00:00Z"},
+		{"failing", api.ReservationList{Enabled: true, Leader: true, Error: "scontrol: connection refused", ErrorAt: &at},
+			"failing since 2026-12-04T15:00:00Z: scontrol: connection refused"},
+	} {
+		var b strings.Builder
+		writeReservations(&b, tc.rl)
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("%s: printed\n%s\nwant %q in it", tc.name, b.String(), tc.want)
+		}
 	}
 }
