@@ -291,7 +291,7 @@ func phantomHook(t *testing.T, g *gracewatchFlux) func(time.Duration, time.Time,
 	}
 }
 
-// TestFluxPlanCompare (GRACEWATCH_FLUX_COMPARE=1, about eight minutes): on the
+// TestFluxPlanCompare (GRACEWATCH_FLUX_COMPARE=1, about seven minutes): on the
 // four-node Flux of the tests (Fluxion, queue-policy easy), fake0's
 // housekeeping runs 60 s past its job's expiration, within G = 90 s; a job
 // that needs the four nodes and three short one-node jobs wait behind it.
@@ -306,7 +306,7 @@ func phantomHook(t *testing.T, g *gracewatchFlux) func(time.Duration, time.Time,
 // scheduler's plan: Flux and Fluxion".
 func TestFluxPlanCompare(t *testing.T) {
 	if os.Getenv("GRACEWATCH_FLUX_COMPARE") != "1" {
-		t.Skip("set GRACEWATCH_FLUX_COMPARE=1 to measure Fluxion's plan of a node tearing down, with and without free_at in it (about eight minutes)")
+		t.Skip("set GRACEWATCH_FLUX_COMPARE=1 to measure Fluxion's plan of a node tearing down, with and without free_at in it (about seven minutes)")
 	}
 	var runs []fluxPlanRun
 	check := func(t *testing.T, r fluxPlanRun) {
