@@ -30,8 +30,16 @@ type gracewatchFlux struct {
 
 func startGracewatchFlux(t *testing.T) *gracewatchFlux {
 	t.Helper()
+	return startGracewatchFluxGrace(t, fluxGrace)
+}
+
+// startGracewatchFluxGrace is startGracewatchFlux with the agents' and the
+// aggregator's G.
+func startGracewatchFluxGrace(t *testing.T, grace time.Duration) *gracewatchFlux {
+	t.Helper()
 	requireFlux(t)
 	c := newCluster(t)
+	c.grace = grace.String()
 	s := startFlux(t, fluxConfig{Size: fluxNodes, Agents: c.dir})
 	// The aggregator's actuators run flux of this instance.
 	t.Setenv("FLUX_URI", s.uri)
