@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -70,6 +72,12 @@ type Options struct {
 	// benchmarks that run many members in one process (a lighter
 	// Transport, no compression); programs leave it nil.
 	Tune func(*memberlist.Config)
+	// MaxMembers bounds the member table (0: DefaultMaxMembers); see
+	// alive.go.
+	MaxMembers int
+	// Registry, if set, receives the mesh's metrics (gracewatch_mesh_*,
+	// metrics.go).
+	Registry prometheus.Registerer
 
 	now func() time.Time // tests: the wall clock of the proofs
 }
@@ -95,9 +103,16 @@ type Mesh struct {
 	meta      *gwpb.Meta
 	leaving   bool
 	metaBytes atomic.Pointer[[]byte] // what NodeMeta returns
+	prevMeta  atomic.Pointer[[]byte] // what it returned before
 
-	mu      sync.Mutex
-	members map[string]*memberState
+	mu         sync.Mutex
+	members    map[string]*memberState
+	maxMembers int
+	lastEvict  time.Time
+	// book is the aggregators as gracewatch knows them (book.go), and
+	// seedAddrs the configured seeds' addresses.
+	book      map[string]*bookEntry
+	seedAddrs map[string]bool
 
 	joined      atomic.Bool
 	joinFailing atomic.Bool // the last join attempt failed (log the change only)
@@ -108,7 +123,8 @@ type Mesh struct {
 	shutdownOnce sync.Once
 	shutdownErr  error
 
-	badMsgs  limiter
+	badMsgs  *ratelog.Limiter
+	refused  refusals
 	guard    *guard
 	now      func() time.Time // the wall clock; tests move it
 	authDone chan struct{}    // nil when the auth loop does not run
@@ -174,8 +190,9 @@ func New(o Options) (*Mesh, error) {
 		log:     logger,
 		handler: o.Handler,
 		members: make(map[string]*memberState),
+		book:    make(map[string]*bookEntry),
 		stop:    make(chan struct{}),
-		badMsgs: limiter{every: badMessageLogEvery},
+		badMsgs: ratelog.New(badMessageLogEvery),
 		meta:    initialMeta(o.Meta, o.Role),
 		guard:   newGuard(keys, o.Config.AllowUnsigned || (o.Config.Insecure && keys == nil)),
 		now:     o.now,
@@ -183,6 +200,11 @@ func New(o Options) (*Mesh, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.maxMembers = o.MaxMembers
+	if m.maxMembers <= 0 {
+		m.maxMembers = DefaultMaxMembers
+	}
+	m.seedAddrs = literalSeeds(m.seeds)
 	if err := m.storeMetaLocked(); err != nil {
 		return nil, err
 	}
@@ -215,6 +237,9 @@ func New(o Options) (*Mesh, error) {
 	}
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
+	mc.Alive, mc.Conflict, mc.Merge = aliveFilter{m}, aliveFilter{m}, aliveFilter{m}
+	// A dead member's address is never reclaimed by another (alive.go).
+	mc.DeadNodeReclaimTime = 0
 	mc.Logger = newStdLogger(logger)
 	if o.Tune != nil {
 		o.Tune(mc)
@@ -225,6 +250,28 @@ func New(o Options) (*Mesh, error) {
 		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
 	}
 	m.ml = ml
+	if m.guard.signsMeta(m.role) {
+		// An aggregator signs the address it is reached at with its
+		// meta, before anyone sees it (alive.go): memberlist knows it only
+		// now.
+		m.metaMu.Lock()
+		m.meta.Addr = m.Addr()
+		err := m.storeMetaLocked()
+		m.metaMu.Unlock()
+		if err == nil {
+			err = ml.UpdateNode(metaUpdateTimeout)
+		}
+		if err != nil {
+			ml.Shutdown()
+			return nil, fmt.Errorf("mesh: sign this aggregator's address: %w", err)
+		}
+	}
+	if o.Registry != nil {
+		if err := o.Registry.Register(meshCollector{m}); err != nil {
+			ml.Shutdown()
+			return nil, fmt.Errorf("mesh: metrics: %w", err)
+		}
+	}
 	logger.Info("mesh started", "name", o.Name, "role", o.Role.String(), "addr", m.Addr(),
 		"label", cfg.Label, "encrypted", !cfg.Insecure, "seeds", len(m.seeds))
 
@@ -264,7 +311,9 @@ func (m *Mesh) storeMetaLocked() error {
 	if err != nil {
 		return err
 	}
-	m.metaBytes.Store(&b)
+	if prev := m.metaBytes.Swap(&b); prev != nil {
+		m.prevMeta.Store(prev)
+	}
 	return nil
 }
 
@@ -321,6 +370,7 @@ func (m *Mesh) SetMeta(meta *gwpb.Meta) error {
 	m.metaMu.Lock()
 	old := m.meta
 	m.meta = initialMeta(meta, m.role)
+	m.meta.Addr = old.GetAddr() // an aggregator's signed address stays
 	if err := m.storeMetaLocked(); err != nil {
 		m.meta = old
 		m.metaMu.Unlock()
@@ -449,21 +499,26 @@ func (m *Mesh) sendBytes(node string, b []byte) error {
 	if m.closed(false) {
 		return fmt.Errorf("send to %s: %w", node, ErrClosed)
 	}
+	// memberlist's word that a member is dead or left is no proof (see
+	// alive.go): the message goes to the last address known, and for an
+	// aggregator of the book to the address it signed. Only a member never
+	// seen is not tried.
 	m.mu.Lock()
-	st := m.members[node]
-	if st == nil {
+	var to memberlist.Node
+	var addr string
+	if e := m.book[node]; e != nil {
+		to, addr = memberlist.Node{Name: node, Addr: e.ip, Port: e.port}, e.Addr
+	} else if st := m.members[node]; st != nil && st.ip != nil {
+		to, addr = memberlist.Node{Name: node, Addr: st.ip, Port: st.port}, st.Addr
+	} else {
 		m.mu.Unlock()
 		return fmt.Errorf("send to %s: %w", node, ErrUnknownMember)
 	}
-	to := memberlist.Node{Name: node, Addr: st.ip, Port: st.port}
-	status, since, addr := st.Status, st.Since, st.Addr
 	m.mu.Unlock()
-	if status != StatusAlive {
-		return fmt.Errorf("send to %s: %w (%s since %s)", node, ErrNotAlive, status, since.Format(time.RFC3339))
-	}
 	if err := m.ml.SendReliable(&to, b); err != nil {
 		return fmt.Errorf("send to %s at %s: %w", node, addr, err)
 	}
+	m.noteContact(node, m.now())
 	return nil
 }
 
