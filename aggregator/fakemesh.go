@@ -20,6 +20,8 @@ type FakeMesh struct {
 	// use.
 	Handler mesh.Handler
 
+	now func() time.Time // stamps sent_ms
+
 	mu      sync.Mutex
 	members map[string]mesh.Member
 	joined  bool
@@ -35,9 +37,15 @@ type Sent struct {
 	Env  *gwpb.Envelope
 }
 
-// NewFakeMesh returns a joined fake mesh that calls h.
+// NewFakeMesh returns a joined fake mesh that calls h. Deliver stamps the
+// envelopes it hands over with their send time, as the real mesh's sender
+// does, by h's clock when h is a *Service (else the wall clock).
 func NewFakeMesh(h mesh.Handler) *FakeMesh {
-	return &FakeMesh{Handler: h, members: map[string]mesh.Member{}, joined: true}
+	f := &FakeMesh{Handler: h, members: map[string]mesh.Member{}, joined: true, now: time.Now}
+	if s, ok := h.(*Service); ok {
+		f.now = s.clock.Now
+	}
+	return f
 }
 
 // SetMember adds or replaces a member and tells the Handler.
@@ -49,10 +57,13 @@ func (f *FakeMesh) SetMember(m mesh.Member) {
 }
 
 // Deliver hands env from the named member to the Handler, as a direct
-// message.
+// message, with its sent_ms set to now unless it has one.
 func (f *FakeMesh) Deliver(from string, env *gwpb.Envelope) {
 	if env.From == "" {
 		env.From = from
+	}
+	if env.SentMs == 0 {
+		env.SentMs = f.now().UnixMilli()
 	}
 	f.Handler.HandleMessage(from, env)
 }

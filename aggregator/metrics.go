@@ -84,7 +84,7 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 		watchersDropped: prometheus.NewCounter(prometheus.CounterOpts(opts("watchers_dropped_total",
 			"Watchers of /v1/watch disconnected for falling behind."))),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("intake_refused_total",
-			"What the aggregator refused where it enters, by what: an invalid node name (not a host name, or ALL) of a member, of a message's sender, in a handover or a forget; unseen: a message dropped from a node the mesh has not told of, past 1,024 such nodes.")),
+			"What the aggregator refused where it enters, by what: an invalid node name (not a host name, or ALL) of a member, of a message's sender, in a handover or a forget; unseen: a message dropped from a node the mesh has not told of, past 1,024 such nodes; stale: a node's state update or ack whose send time is not within clock_skew_allowance of this aggregator's clock (a replay, or a clock that is off); future_start: a state update whose agent start time is in the future.")),
 			[]string{"what"}),
 		stateWrites: prometheus.NewCounter(prometheus.CounterOpts(opts("state_write_failures_total",
 			"Failed writes of the drained set under state_dir (a full or read-only disk): a restart would forget which nodes gracewatch drained."))),
@@ -97,7 +97,7 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 	for _, tc := range transitionCauses {
 		m.transitions.WithLabelValues(tc[0], tc[1])
 	}
-	for _, what := range []string{"member", "message", "handover", "forget", "unseen"} {
+	for _, what := range []string{"member", "message", "handover", "forget", "unseen", "stale", "future_start"} {
 		m.refused.WithLabelValues(what)
 	}
 	for _, on := range []string{OnDown, OnUp} {

@@ -18,6 +18,7 @@ import (
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -159,6 +160,9 @@ type Service struct {
 	// maxUnseenNodes).
 	unseen       map[string]struct{}
 	unseenLogged time.Time
+	// staleLog rate-limits the log of refused stale or implausible
+	// messages (intake.go), per node.
+	staleLog *ratelog.Limiter
 
 	// Shared with readers.
 	mu       sync.RWMutex
@@ -192,6 +196,7 @@ type input struct {
 	member mesh.Member
 	from   string
 	env    *gwpb.Envelope
+	at     time.Time // inMessage: when it arrived
 	done   chan struct{}
 	gen    uint64 // of the deadline timer that sent an inTick
 	forget string // inForget: the node; from: who asked
@@ -253,21 +258,22 @@ func New(o Options) (*Service, error) {
 	}
 	log := o.Logger.With("component", "aggregator")
 	s := &Service{
-		opts:    o,
-		clock:   o.Clock,
-		log:     log,
-		epoch:   hex.EncodeToString(rnd[:]),
-		wake:    make(chan struct{}, 1),
-		inputs:  map[string]*NodeInput{},
-		enforce: map[string]time.Time{},
-		held:    map[string]time.Time{},
-		adopted: map[string]int{},
-		unseen:  map[string]struct{}{},
-		aggs:    map[string]mesh.Member{},
-		view:    map[string]Node{},
-		history: newEventLog(o.History, o.HistoryBytes),
-		subs:    map[*Subscription]struct{}{},
-		waiters: map[string]*waiter{},
+		opts:     o,
+		clock:    o.Clock,
+		log:      log,
+		epoch:    hex.EncodeToString(rnd[:]),
+		wake:     make(chan struct{}, 1),
+		inputs:   map[string]*NodeInput{},
+		enforce:  map[string]time.Time{},
+		held:     map[string]time.Time{},
+		adopted:  map[string]int{},
+		unseen:   map[string]struct{}{},
+		staleLog: ratelog.New(staleLogEvery),
+		aggs:     map[string]mesh.Member{},
+		view:     map[string]Node{},
+		history:  newEventLog(o.History, o.HistoryBytes),
+		subs:     map[*Subscription]struct{}{},
+		waiters:  map[string]*waiter{},
 	}
 	s.act = newActuators(o.Actuators, o.Clock, o.ActuatorBackoff, log)
 	if o.StateDir != "" && len(o.Actuators) > 0 {
@@ -384,7 +390,7 @@ func (s *Service) process(batch []input) {
 				membersChanged = true
 			}
 		case inMessage:
-			if s.applyMessage(in.from, in.env, dirty) {
+			if s.applyMessage(in.from, in.env, in.at, dirty) {
 				acks = append(acks, in.env)
 			}
 		case inTick:

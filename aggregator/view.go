@@ -114,6 +114,11 @@ type NodeInput struct {
 	// mesh or the agent; zero when it learned it otherwise (another
 	// aggregator's handover), which Policy.Settle then does not hold.
 	FirstSeen time.Time
+	// ClockOffset is the node's clock offset as last measured at the
+	// intake: when its latest accepted message arrived here minus the send
+	// time the node put in it (the network's delay included). Positive: the
+	// node's clock is behind this aggregator's. Zero when unmeasured.
+	ClockOffset time.Duration
 }
 
 // Node is one node of the served view. It is the JSON of GET
