@@ -74,13 +74,14 @@ const (
 	refusedConflict      = "address_conflict"
 	refusedMerge         = "merge_too_large"
 	refusedSelf          = "self_meta"
+	refusedStreams       = "streams_per_peer"
 )
 
-var refusalReasons = []string{refusedName, refusedTableFull, refusedAggregatorMet, refusedTakeover, refusedConflict, refusedMerge, refusedSelf}
+var refusalReasons = []string{refusedName, refusedTableFull, refusedAggregatorMet, refusedTakeover, refusedConflict, refusedMerge, refusedSelf, refusedStreams}
 
 // refusals counts the refusals by reason.
 type refusals struct {
-	n [7]atomic.Uint64
+	n [8]atomic.Uint64
 }
 
 func (r *refusals) add(reason string) {
@@ -202,6 +203,15 @@ func (m *Mesh) refuseAlive(reason, name, addr string, err error) error {
 			"err", err, "suppressed", suppressed)
 	}
 	return fmt.Errorf("%s: %w", reason, err)
+}
+
+// refuseStream counts and logs (rate-limited per peer) an inbound stream
+// closed for its peer's bound (transport.go).
+func (m *Mesh) refuseStream(peer string) {
+	m.refused.add(refusedStreams)
+	if ok, suppressed := m.badMsgs.Allow("streams:"+peer, time.Now()); ok {
+		m.log.Warn("closed an inbound stream: its peer has too many open", "peer", peer, "max", maxStreamsPerPeer, "suppressed", suppressed)
+	}
 }
 
 // ownMeta reports whether meta is what this member published (now or

@@ -258,3 +258,42 @@ func TestBookUpkeep(t *testing.T) {
 		t.Errorf("book: %+v, want the seed only", got)
 	}
 }
+
+// One peer holds at most maxStreamsPerPeer inbound streams at once: past
+// it a connection is closed at once, so that a member cannot make this one
+// read many maximal messages at a time.
+func TestInboundStreamsPerPeerBounded(t *testing.T) {
+	t.Parallel()
+	agg := start(t, "agg-1", aggr, nil)
+	const n = 3 * maxStreamsPerPeer
+	closedAt := make(chan time.Duration, n)
+	begin := time.Now()
+	for range n {
+		c, err := net.Dial("tcp", agg.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go func() {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.Read(make([]byte, 1))
+			closedAt <- time.Since(begin)
+		}()
+	}
+	quick := 0
+	for range n {
+		if d := <-closedAt; d < 300*time.Millisecond {
+			quick++
+		}
+	}
+	if want := n - maxStreamsPerPeer; quick != want {
+		t.Errorf("%d of %d idle streams closed at once, want %d (the rest wait for memberlist's timeout)", quick, n, want)
+	}
+	if got := agg.refused.n[7].Load(); got != uint64(n-maxStreamsPerPeer) {
+		t.Errorf("refused streams_per_peer %d, want %d", got, n-maxStreamsPerPeer)
+	}
+	// The slots are given back: a real message passes.
+	n1 := start(t, "node1", agent, joining(agg.Addr()))
+	waitFor(t, 5*time.Second, "node1 joined", func() bool { return sees(agg.Mesh, "node1") })
+	_ = n1
+}

@@ -38,9 +38,11 @@ func (d delegate) NodeMeta(limit int) []byte {
 	return small
 }
 
-// NotifyMsg decodes a direct message and hands it to the Handler.
+// NotifyMsg decodes a direct message and hands it to the Handler. Its
+// size is checked before anything else; buf is not kept (memberlist reuses
+// a packet's buffer): what is decoded from it is copied.
 func (d delegate) NotifyMsg(buf []byte) {
-	b := bytes.Clone(buf) // memberlist reuses buf
+	b := buf
 	var env *gwpb.Envelope
 	var err error
 	if len(b) > EnvelopeLimit+sealedEnvelopeOverhead {

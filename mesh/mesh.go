@@ -244,9 +244,19 @@ func New(o Options) (*Mesh, error) {
 	if o.Tune != nil {
 		o.Tune(mc)
 	}
+	if mc.Transport == nil {
+		nt, err := newNetTransport(mc, mc.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
+		}
+		mc.Transport = nt
+	}
+	guard := guardStreams(mc.Transport, maxStreamsPerPeer, m.refuseStream)
+	mc.Transport = guard
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		guard.Shutdown()
 		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
 	}
 	m.ml = ml
