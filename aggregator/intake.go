@@ -199,7 +199,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			s.dropUnseen(from)
 			return false
 		}
-		in.ClockOffset = offset
+		in.ClockOffset, in.Reached = offset, at
 		restarted := restartedSince(in.Update, u)
 		if replacesUpdate(in.Update, u) {
 			in.Update = u
@@ -226,7 +226,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			if in := s.nodeInput(from); in == nil {
 				s.dropUnseen(from)
 			} else {
-				in.ClockOffset = offset
+				in.ClockOffset, in.Reached = offset, at
 				// An ack carries no start time: it counts only within
 				// the incarnation of the latest update (an ack of an
 				// earlier agent start, late or replayed, would undo a

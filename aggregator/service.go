@@ -163,6 +163,14 @@ type Service struct {
 	// staleLog rate-limits the log of refused stale or implausible
 	// messages (intake.go), per node.
 	staleLog *ratelog.Limiter
+	// The probes (probe.go): each node's, when the next is due, the
+	// nodes whose answer overrode memberlist's word (logged once per
+	// episode), and the bound of those in flight.
+	probes   map[string]*probeState
+	probeAt  map[string]time.Time
+	rescued  map[string]time.Time
+	probeSem chan struct{}
+	done     chan struct{} // closed when Run ends
 
 	// Shared with readers.
 	mu       sync.RWMutex
@@ -189,6 +197,7 @@ const (
 	inForget
 	inSeed
 	inRecheck
+	inProbe
 )
 
 type input struct {
@@ -197,6 +206,7 @@ type input struct {
 	from   string
 	env    *gwpb.Envelope
 	at     time.Time // inMessage: when it arrived
+	probe  probeResult
 	done   chan struct{}
 	gen    uint64 // of the deadline timer that sent an inTick
 	forget string // inForget: the node; from: who asked
@@ -269,6 +279,10 @@ func New(o Options) (*Service, error) {
 		adopted:  map[string]int{},
 		unseen:   map[string]struct{}{},
 		staleLog: ratelog.New(staleLogEvery),
+		probes:   map[string]*probeState{},
+		probeAt:  map[string]time.Time{},
+		probeSem: make(chan struct{}, maxProbesInFlight),
+		done:     make(chan struct{}),
 		aggs:     map[string]mesh.Member{},
 		view:     map[string]Node{},
 		history:  newEventLog(o.History, o.HistoryBytes),
@@ -340,6 +354,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	s.mu.Unlock()
 	s.act.start(ctx)
 	defer func() {
+		close(s.done)
 		s.act.stop()
 		if s.timer != nil {
 			s.timer.Stop()
@@ -401,7 +416,7 @@ func (s *Service) process(batch []input) {
 				s.timer, ticked = nil, true
 			}
 			now := s.clock.Now()
-			for _, due := range []map[string]time.Time{s.enforce, s.held} {
+			for _, due := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
 				for name, at := range due {
 					if !now.Before(at) {
 						dirty[name] = true
@@ -411,6 +426,10 @@ func (s *Service) process(batch []input) {
 		case inRecheck:
 			s.recheck = nil
 			membersChanged = true
+		case inProbe:
+			if s.probed(in.probe) {
+				dirty[in.probe.node] = true
+			}
 		case inSync:
 			syncs = append(syncs, in.done)
 		case inForget:
