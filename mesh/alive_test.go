@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/gracewatch/gracewatch/internal/testutil/rogue"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -131,7 +134,10 @@ func TestAggregatorAddressTakeoverRefused(t *testing.T) {
 // still reach it.
 func TestAggregatorLostInGossipStillReached(t *testing.T) {
 	t.Parallel()
-	agg, n1 := pair(t)
+	reg := prometheus.NewRegistry()
+	agg := start(t, "agg-1", aggr, nil)
+	n1 := start(t, "node1", agent, func(o *Options) { o.Config.Join = []string{agg.Addr()}; o.Registry = reg })
+	waitFor(t, 5*time.Second, "agg-1 in node1's book", func() bool { return len(n1.Aggregators()) == 1 && sees(agg.Mesh, "node1") })
 	r := crafter(t)
 	if err := r.Send(n1.Addr(), rogue.Dead("agg-1", "rogue", rogue.MaxIncarnation)); err != nil {
 		t.Fatal(err)
@@ -147,6 +153,15 @@ func TestAggregatorLostInGossipStillReached(t *testing.T) {
 	}
 	if n := strings.Count(n1.logs.String(), "aggregator lost by gossip"); n != 1 {
 		t.Errorf("%d lines say agg-1 is lost by gossip, want 1", n)
+	}
+	want := `
+# HELP gracewatch_mesh_aggregators Aggregators this member knows from their signed metas, by what gossip says: alive, or lost (dead or left in memberlist's word, or its proof expired); a lost one is still reached directly.
+# TYPE gracewatch_mesh_aggregators gauge
+gracewatch_mesh_aggregators{gossip="alive"} 0
+gracewatch_mesh_aggregators{gossip="lost"} 1
+`
+	if err := promtest.GatherAndCompare(reg, strings.NewReader(want), "gracewatch_mesh_aggregators"); err != nil {
+		t.Error(err)
 	}
 }
 
