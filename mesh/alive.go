@@ -138,6 +138,17 @@ func (f aliveFilter) NotifyMerge(peers []*memberlist.Node) error {
 // judgeAlive decides on an alive message about name (see the top of this
 // file); an error refuses it.
 func (m *Mesh) judgeAlive(name string, ip net.IP, port uint16, meta []byte) error {
+	if name != m.name {
+		// What memberlist already has (every push-pull repeats every
+		// member, to every member): nothing to judge, nothing built.
+		m.mu.Lock()
+		st := m.members[name]
+		same := st != nil && st.port == port && st.ip.Equal(ip) && bytes.Equal(st.raw, meta)
+		m.mu.Unlock()
+		if same {
+			return nil
+		}
+	}
 	now := m.now()
 	addr := net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))
 	if name == m.name {
@@ -151,10 +162,6 @@ func (m *Mesh) judgeAlive(name string, ip net.IP, port uint16, meta []byte) erro
 	}
 	m.mu.Lock()
 	st, e := m.members[name], m.book[name]
-	if e == nil && st != nil && st.Addr == addr && bytes.Equal(st.raw, meta) {
-		m.mu.Unlock()
-		return nil // what memberlist already has: every push-pull repeats it
-	}
 	if e != nil && e.Addr == addr && bytes.Equal(e.raw, meta) && now.Before(e.SignedAt.Add(aggregatorProofValidity)) {
 		m.mu.Unlock()
 		return nil

@@ -15,7 +15,6 @@ package mesh
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"slices"
 	"strconv"
@@ -176,21 +175,10 @@ func (m *Mesh) upkeepBook(now time.Time) {
 func (m *Mesh) resolveSeeds() {
 	addrs := map[string]bool{}
 	for _, seed := range m.seeds {
-		host, port, err := net.SplitHostPort(seed)
-		if err != nil {
-			continue
+		a, _ := m.seedAddrsOf(seed) // one that does not resolve marks nothing; the rejoin loop logs it
+		for _, x := range a {
+			addrs[x] = true
 		}
-		if ip := net.ParseIP(host); ip != nil {
-			addrs[net.JoinHostPort(ip.String(), port)] = true
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
-		ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-		cancel()
-		for _, a := range ips {
-			addrs[net.JoinHostPort(a.IP.String(), port)] = true
-		}
-		_ = err // a seed that does not resolve marks nothing; the rejoin loop logs it
 	}
 	m.mu.Lock()
 	m.seedAddrs = addrs
