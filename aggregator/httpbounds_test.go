@@ -15,9 +15,10 @@ import (
 	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
-// 10,000 requests with a wrong token (4 clients, keep-alive) make a
-// bounded number of log lines: once per remote host and 10 s, at most
-// ratelog.Burst in all, with the count held back.
+// 10,000 requests with a wrong token (4 clients, keep-alive; a bearer
+// token, or the status page's old ?token=) make a bounded number of log
+// lines: once per remote host and 10 s, at most ratelog.Burst in all, with
+// the count held back.
 func TestBadTokenLogBounded(t *testing.T) {
 	h := newHarness(t)
 	logs := &testutil.SyncBuffer{}
@@ -31,11 +32,14 @@ func TestBadTokenLogBounded(t *testing.T) {
 			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 			defer c.CloseIdleConnections()
 			for i := range total / clients {
-				path := "/v1/nodes/n1/drain"
-				if i%2 == 1 {
+				method, path := "POST", "/v1/nodes/n1/drain"
+				switch i % 3 {
+				case 1:
 					path = "/v1/jobs?token=guess"
+				case 2:
+					method, path = "GET", "/?token=guess" // the status page's old way
 				}
-				req, _ := http.NewRequest("POST", base+path, strings.NewReader(`{"reason":"x"}`))
+				req, _ := http.NewRequest(method, base+path, strings.NewReader(`{"reason":"x"}`))
 				req.Header.Set("Authorization", fmt.Sprintf("Bearer wrong-token-%d", i))
 				resp, err := c.Do(req)
 				if err != nil {
@@ -51,10 +55,10 @@ func TestBadTokenLogBounded(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	lines := strings.Count(logs.String(), "wrong bearer token")
+	lines := strings.Count(logs.String(), "wrong bearer token") + strings.Count(logs.String(), "?token=")
 	t.Logf("%d requests with a wrong token (%v): %d log lines", total, codes, lines)
-	if codes[http.StatusUnauthorized] != total {
-		t.Errorf("answers %v, want every one refused", codes)
+	if codes[http.StatusUnauthorized]+codes[http.StatusBadRequest] != total {
+		t.Errorf("answers %v, want every token refused", codes)
 	}
 	if lines < 1 || lines > 2*ratelog.Burst {
 		t.Errorf("%d log lines for %d bad tokens, want 1..%d", lines, total, 2*ratelog.Burst)

@@ -191,7 +191,9 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 	case *gwpb.Envelope_State:
 		u := boundUpdate(body.State)
 		if u.GetMeta() == nil {
-			s.log.Warn("state update without meta ignored", "node", from)
+			if ok, suppressed := s.staleLog.Allow("no meta:"+from, s.clock.Now()); ok {
+				s.log.Warn("state update without meta ignored", "node", from, "suppressed", suppressed)
+			}
 			return false
 		}
 		in := s.nodeInput(from)
