@@ -210,3 +210,41 @@ func (s *Service) probed(r probeResult) bool {
 	}
 	return true
 }
+
+// The view's side of asking before accusing (Compute's rule 3).
+
+// heldUntil is until when a member that memberlist says is dead or left
+// is still served alive (zero: not at all): for p.UnreachableAfter after
+// it went (so a member that refutes never flaps), and, asking before it
+// accuses (p.ProbeWait > 0), while the answer to the probe sent when it
+// went may still come (until a probe fails, at most p.ProbeWait), and for
+// p.ReachedFor after each proof of life since (an answer, a proven
+// update): memberlist's word is no proof, one forged packet can make a
+// live node dead in every member's table for minutes.
+func heldUntil(in *NodeInput, p Policy) time.Time {
+	if !gone(in.Status) || in.StatusSince.IsZero() {
+		return time.Time{}
+	}
+	var until time.Time
+	if p.UnreachableAfter > 0 {
+		until = in.StatusSince.Add(p.UnreachableAfter)
+	}
+	if p.ProbeWait > 0 {
+		if !in.ProbeFailed.After(in.StatusSince) {
+			until = later(until, in.StatusSince.Add(p.ProbeWait))
+		}
+		if p.ReachedFor > 0 && !in.Reached.IsZero() && !in.Reached.Before(in.StatusSince) {
+			until = later(until, in.Reached.Add(p.ReachedFor))
+		}
+	}
+	return until
+}
+
+// goneSince is when a member memberlist says is gone was last known alive:
+// when it went, or its last proof of life since.
+func goneSince(in *NodeInput) time.Time {
+	if in.Reached.After(in.StatusSince) {
+		return in.Reached
+	}
+	return in.StatusSince
+}
