@@ -231,6 +231,36 @@ func (r *rogue) sendRaw(t *testing.T, to, addr string, b []byte) {
 	}
 }
 
+// actuatorLog is an aggregator's actuators (on down and up) that append a
+// line to path: "down NODE REASON", "up NODE".
+func actuatorLog(path string) string {
+	return fmt.Sprintf(`
+[[actuator]]
+on = "down"
+command = ["sh", "-c", "echo \"down $0 $1\" >> %[1]s", "{node}", "{reason}"]
+timeout = "5s"
+
+[[actuator]]
+on = "up"
+command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "{node}"]
+timeout = "5s"
+`, path)
+}
+
+// drainResume drains node through g (an administrator's request) and
+// resumes it, each answered 200 and served.
+func drainResume(t *testing.T, g *aggregator, token, name, reason string) {
+	t.Helper()
+	if code, body := g.post(t, "/v1/nodes/"+name+"/drain", token, `{"reason":"`+reason+`"}`); code != 200 {
+		t.Fatalf("drain of %s: %d %s", name, code, body)
+	}
+	g.waitNode(t, name, "drained", 5*time.Second, func(n node) bool { return n.State == "down" && strings.Contains(n.Reason, reason) })
+	if code, body := g.post(t, "/v1/nodes/"+name+"/resume", token, `{"reason":"done"}`); code != 200 {
+		t.Fatalf("resume of %s: %d %s", name, code, body)
+	}
+	g.waitNode(t, name, "resumed", 5*time.Second, func(n node) bool { return n.State == "up" })
+}
+
 // startJob registers job on a with an expiration an hour away and starts
 // its epilogue.
 func startJob(t *testing.T, a *agent, job string, argv ...string) {
@@ -244,18 +274,7 @@ func startJob(t *testing.T, a *agent, job string, argv ...string) {
 func TestLivenessAttacks(t *testing.T) {
 	c := newCluster(t)
 	actions := filepath.Join(c.dir, "actions.log")
-	c.aggConf = fmt.Sprintf(`unreachable_is_down = true
-
-[[actuator]]
-on = "down"
-command = ["sh", "-c", "echo \"down $0 $1\" >> %[1]s", "{node}", "{reason}"]
-timeout = "5s"
-
-[[actuator]]
-on = "up"
-command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "{node}"]
-timeout = "5s"
-`, actions)
+	c.aggConf = "unreachable_is_down = true\n" + actuatorLog(actions)
 	agg := c.addAggregator("agg-1")
 	aggAddr := c.seeds[0]
 	n1, n2, n3 := c.addAgent("n1"), c.addAgent("n2"), c.addAgent("n3")
@@ -290,14 +309,7 @@ timeout = "5s"
 		// holds 15 s, and n1 is asked again every 5 s.
 		time.Sleep(6 * time.Second)
 		// An administrator's drain and resume work.
-		if code, body := agg.post(t, "/v1/nodes/n1/drain", c.token, `{"reason":"maintenance"}`); code != 200 {
-			t.Fatalf("drain of n1 under attack: %d %s", code, body)
-		}
-		agg.waitNode(t, "n1", "drained", 5*time.Second, func(n node) bool { return n.State == "down" && strings.Contains(n.Reason, "maintenance") })
-		if code, body := agg.post(t, "/v1/nodes/n1/resume", c.token, `{"reason":"done"}`); code != 200 {
-			t.Fatalf("resume of n1 under attack: %d %s", code, body)
-		}
-		agg.waitNode(t, "n1", "resumed", 5*time.Second, func(n node) bool { return n.State == "up" })
+		drainResume(t, agg, c.token, "n1", "maintenance")
 		stop()
 		states.only(t, "n1", "up", "down: maintenance")
 		if logs := agg.logs.String(); !strings.Contains(logs, "memberlist's word that it is gone is not taken") {
@@ -416,14 +428,7 @@ timeout = "5s"
 		waitLogged(t, agg.proc, "refused", "message refused: not fresh or not plausible", `"node":"n1"`, `"node":"n3"`)
 		// n3's real agent is still heard: an administrator's drain is
 		// carried out and served.
-		if code, body := agg.post(t, "/v1/nodes/n3/drain", c.token, `{"reason":"check"}`); code != 200 {
-			t.Fatalf("drain n3: %d %s", code, body)
-		}
-		agg.waitNode(t, "n3", "drained", 5*time.Second, func(n node) bool { return n.State == "down" && strings.Contains(n.Reason, "check") })
-		if code, body := agg.post(t, "/v1/nodes/n3/resume", c.token, `{"reason":"checked"}`); code != 200 {
-			t.Fatalf("resume n3: %d %s", code, body)
-		}
-		agg.waitNode(t, "n3", "resumed", 5*time.Second, func(n node) bool { return n.State == "up" })
+		drainResume(t, agg, c.token, "n3", "check")
 		states.only(t, "n1", "up")
 		for _, s := range states.served("n3") {
 			if strings.Contains(s, "from the future") {

@@ -170,17 +170,7 @@ func countLogged(logs, msg, from string) int {
 func TestNodeRestriction(t *testing.T) {
 	c := newCluster(t)
 	actions := filepath.Join(c.dir, "actions.log")
-	c.aggConf = fmt.Sprintf(`
-[[actuator]]
-on = "down"
-command = ["sh", "-c", "echo \"down $0 $1\" >> %[1]s", "{node}", "{reason}"]
-timeout = "5s"
-
-[[actuator]]
-on = "up"
-command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "{node}"]
-timeout = "5s"
-`, actions)
+	c.aggConf = actuatorLog(actions)
 	agg := c.addAggregator("agg-1")
 	n1, n2 := c.addAgent("n1"), c.addAgent("n2")
 	for _, n := range []string{"n1", "n2"} {
