@@ -123,7 +123,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		// The supervisor is built below; the link reaches it through this
 		// indirection because each needs the other.
 		link = newMeshLink(nil, logger)
-		onChange = func(st teardown.Status) { notifyStatus(st); link.onChange(st) }
+		onChange = func(st teardown.Status) { notifyStatusNote(st, link.statusNote()); link.onChange(st) }
 		onReport = func(r *diagnose.Report) { journalReport(r); link.onReport(r) }
 	}
 	cg, err := cgroup.New(cgroup.Options{
@@ -269,7 +269,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		m, err = mesh.New(mesh.Options{Name: a.cfg.NodeName, Role: gwpb.Role_ROLE_AGENT, Config: a.cfg.Mesh.Config,
-			Meta: metaOf(st), Handler: a.link, Logger: a.log})
+			Meta: metaOf(st), Handler: a.link, Logger: a.log, Registry: a.reg})
 		if err != nil {
 			cancel()
 			a.srv.Shutdown(context.Background())
@@ -454,7 +454,11 @@ func (a *Agent) watchdog(ctx context.Context, period time.Duration) {
 
 // notifyStatus tells systemd what the agent is doing ("2 teardowns, node
 // down: ..."); outside systemd it does nothing.
-func notifyStatus(st teardown.Status) {
+func notifyStatus(st teardown.Status) { notifyStatusNote(st, "") }
+
+// notifyStatusNote is notifyStatus with a note of the mesh link's (the
+// aggregators gossip lost) at the end of the line.
+func notifyStatusNote(st teardown.Status, note string) {
 	active := 0
 	for _, j := range st.Jobs {
 		if j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue {
@@ -467,6 +471,9 @@ func notifyStatus(st teardown.Status) {
 	}
 	if st.Reason != "" {
 		line += ": " + st.Reason
+	}
+	if note != "" {
+		line += "; " + note
 	}
 	if len(line) > 200 {
 		line = line[:197] + "..."

@@ -21,6 +21,12 @@ import (
 // controlTimeout bounds the handling of one control message.
 const controlTimeout = 10 * time.Second
 
+// recheckEvery is how often the state is delivered again to each
+// aggregator that gossip has lost (mesh.AggregatorRef.Lost): a delivery is
+// the proof that it is still there (it keeps it in the mesh's book), and
+// tells it this node is alive.
+const recheckEvery = 30 * time.Second
+
 // latcher is what the mesh link needs from the supervisor.
 type latcher interface {
 	Status(ctx context.Context) (teardown.Status, error)
@@ -45,12 +51,16 @@ type meshLink struct {
 	wake     chan struct{}               // the direct sender's
 	wakeMeta chan struct{}               // the meta updater's
 	ctrl     chan ctrlMsg
+	probes   chan ctrlMsg // ACTION_PROBE, answered apart
 	sender   *stateSender // the direct sends; set by run
 	started  time.Time    // this process's start: StateUpdate.started_ms
 	// aggregators are the alive aggregators seen (MemberChanged), so that
 	// only a new one triggers a full send.
 	aggregators map[string]bool
-	now         func() time.Time
+	// lost: the aggregators gossip has lost, reached directly (for the
+	// status line).
+	lost []string
+	now  func() time.Time
 }
 
 type ctrlMsg struct {
@@ -66,6 +76,7 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 		wake:     make(chan struct{}, 1),
 		wakeMeta: make(chan struct{}, 1),
 		ctrl:     make(chan ctrlMsg, 64),
+		probes:   make(chan ctrlMsg, 256),
 		started:  time.Now(),
 		now:      time.Now,
 	}
@@ -103,10 +114,17 @@ func (l *meshLink) HandleMessage(from string, env *gwpb.Envelope) {
 	if c == nil {
 		return
 	}
+	q := l.ctrl
+	if c.GetAction() == gwpb.Action_ACTION_PROBE {
+		// A queue of their own: an aggregator is about to serve this
+		// node down or unreachable unless it hears from it, and a
+		// control that takes its time must not hold the answer.
+		q = l.probes
+	}
 	select {
-	case l.ctrl <- ctrlMsg{from: from, c: c}:
+	case q <- ctrlMsg{from: from, c: c}:
 	default:
-		l.log.Warn("control queue full, dropped", "from", from, "id", c.GetId())
+		l.log.Warn("control queue full, dropped", "from", from, "id", c.GetId(), "action", c.GetAction().String())
 	}
 }
 
@@ -140,7 +158,10 @@ func (l *meshLink) MemberChanged(m mesh.Member) {
 // direct sends go through a stateSender, so that a newer state is not
 // queued behind an older one's send either.
 func (l *meshLink) run(ctx context.Context) {
-	l.sender = newStateSender(ctx, l.sendState, clock.Real{}, l.log)
+	sender := newStateSender(ctx, l.sendState, clock.Real{}, l.log)
+	l.mu.Lock()
+	l.sender = sender
+	l.mu.Unlock()
 	defer l.sender.close()
 	done := make(chan struct{})
 	go func() {
@@ -155,6 +176,21 @@ func (l *meshLink) run(ctx context.Context) {
 		}
 	}()
 	defer func() { <-done }()
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case cm := <-l.probes:
+				l.probe(ctx, cm.from, cm.c)
+			}
+		}
+	}()
+	defer func() { <-probed }()
+	recheck := time.NewTicker(recheckEvery)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -163,7 +199,85 @@ func (l *meshLink) run(ctx context.Context) {
 			l.publish()
 		case cm := <-l.ctrl:
 			l.control(ctx, cm)
+		case <-recheck.C:
+			l.recheck()
 		}
+	}
+}
+
+// targets are the aggregators the state goes to: those of the mesh's book
+// (from their signed metas, whatever memberlist says of their liveness),
+// and the alive members with the aggregator role that it does not hold (an
+// aggregator without keys, where unsigned ones are accepted).
+func (l *meshLink) targets() []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, a := range l.m.Aggregators() {
+		names = append(names, a.Name)
+		seen[a.Name] = true
+	}
+	for _, name := range l.m.AliveMembers(gwpb.Role_ROLE_AGGREGATOR) {
+		if !seen[name] {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// recheck delivers the state again to each aggregator that gossip has
+// lost, and keeps the list of them for the status line.
+func (l *meshLink) recheck() {
+	now := l.now()
+	var lost []string
+	for _, a := range l.m.Aggregators() {
+		if a.Lost(now) {
+			lost = append(lost, a.Name)
+			l.sender.resend(a.Name)
+		}
+	}
+	l.mu.Lock()
+	changed := fmt.Sprint(lost) != fmt.Sprint(l.lost)
+	l.lost = lost
+	st := l.latest
+	l.mu.Unlock()
+	if changed && st != nil {
+		notifyStatusNote(*st, l.statusNote())
+	}
+}
+
+// statusNote says, for the service's status line, which aggregators gossip
+// has lost and are reached directly; empty when none.
+func (l *meshLink) statusNote() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lost) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("aggregators lost by gossip, reached directly: %v", l.lost)
+}
+
+// probe answers an aggregator's probe: a ControlAck with the node's state
+// (however late it arrives: it changes nothing), and the whole StateUpdate
+// again to that aggregator.
+func (l *meshLink) probe(ctx context.Context, from string, c *gwpb.Control) {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	ack := &gwpb.ControlAck{Id: c.GetId(), Ok: true}
+	st, err := l.sup.Status(ctx)
+	if err != nil {
+		ack.Ok, ack.Error = false, err.Error()
+	} else {
+		ack.Meta = metaOf(st)
+	}
+	l.log.Debug("probe", "from", from, "id", c.GetId(), "err", err)
+	if err := l.m.Send(from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
+		l.log.Warn("cannot answer a probe", "to", from, "id", c.GetId(), "err", err)
+	}
+	l.mu.Lock()
+	sender := l.sender
+	l.mu.Unlock()
+	if sender != nil {
+		sender.resend(from)
 	}
 }
 
@@ -228,7 +342,7 @@ func (l *meshLink) publish() {
 		up.Reports = append(up.Reports, &gwpb.Report{Job: r.Job, Stage: r.Stage, Outcome: r.Outcome,
 			Summary: r.Summary, TakenMs: r.Taken.UnixMilli(), DetailJson: detail})
 	}
-	l.sender.publish(up, l.m.AliveMembers(gwpb.Role_ROLE_AGGREGATOR))
+	l.sender.publish(up, l.targets())
 }
 
 // control carries out one Control and answers with a ControlAck.

@@ -5,8 +5,10 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gracewatch/gracewatch/internal/secretfile"
 )
@@ -110,15 +112,33 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, acc access) b
 		if acc == read {
 			return true
 		}
-		s.log.Warn("read token on an admin endpoint", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		s.logAuth(r, "read token on an admin endpoint")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="insufficient_scope"`)
 		s.writeError(w, http.StatusForbidden, "%s %s needs the admin token (http.admin_token_file); this is the read token (http.read_token_file), which opens the read endpoints only", r.Method, r.URL.Path)
 		return false
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="invalid_token"`)
-	s.log.Warn("wrong bearer token", "remote", r.RemoteAddr, "path", r.URL.Path)
+	s.logAuth(r, "wrong bearer token")
 	s.writeError(w, http.StatusUnauthorized, "wrong bearer token")
 	return false
+}
+
+// authLogEvery spaces the log lines of refused tokens from one remote
+// host; ratelog.Burst bounds them in all.
+const authLogEvery = 10 * time.Second
+
+// logAuth logs a refused token: once per remote host and authLogEvery, at
+// most ratelog.Burst lines per interval in all, with the count of those
+// held back (a client with a wrong token, or a guesser, sends thousands a
+// second).
+func (s *Server) logAuth(r *http.Request, msg string) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if ok, suppressed := s.authLog.Allow(host, time.Now()); ok {
+		s.log.Warn(msg, "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "suppressed", suppressed)
+	}
 }
 
 // ErrSameToken is returned by LoadTokens when the read token is the admin

@@ -163,5 +163,6 @@ func boundMeta(m *gwpb.Meta) *gwpb.Meta {
 		DeadlineMs:  m.GetDeadlineMs(),
 		SinceMs:     m.GetSinceMs(),
 		Reason:      cutText(m.GetReason(), maxUpdateReasonBytes),
+		Addr:        cutText(m.GetAddr(), maxFieldBytes),
 	}
 }

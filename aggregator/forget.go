@@ -66,6 +66,8 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	s.seenByMesh(name) // leaves the adopted and unseen sets
 	delete(s.enforce, name)
 	delete(s.held, name)
+	delete(s.probeAt, name)
+	delete(s.probes, name)
 	s.mu.Lock()
 	prev := s.view[name]
 	delete(s.view, name)

@@ -22,6 +22,7 @@ import (
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -50,8 +51,17 @@ const (
 	DefaultWriteTimeout = 30 * time.Second
 
 	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 64 << 10
+	// DefaultReadTimeout bounds the reading of a whole request, body
+	// included (at most MaxBodyBytes): a client that announces a body and
+	// sends none holds its connection that long (the watch clears it once
+	// its request is read).
+	DefaultReadTimeout = 15 * time.Second
+	// DefaultMaxConns bounds the connections open at once; past it a new
+	// one is closed at once (listener.go). Each costs a descriptor and a
+	// goroutine; watchers are bounded apart (DefaultMaxWatchers).
+	DefaultMaxConns = 1024
+	idleTimeout     = 2 * time.Minute
+	maxHeaderBytes  = 64 << 10
 	// sseRetry is the reconnection delay suggested to watchers.
 	sseRetry = 2 * time.Second
 )
@@ -90,6 +100,12 @@ type ServerOptions struct {
 	// MaxWatchers bounds the /v1/watch streams served at once; 0 means
 	// DefaultMaxWatchers.
 	MaxWatchers int
+	// ReadTimeout bounds the reading of a request; 0 means
+	// DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// MaxConns bounds the connections open at once; 0 means
+	// DefaultMaxConns.
+	MaxConns int
 	// Registry, if set, is served on GET /metrics (a read endpoint: with
 	// ReadToken or GuardReads it needs a token) and receives the
 	// server's own metrics (gracewatch_aggregator_http_requests_total).
@@ -113,6 +129,9 @@ type Server struct {
 	requests *prometheus.CounterVec
 	// watchers counts the /v1/watch streams being served.
 	watchers atomic.Int64
+	// authLog rate-limits the log of refused tokens (auth.go), connLog
+	// that of connections closed for the cap (listener.go).
+	authLog, connLog *ratelog.Limiter
 
 	// stopping ends when Shutdown starts; watch streams end with it.
 	stopping context.Context
@@ -138,8 +157,15 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if o.MaxWatchers <= 0 {
 		o.MaxWatchers = DefaultMaxWatchers
 	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
+	}
 	log := o.Logger.With("component", "http")
-	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux()}
+	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux(),
+		authLog: ratelog.New(authLogEvery), connLog: ratelog.New(authLogEvery)}
 	if len(o.Token) > 0 {
 		s.adminSum = sha256.Sum256(o.Token)
 	}
@@ -158,7 +184,8 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	s.routes()
 	s.hs = &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: min(readHeaderTimeout, o.ReadTimeout),
+		ReadTimeout:       o.ReadTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -167,10 +194,10 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	return s
 }
 
-// Serve accepts connections on l until Shutdown, then returns nil. It
-// blocks.
+// Serve accepts connections on l until Shutdown, then returns nil, with at
+// most ServerOptions.MaxConns open at once. It blocks.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.hs.Serve(l)
+	err := s.hs.Serve(s.limit(l))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -179,7 +206,7 @@ func (s *Server) Serve(l net.Listener) error {
 
 // ServeTLS is Serve over TLS with the given certificate and key files.
 func (s *Server) ServeTLS(l net.Listener, certFile, keyFile string) error {
-	err := s.hs.ServeTLS(l, certFile, keyFile)
+	err := s.hs.ServeTLS(s.limit(l), certFile, keyFile)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -222,9 +249,14 @@ func (s *Server) routes() {
 	}
 	for _, rt := range routes {
 		h, acc := rt.h, rt.access
+		long := rt.path == "/v1/watch"
 		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorize(w, r, acc) {
 				return
+			}
+			if long {
+				// Its request is read; the stream lasts.
+				_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 			}
 			h(w, r)
 		})

@@ -31,11 +31,14 @@ func (s *Service) recompute(dirty map[string]bool) {
 	}
 	var changes []change
 	var released []string // nodes whose hold ended: the actuators hear of them now
+	var asked []string    // nodes whose probes to schedule (outside s.mu)
 	s.mu.Lock()
 	added := false
 	for _, name := range names {
 		in := s.inputs[name]
 		if in == nil { // forgotten (Service.Forget) after it was marked dirty
+			delete(s.probeAt, name)
+			delete(s.probes, name)
 			continue
 		}
 		if at, ok := s.held[name]; ok && !now.Before(at) {
@@ -49,6 +52,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		} else {
 			delete(s.enforce, name)
 		}
+		asked = append(asked, name)
 		prev, had := s.view[name]
 		if had && sameNode(prev, n) {
 			continue
@@ -71,6 +75,9 @@ func (s *Service) recompute(dirty map[string]bool) {
 		sort.Strings(s.names)
 	}
 	s.mu.Unlock()
+	for _, name := range asked {
+		s.scheduleProbe(name, s.inputs[name], now)
+	}
 
 	for _, c := range changes {
 		s.observePlan(c.node)
@@ -114,7 +121,7 @@ func sameNode(a, b Node) bool {
 // s.held.
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
-	for _, m := range []map[string]time.Time{s.enforce, s.held} {
+	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
 		for _, at := range m {
 			if next.IsZero() || at.Before(next) {
 				next = at

@@ -20,6 +20,7 @@ import (
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -167,6 +168,17 @@ type Service struct {
 	// maxUnseenNodes).
 	unseen       map[string]struct{}
 	unseenLogged time.Time
+	// staleLog rate-limits the log of refused stale or implausible
+	// messages (intake.go), per node.
+	staleLog *ratelog.Limiter
+	// The probes (probe.go): each node's, when the next is due, the
+	// nodes whose answer overrode memberlist's word (logged once per
+	// episode), and the bound of those in flight.
+	probes   map[string]*probeState
+	probeAt  map[string]time.Time
+	rescued  map[string]time.Time
+	probeSem chan struct{}
+	done     chan struct{} // closed when Run ends
 
 	// Shared with readers.
 	mu       sync.RWMutex
@@ -193,6 +205,7 @@ const (
 	inForget
 	inSeed
 	inRecheck
+	inProbe
 )
 
 type input struct {
@@ -200,6 +213,8 @@ type input struct {
 	member mesh.Member
 	from   string
 	env    *gwpb.Envelope
+	at     time.Time // inMessage: when it arrived
+	probe  probeResult
 	done   chan struct{}
 	gen    uint64 // of the deadline timer that sent an inTick
 	forget string // inForget: the node; from: who asked
@@ -262,21 +277,26 @@ func New(o Options) (*Service, error) {
 	log := o.Logger.With("component", "aggregator")
 	var err error
 	s := &Service{
-		opts:    o,
-		clock:   o.Clock,
-		log:     log,
-		epoch:   hex.EncodeToString(rnd[:]),
-		wake:    make(chan struct{}, 1),
-		inputs:  map[string]*NodeInput{},
-		enforce: map[string]time.Time{},
-		held:    map[string]time.Time{},
-		adopted: map[string]int{},
-		unseen:  map[string]struct{}{},
-		aggs:    map[string]mesh.Member{},
-		view:    map[string]Node{},
-		history: newEventLog(o.History, o.HistoryBytes),
-		subs:    map[*Subscription]struct{}{},
-		waiters: map[string]*waiter{},
+		opts:     o,
+		clock:    o.Clock,
+		log:      log,
+		epoch:    hex.EncodeToString(rnd[:]),
+		wake:     make(chan struct{}, 1),
+		inputs:   map[string]*NodeInput{},
+		enforce:  map[string]time.Time{},
+		held:     map[string]time.Time{},
+		adopted:  map[string]int{},
+		unseen:   map[string]struct{}{},
+		staleLog: ratelog.New(staleLogEvery),
+		probes:   map[string]*probeState{},
+		probeAt:  map[string]time.Time{},
+		probeSem: make(chan struct{}, maxProbesInFlight),
+		done:     make(chan struct{}),
+		aggs:     map[string]mesh.Member{},
+		view:     map[string]Node{},
+		history:  newEventLog(o.History, o.HistoryBytes),
+		subs:     map[*Subscription]struct{}{},
+		waiters:  map[string]*waiter{},
 	}
 	s.act = newActuators(o.Actuators, o.Clock, o.ActuatorBackoff, log)
 	if o.StateDir != "" && len(o.Actuators) > 0 {
@@ -362,6 +382,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 		close(planDone)
 	}
 	defer func() {
+		close(s.done)
 		s.act.stop()
 		<-planDone
 		if s.timer != nil {
@@ -413,7 +434,7 @@ func (s *Service) process(batch []input) {
 				membersChanged = true
 			}
 		case inMessage:
-			if s.applyMessage(in.from, in.env, dirty) {
+			if s.applyMessage(in.from, in.env, in.at, dirty) {
 				acks = append(acks, in.env)
 			}
 		case inTick:
@@ -424,7 +445,7 @@ func (s *Service) process(batch []input) {
 				s.timer, ticked = nil, true
 			}
 			now := s.clock.Now()
-			for _, due := range []map[string]time.Time{s.enforce, s.held} {
+			for _, due := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
 				for name, at := range due {
 					if !now.Before(at) {
 						dirty[name] = true
@@ -434,6 +455,10 @@ func (s *Service) process(batch []input) {
 		case inRecheck:
 			s.recheck = nil
 			membersChanged = true
+		case inProbe:
+			if s.probed(in.probe) {
+				dirty[in.probe.node] = true
+			}
 		case inSync:
 			syncs = append(syncs, in.done)
 		case inForget:

@@ -16,12 +16,11 @@ import (
 func gone(s mesh.Status) bool { return s == mesh.StatusDead || s == mesh.StatusLeft }
 
 // servedStatus is the member status Compute goes by at now: in.Status,
-// except that a member dead or left for less than p.UnreachableAfter still
-// counts as alive (the state it had before). A member whose StatusSince is
-// unknown gets no such delay.
+// except that a member dead or left counts as alive (the state it had
+// before) until heldUntil. A member whose StatusSince is unknown gets no
+// such delay.
 func servedStatus(in *NodeInput, now time.Time, p Policy) mesh.Status {
-	if gone(in.Status) && p.UnreachableAfter > 0 && !in.StatusSince.IsZero() &&
-		now.Before(in.StatusSince.Add(p.UnreachableAfter)) {
+	if gone(in.Status) && now.Before(heldUntil(in, p)) {
 		return mesh.StatusAlive
 	}
 	return in.Status
@@ -52,6 +51,18 @@ type Policy struct {
 	// central deadline before NodeInput.FirstSeen + Settle. (The Service
 	// also holds the actuators for that long.) 0 trusts gossip at once.
 	Settle time.Duration
+	// ProbeWait, when positive, makes the aggregator ask before it
+	// accuses (see heldUntil and the Service's probes): it is how long a
+	// probe's answer is waited for. A node in teardown is asked
+	// ProbeWait before its central deadline; a node memberlist says is
+	// gone is asked at once, and served as before while the answer may
+	// come. 0: no probes (memberlist's word is taken).
+	ProbeWait time.Duration
+	// ReachedFor is how long a proof of life of a node (a proven message:
+	// an answer to a probe, a state update) keeps it alive against
+	// memberlist's word that it is gone; it is asked again every
+	// ReachedFor/3 while memberlist says so.
+	ReachedFor time.Duration
 }
 
 // NodeInput is everything the aggregator knows about one member that is a
@@ -83,6 +94,18 @@ type NodeInput struct {
 	// mesh or the agent; zero when it learned it otherwise (another
 	// aggregator's handover), which Policy.Settle then does not hold.
 	FirstSeen time.Time
+	// Reached is when the node last proved itself alive directly: a
+	// proven, fresh state update or ack arrived (an answer to a probe
+	// among them). Zero when never.
+	Reached time.Time
+	// ProbeFailed is when a probe of the node last went unanswered (or
+	// could not be sent). Zero when none.
+	ProbeFailed time.Time
+	// ClockOffset is the node's clock offset as last measured at the
+	// intake: when its latest accepted message arrived here minus the send
+	// time the node put in it (the network's delay included). Positive: the
+	// node's clock is behind this aggregator's. Zero when unmeasured.
+	ClockOffset time.Duration
 }
 
 // Node is one node of the view, as Compute derives it: the aggregator's
@@ -177,9 +200,11 @@ func (n Node) Summary() Node {
 //     the StateUpdate of that state is known, else the meta's deadline. A
 //     node known only from gossip (nothing received from its agent yet) is
 //     not served down so before FirstSeen + Settle: its gossip may be stale.
-//  3. A dead member, or one that left, is unreachable since it went, once
-//     it has stayed so for UnreachableAfter; until then it is served as
-//     alive, with the state it reports (and member "alive").
+//  3. A dead member, or one that left, is unreachable since it went (or
+//     since its last proof of life after that), once heldUntil has passed:
+//     it has stayed so for UnreachableAfter, and, with ProbeWait, it has
+//     not answered (memberlist's word alone is no proof); until then it is
+//     served as alive, with the state it reports (and member "alive").
 //  4. A live member whose state cannot be read (its meta does not decode,
 //     it published none, or it names a state this build does not know) is
 //     unreachable too, with the reason. It is not served down: a decoding
@@ -266,7 +291,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 
 	// Rules 3 to 5: unreachable.
 	unreachable, cause := "", ""
-	since := in.StatusSince
+	since := goneSince(in)
 	switch {
 	case gone(status):
 		unreachable, cause = goneReason(status), causeUnreachable
@@ -421,10 +446,8 @@ func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
 			}
 		}
 	}
-	if servedStatus(in, now, p) != in.Status {
-		if at := in.StatusSince.Add(p.UnreachableAfter); next.IsZero() || at.Before(next) {
-			next = at
-		}
+	if at := heldUntil(in, p); at.After(now) && (next.IsZero() || at.Before(next)) {
+		next = at
 	}
 	return next, !next.IsZero()
 }

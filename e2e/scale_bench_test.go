@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // GW_BENCH_PPROF
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -89,6 +93,22 @@ func BenchmarkDownLatency(b *testing.B) {
 		}
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
+	// GOGC 400 lets the heap grow to five times what is live: with 1,000
+	// members' tables live that would be most of this machine. A soft
+	// limit makes the collector work harder instead.
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(benchenv.Ints(b, "GW_BENCH_MEMLIMIT_MIB", []int{6144})[0]) << 20))
+	if addr := os.Getenv("GW_BENCH_PPROF"); addr != "" {
+		// Profiles of this process while it runs (go tool pprof
+		// http://ADDR/debug/pprof/heap): what the members cost.
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			b.Fatalf("GW_BENCH_PPROF=%s: %v", addr, err)
+		}
+		srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(l)
+		defer srv.Close()
+		progress(b, "profiles at http://%s/debug/pprof/", l.Addr())
+	}
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			for range b.N {
@@ -314,6 +334,18 @@ grace = %q
 		steadyCPU, steadyAgg, benchenv.LoadAvg())
 	b.ReportMetric(steadyCPU, "cores-members")
 	b.ReportMetric(steadyAgg, "cores-aggregator")
+	// Memory: this process's live heap after a collection (n members'
+	// meshes, each holding the n members' table: it grows as n², so per
+	// member as n) and its RSS; the aggregator's RSS (its view of n nodes).
+	runtime.GC()
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	selfRSS, aggRSS := procRSS(os.Getpid()), procRSS(aggPid)
+	progress(b, "memory: this process's live heap %d MiB (%.0f KiB per member), RSS %d MiB (%.0f KiB per member); the aggregator's RSS %d MiB (%.1f KiB per node)",
+		mem.HeapAlloc>>20, float64(mem.HeapAlloc)/1024/float64(n), selfRSS>>20, float64(selfRSS)/1024/float64(n),
+		aggRSS>>20, float64(aggRSS)/1024/float64(n))
+	b.ReportMetric(float64(mem.HeapAlloc)/float64(n), "heap-B/member")
+	b.ReportMetric(float64(aggRSS)/float64(n), "agg-rss-B/node")
 
 	w := g.watch(b)
 	type arrival struct {
@@ -531,6 +563,22 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mes
 	}
 	progress(b, "%d members started in %v, ready %v later", n, started.Sub(begin).Round(time.Millisecond),
 		time.Since(started).Round(time.Millisecond))
+}
+
+// procRSS is the resident memory of process pid, in bytes (0 if unknown).
+func procRSS(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // procCPU is the CPU time (user and system) of process pid so far.

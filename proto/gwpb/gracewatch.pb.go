@@ -144,6 +144,12 @@ const (
 	// system's controller tells the aggregator once per job (Slurm's
 	// PrologSlurmctld), instead of every node asking the controller.
 	Action_ACTION_REGISTER_JOB Action = 3
+	// Ask the agent for its state, changing nothing: an aggregator asks
+	// before it serves a node down or unreachable on what gossip or its own
+	// deadline says. The agent answers with a ControlAck (ok, meta) and sends
+	// its whole StateUpdate again. An agent that does not know the action
+	// still answers, with ok false and its meta.
+	Action_ACTION_PROBE Action = 4
 )
 
 // Enum value maps for Action.
@@ -153,12 +159,14 @@ var (
 		1: "ACTION_RESUME",
 		2: "ACTION_DRAIN",
 		3: "ACTION_REGISTER_JOB",
+		4: "ACTION_PROBE",
 	}
 	Action_value = map[string]int32{
 		"ACTION_UNSPECIFIED":  0,
 		"ACTION_RESUME":       1,
 		"ACTION_DRAIN":        2,
 		"ACTION_REGISTER_JOB": 3,
+		"ACTION_PROBE":        4,
 	}
 )
 
@@ -194,16 +202,20 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 // and never exceed memberlist's 512-byte limit (the reason is truncated with
 // a marker to fit).
 type Meta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Schema        uint32                 `protobuf:"varint,1,opt,name=schema,proto3" json:"schema,omitempty"` // schema version of the sender
-	Role          Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=gracewatch.v1.Role" json:"role,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // agent boots: a restarted agent never goes backwards
-	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`                 // state changes within the incarnation
-	State         State                  `protobuf:"varint,5,opt,name=state,proto3,enum=gracewatch.v1.State" json:"state,omitempty"`
-	FreeAtMs      int64                  `protobuf:"varint,6,opt,name=free_at_ms,json=freeAtMs,proto3" json:"free_at_ms,omitempty"`     // Unix milliseconds; 0 unless state is TEARDOWN
-	DeadlineMs    int64                  `protobuf:"varint,7,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"` // deadline D of the latest teardown; 0 if none
-	SinceMs       int64                  `protobuf:"varint,8,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`          // when state last changed; 0 in an up node's gossiped meta
-	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`                            // short reason; empty when up
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Schema      uint32                 `protobuf:"varint,1,opt,name=schema,proto3" json:"schema,omitempty"` // schema version of the sender
+	Role        Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=gracewatch.v1.Role" json:"role,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // agent boots: a restarted agent never goes backwards
+	Seq         uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`                 // state changes within the incarnation
+	State       State                  `protobuf:"varint,5,opt,name=state,proto3,enum=gracewatch.v1.State" json:"state,omitempty"`
+	FreeAtMs    int64                  `protobuf:"varint,6,opt,name=free_at_ms,json=freeAtMs,proto3" json:"free_at_ms,omitempty"`     // Unix milliseconds; 0 unless state is TEARDOWN
+	DeadlineMs  int64                  `protobuf:"varint,7,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"` // deadline D of the latest teardown; 0 if none
+	SinceMs     int64                  `protobuf:"varint,8,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`          // when state last changed; 0 in an up node's gossiped meta
+	Reason      string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`                            // short reason; empty when up
+	// An aggregator's own mesh address (IP:port), covered by its meta's
+	// signature: a member that copies the signed meta cannot announce it
+	// from another address. Empty in an agent's meta.
+	Addr          string `protobuf:"bytes,10,opt,name=addr,proto3" json:"addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +309,13 @@ func (x *Meta) GetSinceMs() int64 {
 func (x *Meta) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *Meta) GetAddr() string {
+	if x != nil {
+		return x.Addr
 	}
 	return ""
 }
@@ -1142,7 +1161,7 @@ var File_gracewatch_proto protoreflect.FileDescriptor
 
 const file_gracewatch_proto_rawDesc = "" +
 	"\n" +
-	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xa9\x02\n" +
+	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xbd\x02\n" +
 	"\x04Meta\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12'\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x13.gracewatch.v1.RoleR\x04role\x12 \n" +
@@ -1154,7 +1173,9 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\vdeadline_ms\x18\a \x01(\x03R\n" +
 	"deadlineMs\x12\x19\n" +
 	"\bsince_ms\x18\b \x01(\x03R\asinceMs\x12\x16\n" +
-	"\x06reason\x18\t \x01(\tR\x06reasonJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\xc8\x01\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x12\n" +
+	"\x04addr\x18\n" +
+	" \x01(\tR\x04addrJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\xc8\x01\n" +
 	"\bTeardown\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x19\n" +
@@ -1234,12 +1255,13 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\bSTATE_UP\x10\x01\x12\x12\n" +
 	"\x0eSTATE_TEARDOWN\x10\x02\x12\x0e\n" +
 	"\n" +
-	"STATE_DOWN\x10\x03*^\n" +
+	"STATE_DOWN\x10\x03*p\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACTION_RESUME\x10\x01\x12\x10\n" +
 	"\fACTION_DRAIN\x10\x02\x12\x17\n" +
-	"\x13ACTION_REGISTER_JOB\x10\x03B-Z+github.com/gracewatch/gracewatch/proto/gwpbb\x06proto3"
+	"\x13ACTION_REGISTER_JOB\x10\x03\x12\x10\n" +
+	"\fACTION_PROBE\x10\x04B-Z+github.com/gracewatch/gracewatch/proto/gwpbb\x06proto3"
 
 var (
 	file_gracewatch_proto_rawDescOnce sync.Once
