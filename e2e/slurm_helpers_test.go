@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
 )
 
 // slurmPrograms are the programs the Slurm tests run, from Debian's
@@ -544,6 +546,7 @@ type hangServer struct {
 	mnt   string
 	cmd   *exec.Cmd
 	done  chan struct{}
+	ready chan struct{} // closed when the server says hangfs.ReadyLine
 	reads chan struct{} // one value per read of "hang" the server took
 	logs  *testutil.SyncBuffer
 	once  sync.Once
@@ -573,15 +576,16 @@ func buildHangfs(t testing.TB) string {
 	return hangfsBin.path
 }
 
-// startHangfs mounts hangfs at mnt (created) and waits, at most 10 s, for
-// the mount. It is stopped when the test ends, if not before.
+// startHangfs mounts hangfs at mnt (created) and waits, at most 10 s, until
+// the server says it is ready (its own look at the mount while mounting is
+// over). It is stopped when the test ends, if not before.
 func startHangfs(t testing.TB, mnt string) *hangServer {
 	t.Helper()
 	bin := buildHangfs(t)
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := &hangServer{t: t, mnt: mnt, done: make(chan struct{}), reads: make(chan struct{}, 64), logs: &testutil.SyncBuffer{}}
+	h := &hangServer{t: t, mnt: mnt, done: make(chan struct{}), ready: make(chan struct{}), reads: make(chan struct{}, 64), logs: &testutil.SyncBuffer{}}
 	h.cmd = exec.Command(bin, mnt)
 	h.cmd.Stderr = h.logs
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -595,7 +599,10 @@ func startHangfs(t testing.TB, mnt string) *hangServer {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if sc.Text() == "hung-read" {
+			switch sc.Text() {
+			case hangfs.ReadyLine:
+				close(h.ready)
+			case "hung-read":
 				h.reads <- struct{}{}
 			}
 		}
@@ -607,16 +614,12 @@ func startHangfs(t testing.TB, mnt string) *hangServer {
 			t.Error(err)
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(mountsUnder(mnt)) == 0 {
-		select {
-		case <-h.done:
-			t.Fatalf("hangfs-serve exited before mounting %s: %s", mnt, h.logs)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hangfs-serve: no mount at %s after 10 s: %s", mnt, h.logs)
-		}
+	select {
+	case <-h.ready:
+	case <-h.done:
+		t.Fatalf("hangfs-serve exited before mounting %s: %s", mnt, h.logs)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("hangfs-serve: not ready at %s after 10 s: %s", mnt, h.logs)
 	}
 	return h
 }
@@ -636,23 +639,28 @@ func (h *hangServer) waitRead(timeout time.Duration) {
 	}
 }
 
-// stop kills the server by its pid (the kernel then aborts the connection
-// and the hung reader gets an error), unmounts and removes the mountpoint.
+// stop aborts the server's FUSE connection (the hung reader gets an error,
+// and so would a thread of the server waiting on its own mount, which
+// SIGKILL alone leaves in D for ever), kills the server by its pid, then
+// unmounts and removes the mountpoint.
 func (h *hangServer) stop() error {
 	h.once.Do(func() {
+		if err := hangfs.AbortConnection(h.mnt); err != nil {
+			h.err = err
+		}
 		h.cmd.Process.Kill()
 		select {
 		case <-h.done:
 		case <-time.After(10 * time.Second):
-			h.err = fmt.Errorf("hangfs-serve pid %d did not exit within 10 s of SIGKILL", h.cmd.Process.Pid)
+			h.err = errors.Join(h.err, fmt.Errorf("hangfs-serve pid %d did not exit within 10 s of its connection's abort and SIGKILL", h.cmd.Process.Pid))
 			return
 		}
 		if err := syscall.Unmount(h.mnt, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL && err != syscall.ENOENT {
-			h.err = fmt.Errorf("unmount %s: %v", h.mnt, err)
+			h.err = errors.Join(h.err, fmt.Errorf("unmount %s: %v", h.mnt, err))
 			return
 		}
 		if err := os.Remove(h.mnt); err != nil && !os.IsNotExist(err) {
-			h.err = err
+			h.err = errors.Join(h.err, err)
 		}
 	})
 	return h.err

@@ -16,7 +16,11 @@
 # admin.token and mesh.key) is removed at any exit: the end, an error, or any
 # signals, however many and however close together (Ctrl-C twice, SIGTERM,
 # SIGHUP). A signal ends the demo with status 0. Only SIGKILL leaves things
-# behind. e2e/demo_test.go checks it.
+# behind. The FUSE connection is aborted (fusectl) before anything else is
+# stopped, so that nothing waits on the mount, not even a server that
+# SIGKILL cannot end; every other step is bounded in wall-clock time, and a
+# process that does not end is reported, never waited for. e2e/demo_test.go
+# checks it.
 #
 # DEMO_HOLD=1 (the default when standard input is a terminal) keeps the
 # cluster running for you to explore until Ctrl-C; DEMO_HOLD=0 (the default
@@ -37,6 +41,9 @@ MNT=
 PIDS=()    # everything the demo starts, by pid: aggregator, agents, watcher, epilog wrappers
 FUSE_PID=
 FG=        # the command fg waits for
+STOPPING=  # the signal that stopped the demo, once one did
+CLEANING=  # set once cleanup has begun
+LEFT=()    # what cleanup could not remove
 
 # fg CMD...: runs CMD and waits for it, as the foreground does, but in the
 # background: bash runs a signal's trap only once a foreground command has
@@ -52,76 +59,212 @@ fg() {
   return "$rc"
 }
 
+die() {
+  echo "demo: $*" >&2
+  exit 1
+}
+
+# pstat PID: sets PST (state letter) and PPARENT (parent pid) from
+# /proc/PID/stat with builtins only (no fork: cleanup runs it in loops, on
+# a machine that may be loaded); fails when PID is gone.
+pstat() {
+  local line
+  { read -r line <"/proc/$1/stat"; } 2>/dev/null || return 1
+  line=${line##*) }
+  PST=${line%% *}
+  line=${line#* }
+  PPARENT=${line%% *}
+}
+
 # ours PID: whether PID is still a child of this shell (a pid that ended
 # may have been reused by another process, which must not be signalled).
-ours() {
-  [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2)" = "$$" ]
-}
+ours() { pstat "$1" && [ "$PPARENT" = "$$" ]; }
 
 # alive PID...: whether one of the pids is still running (not gone, not a
 # zombie waiting to be reaped).
 alive() {
-  local p st
+  local p
   for p in "$@"; do
-    st=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1) || continue
-    [ -n "$st" ] && [ "$st" != Z ] && return 0
+    pstat "$p" && [ "$PST" != Z ] && return 0
   done
   return 1
 }
 
-# stop_all SIG SECONDS PID...: signal the pids, wait up to SECONDS for them,
-# then SIGKILL what is left, and reap them.
-stop_all() {
-  local sig=$1 secs=$2 p i
-  shift 2
-  [ $# -gt 0 ] || return 0
-  for p in "$@"; do ours "$p" && kill "-$sig" "$p" 2>/dev/null; done
-  for ((i = 0; i < secs * 10; i++)); do alive "$@" || break; sleep 0.1; done
-  for p in "$@"; do ours "$p" && kill -KILL "$p" 2>/dev/null; done
-  for p in "$@"; do wait "$p" 2>/dev/null; done
+# now_us: sets NOW to the wall-clock time in microseconds (a builtin
+# clock: the bounds below are wall time, not counts of loop turns, which a
+# loaded machine stretches).
+now_us() { NOW=${EPOCHREALTIME//[!0-9]/}; }
+
+# within SECONDS CMD...: runs CMD every 50 ms until it succeeds, for at most
+# SECONDS of wall-clock time; fails if it never did.
+within() {
+  local end
+  now_us
+  end=$((NOW + $1 * 1000000))
+  shift
+  until "$@"; do
+    now_us
+    [ "$NOW" -lt "$end" ] || return 1
+    sleep 0.05
+  done
+}
+
+gone() { ! alive "$@"; }
+
+# children: sets KIDS to the pids of this shell's children (what a signal
+# may have left unrecorded: one that came between `cmd &` and `PIDS+=($!)`).
+children() {
+  local d
+  KIDS=()
+  for d in /proc/[0-9]*; do
+    pstat "${d#/proc/}" && [ "$PPARENT" = "$$" ] && KIDS+=("${d#/proc/}")
+  done
+  return 0
+}
+
+# describe PID: a line on a process that does not end, for the report.
+describe() {
+  local wchan=? cmd=?
+  { read -r wchan <"/proc/$1/wchan"; } 2>/dev/null
+  { read -r -d '' cmd <"/proc/$1/cmdline"; } 2>/dev/null
+  pstat "$1"
+  echo "process $1 ($cmd) in state $PST, in $wchan"
+}
+
+# stop_procs SECONDS PID...: SIGTERM those pids that are this shell's
+# children, wait up to SECONDS for them to end, SIGKILL what is left, wait
+# up to 5 s more, and reap those that ended. A process that SIGKILL does
+# not end (one in D) is never waited for (bash's wait has no bound): it
+# goes to LEFT.
+stop_procs() {
+  local secs=$1 p mine=()
+  shift
+  for p in "$@"; do ours "$p" && mine+=("$p"); done
+  [ ${#mine[@]} -gt 0 ] || return 0
+  kill -TERM "${mine[@]}" 2>/dev/null
+  within "$secs" gone "${mine[@]}"
+  for p in "${mine[@]}"; do alive "$p" && kill -KILL "$p" 2>/dev/null; done
+  within 5 gone "${mine[@]}"
+  for p in "${mine[@]}"; do
+    if alive "$p"; then
+      LEFT+=("$(describe "$p")")
+    else
+      wait "$p" 2>/dev/null
+    fi
+  done
+  return 0
+}
+
+# fuse_minor: sets MINOR to the device minor of the mount at $T/fuse (its
+# FUSE connection's number), from mountinfo, without touching the mount
+# (a stat of a mount that nobody serves waits for ever); empty if none.
+fuse_minor() {
+  local _a _b dev _c mp _d
+  MINOR=
+  while read -r _a _b dev _c mp _d; do
+    [ "$mp" = "$T/fuse" ] && MINOR=${dev#*:}
+  done </proc/self/mountinfo
+  return 0
+}
+
+# abort_fuse: aborts the FUSE connection of $T/fuse through fusectl. The
+# kernel then fails every request on it, taken by the server or not: the
+# hung reader's, and one of the server's own (go-fuse opens a file in its
+# mount while it mounts; a server killed then stays in D for ever). The
+# server then ends by itself. fusectl is used where it is mounted, else
+# mounted in a mount namespace of its own (unshare -m: private, gone with
+# the command). Fails if there is a mount and its connection could not be
+# aborted.
+abort_fuse() {
+  [ -n "$T" ] || return 0
+  fuse_minor
+  [ -n "$MINOR" ] || return 0
+  if grep -q ' /sys/fs/fuse/connections [^ ]* - fusectl ' /proc/self/mountinfo &&
+    { echo 1 >"/sys/fs/fuse/connections/$MINOR/abort"; } 2>/dev/null; then
+    return 0
+  fi
+  unshare -m sh -c 'grep -q " /sys/fs/fuse/connections .* - fusectl " /proc/self/mountinfo ||
+    mount -t fusectl fusectl /sys/fs/fuse/connections || exit 1
+    echo 1 >"/sys/fs/fuse/connections/$1/abort"' sh "$MINOR" 2>/dev/null
+}
+
+# emptied CGROUP...: whether none of the cgroups holds processes any more.
+emptied() {
+  local cg
+  for cg in "$@"; do
+    [ -d "$cg" ] || continue
+    grep -q '^populated 0' "$cg/cgroup.events" 2>/dev/null || return 1
+  done
+  return 0
+}
+
+# removed CGROUP...: removes the cgroups, innermost first; whether all are gone.
+removed() {
+  local cg
+  for cg in "$@"; do
+    [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+  for cg in "$@"; do [ -d "$cg" ] && return 1; done
   return 0
 }
 
 # cleanup runs once, at any exit: the end of the demo, an error, or a
-# signal. Further signals are ignored until it is done, so a second Ctrl-C
-# (or a SIGTERM after a SIGINT) cannot cut it short.
+# signal (on_signal calls it). From its first line on, signals are ignored,
+# by this shell and by every command it runs, so that nothing can cut it
+# short. Every step is bounded in wall-clock time, and none can wait on
+# the FUSE mount: its connection is aborted first.
 cleanup() {
-  local rc=$? n cg f i left=()
+  local rc=$? n f cgs=()
   trap '' INT TERM HUP QUIT PIPE
+  # A signal's trap that bash ran before the line above, in this very
+  # function, ran a whole cleanup and exited; one after it sees CLEANING.
+  [ -z "$CLEANING" ] || return 0
+  CLEANING=1
+  trap - EXIT
   set +e
   exec 1>&8 2>&9
+  if [ -n "$STOPPING" ]; then
+    echo
+    echo "demo: stopping (SIG$STOPPING)"
+    rc=0
+  fi
+  abort_fuse
+  local aborted=$?
   # The agents wait [api] stop_wait (2 s here) for the epilog streams.
   # (bash's notes of children that a signal ended go to /dev/null.)
-  stop_all TERM 10 ${FG:+"$FG"} "${PIDS[@]}" 2>/dev/null
-  # Ending the FUSE server releases the unkillable reader.
-  [ -n "$FUSE_PID" ] && stop_all KILL 5 "$FUSE_PID" 2>/dev/null
+  children
+  stop_procs 10 ${FG:+"$FG"} "${PIDS[@]}" ${FUSE_PID:+"$FUSE_PID"} "${KIDS[@]}" 2>/dev/null
   if [ -n "$MNT" ]; then
     for n in 1 2 3; do
-      cg=$MNT/gracewatch-demo-$$-node$n
-      [ -d "$cg" ] || continue
-      # Only the processes of the demo's own cgroup subtrees.
-      for f in $(find "$cg" -name cgroup.kill); do echo 1 >"$f" 2>/dev/null; done
-      for ((i = 0; i < 100; i++)); do
-        grep -q '^populated 0' "$cg/cgroup.events" 2>/dev/null && break
-        sleep 0.1
-      done
-      for ((i = 0; i < 20; i++)); do
-        find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
-        [ -d "$cg" ] || break
-        sleep 0.1
-      done
-      [ -d "$cg" ] && left+=("cgroup $cg")
+      [ -d "$MNT/gracewatch-demo-$$-node$n" ] && cgs+=("$MNT/gracewatch-demo-$$-node$n")
     done
   fi
-  if [ -n "$T" ]; then
-    # A dead FUSE mount fails even a stat ([ -d ]): unmount unconditionally.
-    umount -l "$T/fuse" 2>/dev/null
-    grep -q " $T/fuse " /proc/self/mountinfo && left+=("mount $T/fuse")
-    rm -rf "$T"
-    [ -e "$T" ] && left+=("folder $T")
+  if [ ${#cgs[@]} -gt 0 ]; then
+    # Only the processes of the demo's own cgroup subtrees.
+    for f in $(find "${cgs[@]}" -name cgroup.kill); do echo 1 >"$f" 2>/dev/null; done
+    within 10 emptied "${cgs[@]}"
+    within 3 removed "${cgs[@]}"
+    for f in "${cgs[@]}"; do [ -d "$f" ] && LEFT+=("cgroup $f"); done
   fi
-  if [ ${#left[@]} -gt 0 ]; then
-    echo "demo: could not remove: ${left[*]}" >&2
+  if [ -n "$T" ]; then
+    fuse_minor
+    if [ -n "$MINOR" ]; then
+      # Aborted, the mount cannot block even a stat; if the abort failed,
+      # a forced unmount aborts the connection too (FUSE's umount_begin).
+      # No canonicalisation either way: umount never looks at the path.
+      if [ "$aborted" = 0 ]; then umount -l -c "$T/fuse"; else umount -f -l -c "$T/fuse"; fi 2>/dev/null
+      fuse_minor
+      [ -n "$MINOR" ] && LEFT+=("mount $T/fuse")
+    fi
+    # Never rm -r into a mount: a FUSE mount that is still there would be
+    # walked (and could hang it).
+    if ! grep -q " $T/" /proc/self/mountinfo; then
+      rm -rf "$T"
+    fi
+    [ -e "$T" ] && LEFT+=("folder $T")
+  fi
+  if [ ${#LEFT[@]} -gt 0 ]; then
+    printf 'demo: could not remove: %s\n' "${LEFT[@]}" >&2
     [ "$rc" = 0 ] && rc=1
   else
     echo "demo: stopped and cleaned up"
@@ -130,14 +273,12 @@ cleanup() {
 }
 
 # A signal stops the demo normally: it cleans up and exits 0 (so that
-# `make demo` stopped by Ctrl-C does not report an error).
+# `make demo` stopped by Ctrl-C does not report an error). A signal that
+# comes while a first one is being handled changes nothing.
 on_signal() {
-  trap '' INT TERM HUP QUIT PIPE
-  set +e
-  exec 1>&8 2>&9
-  echo
-  echo "demo: stopping (SIG$1)"
-  exit 0
+  [ -z "$STOPPING" ] || return 0
+  STOPPING=$1
+  cleanup
 }
 trap cleanup EXIT
 for sig in INT TERM HUP QUIT PIPE; do
@@ -215,7 +356,8 @@ except Exception:
 echo "== starting the aggregator ($URL) and three node agents (state in $T)"
 "$BIN/aggregator" serve --config "$T/aggregator.toml" >"$T/aggregator.log" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 100); do get "$URL/healthz" >/dev/null && break; sleep 0.1; done
+healthy() { get "$URL/healthz" >/dev/null; }
+within 10 healthy || die "the aggregator did not answer on $URL/healthz within 10 s (see $T/aggregator.log)"
 
 for n in 1 2 3; do
   mkdir -p "$T/node$n"
@@ -247,13 +389,12 @@ EOF
   PIDS+=($!)
 done
 na() { local n=$1; shift; GRACEWATCH_SOCKET=$T/node$n/agent.sock fg "$BIN/nodeagent" "$@"; }
+answers() { na "$1" status >/dev/null 2>&1; }
 for n in 1 2 3; do
-  for _ in $(seq 100); do na $n status >/dev/null 2>&1 && break; sleep 0.1; done
+  within 10 answers $n || die "agent node$n did not answer within 10 s (see $T/node$n/agent.log)"
 done
-for _ in $(seq 100); do
-  [ "$(get "$URL/v1/nodes?format=hostlist&state=up")" = "node[1-3]" ] && break
-  sleep 0.1
-done
+all_up() { [ "$(get "$URL/v1/nodes?format=hostlist&state=up")" = "node[1-3]" ]; }
+within 20 all_up || die "the aggregator did not see node[1-3] up within 20 s"
 
 # The scheduler's view, as it changes (one python3 process reads the
 # event stream: no pipeline whose first half could outlive the demo).
@@ -261,7 +402,9 @@ python3 -u -c '
 import json, signal, sys, datetime, urllib.request
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 last = {}
-for raw in urllib.request.urlopen(sys.argv[1]):
+stream = urllib.request.urlopen(sys.argv[1])
+open(sys.argv[2], "w").close()  # subscribed: the demo may go on
+for raw in stream:
     line = raw.decode()
     if not line.startswith("data:"): continue
     d = json.loads(line[5:])
@@ -275,16 +418,18 @@ for raw in urllib.request.urlopen(sys.argv[1]):
         if n.get("free_at"): extra = " free_at=" + n["free_at"][11:19]
         if n.get("reason"): extra += "  reason: " + n["reason"]
         print("%s  scheduler sees %-6s %-11s%s" % (datetime.datetime.now().strftime("%H:%M:%S"), n["name"], n["state"], extra), flush=True)
-' "$URL/v1/watch" &
+' "$URL/v1/watch" "$T/watching" &
 PIDS+=($!)
-sleep 0.5
+within 10 test -e "$T/watching" || die "the scheduler's view did not subscribe within 10 s"
 
 HUNG_CMD=(sh -c "trap '' TERM; echo 'hung epilogue: ignoring SIGTERM'; exec sleep 3600")
 if [ -c /dev/fuse ]; then
   mkdir "$T/fuse"
   "$BIN/hangfs-serve" "$T/fuse" >"$T/fuse.log" 2>&1 &
   FUSE_PID=$!
-  for _ in $(seq 100); do grep -q " $T/fuse " /proc/self/mountinfo && break; sleep 0.1; done
+  # Ready once it says so (hangfs.ReadyLine): its own look at the mount
+  # while mounting is over, and only the hung reader will wait on it.
+  within 10 grep -qx ready "$T/fuse.log" || die "the FUSE server did not get ready within 10 s (see $T/fuse.log)"
   HUNG_CMD=(sh -c "echo 'hung epilogue: reading a file on a dead file system'; cat $T/fuse/hang")
 fi
 
@@ -303,10 +448,8 @@ PIDS+=($!)
 GRACEWATCH_SOCKET=$(sock 3) "$BIN/nodeagent" epilog --job 1003 -- "${HUNG_CMD[@]}" >"$T/epilog-1003.out" 2>&1 &
 PIDS+=($!)
 
-for _ in $(seq 300); do
-  get "$URL/v1/nodes/node3" | grep -qE 'unkillable|killed by SIGKILL' && break
-  sleep 0.2
-done
+diagnosed() { get "$URL/v1/nodes/node3" | grep -qE 'unkillable|killed by SIGKILL'; }
+within 60 diagnosed || echo "demo: node3 not diagnosed within 60 s" >&2
 sleep 0.5
 echo
 echo "== aggregator nodes (the scheduler's list)"
@@ -315,7 +458,10 @@ echo
 echo "== down nodes as a hostlist: $(get "$URL/v1/nodes?state=down&format=hostlist")"
 echo
 echo "== nodeagent diagnose on node3"
-{ na 3 diagnose || true; } | head -25
+# Into a file, not a pipe: a subshell's fg would start a client that
+# cleanup does not know.
+na 3 diagnose >"$T/diagnose.txt" 2>&1 || true
+head -25 "$T/diagnose.txt"
 echo
 [ -f "$T/actuator.log" ] && { echo "== actuator runs"; cat "$T/actuator.log"; echo; }
 

@@ -4,8 +4,15 @@
 // never answered (an INTERRUPT from the kernel is ignored too), and "ok",
 // which reads "ok\n". A process reading "hang" sleeps in request_wait_answer;
 // after SIGKILL it sits in D with SIGKILL pending, unkillable, until the
-// connection ends: Server.Stop kills the server (the kernel then aborts the
-// connection) and Server.Abort aborts it through fusectl.
+// connection ends.
+//
+// A FUSE server is never stopped by trusting SIGKILL: a thread of its own
+// that waits on its own mount (go-fuse opens a file in the mount just after
+// mounting, and a killed process cannot answer it) leaves the server in D
+// for ever, holding the connection open. Server.Stop and the demo abort the
+// connection through fusectl first (AbortConnection), then kill and reap
+// the server. A server says ReadyLine on its standard output once its
+// mount is fully set up; before that, even aborting is the only safe stop.
 //
 // The server runs as a process of its own, the test binary re-executed with
 // EnvMount set, so that a test can end it. A test package that uses Start
@@ -43,6 +50,11 @@ import (
 // EnvMount, when set, makes RunIfRequested serve hangfs at its value.
 const EnvMount = "GRACEWATCH_HANGFS_MOUNT"
 
+// EnvSelfRead, set to 1 in a server's environment, makes it read its own
+// "hang" file once it is ready (StartSelfReading; the demo's test sets it
+// for the hangfs-serve of scripts/demo.sh).
+const EnvSelfRead = "GRACEWATCH_HANGFS_SELF_READ"
+
 // FsName is the mount's source, and "fuse."+Name its file system type, as
 // shown in mountinfo.
 const (
@@ -56,8 +68,13 @@ const (
 	OKFile   = "ok"
 )
 
-// FusectlDir is where the fusectl file system is (or gets) mounted.
+// FusectlDir is where the fusectl file system is mounted, when it is.
 const FusectlDir = "/sys/fs/fuse/connections"
+
+// ReadyLine is what a server writes, on a line of its own, to its standard
+// output once the mount is set up and no thread of its own touches it any
+// more.
+const ReadyLine = "ready"
 
 // startTimeout bounds how long Start waits for the mount, and Stop for the
 // server to exit.
@@ -91,6 +108,19 @@ func serve(mnt string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("mount at %s: %w", mnt, err)
+	}
+	// fs.Mount returned after go-fuse's own open of a file in the mount
+	// (its poll probe) was answered: from now on only other processes wait
+	// on the mount, and a SIGKILL of this one ends it.
+	fmt.Fprintln(os.Stdout, ReadyLine)
+	if os.Getenv(EnvSelfRead) == "1" {
+		// A thread of the server waits on its own mount, as go-fuse's
+		// probe does during fs.Mount: SIGKILL alone cannot end it.
+		go func() {
+			if f, err := os.Open(filepath.Join(mnt, HangFile)); err == nil {
+				_, _ = f.Read(make([]byte, 1))
+			}
+		}()
 	}
 	srv.Wait()
 	return nil
@@ -153,21 +183,36 @@ type Server struct {
 	major  uint32
 	minor  uint32
 
+	ready chan struct{} // closed when the server said ReadyLine
+
 	readsMu   sync.Mutex
 	hungReads int
 	readsCh   chan struct{} // closed and replaced on every hung read
 
-	mu           sync.Mutex
-	stopped      bool
-	stopErr      error
-	fusectlTaken bool
+	mu      sync.Mutex
+	stopped bool
+	stopErr error
 }
 
 // Start runs a hangfs server in a new process, mounted on a fresh directory,
-// and waits (up to 10 s, by reading /proc/self/mountinfo) until the mount is
-// live. It needs root and /dev/fuse (skipping the test outside CI when they
+// and waits (up to 10 s) until the server says it is ready (ReadyLine). It needs root and /dev/fuse (skipping the test outside CI when they
 // are missing) and registers t.Cleanup to Stop the server.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return start(t, false)
+}
+
+// StartSelfReading is Start for a server that, once ready, reads its own
+// "hang" file (a read it takes and never answers, as any other): a thread
+// of the server process then waits on its own mount, and SIGKILL alone
+// leaves the process in D for ever. The fixture's own tests use it to show
+// that Stop does not depend on when the server is stopped.
+func StartSelfReading(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, selfRead bool) *Server {
 	t.Helper()
 	testutil.RequireRoot(t)
 	_, err := os.Stat("/dev/fuse")
@@ -180,9 +225,12 @@ func Start(t testing.TB) *Server {
 	if dir, err = filepath.EvalSymlinks(dir); err != nil {
 		t.Fatalf("hangfs: %v", err)
 	}
-	s := &Server{mnt: dir, exited: make(chan struct{}), stderr: &syncBuffer{}, readsCh: make(chan struct{})}
+	s := &Server{mnt: dir, exited: make(chan struct{}), stderr: &syncBuffer{}, ready: make(chan struct{}), readsCh: make(chan struct{})}
 	s.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	s.cmd.Env = append(os.Environ(), EnvMount+"="+dir)
+	if selfRead {
+		s.cmd.Env = append(s.cmd.Env, EnvSelfRead+"=1")
+	}
 	out, w, err := os.Pipe()
 	if err != nil {
 		os.Remove(dir)
@@ -210,26 +258,23 @@ func Start(t testing.TB) *Server {
 		}
 	})
 
-	deadline := time.Now().Add(startTimeout)
-	for {
-		m, ok, err := findMount(dir)
-		if err != nil {
-			t.Fatalf("hangfs: %v", err)
-		}
-		if ok && strings.HasPrefix(m.fstype, "fuse") {
-			s.major, s.minor = m.major, m.minor
-			return s
-		}
-		select {
-		case <-s.exited:
-			t.Fatalf("hangfs: server exited before mounting (does TestMain call hangfs.RunIfRequested?): %s; output: %q",
-				s.cmd.ProcessState, s.stderr.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hangfs: no mount at %s after %v; server output: %q", dir, startTimeout, s.stderr.String())
-		}
+	select {
+	case <-s.ready:
+	case <-s.exited:
+		t.Fatalf("hangfs: server exited before mounting (does TestMain call hangfs.RunIfRequested?): %s; output: %q",
+			s.cmd.ProcessState, s.stderr.String())
+	case <-time.After(startTimeout):
+		t.Fatalf("hangfs: server not ready at %s after %v; server output: %q", dir, startTimeout, s.stderr.String())
 	}
+	m, ok, err := findMount(dir)
+	if err != nil {
+		t.Fatalf("hangfs: %v", err)
+	}
+	if !ok || !strings.HasPrefix(m.fstype, "fuse") {
+		t.Fatalf("hangfs: server ready but no FUSE mount at %s", dir)
+	}
+	s.major, s.minor = m.major, m.minor
+	return s
 }
 
 // countHungReads reads the server's stdout until it exits.
@@ -237,6 +282,10 @@ func (s *Server) countHungReads(out *os.File) {
 	defer out.Close()
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
+		if sc.Text() == ReadyLine {
+			close(s.ready)
+			continue
+		}
 		if sc.Text() != hungReadLine {
 			continue
 		}
@@ -291,10 +340,11 @@ func (s *Server) PID() int { return s.cmd.Process.Pid }
 // connection number under /sys/fs/fuse/connections.
 func (s *Server) Device() (major, minor uint32) { return s.major, s.minor }
 
-// Stop kills the server by its pid with SIGKILL and reaps it (the kernel
-// then aborts the connection, and readers waiting for an answer get an
-// error), unmounts the directory with MNT_DETACH and removes it. It waits at
-// most 10 s for the server to exit. It is idempotent and safe for concurrent
+// Stop aborts the FUSE connection through fusectl (readers waiting for an
+// answer get an error, and so would a thread of the server waiting on its
+// own mount), then kills the server by its pid with SIGKILL and reaps it,
+// unmounts the directory with MNT_DETACH and removes it. It waits at most
+// 10 s for the server to exit. It is idempotent and safe for concurrent
 // use; later calls return the first call's error.
 func (s *Server) Stop() error {
 	s.mu.Lock()
@@ -304,13 +354,16 @@ func (s *Server) Stop() error {
 	}
 	s.stopped = true
 	var errs []error
+	if err := abortConn(s.minor); err != nil {
+		errs = append(errs, err)
+	}
 	if err := s.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		errs = append(errs, fmt.Errorf("kill server pid %d: %w", s.PID(), err))
 	}
 	select {
 	case <-s.exited:
 	case <-time.After(startTimeout):
-		errs = append(errs, fmt.Errorf("server pid %d did not exit within %v of SIGKILL", s.PID(), startTimeout))
+		errs = append(errs, fmt.Errorf("server pid %d did not exit within %v of its connection's abort and SIGKILL", s.PID(), startTimeout))
 	}
 	if err := unix.Unmount(s.mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		errs = append(errs, fmt.Errorf("unmount %s: %w", s.mnt, err))
@@ -320,77 +373,86 @@ func (s *Server) Stop() error {
 	if err := os.Remove(s.mnt); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("remove mountpoint: %w", err))
 	}
-	if s.fusectlTaken {
-		s.fusectlTaken = false
-		if err := releaseFusectl(); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	s.stopErr = errors.Join(errs...)
 	return s.stopErr
 }
 
-// Abort aborts the FUSE connection by writing 1 to
-// /sys/fs/fuse/connections/<minor>/abort, mounting fusectl there first if
-// it is not mounted (Stop unmounts it again if Abort mounted it). Readers
-// waiting for an answer get an error; the server then exits on its own.
+// Abort aborts the FUSE connection (AbortConnection) and leaves the server
+// running. Readers waiting for an answer get an error; the server then
+// exits on its own (Stop reaps it).
 func (s *Server) Abort() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
 		return fmt.Errorf("abort hangfs connection: server stopped")
 	}
-	if !s.fusectlTaken {
-		if err := takeFusectl(); err != nil {
-			return err
-		}
-		s.fusectlTaken = true
-	}
-	p := filepath.Join(FusectlDir, strconv.FormatUint(uint64(s.minor), 10), "abort")
-	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
-		return fmt.Errorf("abort hangfs connection: %w", err)
-	}
-	return nil
+	return abortConn(s.minor)
 }
 
-// fusectl is mounted at most once by this process, counted by the servers
-// that need it, and unmounted by the last of them only if this process
-// mounted it.
-var fusectl struct {
-	sync.Mutex
-	refs    int
-	mounted bool
-}
-
-func takeFusectl() error {
-	fusectl.Lock()
-	defer fusectl.Unlock()
-	if fusectl.refs == 0 {
-		m, ok, err := findMount(FusectlDir)
-		if err != nil {
-			return err
-		}
-		if !ok || m.fstype != "fusectl" {
-			if err := unix.Mount("none", FusectlDir, "fusectl", 0, ""); err != nil {
-				return fmt.Errorf("mount fusectl at %s: %w", FusectlDir, err)
-			}
-			fusectl.mounted = true
-		}
+// AbortConnection aborts the FUSE connection of the mount at dir, found in
+// /proc/self/mountinfo (dir itself is never touched: a stat of a mount
+// whose server does not answer would hang): it writes 1 to
+// <fusectl>/<minor>/abort. Every request in flight and every later one
+// then fails, whatever the server does. Without a mount at dir it does
+// nothing. fusectl is used where it is mounted (FusectlDir); else it is
+// mounted in a private mount namespace of a child process (sh and mount),
+// gone with it, so that nothing is left mounted whatever happens.
+func AbortConnection(dir string) error {
+	m, ok, err := findMount(dir)
+	if err != nil {
+		return err
 	}
-	fusectl.refs++
-	return nil
-}
-
-func releaseFusectl() error {
-	fusectl.Lock()
-	defer fusectl.Unlock()
-	fusectl.refs--
-	if fusectl.refs > 0 || !fusectl.mounted {
+	if !ok || !strings.HasPrefix(m.fstype, "fuse") {
 		return nil
 	}
-	fusectl.mounted = false
-	if err := unix.Unmount(FusectlDir, 0); err != nil {
-		return fmt.Errorf("unmount fusectl at %s: %w", FusectlDir, err)
+	return abortConn(m.minor)
+}
+
+// abortConn aborts FUSE connection minor (see AbortConnection). A
+// connection that is gone (no folder for it in fusectl) is not an error.
+func abortConn(minor uint32) error {
+	name := strconv.FormatUint(uint64(minor), 10)
+	if fusectlMounted() {
+		err := writeAbort(FusectlDir, name)
+		if err == nil || (errors.Is(err, os.ErrNotExist) && fusectlMounted()) {
+			return nil // aborted, or ended already
+		}
+		// Unmounted meanwhile by someone else: mount our own below.
+	}
+	return abortConnPrivate(name)
+}
+
+// abortConnPrivate aborts FUSE connection name through a fusectl mounted
+// in a mount namespace of a child process of its own (private, so nothing
+// propagates out, and gone with the child). Not a thread of this process:
+// Go may run a locked goroutine on the main thread, whose namespace is the
+// one /proc/self/mountinfo shows, and would keep it.
+func abortConnPrivate(name string) error {
+	cmd := exec.Command("sh", "-c", `grep -q " $1 .* - fusectl " /proc/self/mountinfo ||
+	mount -t fusectl fusectl "$1" || exit 3
+f="$1/$2/abort"
+[ -e "$f" ] || exit 0 # the connection has ended
+echo 1 >"$f"`, "sh", FusectlDir, name)
+	// os/exec makes every mount private in the new namespace (MS_REC|
+	// MS_PRIVATE on /) before it runs sh.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("abort FUSE connection %s through a private fusectl: %w: %s", name, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// fusectlMounted reports whether fusectl is mounted at FusectlDir.
+func fusectlMounted() bool {
+	m, ok, err := findMount(FusectlDir)
+	return err == nil && ok && m.fstype == "fusectl"
+}
+
+// writeAbort writes 1 to dir/name/abort (fs.ErrNotExist: no such
+// connection, or no fusectl at dir).
+func writeAbort(dir, name string) error {
+	if err := os.WriteFile(filepath.Join(dir, name, "abort"), []byte("1"), 0); err != nil {
+		return fmt.Errorf("abort FUSE connection: %w", err)
 	}
 	return nil
 }

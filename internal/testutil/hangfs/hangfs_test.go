@@ -78,6 +78,60 @@ func TestKilledReaderIsUnkillableUntilStop(t *testing.T) {
 	}
 }
 
+// TestStopEndsASelfBlockedServer: a server with a thread waiting on its own
+// mount (as go-fuse's probe does while it mounts) is in D after SIGKILL for
+// ever; Stop ends it anyway, promptly, because it aborts the connection
+// before it kills, and leaves no fusectl mount behind.
+func TestStopEndsASelfBlockedServer(t *testing.T) {
+	fusectlBefore := fusectlMounted(t)
+	s := hangfs.StartSelfReading(t)
+	if err := s.WaitHungReads(1); err != nil {
+		t.Fatal(err)
+	}
+	if tid := blockedTask(t, s.PID()); tid == 0 {
+		t.Fatalf("no thread of server pid %d in request_wait_answer", s.PID())
+	}
+	start := time.Now()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(s.PID())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("server pid %d still there after Stop: %v", s.PID(), err)
+	}
+	if _, ok := findMount(t, s.Mountpoint()); ok {
+		t.Errorf("mount %s still there after Stop", s.Mountpoint())
+	}
+	if got := fusectlMounted(t); got != fusectlBefore {
+		t.Errorf("fusectl mounted at %s: %v after Stop, %v before", hangfs.FusectlDir, got, fusectlBefore)
+	}
+}
+
+// TestAbortThroughPrivateFusectl: where fusectl is not mounted, the abort
+// mounts it in a private mount namespace of a child process, which nobody
+// else sees and which ends with the child.
+func TestAbortThroughPrivateFusectl(t *testing.T) {
+	fusectlBefore := fusectlMounted(t)
+	s := hangfs.Start(t)
+	cat := startReader(t, s.Path(hangfs.HangFile))
+	if err := s.WaitHungReads(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := hangfs.AbortThroughPrivateFusectl(s); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, cat)
+	if got := fusectlMounted(t); got != fusectlBefore {
+		t.Errorf("fusectl mounted at %s: %v after the abort, %v before", hangfs.FusectlDir, got, fusectlBefore)
+	}
+	// A connection that has ended is no error.
+	if err := hangfs.AbortThroughPrivateFusectl(s); err != nil {
+		t.Errorf("second abort: %v", err)
+	}
+}
+
 func TestAbortReleasesReader(t *testing.T) {
 	s := hangfs.Start(t)
 	cat := startReader(t, s.Path(hangfs.HangFile))
@@ -179,6 +233,33 @@ func readStack(t *testing.T, pid int) []string {
 		t.Fatal(err)
 	}
 	return procfs.ParseStack(data)
+}
+
+// blockedTask returns a thread of pid in request_wait_answer, or 0.
+func blockedTask(t *testing.T, pid int) int {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		data, err := os.ReadFile(dir + "/" + task.Name() + "/stack")
+		if err != nil {
+			continue
+		}
+		if slices.Contains(procfs.ParseStack(data), "request_wait_answer") {
+			tid, _ := strconv.Atoi(task.Name())
+			return tid
+		}
+	}
+	return 0
+}
+
+func fusectlMounted(t *testing.T) bool {
+	t.Helper()
+	m, ok := findMount(t, hangfs.FusectlDir)
+	return ok && m.FSType == "fusectl"
 }
 
 func findMount(t *testing.T, dir string) (procfs.Mount, bool) {
