@@ -13,7 +13,7 @@ func (s *Service) HandleMessage(from string, env *gwpb.Envelope) {
 	if env == nil {
 		return
 	}
-	s.enqueue(input{kind: inMessage, from: from, env: env})
+	s.enqueue(input{kind: inMessage, from: from, env: env, at: s.clock.Now()})
 }
 
 // MemberChanged implements mesh.Handler: it queues m and returns.
@@ -132,7 +132,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 
 // applyMessage records a direct message; it reports whether env is a
 // ControlAck to deliver after the recomputation.
-func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string]bool) bool {
+func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, dirty map[string]bool) bool {
 	if from == "" {
 		from = env.GetFrom()
 	}
@@ -190,6 +190,8 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 			s.dropUnseen(from)
 			return false
 		}
+		s.intakeLatch(from, u)
+		s.clockOffset(in, env, at)
 		restarted := restartedSince(in.Update, u)
 		if replacesUpdate(in.Update, u) {
 			in.Update = u
@@ -216,6 +218,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 			if in := s.nodeInput(from); in == nil {
 				s.dropUnseen(from)
 			} else {
+				s.clockOffset(in, env, at)
 				// An ack carries no start time: it counts only within
 				// the incarnation of the latest update (an ack of an
 				// earlier agent start, late or replayed, would undo a

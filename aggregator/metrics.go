@@ -64,6 +64,8 @@ type serviceMetrics struct {
 	state           *stateCollector
 	nodes           *nodeCollector
 	stateDir        prometheus.Collector // nil without Options.Host
+	*incidentMetrics
+	incidents *incidentCollector
 }
 
 func opts(name, help string) prometheus.Opts {
@@ -90,8 +92,10 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 			[]string{"what"}),
 		stateWrites: prometheus.NewCounter(prometheus.CounterOpts(opts("state_write_failures_total",
 			"Failed writes of the drained set under state_dir (a full or read-only disk): a restart would forget which nodes gracewatch drained."))),
-		state: newStateCollector(s),
-		nodes: newNodeCollector(s),
+		state:           newStateCollector(s),
+		nodes:           newNodeCollector(s),
+		incidentMetrics: newIncidentMetrics(),
+		incidents:       newIncidentCollector(s),
 	}
 	if s.opts.Host != nil {
 		m.stateDir = metrics.NewStateDirCollector(subsystem, s.opts.Host)
@@ -99,7 +103,7 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 	for _, tc := range transitionCauses {
 		m.transitions.WithLabelValues(tc[0], tc[1])
 	}
-	for _, what := range []string{"member", "message", "handover", "forget", "unseen"} {
+	for _, what := range []string{"member", "message", "handover", "forget", "unseen", "cause"} {
 		m.refused.WithLabelValues(what)
 	}
 	for _, on := range []string{OnDown, OnUp} {
@@ -112,7 +116,8 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 
 // collectors returns every collector of m.
 func (m *serviceMetrics) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.stateWrites, m.state, m.nodes}
+	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.stateWrites, m.state, m.nodes,
+		m.incidentsOpened, m.incidentsClosed, m.incidentResumes, m.incidents}
 	if m.stateDir != nil {
 		cs = append(cs, m.stateDir)
 	}
