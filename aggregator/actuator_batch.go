@@ -165,3 +165,14 @@ func (a *actuators) runBatch(bt *batch) bool {
 	}
 	return false
 }
+
+// gathering returns how many nodes wait for a batch to run (tests).
+func (b *batcher) gathering() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, bt := range b.pending {
+		n += len(bt.nodes)
+	}
+	return n
+}
