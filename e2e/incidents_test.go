@@ -191,22 +191,27 @@ timeout = "5s"
 			t.Errorf("n%d is %s after the incident cleared", i, nd.State)
 		}
 	}
-	ups := actionLines(t, actions, "up ")
-	upNodes := map[string]bool{}
-	for _, u := range ups {
-		names, err := hostlist.Expand(strings.TrimPrefix(u, "up "))
-		if err != nil {
-			t.Fatalf("up run %q: %v", u, err)
+	// Their on=up actuator runs once per batch (2 s) with a hostlist.
+	var ups []string
+	waitFor(t, "an on=up run for every drained node of the first incident", 20*time.Second, func() bool {
+		ups = actionLines(t, actions, "up ")
+		upNodes := map[string]bool{}
+		for _, u := range ups {
+			names, err := hostlist.Expand(strings.TrimPrefix(u, "up "))
+			if err != nil {
+				t.Fatalf("up run %q: %v", u, err)
+			}
+			for _, name := range names {
+				upNodes[name] = true
+			}
 		}
-		for _, name := range names {
-			upNodes[name] = true
+		for name := range drainedA {
+			if !upNodes[name] {
+				return false
+			}
 		}
-	}
-	for name := range drainedA {
-		if !upNodes[name] {
-			t.Errorf("%s was drained and resumed, but no on=up run named it (runs %q)", name, ups)
-		}
-	}
+		return true
+	})
 	if len(ups) > 5 {
 		t.Errorf("%d on=up runs for %d nodes, want them batched: %q", len(ups), len(drainedA)+1, ups)
 	}
