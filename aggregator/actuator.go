@@ -442,37 +442,44 @@ func (a *actuators) runNode(name string, n *actNode) {
 // runWithRetries runs one actuator, retrying with back-off; it gives up
 // early when leadership is lost or the aggregator stops.
 func (a *actuators) runWithRetries(ctx context.Context, node, on, reason string, index int, c ActuatorConfig) bool {
-	retries := DefaultActuatorRetries
-	if c.Retries != nil {
-		retries = *c.Retries
-	}
 	if err := nodename.Validate(node); err != nil {
 		a.log.Error("actuator not run: invalid node name", "node", nodename.Quote(node), "transition", on, "err", err)
 		return false
 	}
 	argv := expandArgv(c.Command, node, reason)
+	return a.runRetrying(ctx, c, on, argv, func(ctx context.Context) (int, string, error) {
+		return runCommand(ctx, argv, c.Timeout.D(), node, on, reason)
+	}, a.log.With("node", node, "transition", on, "actuator", index))
+}
+
+// runRetrying runs actuator c's command argv for transition on (run runs
+// it once), retrying with back-off, at most maxConcurrentRuns at once; it
+// gives up early when leadership is lost or the aggregator stops. log
+// names the run.
+func (a *actuators) runRetrying(ctx context.Context, c ActuatorConfig, on string, argv []string,
+	run func(context.Context) (int, string, error), log *slog.Logger) bool {
+	retries := DefaultActuatorRetries
+	if c.Retries != nil {
+		retries = *c.Retries
+	}
 	delay := a.backoff
 	for attempt := 1; attempt <= retries+1; attempt++ {
 		if !a.acquire(ctx) {
 			break
 		}
 		start := time.Now()
-		exit, out, err := runCommand(ctx, argv, c.Timeout.D(), node, on, reason)
+		exit, out, err := run(ctx)
 		a.release()
 		if a.onRun != nil {
 			a.onRun(on, err)
 		}
-		log := a.log.With("node", node, "transition", on, "actuator", index, "attempt", attempt,
-			"exit", exit, "duration", time.Since(start).Round(time.Millisecond))
+		log := log.With("attempt", attempt, "exit", exit, "duration", time.Since(start).Round(time.Millisecond))
 		if err == nil {
 			log.Info("actuator ran", "argv", argv)
 			return true
 		}
 		log.Warn("actuator failed", "argv", argv, "err", err, "output", out)
-		if attempt > retries || !a.stillLeading() {
-			break
-		}
-		if !sleep(ctx, a.clock, delay) {
+		if attempt > retries || !a.stillLeading() || !sleep(ctx, a.clock, delay) {
 			break
 		}
 		delay = min(delay*2, maxBackoff)
@@ -524,11 +531,15 @@ func expandArgv(argv []string, node, reason string) []string {
 // if it did not exit), the tail of the output and an error unless it exited
 // 0.
 func runCommand(ctx context.Context, argv []string, timeout time.Duration, node, on, reason string) (int, string, error) {
+	return runCommandEnv(ctx, argv, timeout, "GRACEWATCH_NODE="+node, "GRACEWATCH_TRANSITION="+on, "GRACEWATCH_REASON="+reason)
+}
+
+// runCommandEnv is runCommand with the environment variables env added.
+func runCommandEnv(ctx context.Context, argv []string, timeout time.Duration, env ...string) (int, string, error) {
 	if timeout <= 0 {
 		timeout = DefaultActuatorTimeout
 	}
-	res, err := runcmd.Run(ctx, argv, runcmd.Options{Timeout: timeout,
-		Env: []string{"GRACEWATCH_NODE=" + node, "GRACEWATCH_TRANSITION=" + on, "GRACEWATCH_REASON=" + reason}})
+	res, err := runcmd.Run(ctx, argv, runcmd.Options{Timeout: timeout, Env: env})
 	return res.Exit, res.Output, err
 }
 

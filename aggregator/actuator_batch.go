@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/hostlist"
-	"github.com/gracewatch/gracewatch/internal/runcmd"
 )
 
 // Batched actuator runs: an on="up" actuator whose command takes {nodes}
@@ -126,44 +125,14 @@ func (a *actuators) runBatch(bt *batch) bool {
 		a.log.Error("batched actuator not run: the nodes make no hostlist", "transition", bt.on, "actuator", bt.index, "nodes", len(bt.nodes), "err", err)
 		return false
 	}
-	retries := DefaultActuatorRetries
-	if bt.c.Retries != nil {
-		retries = *bt.c.Retries
-	}
 	r := strings.NewReplacer("{nodes}", hl)
 	argv := make([]string, len(bt.c.Command))
 	for i, arg := range bt.c.Command {
 		argv[i] = r.Replace(arg)
 	}
-	timeout := bt.c.Timeout.D()
-	if timeout <= 0 {
-		timeout = DefaultActuatorTimeout
-	}
-	delay := a.backoff
-	for attempt := 1; attempt <= retries+1; attempt++ {
-		if !a.acquire(ctx) {
-			break
-		}
-		start := time.Now()
-		res, err := runcmd.Run(ctx, argv, runcmd.Options{Timeout: timeout,
-			Env: []string{"GRACEWATCH_NODES=" + hl, "GRACEWATCH_TRANSITION=" + bt.on}})
-		a.release()
-		if a.onRun != nil {
-			a.onRun(bt.on, err)
-		}
-		log := a.log.With("nodes", hl, "count", len(bt.nodes), "transition", bt.on, "actuator", bt.index, "attempt", attempt,
-			"exit", res.Exit, "duration", time.Since(start).Round(time.Millisecond))
-		if err == nil {
-			log.Info("batched actuator ran", "argv", argv)
-			return true
-		}
-		log.Warn("batched actuator failed", "argv", argv, "err", err, "output", res.Output)
-		if attempt > retries || !a.stillLeading() || !sleep(ctx, a.clock, delay) {
-			break
-		}
-		delay = min(delay*2, maxBackoff)
-	}
-	return false
+	return a.runRetrying(ctx, bt.c, bt.on, argv, func(ctx context.Context) (int, string, error) {
+		return runCommandEnv(ctx, argv, bt.c.Timeout.D(), "GRACEWATCH_NODES="+hl, "GRACEWATCH_TRANSITION="+bt.on)
+	}, a.log.With("nodes", hl, "count", len(bt.nodes), "transition", bt.on, "actuator", bt.index))
 }
 
 // gathering returns how many nodes wait for a batch to run (tests).

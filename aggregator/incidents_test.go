@@ -75,6 +75,19 @@ func hung(seq uint64, mnt string, clean bool) *gwpb.StateUpdate {
 		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: phase, DeadlineMs: ms(t0.Add(-time.Minute))}}}
 }
 
+// hangTwoMounts makes n1..n20 hang on /mnt/a and n21, n22 on /mnt/b.
+func (f *incFixture) hangTwoMounts() {
+	f.t.Helper()
+	for i := 1; i <= 22; i++ {
+		mnt := "/mnt/a"
+		if i > 20 {
+			mnt = "/mnt/b"
+		}
+		f.update(fmt.Sprintf("n%d", i), hung(2, mnt, false))
+	}
+	f.settle()
+}
+
 func (f *incFixture) settle() {
 	f.t.Helper()
 	f.sync()
@@ -114,14 +127,7 @@ func (f *incFixture) flushBatch(n int) {
 func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	f := newIncFixture(t, 30, incident.Config{LimitFraction: 0.1})
 	url := f.serve(ServerOptions{Token: []byte(testToken)})
-	for i := 1; i <= 22; i++ {
-		mnt := "/mnt/a"
-		if i > 20 {
-			mnt = "/mnt/b"
-		}
-		f.update(fmt.Sprintf("n%d", i), hung(2, mnt, false))
-	}
-	f.settle()
+	f.hangTwoMounts()
 
 	a, b := f.incident("/mnt/a"), f.incident("/mnt/b")
 	if hl := apiHostlist(a.Nodes); hl != "n[1-20]" {

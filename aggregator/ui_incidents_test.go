@@ -14,14 +14,7 @@ import (
 func TestStatusPageIncidents(t *testing.T) {
 	f := newIncFixture(t, 30, incident.Config{LimitFraction: 0.1})
 	url := f.serve(ServerOptions{})
-	for i := 1; i <= 22; i++ {
-		mnt := "/mnt/a"
-		if i > 20 {
-			mnt = "/mnt/b"
-		}
-		f.update(fmt.Sprintf("n%d", i), hung(2, mnt, false))
-	}
-	f.settle()
+	f.hangTwoMounts()
 	b := newBrowser(t)
 	b.run("open the page", chromedp.Navigate(url+"/"))
 	b.waitFor("the incidents panel", `!document.getElementById('incidents').hidden && document.querySelectorAll('#incidents-list tbody tr').length === 2`)

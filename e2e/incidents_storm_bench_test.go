@@ -55,23 +55,9 @@ func BenchmarkIncidentStorm(b *testing.B) {
 
 func incidentStorm(b *testing.B, n int) {
 	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17962})[0]
-	dir := b.TempDir()
-	keyfile := filepath.Join(dir, "mesh.key")
-	if out, err := exec.Command(bins.aggregator, "keygen", keyfile).CombinedOutput(); err != nil {
-		b.Fatalf("keygen: %v %s", err, out)
-	}
-	keys := newSiteKeys(b, dir)
-	site, err := mesh.LoadSiteKeys(keys.site)
-	if err != nil {
-		b.Fatal(err)
-	}
-	aggKeys, err := mesh.AggregatorKeys(site)
-	if err != nil {
-		b.Fatal(err)
-	}
-	label := "storm-" + filepath.Base(dir)
-	mport, hport := freePort(b), freePort(b)
-	seed := fmt.Sprintf("127.0.0.1:%d", mport)
+	bm := newBenchMesh(b, "storm-")
+	dir, keyfile, keys, label, seed := bm.dir, bm.keyfile, bm.keys, bm.label, bm.seed
+	hport := freePort(b)
 	actions := filepath.Join(dir, "actions.log")
 	cfg := filepath.Join(dir, "aggregator.toml")
 	text := fmt.Sprintf(`name = "agg-1"
@@ -103,22 +89,8 @@ timeout = "10s"
 
 	agents := make([]*simAgent, n)
 	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
-		mc := mesh.DefaultConfig()
-		mc.Bind, mc.Label, mc.Keyring, mc.Join = addr, label, keyfile, []string{seed}
-		a := &simAgent{name: fmt.Sprintf("node%04d", i), started: time.Now()}
-		meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
-		ak, err := mesh.AgentKeys(mesh.NodeKey(site[0], a.name), aggKeys.PublicKeys())
+		a, meta, m, err := bm.simAgent(i, addr, true, false)
 		if err != nil {
-			return nil, err
-		}
-		t, err := looptransport.New(addr)
-		if err != nil {
-			return nil, err
-		}
-		m, err := mesh.New(mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan", Keys: ak,
-			Tune: func(c *memberlist.Config) { c.Transport, c.EnableCompression = t, false }})
-		if err != nil {
-			t.Shutdown()
 			return nil, err
 		}
 		a.m = m
@@ -269,4 +241,70 @@ timeout = "10s"
 	if cpu > 30*time.Second || hwmKB > 512<<10 {
 		b.Errorf("the aggregator used %v of CPU and %s at its peak: want under 30 s and 512 MiB", cpu, hwm)
 	}
+}
+
+// benchMesh is a benchmark's mesh as deployed: a mesh key made by
+// `aggregator keygen`, the site's keys (node restriction), a label of its
+// own, and the aggregator's seed address.
+type benchMesh struct {
+	b                         *testing.B
+	dir, keyfile, label, seed string
+	keys                      *siteKeys
+	site                      [][]byte
+	aggKeys                   *mesh.Keys
+}
+
+func newBenchMesh(b *testing.B, prefix string) *benchMesh {
+	b.Helper()
+	bm := &benchMesh{b: b, dir: b.TempDir()}
+	bm.keyfile = filepath.Join(bm.dir, "mesh.key")
+	if out, err := exec.Command(bins.aggregator, "keygen", bm.keyfile).CombinedOutput(); err != nil {
+		b.Fatalf("keygen: %v %s", err, out)
+	}
+	bm.keys = newSiteKeys(b, bm.dir)
+	var err error
+	if bm.site, err = mesh.LoadSiteKeys(bm.keys.site); err != nil {
+		b.Fatal(err)
+	}
+	if bm.aggKeys, err = mesh.AggregatorKeys(bm.site); err != nil {
+		b.Fatal(err)
+	}
+	bm.label = prefix + filepath.Base(bm.dir)
+	bm.seed = fmt.Sprintf("127.0.0.1:%d", freePort(b))
+	return bm
+}
+
+// simAgent starts simulated agent i (node%04d) at addr, up, joined to the
+// seed: it proves itself with its own node key, as a real one does (the
+// aggregator checks every meta and update), unless unsigned (then it runs
+// with allow_unsigned and no keys); light puts it on looptransport
+// without compression. The caller announces its meta.
+func (bm *benchMesh) simAgent(i int, addr string, light, unsigned bool) (*simAgent, *gwpb.Meta, *mesh.Mesh, error) {
+	mc := mesh.DefaultConfig()
+	mc.Bind, mc.Label, mc.Keyring, mc.Join = addr, bm.label, bm.keyfile, []string{bm.seed}
+	a := &simAgent{name: fmt.Sprintf("node%04d", i), started: time.Now()}
+	meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
+	ak, err := mesh.AgentKeys(mesh.NodeKey(bm.site[0], a.name), bm.aggKeys.PublicKeys())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o := mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan", Keys: ak}
+	if unsigned {
+		o.Keys, o.Config.AllowUnsigned = nil, true
+	}
+	var t *looptransport.Transport
+	if light {
+		if t, err = looptransport.New(addr); err != nil {
+			return nil, nil, nil, err
+		}
+		o.Tune = func(c *memberlist.Config) { c.Transport, c.EnableCompression = t, false }
+	}
+	m, err := mesh.New(o)
+	if err != nil {
+		if t != nil {
+			t.Shutdown()
+		}
+		return nil, nil, nil, err
+	}
+	return a, meta, m, nil
 }
