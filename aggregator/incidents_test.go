@@ -179,6 +179,9 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	if got := len(lines(t, f.downLog)); got != 4 {
 		t.Fatalf("%d drains after a drained node came back, want 4", got)
 	}
+	if ups := lines(t, f.upLog); !slices.Equal(ups, []string{first}) {
+		t.Fatalf("on=up runs %q, want one for %s", ups, first)
+	}
 
 	// Confirming incident a lets its held drains through, not b's.
 	heldB := len(f.svc.act.limitStatus().Held[b.ID])

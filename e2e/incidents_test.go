@@ -140,6 +140,9 @@ timeout = "5s"
 		t.Fatalf("resume %s: %d %s", back, code, body)
 	}
 	waitFor(t, "a fourth drain", 10*time.Second, func() bool { return len(drains()) == 4 })
+	waitFor(t, "the on=up run of the node that came back", 10*time.Second, func() bool {
+		return slices.Contains(actionLines(t, actions, "up "), "up "+back)
+	})
 
 	// Confirm the first incident: its held drains run.
 	out := aggregatorCLI(t, c, agg, "incident", "confirm", fmt.Sprint(a.ID), "--reason", "the FUSE server is dead")
