@@ -333,6 +333,7 @@ func (l *meshLink) publish() {
 	}
 	meta := metaOf(*st)
 	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: teardownsOf(*st), StartedMs: l.started.UnixMilli()}
+	latchOf(*st, up)
 	sort.Slice(reports, func(a, b int) bool { return reports[a].Job < reports[b].Job })
 	for _, r := range reports {
 		detail, err := json.Marshal(r)

@@ -12,6 +12,11 @@
 //     armed for the next central deadline, publishes state changes as
 //     events, relays administrators' resume and drain requests to the
 //     agents, and runs the actuators when it leads.
+//   - Incidents (incidents.go, over the pure grouping of package
+//     aggregator/incident): the DOWN nodes grouped by the cause they
+//     share, the blast-radius limit in front of the on="down" actuators
+//     (actuator_limit.go), clock sanity (latch.go) and the recovery of an
+//     incident's nodes when its cause clears (docs/DESIGN.md §5b).
 //   - Server, the HTTP API described in proto/openapi.yaml, which converts
 //     the view's nodes to the API's (wire.go). The API's types and its Go
 //     client are package aggregator/api; the command line is

@@ -71,6 +71,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	s.mu.Lock()
 	prev := s.view[name]
 	delete(s.view, name)
+	s.untrackDown(name)
 	if i, found := slices.BinarySearch(s.names, name); found {
 		s.names = slices.Delete(s.names, i, i+1)
 	}

@@ -240,6 +240,8 @@ func (s *Server) routes() {
 		{"GET", "/v1/watch", read, s.handleWatch},
 		{"GET", "/v1/config", read, s.handleConfig},
 		{"GET", "/v1/reservations", read, s.handleReservations},
+		{"GET", "/v1/incidents", read, s.handleIncidents},
+		{"POST", "/v1/incidents/{id}/confirm", admin, s.handleConfirmIncident},
 		{"GET", "/healthz", public, s.handleHealth},
 		{"GET", "/readyz", public, s.handleReady},
 		{"GET", "/{$}", public, s.handleUI}, // the page's HTML holds no data: it reads the API with the token typed into it

@@ -202,6 +202,8 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			return false
 		}
 		in.ClockOffset, in.Reached = offset, at
+		s.intakeLatch(from, u)
+		s.clockSkew(in)
 		restarted := restartedSince(in.Update, u)
 		if replacesUpdate(in.Update, u) {
 			in.Update = u
@@ -229,6 +231,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 				s.dropUnseen(from)
 			} else {
 				in.ClockOffset, in.Reached = offset, at
+				s.clockSkew(in)
 				// An ack carries no start time: it counts only within
 				// the incarnation of the latest update (an ack of an
 				// earlier agent start, late or replayed, would undo a
@@ -271,6 +274,10 @@ const (
 // logged once per node and staleLogEvery, and counted. It returns the
 // node's clock offset as measured (arrival minus send time). It runs on
 // the loop.
+// maxClockAhead is how far ahead of this aggregator's a node's clock may be
+// for its messages to be heard (flagged as skewed past the allowance).
+const maxClockAhead = time.Hour
+
 func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Duration, bool) {
 	window := max(s.opts.Policy.ClockSkewAllowance, minFreshness)
 	sentMs := env.GetSentMs()
@@ -287,12 +294,18 @@ func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Dur
 		s.refuseStale(from, "stale", fmt.Sprintf("sent %v before it arrived, more than the allowance %v: a replay, or the node's clock is behind",
 			offset.Round(time.Millisecond), window), offset)
 		return offset, false
-	case offset < -window:
-		s.refuseStale(from, "stale", fmt.Sprintf("sent %v after it arrived, more than the allowance %v: the node's clock is ahead",
-			(-offset).Round(time.Millisecond), window), offset)
+	case offset < -maxClockAhead:
+		// A send time in the future is no replay (what was captured was
+		// sent before): a node whose clock is ahead is heard, flagged
+		// (clockSkew) and its deadline DOWNs not drained before the
+		// deadline passes here. Past maxClockAhead it is implausible.
+		s.refuseStale(from, "stale", fmt.Sprintf("sent %v after it arrived, more than the %v a node's clock may be ahead",
+			(-offset).Round(time.Millisecond), maxClockAhead), offset)
 		return offset, false
 	}
-	if st := env.GetState().GetStartedMs(); st != 0 && time.UnixMilli(st).After(at.Add(window)) {
+	// The agent's start after the send time is implausible (measured on
+	// the node's own clock, so that a clock ahead is not taken for it).
+	if st := env.GetState().GetStartedMs(); st != 0 && time.UnixMilli(st).After(time.UnixMilli(sentMs).Add(window)) {
 		s.refuseStale(from, "future_start", fmt.Sprintf("agent start time %s is in the future",
 			time.UnixMilli(st).UTC().Format(time.RFC3339)), offset)
 		return offset, false

@@ -74,6 +74,8 @@ type serviceMetrics struct {
 	state           *stateCollector
 	nodes           *nodeCollector
 	stateDir        prometheus.Collector // nil without Options.Host
+	*incidentMetrics
+	incidents *incidentCollector
 }
 
 func opts(name, help string) prometheus.Opts {
@@ -103,8 +105,10 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 			[]string{"what"}),
 		stateWrites: prometheus.NewCounter(prometheus.CounterOpts(opts("state_write_failures_total",
 			"Failed writes of the drained set under state_dir (a full or read-only disk): a restart would forget which nodes gracewatch drained."))),
-		state: newStateCollector(s),
-		nodes: newNodeCollector(s),
+		state:           newStateCollector(s),
+		nodes:           newNodeCollector(s),
+		incidentMetrics: newIncidentMetrics(),
+		incidents:       newIncidentCollector(s),
 	}
 	if s.opts.Host != nil {
 		m.stateDir = metrics.NewStateDirCollector(subsystem, s.opts.Host)
@@ -117,7 +121,7 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 			m.probes.WithLabelValues(why, r)
 		}
 	}
-	for _, what := range []string{"member", "message", "handover", "forget", "unseen", "stale", "future_start"} {
+	for _, what := range []string{"member", "message", "handover", "forget", "unseen", "stale", "future_start", "cause"} {
 		m.refused.WithLabelValues(what)
 	}
 	for _, on := range []string{OnDown, OnUp} {
@@ -130,7 +134,8 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 
 // collectors returns every collector of m.
 func (m *serviceMetrics) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.probes, m.stateWrites, m.state, m.nodes}
+	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.probes, m.stateWrites, m.state, m.nodes,
+		m.incidentsOpened, m.incidentsClosed, m.incidentResumes, m.incidents}
 	if m.stateDir != nil {
 		cs = append(cs, m.stateDir)
 	}

@@ -23,7 +23,6 @@ func (s *Service) recompute(dirty map[string]bool) {
 	type change struct {
 		node   Node
 		prev   State
-		prevR  string // the reason before
 		first  bool
 		cause  string
 		in     *NodeInput
@@ -65,7 +64,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 			}
 		}
 		s.publishLocked(n.Summary())
-		changes = append(changes, change{n, prev.State, prev.Reason, !had, cause, in, prevAt})
+		changes = append(changes, change{n, prev.State, !had, cause, in, prevAt})
 	}
 	if added {
 		s.names = s.names[:0]
@@ -79,6 +78,11 @@ func (s *Service) recompute(dirty map[string]bool) {
 		s.scheduleProbe(name, s.inputs[name], now)
 	}
 
+	// The incidents first: the actuators hear of a node with its incident.
+	for _, c := range changes {
+		s.trackDown(c.node, c.cause)
+	}
+	s.regroup(now)
 	for _, c := range changes {
 		s.observePlan(c.node)
 		if c.first || c.prev != c.node.State {
@@ -94,19 +98,24 @@ func (s *Service) recompute(dirty map[string]bool) {
 				s.met.transition(c.node.State, c.cause, d, now)
 			}
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
 			}
-		} else if c.node.State == StateDown && c.prevR != c.node.Reason {
+		} else if c.node.State == StateDown {
+			// Its reason, its incident or its clock's earliness changed.
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
 			}
 		}
 	}
 	for _, name := range released {
 		if n, ok := s.view[name]; ok {
-			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive())
+			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
 		}
 	}
+	if added {
+		s.act.setKnown(len(s.view))
+	}
+	s.autoResume(now)
 	s.armTimer(now)
 }
 

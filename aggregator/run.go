@@ -71,6 +71,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 		Grace:        cfg.Policy.Grace.D(),
 		Actuators:    cfg.Actuators,
 		Reservations: cfg.Reservations,
+		Incidents:    cfg.Incidents,
 		StateDir:     stateDir,
 		MeshInsecure: cfg.Mesh.Insecure,
 		ProvenOnly:   !cfg.Mesh.AcceptsUnsigned(gwpb.Role_ROLE_AGGREGATOR),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
@@ -76,6 +77,11 @@ type Options struct {
 	Reservations reservation.Config
 	// ReservationScheduler replaces the command of Reservations (tests).
 	ReservationScheduler reservation.Scheduler
+	// Incidents groups the DOWN nodes by cause, limits the drains and
+	// resumes an incident's nodes when its cause clears (incidents.go).
+	// The zero value groups with the defaults, limits nothing and
+	// resumes nothing; the configuration's defaults limit.
+	Incidents incident.Config
 	// MeshInsecure is reported by Ready (the mesh runs without encryption).
 	MeshInsecure bool
 	// ProvenOnly is node restriction (the mesh refuses unproven input): a
@@ -136,6 +142,9 @@ type Service struct {
 	act   *actuators
 	plan  *reservation.Planner // nil: reservations off
 	met   *serviceMetrics
+	inc   *incidents
+	// runCtx is Run's context (set before the loop starts).
+	runCtx context.Context
 
 	// The inbox: the callbacks append, the loop takes.
 	inMu  sync.Mutex
@@ -299,6 +308,8 @@ func New(o Options) (*Service, error) {
 		waiters:  map[string]*waiter{},
 	}
 	s.act = newActuators(o.Actuators, o.Clock, o.ActuatorBackoff, log)
+	s.act.setLimit(o.Incidents.Limit())
+	s.inc = newIncidents(o.Incidents)
 	if o.StateDir != "" && len(o.Actuators) > 0 {
 		if err := s.act.remember(o.StateDir); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
@@ -374,6 +385,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	}
 	s.running, s.mesh = true, m
 	s.mu.Unlock()
+	s.runCtx = ctx
 	s.act.start(ctx)
 	planDone := make(chan struct{})
 	if s.plan != nil {
@@ -472,6 +484,7 @@ func (s *Service) process(batch []input) {
 	// in one batch does not drain it).
 	if membersChanged {
 		s.updateLeadership()
+		s.autoResume(s.clock.Now()) // a new leader resumes what is clean
 	}
 	if len(dirty) > 0 {
 		s.recompute(dirty)
@@ -543,6 +556,14 @@ type Readiness struct {
 	// (Options.ProvenOnly). False: anyone with the mesh key can speak for
 	// a node without a key.
 	NodeRestriction bool `json:"node_restriction"`
+	// HeldDrains is the number of drains the blast-radius limit holds
+	// (GET /v1/incidents shows them); they do not decide readiness.
+	HeldDrains int `json:"held_drains"`
+	// ClockSkewedNodes is the number of nodes whose clock disagrees with
+	// this aggregator's by more than the allowance; ClockSkewed names the
+	// first 10 with their offsets.
+	ClockSkewedNodes int         `json:"clock_skewed_nodes"`
+	ClockSkewed      []ClockSkew `json:"clock_skewed,omitempty"`
 	// StateWriteError is why the drained set could not be written under
 	// state_dir the last time (a full disk); empty when it was.
 	StateWriteError string `json:"state_write_error,omitempty"`
@@ -587,6 +608,7 @@ func (s *Service) Ready() Readiness {
 			detail = append(detail, "the scheduler's reservations may be stale: "+st.Error)
 		}
 	}
+	s.incidentReadiness(&r, &detail)
 	if !r.NodeRestriction {
 		detail = append(detail, "node restriction is off (mesh.allow_unsigned, or an insecure mesh without mesh.site_key_file): anyone with the mesh key can speak for a node that has no node key")
 	}

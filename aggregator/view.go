@@ -146,6 +146,28 @@ type Node struct {
 	// LastReport is the most recent diagnostics report of a violating
 	// teardown; nil when none.
 	LastReport *Report
+	// Latch is what the agent says of its DOWN latch for incidents
+	// (StateUpdate fields 40-42, validated at the intake): while the node
+	// is down by its agent's own state and that update is current; the
+	// zero Latch otherwise.
+	Latch Latch
+	// EarlyUntil is set on a DOWN from a teardown deadline that by this
+	// aggregator's clock has not passed yet (the node's clock is ahead):
+	// that deadline. The reason then names the skew, and the actuators do
+	// not drain it before then. Zero otherwise.
+	EarlyUntil time.Time
+}
+
+// Latch is a node's DOWN latch as its agent describes it.
+type Latch struct {
+	// Cause is what its violation's processes wait on; nil when none was
+	// named (or the agent's cause was refused at the intake).
+	Cause *NodeCause
+	// Clean: the agent verified that every process of its violations is
+	// gone.
+	Clean bool
+	// AdminDrain: an administrator's drain holds the latch.
+	AdminDrain bool
 }
 
 // Teardown is one job's teardown clock on a node.
@@ -212,7 +234,12 @@ func (n Node) Summary() Node {
 //     whole cluster, and unreachable is not schedulable either.
 //  5. With UnreachableIsDown, 3 and 4 are served down instead.
 //  6. Otherwise the agent's state: up, teardown (free at the meta's
-//     free_at) or down.
+//     free_at) or down. A down whose StateUpdate is current carries the
+//     agent's latch (cause, clean, administrator's drain); one whose every
+//     overdue teardown's deadline is still ahead of now (the node's clock
+//     runs ahead) is served down with the skew named in its reason and
+//     EarlyUntil set to the earliest of those deadlines, when it is
+//     computed again.
 func Compute(in []NodeInput, now time.Time, p Policy) []Node {
 	out := make([]Node, 0, len(in))
 	for i := range in {
@@ -326,6 +353,13 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	// Rule 6: the agent's own state.
 	n.Since = servedTime(msTime(meta.GetSinceMs()))
 	n.Reason = reason
+	if meta.GetState() == gwpb.State_STATE_DOWN && current {
+		n.Latch = latchOf(in.Update)
+		if d, ok := earlyDeadline(in, now); ok {
+			n.EarlyUntil = servedTime(d)
+			n.Reason += earlyNote(in, d)
+		}
+	}
 	switch meta.GetState() {
 	case gwpb.State_STATE_UP:
 		n.State = StateUp
@@ -444,6 +478,11 @@ func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
 			if at = later(at, settledAt(in, p)); at.After(now) {
 				next = at
 			}
+		}
+	}
+	if meta, current := freshest(in); meta != nil && current && meta.GetState() == gwpb.State_STATE_DOWN {
+		if d, ok := earlyDeadline(in, now); ok && (next.IsZero() || d.Before(next)) {
+			next = d
 		}
 	}
 	if at := heldUntil(in, p); at.After(now) && (next.IsZero() || at.Before(next)) {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	_ "net/http/pprof" // GW_BENCH_PPROF
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -22,10 +21,8 @@ import (
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
-	"github.com/gracewatch/gracewatch/internal/testutil/looptransport"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
-	"github.com/hashicorp/memberlist"
 )
 
 // BenchmarkDownLatency measures how long after a teardown deadline D a
@@ -218,23 +215,9 @@ func downLatency(b *testing.B, n int, modes []string) {
 		b.Fatalf("GW_BENCH_DOWNS=%d × %d modes does not fit in %d members", downs, len(modes), n)
 	}
 
-	dir := b.TempDir()
-	keyfile := filepath.Join(dir, "mesh.key")
-	if out, err := exec.Command(bins.aggregator, "keygen", keyfile).CombinedOutput(); err != nil {
-		b.Fatalf("keygen: %v %s", err, out)
-	}
-	keys := newSiteKeys(b, dir)
-	site, err := mesh.LoadSiteKeys(keys.site)
-	if err != nil {
-		b.Fatal(err)
-	}
-	aggKeys, err := mesh.AggregatorKeys(site)
-	if err != nil {
-		b.Fatal(err)
-	}
-	label := "bench-" + filepath.Base(dir)
-	mport, hport := freePort(b), freePort(b)
-	seed := fmt.Sprintf("127.0.0.1:%d", mport)
+	bm := newBenchMesh(b, "bench-")
+	dir, keyfile, keys, label, seed := bm.dir, bm.keyfile, bm.keys, bm.label, bm.seed
+	hport := freePort(b)
 	cfg := filepath.Join(dir, "aggregator.toml")
 	text := fmt.Sprintf(`name = "agg-1"
 log_format = "json"
@@ -264,33 +247,8 @@ grace = %q
 
 	agents := make([]*simAgent, n)
 	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
-		mc := mesh.DefaultConfig()
-		mc.Bind, mc.Label, mc.Keyring, mc.Join = addr, label, keyfile, []string{seed}
-		a := &simAgent{name: fmt.Sprintf("node%04d", i), started: time.Now()}
-		meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
-		// Each simulated agent proves itself with its own node key, as a
-		// real one does (the aggregator checks every meta and update).
-		ak, err := mesh.AgentKeys(mesh.NodeKey(site[0], a.name), aggKeys.PublicKeys())
+		a, meta, m, err := bm.simAgent(i, addr, light, unsigned)
 		if err != nil {
-			return nil, err
-		}
-		o := mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan", Keys: ak}
-		if unsigned {
-			o.Keys, o.Config.AllowUnsigned = nil, true
-		}
-		var t *looptransport.Transport
-		if light {
-			var err error
-			if t, err = looptransport.New(addr); err != nil {
-				return nil, err
-			}
-			o.Tune = func(c *memberlist.Config) { c.Transport, c.EnableCompression = t, false }
-		}
-		m, err := mesh.New(o)
-		if err != nil {
-			if t != nil {
-				t.Shutdown()
-			}
 			return nil, err
 		}
 		a.m = m

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gracewatch/gracewatch/agent/diagnose"
@@ -193,4 +194,36 @@ func (s *Supervisor) Drain(ctx context.Context, reason, by string) (Status, erro
 		out = s.status
 	})
 	return out, err
+}
+
+// latchCause returns the cause of the latched violations (the worst of
+// their jobs' latest reports, by class, then the latest) and whether the
+// node is clean: down for grace violations only, each of whose jobs is
+// released (its processes gone) or no longer known.
+func (s *Supervisor) latchCause() (*diagnose.Cause, bool) {
+	l := &s.st.Latch
+	var best *diagnose.Cause
+	var bestTaken time.Time
+	clean := l.Kind == "grace" && len(l.Jobs) > 0
+	for _, id := range l.Jobs {
+		j := s.jobs[id]
+		if j == nil {
+			continue
+		}
+		if j.Phase != PhaseReleased {
+			clean = false
+		}
+		if j.lastReport == nil {
+			continue
+		}
+		c := diagnose.CauseOf(j.lastReport)
+		if c.Empty() {
+			continue
+		}
+		if best == nil || c.Class.Severity() > best.Class.Severity() ||
+			(c.Class.Severity() == best.Class.Severity() && j.lastReport.Taken.After(bestTaken)) {
+			best, bestTaken = &c, j.lastReport.Taken
+		}
+	}
+	return best, clean
 }

@@ -1,6 +1,10 @@
 package teardown
 
-import "time"
+import (
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/diagnose"
+)
 
 // The supervisor's own view of the node and its jobs: what it tells its
 // callers (Status, and OnChange on every change) and what they read. These
@@ -93,6 +97,16 @@ type Status struct {
 	Hung        []Hung
 	// StateFile is set while the state file cannot be written.
 	StateFile *StateFileError
+	// Cause is what the latched violations' processes wait on (the worst
+	// of their latest reports, diagnose.CauseOf), while the node is down
+	// for one; nil otherwise, or when no report named anything.
+	Cause *diagnose.Cause
+	// Clean: the node is down only for grace violations, and every
+	// process of those teardowns is gone (what auto_resume = "when-clean"
+	// waits for).
+	Clean bool
+	// AdminDrain: an administrator's drain holds the latch.
+	AdminDrain bool
 }
 
 // StateFileError is a streak of failed writes of the state file: deadlines

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -358,6 +359,8 @@ func (s *Supervisor) compute() Status {
 	case s.st.Latch.Down:
 		st.State = StateDown
 		st.Reason = s.st.Latch.Reason
+		st.Cause, st.Clean = s.latchCause()
+		st.AdminDrain = s.st.Latch.Kind == "drain"
 	case tearing:
 		st.State = StateTeardown
 		st.FreeAt = freeAt
@@ -371,7 +374,8 @@ func (s *Supervisor) changed() {
 	next := s.compute()
 	prev := s.status
 	same := next.State == prev.State && next.Reason == prev.Reason && next.FreeAt.Equal(prev.FreeAt)
-	if same && jobsEqual(next.Jobs, prev.Jobs) && len(next.Hung) == len(prev.Hung) {
+	if same && jobsEqual(next.Jobs, prev.Jobs) && len(next.Hung) == len(prev.Hung) && next.Clean == prev.Clean &&
+		next.AdminDrain == prev.AdminDrain && reflect.DeepEqual(next.Cause, prev.Cause) {
 		return
 	}
 	if next.State != prev.State {

@@ -219,6 +219,11 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 			if st.Hung[0].PID != 42 || st.Hung[0].Class != "unkillable" {
 				t.Fatalf("hung = %+v", st.Hung)
 			}
+			// The latch's cause for the aggregators' incidents: its wait
+			// channel (no file system named), not clean yet.
+			if c := st.Cause; c == nil || c.Wchan != "request_wait_answer" || c.ExamplePID != 42 || st.Clean || st.AdminDrain {
+				t.Fatalf("cause %+v clean %v admin_drain %v", st.Cause, st.Clean, st.AdminDrain)
+			}
 			if got := h.diag.stages(); !slices.Equal(got, []string{diagnose.StageBeforeSignal, diagnose.StageAfterEscalation}) {
 				t.Fatalf("snapshot stages %v", got)
 			}
@@ -227,6 +232,12 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 			if policy == AutoResumeNever {
 				if st.State != StateDown {
 					t.Fatalf("never: state %s after the processes went, want down", st.State)
+				}
+				if !st.Clean || st.Cause == nil {
+					t.Fatalf("never: clean %v cause %+v after the processes went, want clean with the cause kept", st.Clean, st.Cause)
+				}
+				if st, err := h.s.Drain(context.Background(), "disk", "admin"); err != nil || st.Clean || !st.AdminDrain {
+					t.Fatalf("drained on top: %v clean %v admin_drain %v, want not clean, admin drain", err, st.Clean, st.AdminDrain)
 				}
 				st, err := h.s.Resume(context.Background(), request.ResumeRequest{Reason: "fixed"})
 				if err != nil || st.State != StateUp {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -121,6 +122,22 @@ func (c *Client) Reservations(ctx context.Context) (ReservationList, error) {
 	var rl ReservationList
 	err := c.call(ctx, "GET", "/v1/reservations", nil, nil, &rl)
 	return rl, err
+}
+
+// Incidents returns the incidents and the blast-radius limit (GET
+// /v1/incidents).
+func (c *Client) Incidents(ctx context.Context) (IncidentList, error) {
+	var il IncidentList
+	err := c.call(ctx, "GET", "/v1/incidents", nil, nil, &il)
+	return il, err
+}
+
+// ConfirmIncident lets the drains of incident id that the blast-radius
+// limit holds through (POST /v1/incidents/{id}/confirm, admin token).
+func (c *Client) ConfirmIncident(ctx context.Context, id uint64, reason string) (IncidentConfirmation, error) {
+	var ic IncidentConfirmation
+	err := c.call(ctx, "POST", "/v1/incidents/"+strconv.FormatUint(id, 10)+"/confirm", nil, ActionRequest{Reason: reason}, &ic)
+	return ic, err
 }
 
 func stateQuery(st State, format string) url.Values {

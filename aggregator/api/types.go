@@ -211,3 +211,89 @@ type ReservationInfo struct {
 	// End is when the scheduler plans the nodes free.
 	End time.Time `json:"end"`
 }
+
+// IncidentList is the body of GET /v1/incidents: the DOWN nodes grouped by
+// the cause they share (docs/DESIGN.md §5b), the open incidents and the
+// last closed ones, by id, and the blast-radius limit on drains.
+type IncidentList struct {
+	Incidents []Incident `json:"incidents"`
+	Limit     DrainLimit `json:"drain_limit"`
+	// AutoResume: [incidents] auto_resume is on.
+	AutoResume bool `json:"auto_resume"`
+	// Leader: this aggregator runs the actuators, so its held drains
+	// are the ones that wait (the others hold none).
+	Leader bool `json:"leader"`
+}
+
+// Incident is one group of DOWN nodes that share a cause. Its id is this
+// aggregator's (another one, or this one restarted, numbers its own).
+type Incident struct {
+	ID uint64 `json:"id"`
+	// State is "open" while it has nodes, then "closed".
+	State string `json:"state"`
+	// Kind is filesystem, wchan, undiagnosed, no_report, unreachable or
+	// overflow; Cause says it in words ("lustre mds1@o2ib:/scratch on
+	// /scratch").
+	Kind       string `json:"kind"`
+	Cause      string `json:"cause"`
+	FSType     string `json:"fstype,omitempty"`
+	Source     string `json:"source,omitempty"`
+	Mountpoint string `json:"mountpoint,omitempty"`
+	Wchan      string `json:"wchan,omitempty"`
+	// Nodes is its nodes as a hostlist ("n[1-20]"), Count how many; Peak
+	// the most it held at once.
+	Nodes string `json:"nodes"`
+	Count int    `json:"count"`
+	Peak  int    `json:"peak"`
+	// Clean is the nodes whose agent verified them clean (their processes
+	// gone), as a hostlist.
+	Clean      string `json:"clean"`
+	CleanCount int    `json:"clean_count"`
+	// Held is the nodes whose drain the blast-radius limit holds, as a
+	// hostlist; Confirmed says an administrator let them through.
+	Held      string `json:"held"`
+	HeldCount int    `json:"held_count"`
+	Confirmed bool   `json:"confirmed"`
+	// Classes counts its nodes' processes by class.
+	Classes map[string]int   `json:"classes"`
+	Example *IncidentExample `json:"example,omitempty"`
+	// FirstSeen is when it opened, LastSeen when a node last joined or
+	// left, Closed when it closed (absent while open); Duration is in
+	// seconds, until now while open.
+	FirstSeen time.Time  `json:"first_seen"`
+	LastSeen  time.Time  `json:"last_seen"`
+	Closed    *time.Time `json:"closed,omitempty"`
+	Duration  float64    `json:"duration"`
+}
+
+// IncidentExample is a process that shows what an incident's nodes wait on.
+type IncidentExample struct {
+	Node  string `json:"node"`
+	Job   string `json:"job,omitempty"`
+	PID   int    `json:"pid,omitempty"`
+	Comm  string `json:"comm,omitempty"`
+	Class string `json:"class,omitempty"`
+	Wchan string `json:"wchan,omitempty"`
+}
+
+// DrainLimit is the blast-radius limit: at most Limit nodes drained within
+// Window seconds without an administrator's confirmation.
+type DrainLimit struct {
+	Enabled bool `json:"enabled"`
+	// Limit is max(drain_limit_nodes, ⌊drain_limit_fraction × KnownNodes⌋),
+	// at least 1.
+	Limit      int     `json:"limit"`
+	Used       int     `json:"used"`
+	Window     float64 `json:"window"`
+	KnownNodes int     `json:"known_nodes"`
+	// Held is the number of drains waiting.
+	Held int `json:"held"`
+}
+
+// IncidentConfirmation is the answer of POST /v1/incidents/{id}/confirm.
+type IncidentConfirmation struct {
+	ID uint64 `json:"id"`
+	// Released is how many held drains it let through now; the drains of
+	// the nodes that join the incident later run as well.
+	Released int `json:"released"`
+}

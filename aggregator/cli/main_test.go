@@ -375,6 +375,14 @@ grace = "90s"
 	if r.code != 0 || !strings.Contains(r.stdout, "reservations are off") {
 		t.Errorf("reservations: %d %q %s", r.code, r.stdout, r.stderr)
 	}
+	r = runCLI(t, nil, "incidents", "--url", srv.url)
+	if r.code != 0 || !strings.Contains(r.stdout, "drain limit: 5 of 1 nodes within 10m0s") || !strings.Contains(r.stdout, "1   closed") {
+		t.Errorf("incidents: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, nil, "incident", "confirm", "99", "--reason", "x", "--url", srv.url, "--token-file", tokenFile)
+	if r.code != exitError || !strings.Contains(r.stderr, "unknown incident 99") {
+		t.Errorf("incident confirm of an unknown incident: %d %q %s", r.code, r.stdout, r.stderr)
+	}
 
 	wrong := writeFile(t, filepath.Join(dir, "wrong.token"), "not-the-right-token-at-all", 0o600)
 	r = runCLI(t, nil, "drain", "node1", "--reason", "x", "--url", srv.url, "--token-file", wrong)
