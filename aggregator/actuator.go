@@ -290,7 +290,10 @@ func (a *actuators) observe(node string, st State, reason string, othersAlive bo
 		return
 	}
 	if n.state == StateDown {
-		a.comeBackLocked(node, n)
+		// Up or tearing down: back, its slot frees. Unreachable: not
+		// back, it keeps its slot (its drain, if held, is not needed
+		// while it is not served down).
+		a.leaveDownLocked(node, n, st == StateUp || st == StateTeardown)
 	}
 	switch st {
 	case StateDown:

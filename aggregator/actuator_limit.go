@@ -99,11 +99,16 @@ func (a *actuators) releaseLocked(node string) {
 	a.kickHeldLocked()
 }
 
-// comeBackLocked: n leaves down. Its slot is free again and its drain, if
-// held, is no longer wanted.
-func (a *actuators) comeBackLocked(name string, n *actNode) {
+// leaveDownLocked: n leaves down. Its drain, if held, is no longer wanted;
+// if it is back (schedulable again), its slot is free again. A node that
+// goes from down to unreachable is not back: it keeps its slot, so that
+// nodes flapping between the two (a mesh under load) never let more drains
+// through than the limit.
+func (a *actuators) leaveDownLocked(name string, n *actNode, back bool) {
 	a.setHeldLocked(n, false, a.clock.Now())
-	a.releaseLocked(name)
+	if back {
+		a.releaseLocked(name)
+	}
 }
 
 // kickHeldLocked tries the held drains again, oldest first.

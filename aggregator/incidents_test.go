@@ -18,6 +18,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -170,6 +171,16 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	}
 	if len(il.Incidents) != 2 || held != 19 || il.Limit.Held != 19 || !il.Leader {
 		t.Errorf("GET /v1/incidents = %s", call(t, "GET", url+"/v1/incidents", "", "").body)
+	}
+
+	// A drained node whose agent the mesh declares dead is not back: it
+	// keeps its slot, however often it flaps.
+	second := strings.Fields(downs[1])[0]
+	f.status(second, mesh.StatusDead)
+	f.status(second, mesh.StatusAlive)
+	f.settle()
+	if got := len(lines(t, f.downLog)); got != 3 {
+		t.Fatalf("%d drains after a drained node flapped through unreachable, want still 3", got)
 	}
 
 	// A drained node comes back: its slot frees, the oldest held drain runs.
