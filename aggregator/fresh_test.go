@@ -9,6 +9,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -74,5 +75,42 @@ func TestStateUpdatesFreshAndPlausible(t *testing.T) {
 	}
 	if got := h.svc.met.refused.WithLabelValues("future_start"); promtest.ToFloat64(got) != 1 {
 		t.Errorf("refused future_start %v, want 1", promtest.ToFloat64(got))
+	}
+}
+
+// A state update that a lossy network delayed (TCP retries a lost SYN only
+// after 1 s, then 3 s; the send time is stamped before the dial) is no
+// replay: taken, up to the clock allowance plus mesh.MaxDelivery, and the
+// node is not flagged as skewed for it. Refusing it would leave the node's
+// state unknown until its next change, since the agent counts a refused
+// message delivered.
+func TestStateUpdateDelayedInDeliveryIsTaken(t *testing.T) {
+	h := newHarness(t, provenOnly)
+	allowance := h.svc.clockAllowance()
+	now := h.clk.Now()
+	meta := func(seq uint64, st gwpb.State) *gwpb.Meta {
+		return &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: seq, State: st, SinceMs: now.UnixMilli(), Reason: "x"}
+	}
+	send := func(sent time.Time, u *gwpb.StateUpdate) {
+		h.mesh.Deliver("node1", &gwpb.Envelope{SentMs: sent.UnixMilli(), Body: &gwpb.Envelope_State{State: u}})
+		h.sync()
+	}
+	started := now.Add(-time.Hour).UnixMilli()
+	delayed := allowance + mesh.MaxDelivery - 500*time.Millisecond
+	send(now.Add(-delayed), &gwpb.StateUpdate{Meta: meta(1, gwpb.State_STATE_DOWN), Reason: "delayed", StartedMs: started})
+	if n := h.wantState("node1", StateDown); n.Reason != "delayed" {
+		t.Fatalf("an update delivered %v after its send time: %+v, want taken", delayed, n)
+	}
+	if got := promtest.ToFloat64(h.svc.met.refused.WithLabelValues("stale")); got != 0 {
+		t.Errorf("refused stale %v, want 0", got)
+	}
+	if r := h.svc.Ready(); r.ClockSkewedNodes != 0 {
+		t.Errorf("readiness %+v: a delayed delivery flagged as a clock behind", r)
+	}
+	// Past that bound it is refused.
+	send(now.Add(-(allowance + mesh.MaxDelivery + time.Second)), &gwpb.StateUpdate{Meta: meta(2, gwpb.State_STATE_UP), StartedMs: started})
+	h.wantState("node1", StateDown)
+	if got := promtest.ToFloat64(h.svc.met.refused.WithLabelValues("stale")); got != 1 {
+		t.Errorf("refused stale %v, want 1", got)
 	}
 }

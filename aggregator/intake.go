@@ -265,7 +265,11 @@ const (
 
 // fresh checks a node's StateUpdate or ControlAck that arrived at at: the
 // send time the node put in it (bound to the message by its proof) must
-// be within the clock skew allowance of this aggregator's clock, and a
+// be within the clock skew allowance of this aggregator's clock plus the
+// time a delivery can take (mesh.MaxDelivery: the sender stamps it before
+// its dial, and a message delayed by a lossy network is no replay;
+// refusing it would also end the sender's retries, which count it
+// delivered), not ahead of it by more than maxClockAhead, and a
 // StateUpdate's agent start time not after it. So a captured message
 // replayed later (after both the agent and the aggregator restarted, when
 // nothing newer is known to order it by) is refused, and so is an agent
@@ -279,7 +283,7 @@ const (
 const maxClockAhead = time.Hour
 
 func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Duration, bool) {
-	window := max(s.opts.Policy.ClockSkewAllowance, minFreshness)
+	window := max(s.opts.Policy.ClockSkewAllowance, minFreshness) + mesh.MaxDelivery
 	sentMs := env.GetSentMs()
 	if sentMs == 0 {
 		if !s.opts.ProvenOnly {
@@ -291,7 +295,7 @@ func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Dur
 	offset := at.Sub(time.UnixMilli(sentMs))
 	switch {
 	case offset > window:
-		s.refuseStale(from, "stale", fmt.Sprintf("sent %v before it arrived, more than the allowance %v: a replay, or the node's clock is behind",
+		s.refuseStale(from, "stale", fmt.Sprintf("sent %v before it arrived, more than the clock allowance and the longest delivery (%v): a replay, or the node's clock is behind",
 			offset.Round(time.Millisecond), window), offset)
 		return offset, false
 	case offset < -maxClockAhead:

@@ -11,6 +11,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -117,6 +118,15 @@ func (s *Service) clockAllowance() time.Duration {
 // delivery of a message itself takes some of it.
 const minClockAllowance = time.Second
 
+// skewedOffset reports whether a measured clock offset (arrival minus send
+// time) flags a node: ahead by more than allowance, or behind by more than
+// allowance plus the longest delivery (mesh.MaxDelivery; a delivery only
+// ever adds to the offset, so a message that a lossy network delayed is
+// not taken for a clock behind).
+func skewedOffset(off, allowance time.Duration) bool {
+	return off < -allowance || off > allowance+mesh.MaxDelivery
+}
+
 // clockSkew flags, from the clock offset the intake measured (arrival
 // minus the send time the node proved, in.ClockOffset), a node whose clock disagrees with this
 // aggregator's by more than the allowance: counted
@@ -124,7 +134,7 @@ const minClockAllowance = time.Second
 // once when it starts and once when it ends. It runs on the loop.
 func (s *Service) clockSkew(in *NodeInput) {
 	off, was := s.inc.skewed[in.Name]
-	bad := in.ClockOffset > s.clockAllowance() || in.ClockOffset < -s.clockAllowance()
+	bad := skewedOffset(in.ClockOffset, s.clockAllowance())
 	switch {
 	case bad && !was:
 		s.log.Warn("a node's clock disagrees with this aggregator's: its deadline DOWNs are not drained before the deadline passes here",

@@ -157,8 +157,19 @@ func TestReservationsFailover(t *testing.T) {
 		h.advance(10 * time.Second)
 	}
 	waitHeld(a, sched, "n[1-2] until +2m0s")
-	if st, _ := b.svc.Reservations(); st.Leader {
-		t.Fatal("agg-b keeps reservations while agg-a leads")
+	// agg-b's planner learns that it does not lead at its next round (it
+	// led alone until it saw agg-a).
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st, _ := b.svc.Reservations()
+		if !st.Leader {
+			if len(st.Reservations) != 0 {
+				t.Fatalf("agg-b, not leading, holds %v", st.Reservations)
+			}
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("agg-b keeps reservations while agg-a leads")
+		}
 	}
 	creates := sched.Calls("create")
 

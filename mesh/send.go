@@ -11,6 +11,15 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
+// MaxDelivery bounds how long after its send time (sent_ms, stamped before
+// the dial) a direct message can arrive: memberlist dials and writes a
+// reliable send within its TCP timeout, 10 s in the LAN profile (1 s in the
+// local one). On a lossy network a delivery really takes seconds: a new
+// connection that loses its SYN or SYN-ACK retries only 1 s later, then
+// 3 s. A receiver that checks send times against its own clock adds this
+// to its clock allowance.
+var MaxDelivery = memberlist.DefaultLANConfig().TCPTimeout
+
 // Send sends env's body to the named member over TCP (memberlist
 // SendReliable), in an envelope of this member's (schema, from, to, sent_ms
 // set here; env is not modified) with its proof. It blocks for up to the
