@@ -6,7 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +45,7 @@ import (
 // Run with -benchtime 1x; it takes about 5 minutes (most of it the joins).
 // BENCHMARKS.md, "Incident storm", has the figures.
 func BenchmarkIncidentStorm(b *testing.B) {
-	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
+	defer benchGC(b)()
 	n := benchenv.Ints(b, "GW_BENCH_STORM_NODES", []int{1000})[0]
 	for range b.N {
 		incidentStorm(b, n)
@@ -214,6 +214,13 @@ timeout = "10s"
 		logBytes, lines, float64(logBytes)/float64(n), incidentLines, polls, ms(worst), failures)
 	progress(b, "actuator runs %d (limit %d of %d known), held %d; incidents: %s", runs, il.Limit.Limit, il.Limit.KnownNodes, il.Limit.Held,
 		strings.Join(counts, "; "))
+	// This process: the n members (their tables grow as n²).
+	runtime.GC()
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	progress(b, "the members' process: live heap %d MiB (%.0f KiB per member), RSS %d MiB",
+		mem.HeapAlloc>>20, float64(mem.HeapAlloc)/1024/float64(n), procRSS(os.Getpid())>>20)
+	b.ReportMetric(float64(mem.HeapAlloc)/float64(n), "heap-B/member")
 	b.ReportMetric(cpu.Seconds(), "agg-cpu-s")
 	b.ReportMetric(float64(hwmKB)/1024, "agg-peak-rss-MiB")
 	b.ReportMetric(float64(logBytes)/float64(n), "log-bytes/node")

@@ -89,11 +89,7 @@ func BenchmarkDownLatency(b *testing.B) {
 			}
 		}
 	}
-	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
-	// GOGC 400 lets the heap grow to five times what is live: with 1,000
-	// members' tables live that would be most of this machine. A soft
-	// limit makes the collector work harder instead.
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(benchenv.Ints(b, "GW_BENCH_MEMLIMIT_MIB", []int{6144})[0]) << 20))
+	defer benchGC(b)()
 	if addr := os.Getenv("GW_BENCH_PPROF"); addr != "" {
 		// Profiles of this process while it runs (go tool pprof
 		// http://ADDR/debug/pprof/heap): what the members cost.
@@ -112,6 +108,22 @@ func BenchmarkDownLatency(b *testing.B) {
 				downLatency(b, n, modes)
 			}
 		})
+	}
+}
+
+// benchGC sets this process's collector for many memberlists in one
+// process: GOGC GW_BENCH_GOGC (default 400: less collector CPU on 2 cores)
+// under a soft memory limit of GW_BENCH_MEMLIMIT_MIB (default 6,144). GOGC
+// 400 alone lets the heap grow to five times what is live: with 1,000
+// members' tables live that was 19 GB, most of this machine; the limit
+// makes the collector work harder instead. It returns the function that
+// restores both.
+func benchGC(b *testing.B) func() {
+	gc := debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0])
+	limit := debug.SetMemoryLimit(int64(benchenv.Ints(b, "GW_BENCH_MEMLIMIT_MIB", []int{6144})[0]) << 20)
+	return func() {
+		debug.SetGCPercent(gc)
+		debug.SetMemoryLimit(limit)
 	}
 }
 
