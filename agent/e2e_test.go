@@ -66,6 +66,7 @@ type nodeOpts struct {
 	grace, killWait, unkillableAfter, autoResume string
 	metricsListen                                string // [metrics] listen; empty: none
 	teardown                                     string // more [teardown] keys (TOML lines)
+	logLevel                                     string // log_level; empty: debug
 }
 
 func startNode(t testing.TB, o nodeOpts) *node {
@@ -83,6 +84,9 @@ func startNode(t testing.TB, o nodeOpts) *node {
 	if o.autoResume == "" {
 		o.autoResume = "never"
 	}
+	if o.logLevel == "" {
+		o.logLevel = "debug"
+	}
 	// Socket paths must stay under 108 bytes: t.TempDir() can be longer.
 	dir, err := os.MkdirTemp("", "gwe2e")
 	if err != nil {
@@ -95,7 +99,7 @@ func startNode(t testing.TB, o nodeOpts) *node {
 state_dir = %q
 socket = %q
 log_format = "json"
-log_level = "debug"
+log_level = %q
 
 [cgroup]
 root = %q
@@ -109,7 +113,7 @@ auto_resume = %q
 [diagnostics]
 sample_interval = "300ms"
 read_timeout = "1s"
-`, filepath.Join(dir, "state"), n.socket, n.root, o.grace, o.killWait, o.unkillableAfter, o.autoResume, o.teardown)
+`, filepath.Join(dir, "state"), n.socket, o.logLevel, n.root, o.grace, o.killWait, o.unkillableAfter, o.autoResume, o.teardown)
 	if o.metricsListen != "" {
 		cfg += fmt.Sprintf("\n[metrics]\nlisten = %q\n", o.metricsListen)
 	}
