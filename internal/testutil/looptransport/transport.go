@@ -76,8 +76,14 @@ func (t *Transport) WriteTo(b []byte, addr string) (time.Time, error) {
 func (t *Transport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
 func (t *Transport) StreamCh() <-chan net.Conn           { return t.streamCh }
 
+// DialTimeout dials from this member's own address (port chosen by the
+// kernel), as a node's connections come from its own IP: undialled, every
+// member's streams would come from 127.0.0.1, one peer to the receiver's
+// per-peer stream bound (mesh/transport.go), which refused most of a
+// storm's simultaneous sends.
 func (t *Transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
-	return (&net.Dialer{Timeout: timeout}).Dial("tcp", addr)
+	local := &net.TCPAddr{IP: t.tcp.Addr().(*net.TCPAddr).IP}
+	return (&net.Dialer{Timeout: timeout, LocalAddr: local}).Dial("tcp", addr)
 }
 
 func (t *Transport) Shutdown() error {

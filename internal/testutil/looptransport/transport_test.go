@@ -2,6 +2,7 @@ package looptransport
 
 import (
 	"io"
+	"net"
 	"testing"
 	"time"
 )
@@ -9,7 +10,7 @@ import (
 // A packet and a stream go from one transport to another over loopback,
 // and Shutdown ends both listeners.
 func TestPacketAndStream(t *testing.T) {
-	a, err := New("127.0.0.1:0")
+	a, err := New("127.0.0.2:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +45,10 @@ func TestPacketAndStream(t *testing.T) {
 	c.Close()
 	select {
 	case s := <-b.StreamCh():
+		// From a's own address, as a node's connections come from its IP.
+		if ip := s.RemoteAddr().(*net.TCPAddr).IP.String(); ip != "127.0.0.2" {
+			t.Errorf("stream from %s, want a's address 127.0.0.2", ip)
+		}
 		got, _ := io.ReadAll(s)
 		s.Close()
 		if string(got) != "stream" {
