@@ -187,6 +187,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		UnkillableAfter:  cfg.Teardown.UnkillableAfter.D(),
 		AutoResume:       cfg.Teardown.AutoResume,
 		SignalForeign:    cfg.Teardown.SignalForeign,
+		Observe:          cfg.Mode == config.ModeObserve,
 		MaxExpirationAge: cfg.Teardown.MaxExpirationAge.D(),
 		OutputTail:       cfg.Teardown.OutputTail.N(),
 		OnReport:         onReport,
