@@ -578,7 +578,7 @@ type Readiness struct {
 	Mode       string         `json:"mode"`
 	ModesMixed bool           `json:"modes_mixed"`
 	NodeModes  map[string]int `json:"node_modes"`
-	Detail          string `json:"detail"`
+	Detail     string         `json:"detail"`
 	// Host is the aggregator's machine (Options.Host); nil without it. It
 	// does not decide readiness.
 	Host *hostinfo.Facts `json:"host,omitempty"`
