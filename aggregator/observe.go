@@ -44,6 +44,12 @@ func modeOf(u *gwpb.StateUpdate) string {
 	return config.ModeEnforce
 }
 
+// observing reports whether observe mode applies to in: this aggregator's,
+// or its agent's by its latest update.
+func observing(in *NodeInput, p Policy) bool {
+	return p.Observe || modeOf(in.Update) == config.ModeObserve
+}
+
 // boundMode is m, or MODE_UNSPECIFIED for a value this build does not
 // know (the schema's rule for enums).
 func boundMode(m gwpb.Mode) gwpb.Mode {

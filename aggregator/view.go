@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -307,7 +306,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		fillDetails(&n, in.Update)
 	}
 	n.Mode = modeOf(in.Update)
-	observe := p.Observe || n.Mode == config.ModeObserve
+	observe := observing(in, p)
 	reason := ""
 	if meta != nil {
 		reason = meta.GetReason()

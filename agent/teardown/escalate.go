@@ -158,9 +158,10 @@ func (s *Supervisor) escalate(j *job) {
 // observeOverdue is escalate in observe mode: the job is overdue and
 // diagnosed (its report says what would have been signalled, and the
 // node's status carries it as a would-be violation), but no signal is
-// sent and nothing is latched, then or later: the job stays Observed
-// until its processes end by themselves, even if the agent is restarted
-// in enforce mode meanwhile (the next deadline is enforced, not this one).
+// sent and nothing is latched while the agent observes: the job stays
+// Observed until its processes end by themselves. An agent restarted in
+// enforce mode meanwhile enforces it at once (lifecycle.go): enforce mode
+// never serves a node as tearing down past its deadline.
 func (s *Supervisor) observeOverdue(j *job) {
 	j.Observed = true
 	s.log.Warn("would drain (observe mode): no signal sent, node not latched", "job", j.ID, "deadline", j.Deadline,
