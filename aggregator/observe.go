@@ -1,6 +1,6 @@
 package aggregator
 
-// Observe mode at the aggregator (docs/DESIGN.md, "Observe mode"): what
+// Observe mode at the aggregator (docs/DESIGN.md §5c): what
 // would have been drained is served as such, and nothing is.
 
 import (

@@ -578,7 +578,7 @@ type StateUpdate struct {
 	// admin_drain: an administrator's drain holds the latch (nodeagent
 	// drain, or an aggregator's drain), alone or on top of a violation.
 	AdminDrain bool `protobuf:"varint,42,opt,name=admin_drain,json=adminDrain,proto3" json:"admin_drain,omitempty"`
-	// Fields 60-69 describe observe mode (docs/DESIGN.md, "Observe mode").
+	// Fields 60-69 describe observe mode (docs/DESIGN.md §5c).
 	// mode: what the agent does at a deadline; UNSPECIFIED (an agent that
 	// predates the field) enforces.
 	Mode Mode `protobuf:"varint,60,opt,name=mode,proto3,enum=gracewatch.v1.Mode" json:"mode,omitempty"`
