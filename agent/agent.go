@@ -300,7 +300,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("sd_notify", "err", err)
 	}
 	attrs := []any{"node", a.cfg.NodeName, "socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
-		"state_dir", a.cfg.StateDir, "pid", os.Getpid()}
+		"state_dir", a.cfg.StateDir, "mode", a.cfg.Mode, "pid", os.Getpid()}
 	if ml != nil {
 		attrs = append(attrs, "metrics", ml.Addr().String())
 	}
