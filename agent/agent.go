@@ -187,6 +187,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		UnkillableAfter:  cfg.Teardown.UnkillableAfter.D(),
 		AutoResume:       cfg.Teardown.AutoResume,
 		SignalForeign:    cfg.Teardown.SignalForeign,
+		Observe:          cfg.Mode == config.ModeObserve,
 		MaxExpirationAge: cfg.Teardown.MaxExpirationAge.D(),
 		OutputTail:       cfg.Teardown.OutputTail.N(),
 		OnReport:         onReport,
@@ -299,7 +300,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("sd_notify", "err", err)
 	}
 	attrs := []any{"node", a.cfg.NodeName, "socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
-		"state_dir", a.cfg.StateDir, "pid", os.Getpid()}
+		"state_dir", a.cfg.StateDir, "mode", a.cfg.Mode, "pid", os.Getpid()}
 	if ml != nil {
 		attrs = append(attrs, "metrics", ml.Addr().String())
 	}

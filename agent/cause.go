@@ -13,6 +13,11 @@ func latchOf(st teardown.Status, u *gwpb.StateUpdate) {
 	u.Cause = wireCause(st.Cause)
 	u.Clean = st.Clean
 	u.AdminDrain = st.AdminDrain
+	u.Mode = gwpb.Mode_MODE_ENFORCE
+	if st.Observe {
+		u.Mode = gwpb.Mode_MODE_OBSERVE
+		u.ObservedCause = wireCause(st.ObservedCause)
+	}
 }
 
 // wireCause is c as the mesh carries it; nil for none. c's fields are

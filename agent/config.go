@@ -38,6 +38,13 @@ type Config struct {
 	// LogFormat is "text" or "json"; LogLevel is debug, info, warn or error.
 	LogFormat string `toml:"log_format"`
 	LogLevel  string `toml:"log_level"`
+	// Mode is "enforce" (the default: at a deadline the agent signals the
+	// teardown's processes and latches the node DOWN) or "observe" (it
+	// marks the teardown overdue and diagnoses it as in enforce mode, but
+	// sends no signal and latches nothing; the aggregators see it as a
+	// would-be violation). The rollout path: packaging/README.md, "Observe
+	// mode".
+	Mode string `toml:"mode"`
 
 	Cgroup      CgroupConfig      `toml:"cgroup"`
 	Teardown    TeardownConfig    `toml:"teardown"`
@@ -160,6 +167,7 @@ func DefaultConfig() Config {
 		Socket:    "/run/gracewatch/agent.sock",
 		LogFormat: "text",
 		LogLevel:  "info",
+		Mode:      config.ModeEnforce,
 		Teardown: TeardownConfig{
 			Grace:             config.Dur(120 * time.Second),
 			KillWait:          config.Dur(10 * time.Second),
@@ -234,6 +242,9 @@ func (c *Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if !config.ValidMode(c.Mode) {
+		bad("mode", "must be %q or %q, got %q", config.ModeEnforce, config.ModeObserve, c.Mode)
 	}
 	t := c.Teardown
 	if t.Grace.D() < 0 {

@@ -107,7 +107,8 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 		return nil
 	}
 	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
-		Cause: boundCause(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain()}
+		Cause: boundCause(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(),
+		Mode: boundMode(u.GetMode()), ObservedCause: boundCause(u.GetObservedCause())}
 	tds := u.GetTeardowns()
 	for _, td := range tds[:min(len(tds), maxTeardownsKept)] {
 		c.Teardowns = append(c.Teardowns, &gwpb.Teardown{

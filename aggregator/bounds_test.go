@@ -127,15 +127,17 @@ func TestBoundCopiesEveryField(t *testing.T) {
 			}
 		}
 	}
-	meta, td, rep, cause := &gwpb.Meta{}, &gwpb.Teardown{}, &gwpb.Report{}, &gwpb.Cause{}
+	meta, td, rep, cause, observed := &gwpb.Meta{}, &gwpb.Teardown{}, &gwpb.Report{}, &gwpb.Cause{}, &gwpb.Cause{}
 	fill(meta.ProtoReflect())
 	fill(td.ProtoReflect())
 	fill(rep.ProtoReflect())
 	fill(cause.ProtoReflect())
+	fill(observed.ProtoReflect())
+	observed.Fstype = "observed"
 	u := &gwpb.StateUpdate{Meta: meta, Reason: "r", Teardowns: []*gwpb.Teardown{td}, Reports: []*gwpb.Report{rep}, StartedMs: 7,
-		Cause: cause, Clean: true, AdminDrain: true}
-	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 8 {
-		t.Errorf("StateUpdate has %d fields; boundUpdate copies 8", n)
+		Cause: cause, Clean: true, AdminDrain: true, Mode: gwpb.Mode_MODE_OBSERVE, ObservedCause: observed}
+	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 10 {
+		t.Errorf("StateUpdate has %d fields; boundUpdate copies 10", n)
 	}
 	if b := boundUpdate(u); !proto.Equal(b, u) {
 		t.Errorf("boundUpdate lost a field:\n got %v\nwant %v", b, u)

@@ -69,6 +69,14 @@ type Config struct {
 	// LogFormat is "text" or "json"; LogLevel is debug, info, warn or error.
 	LogFormat string `toml:"log_format"`
 	LogLevel  string `toml:"log_level"`
+	// Mode is "enforce" (the default) or "observe": in observe mode no
+	// actuator runs (no drain, no resume, no reservation command), a node
+	// whose teardown is overdue (by its agent's word or the central
+	// deadline) or whose agent latched it DOWN for a violation is served
+	// schedulable, with the drain that would have run (Node.WouldDrain).
+	// An administrator's drain is still served down. packaging/README.md,
+	// "Observe mode".
+	Mode string `toml:"mode"`
 	// StateDir is where the actuators keep the nodes gracewatch drained,
 	// so that a restarted aggregator still undrains them. Empty: systemd's
 	// $STATE_DIRECTORY when set (the packaged unit's
@@ -165,6 +173,7 @@ func DefaultConfig() Config {
 	return Config{
 		LogFormat: "text",
 		LogLevel:  "info",
+		Mode:      config.ModeEnforce,
 		Mesh:      mesh.DefaultConfig(),
 		HTTP:      HTTPConfig{Listen: DefaultListen, MaxWatchers: DefaultMaxWatchers},
 		Policy: PolicyConfig{
@@ -221,6 +230,9 @@ func (c *Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if !config.ValidMode(c.Mode) {
+		bad("mode", "must be %q or %q, got %q", config.ModeEnforce, config.ModeObserve, c.Mode)
 	}
 	if err := c.Mesh.ValidateRole(gwpb.Role_ROLE_AGGREGATOR); err != nil {
 		errs = append(errs, err)
@@ -335,5 +347,6 @@ func (c *Config) ViewPolicy() Policy {
 		UnreachableIsDown:  c.Policy.UnreachableIsDown,
 		UnreachableAfter:   c.Policy.UnreachableAfter.D(),
 		Settle:             c.Policy.Settle.D(),
+		Observe:            c.Mode == config.ModeObserve,
 	}
 }

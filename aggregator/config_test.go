@@ -138,6 +138,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"settle over an hour", "[mesh]\ninsecure = true\n[policy]\nsettle = \"2h\"\n", []string{`"policy.settle"`, "0 to 1h"}},
 		{"mesh needs a keyring", "", []string{"mesh.keyring"}},
 		{"log level", "log_level = \"loud\"\n[mesh]\ninsecure = true\n", []string{`"log_level"`}},
+		{"mode", "mode = \"watch\"\n[mesh]\ninsecure = true\n", []string{`"mode"`, `"enforce" or "observe", got "watch"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

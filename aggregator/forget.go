@@ -70,6 +70,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	delete(s.probes, name)
 	s.mu.Lock()
 	prev := s.view[name]
+	s.modes.move(prev.Mode, "")
 	delete(s.view, name)
 	s.untrackDown(name)
 	if i, found := slices.BinarySearch(s.names, name); found {

@@ -99,6 +99,7 @@ func FuzzBoundUpdate(f *testing.F) {
 	f.Add(seed(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reason: "hung", Reports: []*gwpb.Report{{Job: "7", DetailJson: []byte("{}")}}}))
 	f.Add(seed(&gwpb.StateUpdate{Reason: strings.Repeat("é", maxUpdateReasonBytes)}))
 	f.Add([]byte{0x12, 0x03, 0xe2, 0x82, 0xac})
+	f.Add(seed(observedUpdate(3, at(time.Minute))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var u gwpb.StateUpdate
 		if proto.Unmarshal(b, &u) != nil {
@@ -116,6 +117,14 @@ func FuzzBoundUpdate(f *testing.F) {
 			if len(r.GetSummary()) > maxSummaryBytes || len(r.GetDetailJson()) > maxDetailBytes || (i < len(c.GetReports())-1 && len(r.GetDetailJson()) > 0) {
 				t.Fatalf("report %d over a bound", i)
 			}
+		}
+		if m := c.GetMode(); m != gwpb.Mode_MODE_UNSPECIFIED && m != gwpb.Mode_MODE_ENFORCE && m != gwpb.Mode_MODE_OBSERVE {
+			t.Fatalf("mode %d kept", m)
+		}
+		// The would-be drain served from it (observe mode) is bounded too.
+		if wd := agentWouldDrain(c); wd != nil && (len(wd.Reason) > maxUpdateReasonBytes || len(wd.Jobs) > maxTeardownsKept ||
+			(wd.At.Year() > 9999)) {
+			t.Fatalf("would drain over a bound: %d bytes, %d jobs, at %v", len(wd.Reason), len(wd.Jobs), wd.At)
 		}
 		if again := boundUpdate(c); !proto.Equal(again, c) {
 			t.Fatal("bounding twice changed the update")

@@ -93,9 +93,13 @@ func boundCause(c *gwpb.Cause) *gwpb.Cause {
 func (s *Service) intakeLatch(node string, u *gwpb.StateUpdate) {
 	err := checkCause(u.GetCause())
 	if err == nil {
-		return
+		if err = checkCause(u.GetObservedCause()); err == nil {
+			return
+		}
+		u.ObservedCause = nil
+	} else {
+		u.Cause = nil
 	}
-	u.Cause = nil
 	s.met.refused.WithLabelValues("cause").Inc()
 	now := s.clock.Now()
 	if at, logged := s.inc.causeLogged[node]; logged && now.Sub(at) < time.Hour {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/mesh"
 )
@@ -20,7 +21,14 @@ import (
 //     administrator's drain does not page;
 //   - gracewatch_aggregator_node_free_at_timestamp_seconds{node}: free_at of
 //     a node in teardown, when the scheduler may plan on it; absent
-//     otherwise.
+//     otherwise;
+//   - gracewatch_aggregator_node_would_drain_timestamp_seconds{node}: when
+//     a node in would-be violation (observe mode) would have been drained;
+//     absent otherwise; and gracewatch_aggregator_would_drain_nodes, how
+//     many such nodes there are;
+//   - gracewatch_aggregator_mode{mode} 1 (this aggregator's mode),
+//     gracewatch_aggregator_nodes_by_mode{mode} (the nodes by their agents'
+//     mode) and gracewatch_aggregator_modes_mixed (1 when they differ).
 //
 // The node label is deliberate: a cluster has at most some 10,000 nodes, one
 // series per node and family, and an alert must say which node. Reasons,
@@ -29,6 +37,8 @@ import (
 type nodeCollector struct {
 	s                        *Service
 	state, violation, freeAt *prometheus.Desc
+	wouldDrain, wouldDrains  *prometheus.Desc
+	mode, nodeModes, mixed   *prometheus.Desc
 }
 
 func newNodeCollector(s *Service) *nodeCollector {
@@ -43,6 +53,12 @@ func newNodeCollector(s *Service) *nodeCollector {
 			"node"),
 		freeAt: d("node_free_at_timestamp_seconds", "For a node in teardown: free_at (the latest teardown deadline D) as Unix seconds; absent for other nodes.",
 			"node"),
+		wouldDrain: d("node_would_drain_timestamp_seconds", "For a node in would-be violation (a violation that observe mode let pass: no signal, no drain, still schedulable): when it would have been drained, as Unix seconds; absent for other nodes.",
+			"node"),
+		wouldDrains: d("would_drain_nodes", "Nodes in would-be violation: observe mode let their violation pass (see node_would_drain_timestamp_seconds)."),
+		mode:        d("mode", "Always 1: this aggregator's mode (enforce or observe).", "mode"),
+		nodeModes:   d("nodes_by_mode", "Nodes by the mode their agents run in (enforce or observe); nodes not heard from yet are not counted.", "mode"),
+		mixed:       d("modes_mixed", "1 when the nodes' agents and this aggregator do not all run in the same mode, else 0."),
 	}
 }
 
@@ -52,6 +68,11 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.state
 	ch <- c.violation
 	ch <- c.freeAt
+	ch <- c.wouldDrain
+	ch <- c.wouldDrains
+	ch <- c.mode
+	ch <- c.nodeModes
+	ch <- c.mixed
 }
 
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -59,6 +80,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		name, state, member string
 		violation           bool
 		freeAt              float64 // 0: none
+		wouldDrain          float64 // 0: none
 	}
 	s := c.s
 	s.mu.RLock()
@@ -71,9 +93,20 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		if n.State == StateTeardown && !n.FreeAt.IsZero() {
 			r.freeAt = float64(n.FreeAt.UnixMilli()) / 1000
 		}
+		if w := n.WouldDrain; w != nil {
+			// A would-be drain whose time is unknown still counts: at 1 s
+			// after the epoch, never absent.
+			r.wouldDrain = max(float64(w.At.UnixMilli())/1000, 1)
+		}
 		rows = append(rows, r)
 	}
+	own := s.ownMode()
+	modes, mixed := map[string]int{}, s.modes.mixed(own)
+	for _, m := range []string{config.ModeEnforce, config.ModeObserve} {
+		modes[m] = s.modes.nodes[m]
+	}
 	s.mu.RUnlock()
+	would := 0
 	for _, r := range rows {
 		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, 1, r.name, r.state, r.member)
 		if r.violation {
@@ -82,7 +115,17 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.freeAt != 0 {
 			ch <- prometheus.MustNewConstMetric(c.freeAt, prometheus.GaugeValue, r.freeAt, r.name)
 		}
+		if r.wouldDrain != 0 {
+			would++
+			ch <- prometheus.MustNewConstMetric(c.wouldDrain, prometheus.GaugeValue, r.wouldDrain, r.name)
+		}
 	}
+	ch <- prometheus.MustNewConstMetric(c.wouldDrains, prometheus.GaugeValue, float64(would))
+	ch <- prometheus.MustNewConstMetric(c.mode, prometheus.GaugeValue, 1, own)
+	for m, n := range modes {
+		ch <- prometheus.MustNewConstMetric(c.nodeModes, prometheus.GaugeValue, float64(n), m)
+	}
+	ch <- prometheus.MustNewConstMetric(c.mixed, prometheus.GaugeValue, map[bool]float64{true: 1}[mixed])
 }
 
 // graceViolation reports whether n is served down by a grace violation: the

@@ -79,6 +79,13 @@ func TestMetricsGolden(t *testing.T) {
 	// ... and is held in the scheduler until then (the reservation_*
 	// families).
 	waitHeld(h, sched, "n7 until +10m0s")
+	// n8's agent observes: its overdue teardown is a would-be drain (its
+	// node_would_drain_timestamp_seconds), and the cluster is mixed.
+	h.member("n8", upMeta(1, 2))
+	h.update("n8", &gwpb.StateUpdate{Meta: teardownMeta(1, 3, d), Mode: gwpb.Mode_MODE_OBSERVE,
+		Teardowns: []*gwpb.Teardown{{Job: "8", Phase: "overdue", DeadlineMs: ms(d)}}})
+	h.sync()
+	h.wantState("n8", StateTeardown)
 
 	sub := h.svc.Subscribe("")
 	defer sub.Close()

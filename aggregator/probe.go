@@ -81,7 +81,9 @@ func (s *Service) nextProbe(in *NodeInput, ps *probeState, now time.Time) (time.
 	}
 	var at time.Time
 	why := ""
-	if meta, current := freshest(in); meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
+	// An observed node is never accused by the central deadline (it gets a
+	// would-be drain instead): nothing to ask before.
+	if meta, current := freshest(in); meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN && !observing(in, p) {
 		if d, ok := enforceAt(in, meta, current, p); ok && (ps == nil || !ps.deadline.Equal(d)) {
 			at, why = later(d.Add(-p.ProbeWait), now), probeDeadline
 		}

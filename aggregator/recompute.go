@@ -57,6 +57,9 @@ func (s *Service) recompute(dirty map[string]bool) {
 			continue
 		}
 		s.view[name] = n
+		if prev.Mode != n.Mode || !had {
+			s.modes.move(prev.Mode, n.Mode)
+		}
 		if !had {
 			added = true
 			if at := settleEnd(in, p); now.Before(at) {
@@ -73,7 +76,9 @@ func (s *Service) recompute(dirty map[string]bool) {
 		}
 		sort.Strings(s.names)
 	}
+	mixed := s.modes.mixed(s.ownMode())
 	s.mu.Unlock()
+	s.logMixed(mixed)
 	for _, name := range asked {
 		s.scheduleProbe(name, s.inputs[name], now)
 	}

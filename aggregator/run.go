@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 			serveErr <- srv.Serve(l)
 		}
 	}()
-	log.Info("starting", "version", version.Version, "config", o.ConfigPath, "name", cfg.Name, "listen", l.Addr().String(), "pid", os.Getpid())
+	log.Info("starting", "version", version.Version, "config", o.ConfigPath, "name", cfg.Name, "mode", cfg.Mode, "listen", l.Addr().String(), "pid", os.Getpid())
 
 	// New makes its first join attempt before it returns; /healthz already
 	// answers, /readyz says why it is not ready.

@@ -194,6 +194,7 @@ type Service struct {
 	mesh     Mesh
 	view     map[string]Node
 	names    []string // sorted keys of view
+	modes    modeCount
 	seq      uint64
 	history  eventLog
 	subs     map[*Subscription]struct{}
@@ -279,6 +280,9 @@ func New(o Options) (*Service, error) {
 	if o.ActuatorBackoff <= 0 {
 		o.ActuatorBackoff = time.Second
 	}
+	if o.Policy.Observe {
+		o.Actuators, o.Reservations.Command = nil, nil // observe.go: no actuator runs
+	}
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("aggregator: event epoch: %w", err)
@@ -339,6 +343,7 @@ func New(o Options) (*Service, error) {
 		}
 	}
 	s.aggInfo = []AggregatorInfo{{Name: o.Name, Status: mesh.StatusAlive, Self: true}}
+	s.modes = modeCount{nodes: map[string]int{}}
 	return s, nil
 }
 
@@ -567,7 +572,13 @@ type Readiness struct {
 	// StateWriteError is why the drained set could not be written under
 	// state_dir the last time (a full disk); empty when it was.
 	StateWriteError string `json:"state_write_error,omitempty"`
-	Detail          string `json:"detail"`
+	// Mode is this aggregator's mode; ModesMixed says that the nodes (or
+	// they and this aggregator) do not all run in one mode, and NodeModes
+	// counts the nodes by the mode their agents run in (observe.go).
+	Mode       string         `json:"mode"`
+	ModesMixed bool           `json:"modes_mixed"`
+	NodeModes  map[string]int `json:"node_modes"`
+	Detail     string         `json:"detail"`
 	// Host is the aggregator's machine (Options.Host); nil without it. It
 	// does not decide readiness.
 	Host *hostinfo.Facts `json:"host,omitempty"`
@@ -609,6 +620,7 @@ func (s *Service) Ready() Readiness {
 		}
 	}
 	s.incidentReadiness(&r, &detail)
+	s.modeReadiness(&r, &detail)
 	if !r.NodeRestriction {
 		detail = append(detail, "node restriction is off (mesh.allow_unsigned, or an insecure mesh without mesh.site_key_file): anyone with the mesh key can speak for a node that has no node key")
 	}

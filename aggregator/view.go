@@ -58,6 +58,11 @@ type Policy struct {
 	// gone is asked at once, and served as before while the answer may
 	// come. 0: no probes (memberlist's word is taken).
 	ProbeWait time.Duration
+	// Observe is the aggregator's observe mode (mode = "observe"): a node
+	// that would be down for a violation (rule 2, or its agent's latch
+	// without an administrator's drain) is served schedulable with
+	// Node.WouldDrain instead (observe.go).
+	Observe bool
 	// ReachedFor is how long a proof of life of a node (a proven message:
 	// an answer to a probe, a state update) keeps it alive against
 	// memberlist's word that it is gone; it is asked again every
@@ -151,6 +156,14 @@ type Node struct {
 	// is down by its agent's own state and that update is current; the
 	// zero Latch otherwise.
 	Latch Latch
+	// Mode is the mode its agent runs in, by its latest StateUpdate:
+	// "enforce", "observe", or "" when unknown (nothing received yet; an
+	// agent that predates modes enforces and says "enforce").
+	Mode string
+	// WouldDrain is set while the node would be drained for a violation
+	// that observe mode (the agent's or this aggregator's) let pass:
+	// when, and why. Nil otherwise.
+	WouldDrain *WouldDrain
 	// EarlyUntil is set on a DOWN from a teardown deadline that by this
 	// aggregator's clock has not passed yet (the node's clock is ahead):
 	// that deadline. The reason then names the skew, and the actuators do
@@ -292,6 +305,8 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	if current {
 		fillDetails(&n, in.Update)
 	}
+	n.Mode = modeOf(in.Update)
+	observe := observing(in, p)
 	reason := ""
 	if meta != nil {
 		reason = meta.GetReason()
@@ -303,7 +318,9 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	// Rule 2: central deadline enforcement.
 	if meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
 		if at, ok := enforceAt(in, meta, current, p); ok {
-			if down := later(at, settledAt(in, p)); !now.Before(down) {
+			if down := later(at, settledAt(in, p)); !now.Before(down) && observe {
+				n.WouldDrain = centralWouldDrain(in, current, at.Add(-p.ClockSkewAllowance), down)
+			} else if !now.Before(down) {
 				d := at.Add(-p.ClockSkewAllowance)
 				n.State = StateDown
 				n.Reason = centralDeadlineReason + formatTime(d)
@@ -376,6 +393,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	case gwpb.State_STATE_DOWN:
 		n.State = StateDown
 	}
+	observeNode(&n, in, current, p)
 	return n, causeAgent
 }
 

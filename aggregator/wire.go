@@ -19,6 +19,14 @@ func wireNode(n Node) api.Node {
 		w.Teardowns[i] = api.Teardown{Job: td.Job, Phase: td.Phase, Ended: wireTime(td.Ended), Deadline: wireTime(td.Deadline),
 			Expiration: wireTime(td.Expiration), Grace: td.Grace.Seconds(), Outcome: td.Outcome}
 	}
+	w.Mode = n.Mode
+	if wd := n.WouldDrain; wd != nil {
+		w.WouldDrain = &api.WouldDrain{At: wireTime(wd.At), Reason: wd.Reason, Jobs: append([]string{}, wd.Jobs...)}
+		if c := wd.Cause; c != nil {
+			w.WouldDrain.FSType, w.WouldDrain.Source, w.WouldDrain.Mountpoint = c.FSType, c.Source, c.Mountpoint
+			w.WouldDrain.Wchan, w.WouldDrain.Class = c.Wchan, c.Class
+		}
+	}
 	if r := n.LastReport; r != nil {
 		w.LastReport = &api.Report{Job: r.Job, Stage: r.Stage, Outcome: r.Outcome, Summary: r.Summary, Taken: wireTime(r.Taken),
 			Detail: r.Detail}

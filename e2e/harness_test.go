@@ -145,6 +145,16 @@ type cluster struct {
 	// teardown, more keys of the agents' [teardown] table; killWait and
 	// unkillableAfter, the agents' ("" is 30s).
 	grace, teardown, killWait, unkillableAfter string
+	// mode is every agent's and aggregator's mode ("": the default).
+	mode string
+}
+
+// modeLine is the configuration's top-level mode key, or nothing.
+func (c *cluster) modeLine() string {
+	if c.mode == "" {
+		return ""
+	}
+	return fmt.Sprintf("mode = %q\n", c.mode)
 }
 
 func or30s(s string) string {
@@ -215,7 +225,7 @@ func (c *cluster) addAggregator(name string) *aggregator {
 	join := c.seeds
 	// A state_dir, as the packaged unit has (systemd's StateDirectory=): a
 	// restarted aggregator remembers what it drained.
-	text := fmt.Sprintf(`name = %q
+	text := c.modeLine() + fmt.Sprintf(`name = %q
 log_format = "json"
 log_level = "debug"
 state_dir = %q
@@ -274,7 +284,7 @@ func (c *cluster) addAgent(node string) *agent {
 		c.t.Fatal(err)
 	}
 	a := &agent{node: node, socket: filepath.Join(dir, "a.sock"), root: cgrouptest.TempRoot(c.t), config: filepath.Join(dir, "nodeagent.toml")}
-	text := fmt.Sprintf(`node_name = %q
+	text := c.modeLine() + fmt.Sprintf(`node_name = %q
 state_dir = %q
 socket = %q
 log_format = "json"

@@ -136,6 +136,10 @@ func (s *Supervisor) overdue(j *job) {
 
 // escalate starts the escalation of a job that just became overdue.
 func (s *Supervisor) escalate(j *job) {
+	if s.o.Observe {
+		s.observeOverdue(j)
+		return
+	}
 	s.emit(Event{Kind: EventOverdue, Job: j.ID})
 	s.persist()
 	// The node is latched DOWN as soon as the snapshot before the first
@@ -151,8 +155,31 @@ func (s *Supervisor) escalate(j *job) {
 	})
 }
 
+// observeOverdue is escalate in observe mode: the job is overdue and
+// diagnosed (its report says what would have been signalled, and the
+// node's status carries it as a would-be violation), but no signal is
+// sent and nothing is latched while the agent observes: the job stays
+// Observed until its processes end by themselves. An agent restarted in
+// enforce mode meanwhile enforces it at once (lifecycle.go): enforce mode
+// never serves a node as tearing down past its deadline.
+func (s *Supervisor) observeOverdue(j *job) {
+	j.Observed = true
+	s.log.Warn("would drain (observe mode): no signal sent, node not latched", "job", j.ID, "deadline", j.Deadline,
+		"summary", j.Summary)
+	s.emit(Event{Kind: EventOverdue, Job: j.ID, Observed: true})
+	s.persist()
+	s.snapshot(j, diagnose.StageBeforeSignal, true, nil)
+}
+
 func (s *Supervisor) escalateTerm(j *job) {
-	if j.Phase != PhaseOverdue || j.Escalation != escNone {
+	if j.Phase != PhaseOverdue || j.Escalation != escNone || j.Observed {
+		return
+	}
+	if s.o.Observe {
+		// Restarted in observe mode with a job overdue from enforce mode
+		// whose escalation had not begun: it is observed from now on.
+		j.Observed = true
+		s.persist()
 		return
 	}
 	j.Escalation = escTerm
@@ -168,8 +195,8 @@ func (s *Supervisor) escalateTerm(j *job) {
 }
 
 func (s *Supervisor) escalateKill(j *job) {
-	if j.Phase != PhaseOverdue || j.Escalation != escTerm {
-		return
+	if j.Phase != PhaseOverdue || j.Escalation != escTerm || s.o.Observe {
+		return // observe mode sends no signal, not even to finish an escalation begun in enforce mode
 	}
 	j.Escalation = escKill
 	j.Kill = s.o.Clock.Now()
@@ -201,7 +228,7 @@ func (s *Supervisor) classify(j *job) {
 	j.Escalation = escClassified
 	// A second SIGKILL pass first: a process the first pass missed (forked
 	// meanwhile, or listed late) is "missed", and kill(2) is its remedy.
-	if j.Cgroup != "" {
+	if j.Cgroup != "" && !s.o.Observe {
 		if _, err := s.o.Cgroups.Kill(j.Cgroup); err != nil {
 			s.log.Error("kill failed", "job", j.ID, "cgroup", j.Cgroup, "err", err)
 		}

@@ -50,6 +50,9 @@ type Event struct {
 	Job string
 	// Signal is set for EventEscalation.
 	Signal string
+	// Observed is set for EventOverdue in observe mode: nothing was
+	// signalled or latched.
+	Observed bool
 	// Outcome and Duration are set for EventReleased.
 	Outcome  string
 	Duration time.Duration

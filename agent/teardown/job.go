@@ -48,6 +48,7 @@ type job struct {
 	Violated     bool          `json:"violated,omitempty"`
 	Acknowledged bool          `json:"acknowledged,omitempty"` // overdue, but an admin resumed the node
 	Latched      bool          `json:"latched,omitempty"`      // this violation latched the node DOWN
+	Observed     bool          `json:"observed,omitempty"`     // overdue in observe mode: never signalled, never latched
 	Outcome      string        `json:"outcome,omitempty"`
 	Released     time.Time     `json:"released,omitzero"`
 	Report       string        `json:"report,omitempty"` // path of the latest saved report

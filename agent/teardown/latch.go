@@ -17,7 +17,7 @@ import (
 
 // latchJob latches the node DOWN for overdue job j, once.
 func (s *Supervisor) latchJob(j *job) {
-	if j.Latched || j.Acknowledged || j.Phase != PhaseOverdue {
+	if j.Latched || j.Acknowledged || j.Observed || j.Phase != PhaseOverdue {
 		return
 	}
 	j.Latched = true
@@ -202,9 +202,8 @@ func (s *Supervisor) Drain(ctx context.Context, reason, by string) (Status, erro
 // released (its processes gone) or no longer known.
 func (s *Supervisor) latchCause() (*diagnose.Cause, bool) {
 	l := &s.st.Latch
-	var best *diagnose.Cause
-	var bestTaken time.Time
 	clean := l.Kind == "grace" && len(l.Jobs) > 0
+	jobs := make([]*job, 0, len(l.Jobs))
 	for _, id := range l.Jobs {
 		j := s.jobs[id]
 		if j == nil {
@@ -213,6 +212,29 @@ func (s *Supervisor) latchCause() (*diagnose.Cause, bool) {
 		if j.Phase != PhaseReleased {
 			clean = false
 		}
+		jobs = append(jobs, j)
+	}
+	return worstCause(jobs), clean
+}
+
+// observedCause is latchCause for observe mode: the worst cause of the
+// jobs overdue without a latch (Observed); nil when none names one.
+func (s *Supervisor) observedCause() *diagnose.Cause {
+	var jobs []*job
+	for _, j := range s.jobs {
+		if j.Observed && j.Phase == PhaseOverdue {
+			jobs = append(jobs, j)
+		}
+	}
+	return worstCause(jobs)
+}
+
+// worstCause returns the worst cause of the jobs' latest reports, by
+// class, then the latest; nil when none names one.
+func worstCause(jobs []*job) *diagnose.Cause {
+	var best *diagnose.Cause
+	var bestTaken time.Time
+	for _, j := range jobs {
 		if j.lastReport == nil {
 			continue
 		}
@@ -225,5 +247,5 @@ func (s *Supervisor) latchCause() (*diagnose.Cause, bool) {
 			best, bestTaken = &c, j.lastReport.Taken
 		}
 	}
-	return best, clean
+	return best
 }

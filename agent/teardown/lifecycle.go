@@ -52,6 +52,13 @@ func (s *Supervisor) readopt() {
 		case j.Phase == PhaseTeardown:
 			s.armAt(j, j.Deadline, func() { s.overdue(j) })
 		case j.Escalation == escNone:
+			if j.Observed && !s.o.Observe {
+				// Restarted in enforce mode: a teardown still overdue
+				// from observe mode is enforced now (the would_drain
+				// list showed it before the switch).
+				s.log.Warn("enforce mode: a teardown overdue since observe mode is enforced now", "job", j.ID, "deadline", j.Deadline)
+				j.Observed = false
+			}
 			s.latchJob(j)
 			s.escalateTerm(j)
 		case j.Escalation == escTerm:

@@ -107,6 +107,13 @@ type Status struct {
 	Clean bool
 	// AdminDrain: an administrator's drain holds the latch.
 	AdminDrain bool
+	// Observe: the agent runs in observe mode (Options.Observe).
+	Observe bool
+	// Observed lists the jobs overdue in observe mode (never signalled,
+	// not latched), sorted; ObservedCause is what they wait on (as Cause),
+	// nil when none or no report named anything.
+	Observed      []string
+	ObservedCause *diagnose.Cause
 }
 
 // StateFileError is a streak of failed writes of the state file: deadlines

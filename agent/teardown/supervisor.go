@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -51,11 +52,16 @@ type Options struct {
 	Reports   ReportStore
 	Logger    *slog.Logger
 
-	Grace            time.Duration
-	KillWait         time.Duration
-	UnkillableAfter  time.Duration
-	AutoResume       string
-	SignalForeign    bool
+	Grace           time.Duration
+	KillWait        time.Duration
+	UnkillableAfter time.Duration
+	AutoResume      string
+	SignalForeign   bool
+	// Observe is observe mode (mode = "observe"): a teardown that passes
+	// its deadline is marked overdue and diagnosed as in enforce mode, but
+	// nothing is signalled and the node is not latched DOWN for it
+	// (escalate.go, observeOverdue).
+	Observe          bool
 	MaxExpirationAge time.Duration
 	// MaxJobs bounds the registered jobs that are not released (0:
 	// DefaultMaxJobs).
@@ -327,7 +333,7 @@ func (s *Supervisor) stopRuntime(j *job) {
 // latest (or DOWN), and is served so.
 func (s *Supervisor) compute() Status {
 	st := Status{Node: s.o.Node, State: StateUp, Seq: s.st.Seq, Incarnation: s.st.Boots, Since: s.st.Since,
-		Jobs: []Job{}, Hung: []Hung{}}
+		Jobs: []Job{}, Hung: []Hung{}, Observe: s.o.Observe}
 	var freeAt time.Time
 	ids := make([]string, 0, len(s.jobs))
 	for id := range s.jobs {
@@ -345,6 +351,9 @@ func (s *Supervisor) compute() Status {
 				freeAt = j.Deadline
 			}
 		}
+		if j.Phase == PhaseOverdue && j.Observed {
+			st.Observed = append(st.Observed, j.ID)
+		}
 		if j.Phase == PhaseOverdue && j.lastReport != nil {
 			for _, p := range j.lastReport.Processes {
 				st.Hung = append(st.Hung, Hung{Job: j.ID, PID: p.PID, Comm: p.Comm, Class: string(p.Class), State: p.State, Wchan: p.Wchan})
@@ -354,6 +363,9 @@ func (s *Supervisor) compute() Status {
 	if e := s.stateErr; e != nil {
 		c := *e
 		st.StateFile = &c
+	}
+	if len(st.Observed) > 0 {
+		st.ObservedCause = s.observedCause()
 	}
 	switch {
 	case s.st.Latch.Down:
@@ -375,7 +387,8 @@ func (s *Supervisor) changed() {
 	prev := s.status
 	same := next.State == prev.State && next.Reason == prev.Reason && next.FreeAt.Equal(prev.FreeAt)
 	if same && jobsEqual(next.Jobs, prev.Jobs) && len(next.Hung) == len(prev.Hung) && next.Clean == prev.Clean &&
-		next.AdminDrain == prev.AdminDrain && reflect.DeepEqual(next.Cause, prev.Cause) {
+		next.AdminDrain == prev.AdminDrain && reflect.DeepEqual(next.Cause, prev.Cause) &&
+		slices.Equal(next.Observed, prev.Observed) && reflect.DeepEqual(next.ObservedCause, prev.ObservedCause) {
 		return
 	}
 	if next.State != prev.State {

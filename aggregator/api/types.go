@@ -84,6 +84,32 @@ type Node struct {
 	// LastReport is the most recent diagnostics report of a violating
 	// teardown; nil when none.
 	LastReport *Report `json:"last_report"`
+	// Mode is the mode the node's agent runs in, "enforce" or "observe";
+	// absent while unknown (nothing received from it yet).
+	Mode string `json:"mode,omitempty"`
+	// WouldDrain is a violation that observe mode let pass: the node is
+	// still schedulable, and this is the drain that enforce mode would
+	// have run. Absent otherwise.
+	WouldDrain *WouldDrain `json:"would_drain,omitempty"`
+}
+
+// WouldDrain is the drain a node would have had in enforce mode.
+type WouldDrain struct {
+	// At is when it would have been drained (its teardown deadline, or
+	// the central deadline D + clock_skew_allowance of a silent node).
+	At *time.Time `json:"at"`
+	// Reason is the reason the drain would have carried: the diagnosis.
+	Reason string `json:"reason"`
+	// Jobs are the overdue jobs.
+	Jobs []string `json:"jobs"`
+	// The cause its processes wait on, when the diagnosis named one: a
+	// file system (fstype, source, mountpoint) and the wait channel and
+	// class of the worst process.
+	FSType     string `json:"fstype,omitempty"`
+	Source     string `json:"source,omitempty"`
+	Mountpoint string `json:"mountpoint,omitempty"`
+	Wchan      string `json:"wchan,omitempty"`
+	Class      string `json:"class,omitempty"`
 }
 
 // Teardown is one job's teardown clock on a node.

@@ -132,6 +132,57 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_gracewatch_proto_rawDescGZIP(), []int{1}
 }
 
+// Mode is what an agent (or an aggregator) does when a teardown passes its
+// deadline.
+type Mode int32
+
+const (
+	Mode_MODE_UNSPECIFIED Mode = 0 // an older agent: it enforces
+	Mode_MODE_ENFORCE     Mode = 1 // signal, latch DOWN, drain
+	Mode_MODE_OBSERVE     Mode = 2 // measure and diagnose only: no signal, no latch, no drain
+)
+
+// Enum value maps for Mode.
+var (
+	Mode_name = map[int32]string{
+		0: "MODE_UNSPECIFIED",
+		1: "MODE_ENFORCE",
+		2: "MODE_OBSERVE",
+	}
+	Mode_value = map[string]int32{
+		"MODE_UNSPECIFIED": 0,
+		"MODE_ENFORCE":     1,
+		"MODE_OBSERVE":     2,
+	}
+)
+
+func (x Mode) Enum() *Mode {
+	p := new(Mode)
+	*p = x
+	return p
+}
+
+func (x Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_gracewatch_proto_enumTypes[2].Descriptor()
+}
+
+func (Mode) Type() protoreflect.EnumType {
+	return &file_gracewatch_proto_enumTypes[2]
+}
+
+func (x Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mode.Descriptor instead.
+func (Mode) EnumDescriptor() ([]byte, []int) {
+	return file_gracewatch_proto_rawDescGZIP(), []int{2}
+}
+
 // Action an administrator asks of an agent through an aggregator.
 type Action int32
 
@@ -181,11 +232,11 @@ func (x Action) String() string {
 }
 
 func (Action) Descriptor() protoreflect.EnumDescriptor {
-	return file_gracewatch_proto_enumTypes[2].Descriptor()
+	return file_gracewatch_proto_enumTypes[3].Descriptor()
 }
 
 func (Action) Type() protoreflect.EnumType {
-	return &file_gracewatch_proto_enumTypes[2]
+	return &file_gracewatch_proto_enumTypes[3]
 }
 
 func (x Action) Number() protoreflect.EnumNumber {
@@ -194,7 +245,7 @@ func (x Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Action.Descriptor instead.
 func (Action) EnumDescriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{2}
+	return file_gracewatch_proto_rawDescGZIP(), []int{3}
 }
 
 // Meta is a member's compact state, carried in memberlist's NodeMeta and so
@@ -526,7 +577,16 @@ type StateUpdate struct {
 	Clean bool `protobuf:"varint,41,opt,name=clean,proto3" json:"clean,omitempty"`
 	// admin_drain: an administrator's drain holds the latch (nodeagent
 	// drain, or an aggregator's drain), alone or on top of a violation.
-	AdminDrain    bool `protobuf:"varint,42,opt,name=admin_drain,json=adminDrain,proto3" json:"admin_drain,omitempty"`
+	AdminDrain bool `protobuf:"varint,42,opt,name=admin_drain,json=adminDrain,proto3" json:"admin_drain,omitempty"`
+	// Fields 60-69 describe observe mode (docs/DESIGN.md §5c).
+	// mode: what the agent does at a deadline; UNSPECIFIED (an agent that
+	// predates the field) enforces.
+	Mode Mode `protobuf:"varint,60,opt,name=mode,proto3,enum=gracewatch.v1.Mode" json:"mode,omitempty"`
+	// observed_cause: in observe mode, what the teardowns that would have
+	// been overdue (phase "overdue" in teardowns, the node not down) wait
+	// on, the worst of their latest reports; bounded as Cause. Absent when
+	// none is overdue or the diagnosis named nothing.
+	ObservedCause *Cause `protobuf:"bytes,61,opt,name=observed_cause,json=observedCause,proto3" json:"observed_cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -615,6 +675,20 @@ func (x *StateUpdate) GetAdminDrain() bool {
 		return x.AdminDrain
 	}
 	return false
+}
+
+func (x *StateUpdate) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *StateUpdate) GetObservedCause() *Cause {
+	if x != nil {
+		return x.ObservedCause
+	}
+	return nil
 }
 
 // Cause is what a node's violating teardown waits on, derived by the agent
@@ -1384,7 +1458,7 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\asummary\x18\x04 \x01(\tR\asummary\x12\x19\n" +
 	"\btaken_ms\x18\x05 \x01(\x03R\atakenMs\x12\x1f\n" +
 	"\vdetail_json\x18\x06 \x01(\fR\n" +
-	"detailJson\"\xb8\x02\n" +
+	"detailJson\"\x9e\x03\n" +
 	"\vStateUpdate\x12'\n" +
 	"\x04meta\x18\x01 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x125\n" +
@@ -1395,7 +1469,9 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\x05cause\x18( \x01(\v2\x14.gracewatch.v1.CauseR\x05cause\x12\x14\n" +
 	"\x05clean\x18) \x01(\bR\x05clean\x12\x1f\n" +
 	"\vadmin_drain\x18* \x01(\bR\n" +
-	"adminDrain\"\xfb\x02\n" +
+	"adminDrain\x12'\n" +
+	"\x04mode\x18< \x01(\x0e2\x13.gracewatch.v1.ModeR\x04mode\x12;\n" +
+	"\x0eobserved_cause\x18= \x01(\v2\x14.gracewatch.v1.CauseR\robservedCause\"\xfb\x02\n" +
 	"\x05Cause\x12\x16\n" +
 	"\x06fstype\x18\x01 \x01(\tR\x06fstype\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1e\n" +
@@ -1473,7 +1549,11 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\bSTATE_UP\x10\x01\x12\x12\n" +
 	"\x0eSTATE_TEARDOWN\x10\x02\x12\x0e\n" +
 	"\n" +
-	"STATE_DOWN\x10\x03*p\n" +
+	"STATE_DOWN\x10\x03*@\n" +
+	"\x04Mode\x12\x14\n" +
+	"\x10MODE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fMODE_ENFORCE\x10\x01\x12\x10\n" +
+	"\fMODE_OBSERVE\x10\x02*p\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACTION_RESUME\x10\x01\x12\x10\n" +
@@ -1493,48 +1573,51 @@ func file_gracewatch_proto_rawDescGZIP() []byte {
 	return file_gracewatch_proto_rawDescData
 }
 
-var file_gracewatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_gracewatch_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_gracewatch_proto_goTypes = []any{
 	(Role)(0),               // 0: gracewatch.v1.Role
 	(State)(0),              // 1: gracewatch.v1.State
-	(Action)(0),             // 2: gracewatch.v1.Action
-	(*Meta)(nil),            // 3: gracewatch.v1.Meta
-	(*Teardown)(nil),        // 4: gracewatch.v1.Teardown
-	(*Report)(nil),          // 5: gracewatch.v1.Report
-	(*StateUpdate)(nil),     // 6: gracewatch.v1.StateUpdate
-	(*Cause)(nil),           // 7: gracewatch.v1.Cause
-	(*JobRegistration)(nil), // 8: gracewatch.v1.JobRegistration
-	(*Control)(nil),         // 9: gracewatch.v1.Control
-	(*ControlAck)(nil),      // 10: gracewatch.v1.ControlAck
-	(*GoneMember)(nil),      // 11: gracewatch.v1.GoneMember
-	(*Handover)(nil),        // 12: gracewatch.v1.Handover
-	(*Forget)(nil),          // 13: gracewatch.v1.Forget
-	(*Envelope)(nil),        // 14: gracewatch.v1.Envelope
+	(Mode)(0),               // 2: gracewatch.v1.Mode
+	(Action)(0),             // 3: gracewatch.v1.Action
+	(*Meta)(nil),            // 4: gracewatch.v1.Meta
+	(*Teardown)(nil),        // 5: gracewatch.v1.Teardown
+	(*Report)(nil),          // 6: gracewatch.v1.Report
+	(*StateUpdate)(nil),     // 7: gracewatch.v1.StateUpdate
+	(*Cause)(nil),           // 8: gracewatch.v1.Cause
+	(*JobRegistration)(nil), // 9: gracewatch.v1.JobRegistration
+	(*Control)(nil),         // 10: gracewatch.v1.Control
+	(*ControlAck)(nil),      // 11: gracewatch.v1.ControlAck
+	(*GoneMember)(nil),      // 12: gracewatch.v1.GoneMember
+	(*Handover)(nil),        // 13: gracewatch.v1.Handover
+	(*Forget)(nil),          // 14: gracewatch.v1.Forget
+	(*Envelope)(nil),        // 15: gracewatch.v1.Envelope
 }
 var file_gracewatch_proto_depIdxs = []int32{
 	0,  // 0: gracewatch.v1.Meta.role:type_name -> gracewatch.v1.Role
 	1,  // 1: gracewatch.v1.Meta.state:type_name -> gracewatch.v1.State
-	3,  // 2: gracewatch.v1.StateUpdate.meta:type_name -> gracewatch.v1.Meta
-	4,  // 3: gracewatch.v1.StateUpdate.teardowns:type_name -> gracewatch.v1.Teardown
-	5,  // 4: gracewatch.v1.StateUpdate.reports:type_name -> gracewatch.v1.Report
-	7,  // 5: gracewatch.v1.StateUpdate.cause:type_name -> gracewatch.v1.Cause
-	2,  // 6: gracewatch.v1.Control.action:type_name -> gracewatch.v1.Action
-	8,  // 7: gracewatch.v1.Control.job:type_name -> gracewatch.v1.JobRegistration
-	3,  // 8: gracewatch.v1.ControlAck.meta:type_name -> gracewatch.v1.Meta
-	3,  // 9: gracewatch.v1.GoneMember.meta:type_name -> gracewatch.v1.Meta
-	6,  // 10: gracewatch.v1.GoneMember.update:type_name -> gracewatch.v1.StateUpdate
-	11, // 11: gracewatch.v1.Handover.gone:type_name -> gracewatch.v1.GoneMember
-	6,  // 12: gracewatch.v1.Envelope.state:type_name -> gracewatch.v1.StateUpdate
-	9,  // 13: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
-	10, // 14: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
-	12, // 15: gracewatch.v1.Envelope.handover:type_name -> gracewatch.v1.Handover
-	13, // 16: gracewatch.v1.Envelope.forget:type_name -> gracewatch.v1.Forget
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	4,  // 2: gracewatch.v1.StateUpdate.meta:type_name -> gracewatch.v1.Meta
+	5,  // 3: gracewatch.v1.StateUpdate.teardowns:type_name -> gracewatch.v1.Teardown
+	6,  // 4: gracewatch.v1.StateUpdate.reports:type_name -> gracewatch.v1.Report
+	8,  // 5: gracewatch.v1.StateUpdate.cause:type_name -> gracewatch.v1.Cause
+	2,  // 6: gracewatch.v1.StateUpdate.mode:type_name -> gracewatch.v1.Mode
+	8,  // 7: gracewatch.v1.StateUpdate.observed_cause:type_name -> gracewatch.v1.Cause
+	3,  // 8: gracewatch.v1.Control.action:type_name -> gracewatch.v1.Action
+	9,  // 9: gracewatch.v1.Control.job:type_name -> gracewatch.v1.JobRegistration
+	4,  // 10: gracewatch.v1.ControlAck.meta:type_name -> gracewatch.v1.Meta
+	4,  // 11: gracewatch.v1.GoneMember.meta:type_name -> gracewatch.v1.Meta
+	7,  // 12: gracewatch.v1.GoneMember.update:type_name -> gracewatch.v1.StateUpdate
+	12, // 13: gracewatch.v1.Handover.gone:type_name -> gracewatch.v1.GoneMember
+	7,  // 14: gracewatch.v1.Envelope.state:type_name -> gracewatch.v1.StateUpdate
+	10, // 15: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
+	11, // 16: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
+	13, // 17: gracewatch.v1.Envelope.handover:type_name -> gracewatch.v1.Handover
+	14, // 18: gracewatch.v1.Envelope.forget:type_name -> gracewatch.v1.Forget
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_gracewatch_proto_init() }
@@ -1554,7 +1637,7 @@ func file_gracewatch_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gracewatch_proto_rawDesc), len(file_gracewatch_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,

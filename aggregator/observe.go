@@ -1,0 +1,246 @@
+package aggregator
+
+// Observe mode at the aggregator (docs/DESIGN.md §5c): what
+// would have been drained is served as such, and nothing is.
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// WouldDrain is a violation that observe mode let pass: the drain that
+// enforce mode would have run for it.
+type WouldDrain struct {
+	// At is when the node would have been drained: the earliest deadline
+	// of its overdue teardowns (when its agent would have latched it
+	// DOWN), the central deadline D + allowance of a silent node, or when
+	// an enforcing agent latched it DOWN (under an observing aggregator).
+	At time.Time
+	// Reason is the reason the drain would have carried: the diagnosis
+	// of the overdue teardowns (their reports' summaries), or why the
+	// aggregator would have served the node down.
+	Reason string
+	// Jobs are the overdue jobs, sorted; empty when not known.
+	Jobs []string
+	// Cause is what their processes wait on; nil when none was named.
+	Cause *NodeCause
+}
+
+// modeOf is the mode of the agent that sent u ("" without an update). An
+// agent that predates modes (MODE_UNSPECIFIED) enforces.
+func modeOf(u *gwpb.StateUpdate) string {
+	switch {
+	case u == nil:
+		return ""
+	case u.GetMode() == gwpb.Mode_MODE_OBSERVE:
+		return config.ModeObserve
+	}
+	return config.ModeEnforce
+}
+
+// observing reports whether observe mode applies to in: this aggregator's,
+// or its agent's by its latest update.
+func observing(in *NodeInput, p Policy) bool {
+	return p.Observe || modeOf(in.Update) == config.ModeObserve
+}
+
+// boundMode is m, or MODE_UNSPECIFIED for a value this build does not
+// know (the schema's rule for enums).
+func boundMode(m gwpb.Mode) gwpb.Mode {
+	if m == gwpb.Mode_MODE_ENFORCE || m == gwpb.Mode_MODE_OBSERVE {
+		return m
+	}
+	return gwpb.Mode_MODE_UNSPECIFIED
+}
+
+// centralWouldDrain is the would-be drain of rule 2 (no report after the
+// teardown deadline d; down at at) under observe mode.
+func centralWouldDrain(in *NodeInput, current bool, d, at time.Time) *WouldDrain {
+	wd := &WouldDrain{At: servedTime(at), Reason: centralDeadlineReason + formatTime(d)}
+	if current {
+		for _, td := range in.Update.GetTeardowns() {
+			if td.GetPhase() == "released" || td.GetPhase() == "running" {
+				continue
+			}
+			if t := msTime(td.GetDeadlineMs()); !t.IsZero() && !t.After(d) {
+				wd.Jobs = append(wd.Jobs, td.GetJob())
+			}
+		}
+		slices.Sort(wd.Jobs)
+	}
+	return wd
+}
+
+// observeNode applies observe mode to n, as rule 6 of Compute served it
+// from in's current update: an observing agent's overdue teardowns become
+// n.WouldDrain (their diagnosis and deadline), and, under an observing
+// aggregator, a node its (enforcing) agent latched DOWN for a violation is
+// served schedulable with the drain it would have had. A DOWN that an
+// administrator's drain holds stays down.
+func observeNode(n *Node, in *NodeInput, current bool, p Policy) {
+	if !current {
+		return
+	}
+	u := in.Update
+	if n.Mode == config.ModeObserve {
+		if wd := agentWouldDrain(u); wd != nil {
+			n.WouldDrain = wd
+		}
+	}
+	if !p.Observe || n.State != StateDown || n.Latch.AdminDrain {
+		return
+	}
+	wd := &WouldDrain{At: n.Since, Reason: n.Reason, Jobs: overdueJobs(u), Cause: n.Latch.Cause}
+	if n.WouldDrain == nil || n.WouldDrain.At.After(wd.At) {
+		n.WouldDrain = wd
+	}
+	n.State, n.Schedulable, n.Reason, n.Latch, n.EarlyUntil = StateUp, true, "", Latch{}, time.Time{}
+	var free time.Time
+	for _, td := range u.GetTeardowns() {
+		if td.GetPhase() == "teardown" || td.GetPhase() == "overdue" {
+			if d := msTime(td.GetDeadlineMs()); d.After(free) {
+				free = d
+			}
+		}
+	}
+	if !free.IsZero() {
+		n.State, n.FreeAt = StateTeardown, servedTime(free)
+	}
+}
+
+// overdueJobs lists the jobs of u's overdue teardowns, sorted.
+func overdueJobs(u *gwpb.StateUpdate) []string {
+	var jobs []string
+	for _, td := range u.GetTeardowns() {
+		if td.GetPhase() == "overdue" {
+			jobs = append(jobs, td.GetJob())
+		}
+	}
+	slices.Sort(jobs)
+	return jobs
+}
+
+// agentWouldDrain is the would-be drain of an observing agent's update u:
+// its overdue teardowns, from the earliest deadline among them, with their
+// reports' summaries and the agent's observed cause; nil when none is
+// overdue.
+func agentWouldDrain(u *gwpb.StateUpdate) *WouldDrain {
+	wd := &WouldDrain{}
+	for _, td := range u.GetTeardowns() {
+		if td.GetPhase() != "overdue" {
+			continue
+		}
+		wd.Jobs = append(wd.Jobs, td.GetJob())
+		if d := msTime(td.GetDeadlineMs()); !d.IsZero() && (wd.At.IsZero() || d.Before(wd.At)) {
+			wd.At = d
+		}
+	}
+	if len(wd.Jobs) == 0 {
+		return nil
+	}
+	slices.Sort(wd.Jobs)
+	wd.At = servedTime(wd.At)
+	var parts []string
+	for _, job := range wd.Jobs {
+		summary := fmt.Sprintf("job %s teardown past its deadline (not diagnosed yet)", job)
+		var taken int64 = -1
+		for _, r := range u.GetReports() {
+			if r.GetJob() == job && r.GetSummary() != "" && r.GetTakenMs() > taken {
+				summary, taken = r.GetSummary(), r.GetTakenMs()
+			}
+		}
+		parts = append(parts, summary)
+	}
+	wd.Reason = cutText(strings.Join(parts, " | "), maxUpdateReasonBytes)
+	wd.Cause = causeOf(u.GetObservedCause())
+	return wd
+}
+
+// ownMode is this aggregator's mode.
+func (s *Service) ownMode() string {
+	if s.opts.Policy.Observe {
+		return config.ModeObserve
+	}
+	return config.ModeEnforce
+}
+
+// modeCount counts the served nodes by the mode of their agents (Node.Mode;
+// unknown ones are not counted), kept as the view changes so that a mixed
+// cluster is told without a walk over every node. It is guarded by the
+// Service's mu; logged is the loop's own.
+type modeCount struct {
+	nodes  map[string]int
+	logged bool // the last mixed state logged
+}
+
+// move counts a node whose mode changed from one to another ("" for none).
+func (m *modeCount) move(from, to string) {
+	if from != "" {
+		if m.nodes[from]--; m.nodes[from] <= 0 {
+			delete(m.nodes, from)
+		}
+	}
+	if to != "" {
+		m.nodes[to]++
+	}
+}
+
+// mixed reports whether the nodes and an aggregator in mode own do not all
+// run in one mode.
+func (m *modeCount) mixed(own string) bool {
+	for mode := range m.nodes {
+		if mode != own {
+			return true
+		}
+	}
+	return false
+}
+
+// describe says how the nodes are split, e.g. "3 nodes enforce, 7 observe".
+func (m *modeCount) describe() string {
+	var parts []string
+	for _, mode := range []string{config.ModeEnforce, config.ModeObserve} {
+		if n := m.nodes[mode]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, mode))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// logMixed logs once when the cluster becomes mixed, and once when it is
+// one mode again. It runs on the loop.
+func (s *Service) logMixed(mixed bool) {
+	if mixed == s.modes.logged {
+		return
+	}
+	s.modes.logged = mixed
+	s.mu.RLock()
+	split := s.modes.describe()
+	s.mu.RUnlock()
+	if mixed {
+		s.log.Warn("the cluster runs in mixed modes: every agent and aggregator should have the same mode", "aggregator_mode", s.ownMode(),
+			"nodes", split)
+		return
+	}
+	s.log.Info("the cluster runs in one mode again", "mode", s.ownMode(), "nodes", split)
+}
+
+// modeReadiness adds the modes to r and, when mixed, says so in the detail.
+func (s *Service) modeReadiness(r *Readiness, detail *[]string) {
+	own := s.ownMode()
+	s.mu.RLock()
+	r.Mode, r.ModesMixed, r.NodeModes = own, s.modes.mixed(own), maps.Clone(s.modes.nodes)
+	split := s.modes.describe()
+	s.mu.RUnlock()
+	if r.ModesMixed {
+		*detail = append(*detail, fmt.Sprintf("mixed modes: this aggregator is in %s mode, the nodes' agents: %s", own, split))
+	} else if own == config.ModeObserve {
+		*detail = append(*detail, "observe mode: no actuator runs and no node is drained for a violation")
+	}
+}
