@@ -259,7 +259,7 @@ grace = %q
 
 	agents := make([]*simAgent, n)
 	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
-		a, meta, m, err := bm.simAgent(i, addr, light, unsigned)
+		a, meta, m, err := bm.simAgent(i, addr, light, unsigned, false)
 		if err != nil {
 			return nil, err
 		}
