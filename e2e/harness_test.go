@@ -15,7 +15,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -50,17 +52,39 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback port free for both TCP and UDP (memberlist
-// uses both on the same number).
-func freePort(t testing.TB) int {
+// freePort returns a port of 127.0.0.1 free for both TCP and UDP
+// (memberlist uses both on the same number).
+func freePort(t testing.TB) int { return freePortOn(t, "127.0.0.1") }
+
+// agentIPs counts the loopback addresses given to agents (agentIP).
+var agentIPs atomic.Uint32
+
+// agentIP returns a loopback address of an agent's own, 127.0.100.1 on,
+// as each node has its own IP: the aggregator's per-peer stream bound
+// counts source addresses, and 30 agents all at 127.0.0.1 were one peer
+// to it.
+func agentIP() string {
+	i := agentIPs.Add(1) - 1
+	return fmt.Sprintf("127.0.%d.%d", 100+(i/250)%150, 1+i%250)
+}
+
+// agentBind returns an agent's mesh bind address: its own IP and a free
+// port.
+func agentBind(t testing.TB) string {
+	ip := agentIP()
+	return net.JoinHostPort(ip, strconv.Itoa(freePortOn(t, ip)))
+}
+
+// freePortOn returns a port of ip free for both TCP and UDP.
+func freePortOn(t testing.TB, ip string) int {
 	t.Helper()
 	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
 		l.Close()
 		if err == nil {
 			u.Close()
@@ -303,13 +327,13 @@ sample_interval = "200ms"
 
 [mesh]
 enabled = true
-bind = "127.0.0.1:%d"
+bind = %q
 join = %s
 label = %q
 keyring = %q
 %s
 rejoin_interval = "2s"
-%s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), or30s(c.killWait), or30s(c.unkillableAfter), c.teardown, freePort(c.t), tomlList(c.seeds), c.label, c.keyfile,
+%s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), or30s(c.killWait), or30s(c.unkillableAfter), c.teardown, agentBind(c.t), tomlList(c.seeds), c.label, c.keyfile,
 		c.agentKeys(node), c.extra)
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)

@@ -35,6 +35,7 @@ type streamGuard struct {
 	wg       sync.WaitGroup
 	max      int
 	onRefuse func(peer string)
+	local    net.IP // the bound IP streams are dialled from (dialFrom)
 
 	mu   sync.Mutex
 	open map[string]int // peer IP -> streams open
@@ -67,18 +68,53 @@ func newNetTransport(mc *memberlist.Config, logger *log.Logger) (*memberlist.Net
 	return nil, fmt.Errorf("could not set up network transport: %w", err)
 }
 
-// guardStreams wraps t; onRefuse is called (on the guard's goroutine) for
+// guardStreams wraps t, dialling from local (see dialFrom); onRefuse is called (on the guard's goroutine) for
 // each stream closed for the bound.
-func guardStreams(t memberlist.Transport, max int, onRefuse func(peer string)) *streamGuard {
+func guardStreams(t memberlist.Transport, local net.IP, max int, onRefuse func(peer string)) *streamGuard {
 	nat, ok := t.(memberlist.NodeAwareTransport)
 	if !ok {
 		nat = nodeAware{t}
 	}
-	g := &streamGuard{NodeAwareTransport: nat, streams: make(chan net.Conn), done: make(chan struct{}), max: max,
+	g := &streamGuard{NodeAwareTransport: nat, local: local, streams: make(chan net.Conn), done: make(chan struct{}), max: max,
 		onRefuse: onRefuse, open: map[string]int{}}
 	g.wg.Add(1)
 	go g.forward()
 	return g
+}
+
+// DialTimeout implements memberlist.Transport: from the bound address (see
+// dialFrom).
+func (g *streamGuard) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return g.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
+}
+
+// DialAddressTimeout implements memberlist.NodeAwareTransport: from the
+// bound address (see dialFrom), else as the wrapped transport dials.
+func (g *streamGuard) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if local := dialFrom(g.local, addr.Addr); local != nil {
+		return (&net.Dialer{Timeout: timeout, LocalAddr: local}).Dial("tcp", addr.Addr)
+	}
+	return g.NodeAwareTransport.DialAddressTimeout(addr, timeout)
+}
+
+// dialFrom returns the local address a stream to addr is dialled from: the
+// member's bound IP when it bound a specific one of addr's family, so that
+// its streams come from the address it advertises (a node's own IP, on a
+// node with several interfaces too: the receiver's per-peer bound counts
+// source addresses); nil (the kernel chooses) otherwise.
+func dialFrom(bound net.IP, addr string) *net.TCPAddr {
+	if bound == nil || bound.IsUnspecified() {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	to := net.ParseIP(host)
+	if to == nil || (to.To4() == nil) != (bound.To4() == nil) {
+		return nil
+	}
+	return &net.TCPAddr{IP: bound}
 }
 
 // StreamCh implements memberlist.Transport.
