@@ -130,18 +130,14 @@ func (n *node) start() {
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var err error
+	if !testutil.Poll(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := n.client.Status(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("agent did not answer within 10s: %v\nlogs:\n%s", err, n.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer cancel()
+		_, err = n.client.Status(ctx)
+		return err == nil
+	}) {
+		n.t.Fatalf("agent did not answer within 10s: %v\nlogs:\n%s", err, n.logs)
 	}
 }
 
@@ -185,17 +181,11 @@ func (n *node) status() api.Status {
 // waitFor polls the status (bounded) until cond holds.
 func (n *node) waitFor(what string, timeout time.Duration, cond func(api.Status) bool) api.Status {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st := n.status()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("timed out after %v waiting for %s; status: %+v\nlogs:\n%s", timeout, what, st, n.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st api.Status
+	if !testutil.Poll(timeout, func() bool { st = n.status(); return cond(st) }) {
+		n.t.Fatalf("timed out after %v waiting for %s; status: %+v\nlogs:\n%s", timeout, what, st, n.logs)
 	}
+	return st
 }
 
 // cli runs the nodeagent CLI against this node.
@@ -265,14 +255,10 @@ func waitExit(t *testing.T, cmd *exec.Cmd, timeout time.Duration) int {
 	}
 }
 
+// alive reports whether pid runs (a zombie has exited).
 func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie has exited.
-	i := bytes.LastIndexByte(data, ')')
-	return i > 0 && len(data) > i+2 && data[i+2] != 'Z'
+	st := procState(pid)
+	return st != "" && st != "Z"
 }
 
 // 1. An epilogue that finishes within grace: teardown with free_at = D, then
@@ -322,7 +308,9 @@ func TestDaemonLeftBehind(t *testing.T) {
 		t.Fatalf("processes left in the job cgroups: %v %v", procs, err)
 	}
 	daemon := procs[0]
-	time.Sleep(500 * time.Millisecond)
+	// The agent reaped the epilogue before it answered the wrapper: its
+	// decision on the teardown is made. (Were it wrongly released, the
+	// DOWN below could not name the daemon either.)
 	if st := n.status(); st.State != api.StateTeardown {
 		t.Fatalf("state %s with the daemon alive, want teardown", st.State)
 	}
@@ -416,7 +404,8 @@ func TestUnkillableFUSE(t *testing.T) {
 				n.waitFor("up", 5*time.Second, func(st api.Status) bool { return st.State == api.StateUp })
 				return
 			}
-			time.Sleep(300 * time.Millisecond)
+			// The release and the auto-resume decision are one step of
+			// the supervisor: released, the latch is what it stays.
 			if st := n.status(); st.State != api.StateDown {
 				t.Fatalf("never: state %s, want down until resume", st.State)
 			}
@@ -510,8 +499,7 @@ func TestAgentCrashDuringTeardown(t *testing.T) {
 		return fi.Size()
 	}
 	before := size()
-	time.Sleep(700 * time.Millisecond)
-	if !alive(shell) || size() <= before {
+	if !testutil.Poll(5*time.Second, func() bool { return alive(shell) && size() > before }) {
 		t.Fatalf("epilogue %d died with the agent (alive %v, output %d → %d bytes)", shell, alive(shell), before, size())
 	}
 	n.start()
@@ -629,7 +617,8 @@ func TestSystemdNotify(t *testing.T) {
 	// A frozen main loop stops the pings: freeze the whole agent and see
 	// that nothing comes while it is stopped.
 	n.cmd.Process.Signal(syscall.SIGSTOP)
-	time.Sleep(100 * time.Millisecond)
+	// Stopped: what it sent before is in the socket's queue.
+	testutil.Eventually(t, 5*time.Second, "the agent stopped", func() bool { return procState(n.cmd.Process.Pid) == "T" })
 	for len(msgs) > 0 {
 		seen = append(seen, <-msgs)
 	}
@@ -669,8 +658,14 @@ func TestAgentRestartDuringEpilog(t *testing.T) {
 	n.waitFor("teardown", 5*time.Second, func(st api.Status) bool { return st.State == api.StateTeardown })
 	stopAt := time.Now()
 	n.cmd.Process.Signal(syscall.SIGTERM)
-	time.Sleep(200 * time.Millisecond)
 	// No agent listens now (it drains): this wrapper waits for the next one.
+	testutil.Eventually(t, 5*time.Second, "the stopping agent refusing connections", func() bool {
+		c, err := net.Dial("unix", n.socket)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	late := n.epilog("302", "sh", "-c", "echo late; exit 0")
 	if code := waitExit(t, ep, 10*time.Second); code != 3 {
 		t.Fatalf("the wrapper of the epilogue running across the stop exited %d, want its status 3\nstdout %q stderr %q\nagent logs:\n%s",
@@ -697,4 +692,17 @@ func TestAgentRestartDuringEpilog(t *testing.T) {
 	if out := late.Stdout.(*bytes.Buffer).String(); !strings.Contains(out, "late") {
 		t.Fatalf("late wrapper output %q", out)
 	}
+}
+
+// procState is the state letter of /proc/PID/stat ("" when gone).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return ""
+	}
+	return string(b[i+2])
 }

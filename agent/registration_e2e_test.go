@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,7 +71,7 @@ func TestNoEndReportedByTheDeadline(t *testing.T) {
 // exec system's (foreign_cgroups).
 func foreignNode(t *testing.T, extra string) *node {
 	return startNode(t, nodeOpts{grace: "2s", killWait: "1s", unkillableAfter: "1s",
-		teardown: `foreign_cgroups = ["/sys/fs/cgroup/unified/gwtest-*", "freezer:/gwtest-*"]` + "\n" + extra})
+		teardown: fmt.Sprintf("foreign_cgroups = [%q, \"freezer:/gwtest-*\"]\n", filepath.Join(cgrouptest.Mount(t), "gwtest-*")) + extra})
 }
 
 // startIn starts argv as the exec system would start a job's task: then
@@ -127,7 +128,7 @@ func TestJobCgroupV2(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := time.Now().Add(time.Second)
-		if _, stderr, code := n.cli("job", "start", "--job", "41", "--expiration", unixArg(e), "--cgroup", "0::"+strings.TrimPrefix(cg, "/sys/fs/cgroup/unified")); code != 0 {
+		if _, stderr, code := n.cli("job", "start", "--job", "41", "--expiration", unixArg(e), "--cgroup", "0::"+strings.TrimPrefix(cg, cgrouptest.Mount(t))); code != 0 {
 			t.Fatalf("job start: %d %s", code, stderr)
 		}
 		d := e.Add(2 * time.Second)
@@ -161,6 +162,66 @@ func TestJobCgroupV2(t *testing.T) {
 		}
 		if st := n.status(); len(st.Jobs) != 0 {
 			t.Fatalf("refused registration left %+v", st.Jobs)
+		}
+	})
+}
+
+// 3b. On pure cgroup v2 an exec system creates the job's cgroup after the
+// registration: Slurm's cgroup/v2 plugin makes
+// system.slice/slurmstepd.scope/job_<id> when the first step starts, after
+// the Prolog that registers the job; Flux's sdexec starts the job shell as a
+// transient unit of the flux user's systemd, every level of whose cgroup may
+// be new. The registration is accepted (the allow-list still applies), the
+// agent observes the cgroup within a second of its creation (inotify on
+// the nearest existing ancestor, no polling), and its emptying ends the job.
+func TestJobCgroupV2CreatedLater(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		levels []string
+	}{
+		{"slurm cgroup/v2", []string{"system.slice", "slurmstepd.scope", "job_52"}},
+		{"flux sdexec", []string{"user.slice", "user-981.slice", "user@981.service", "app.slice", "imp-shell-0-f2wpPL3uC9.service"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := foreignNode(t, "")
+			base := cgrouptest.TempRoot(t)
+			cg := filepath.Join(append([]string{base}, tc.levels...)...)
+			name := "0::" + strings.TrimPrefix(cg, cgrouptest.Mount(t))
+			if _, stderr, code := n.cli("job", "start", "--job", "52", "--expiration", unixArg(time.Now().Add(time.Hour)), "--cgroup", name); code != 0 {
+				t.Fatalf("job start with a cgroup not created yet: exit %d %s", code, stderr)
+			}
+			if j := n.status().Jobs[0]; j.Phase != api.PhaseRunning || j.Foreign != cg || len(j.Processes) != 0 {
+				t.Fatalf("registered: %+v, want running, observing %s, no process", j, cg)
+			}
+			dir := base
+			for _, l := range tc.levels {
+				dir = filepath.Join(dir, l)
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			created := time.Now()
+			task := startIn(t, cg, "sleep", "300")
+			n.waitFor("the job's task listed", 5*time.Second, func(st api.Status) bool {
+				return len(st.Jobs) == 1 && slices.Contains(st.Jobs[0].Processes, task.Process.Pid)
+			})
+			if d := time.Since(created); d > time.Second {
+				t.Errorf("the job's cgroup observed %v after its creation, want within 1 s", d)
+			}
+			t.Logf("observed %v after the creation", time.Since(created).Round(time.Millisecond))
+			task.Process.Kill()
+			st := n.waitFor("released by its cgroup's emptying", 5*time.Second, func(st api.Status) bool { return st.Jobs[0].Phase == api.PhaseReleased })
+			if j := st.Jobs[0]; j.EndedBy != "cgroup" || j.Outcome != "clean" {
+				t.Fatalf("released: %+v, want ended by its cgroup, clean", j)
+			}
+		})
+	}
+	t.Run("not allowed", func(t *testing.T) {
+		n := startNode(t, nodeOpts{}) // the default allow-list: Slurm's cgroups only
+		cg := filepath.Join(cgrouptest.TempRoot(t), "system.slice", "job_53")
+		_, stderr, code := n.cli("job", "start", "--job", "53", "--expiration", "0", "--cgroup", cg)
+		if code != 1 || !strings.Contains(stderr, "not in the allow-list") {
+			t.Fatalf("exit %d stderr %q; want a refusal naming the allow-list", code, stderr)
 		}
 	})
 }

@@ -97,7 +97,15 @@ func TestResolveForeign(t *testing.T) {
 			t.Errorf("String() = %q", f.String())
 		}
 	}
-	for _, bad := range []string{"", "0::/", "freezer:/", "nosuch:/x", "/etc/x", "0::" + rel2 + "/missing", "a:b:/x"} {
+	// Not created yet (exec systems create a job's cgroup at its first
+	// step, after the registration): accepted, and awaited by Watch.
+	for _, later := range []string{"0::" + rel2 + "/missing", v2 + "/system.slice/slurmstepd.scope/job_5"} {
+		if f, err := m.ResolveForeign(later); err != nil || f.V1() || !strings.HasPrefix(f.Path, v2+"/") {
+			t.Errorf("ResolveForeign(%q) = %+v, %v; want a v2 cgroup below %s", later, f, err, v2)
+		}
+	}
+	for _, bad := range []string{"", "0::/", "freezer:/", "nosuch:/x", "/etc/x", "0::" + rel2 + "/cgroup.procs",
+		"0::" + rel2 + "/cgroup.procs/x", "a:b:/x"} {
 		if f, err := m.ResolveForeign(bad); err == nil {
 			t.Errorf("ResolveForeign(%q) = %+v, want an error", bad, f)
 		}
