@@ -83,6 +83,12 @@ bench-scale:
 	$(GO) test -run '^$$' -bench ModelTable -benchtime 1x -v ./internal/meshmodel/
 	GW_BENCH_SCALE_SIZES=$(SCALE_SIZES) $(GO) test -run '^$$' -bench ScaleTiming -benchtime 1x -v -timeout 40m ./mesh/
 
+# Issue 16's storm: 1,000 light members going DOWN within a second against
+# a real aggregator (BENCHMARKS.md, "Incident storm"; about 5 minutes).
+.PHONY: bench-storm
+bench-storm:
+	$(GO) test -run '^$$' -bench IncidentStorm -benchtime 1x -v -timeout 30m ./e2e/
+
 # A local demonstration (scripts/demo.sh; root, cgroup v2, python3, and
 # /dev/fuse for a truly unkillable epilogue): an aggregator and three node
 # agents on loopback, three jobs ending at once (one epilogue normal, one

@@ -123,7 +123,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		// The supervisor is built below; the link reaches it through this
 		// indirection because each needs the other.
 		link = newMeshLink(nil, logger)
-		onChange = func(st api.Status) { notifyStatus(st); link.onChange(st) }
+		onChange = func(st teardown.Status) { notifyStatusNote(st, link.statusNote()); link.onChange(st) }
 		onReport = func(r *diagnose.Report) { journalReport(r); link.onReport(r) }
 	}
 	cg, err := cgroup.New(cgroup.Options{
@@ -164,7 +164,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	a.reg = metrics.NewRegistry(metrics.ProgramNodeagent)
 	am := newAgentMetrics(a.reg, a.proc, cfg.Diagnostics.MaxBlockedReads, host.Read)
 	notify := onChange
-	onChange = func(st api.Status) { notify(st); am.onChange(st) }
+	onChange = func(st teardown.Status) { notify(st); am.onChange(st) }
 	allow, err := cgroup.ParseAllowList(cfg.Teardown.ForeignCgroups)
 	if err != nil {
 		return nil, fmt.Errorf("teardown.foreign_cgroups: %w", err)
@@ -201,7 +201,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		link.sup = sup
 		a.link = link
 	}
-	a.srv = api.NewServer(sup, api.ServerOptions{
+	a.srv = api.NewServer(socketService{sup}, api.ServerOptions{
 		AllowedUIDs: cfg.API.AllowedUIDs,
 		AllowedGIDs: cfg.API.AllowedGIDs,
 		ProcRoot:    cfg.Diagnostics.ProcRoot,
@@ -269,7 +269,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		m, err = mesh.New(mesh.Options{Name: a.cfg.NodeName, Role: gwpb.Role_ROLE_AGENT, Config: a.cfg.Mesh.Config,
-			Meta: metaOf(st), Handler: a.link, Logger: a.log})
+			Meta: metaOf(st), Handler: a.link, Logger: a.log, Registry: a.reg})
 		if err != nil {
 			cancel()
 			a.srv.Shutdown(context.Background())
@@ -454,10 +454,14 @@ func (a *Agent) watchdog(ctx context.Context, period time.Duration) {
 
 // notifyStatus tells systemd what the agent is doing ("2 teardowns, node
 // down: ..."); outside systemd it does nothing.
-func notifyStatus(st api.Status) {
+func notifyStatus(st teardown.Status) { notifyStatusNote(st, "") }
+
+// notifyStatusNote is notifyStatus with a note of the mesh link's (the
+// aggregators gossip lost) at the end of the line.
+func notifyStatusNote(st teardown.Status, note string) {
 	active := 0
 	for _, j := range st.Jobs {
-		if j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue {
+		if j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue {
 			active++
 		}
 	}
@@ -467,6 +471,9 @@ func notifyStatus(st api.Status) {
 	}
 	if st.Reason != "" {
 		line += ": " + st.Reason
+	}
+	if note != "" {
+		line += "; " + note
 	}
 	if len(line) > 200 {
 		line = line[:197] + "..."

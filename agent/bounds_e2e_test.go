@@ -15,12 +15,13 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/jobname"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
-// longJobID is 128 bytes (api.MaxJobIDBytes) of two-byte runes: the longest
+// longJobID is 128 bytes (request.MaxJobIDBytes) of two-byte runes: the longest
 // id the API accepts, which the earlier mapping hex-encoded into a cgroup
 // name the kernel refused (file name too long).
-var longJobID = strings.Repeat("ƒ", api.MaxJobIDBytes/2)
+var longJobID = strings.Repeat("ƒ", request.MaxJobIDBytes/2)
 
 // TestJobIDsHaveTheirOwnCgroups: ids that the earlier mapping gave one
 // cgroup (a:b and x613a62, and the longest id) run their epilogues in

@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -20,13 +21,19 @@ import (
 // controlTimeout bounds the handling of one control message.
 const controlTimeout = 10 * time.Second
 
+// recheckEvery is how often the state is delivered again to each
+// aggregator that gossip has lost (mesh.AggregatorRef.Lost): a delivery is
+// the proof that it is still there (it keeps it in the mesh's book), and
+// tells it this node is alive.
+const recheckEvery = 30 * time.Second
+
 // latcher is what the mesh link needs from the supervisor.
 type latcher interface {
-	Status(ctx context.Context) (api.Status, error)
-	Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error)
-	Drain(ctx context.Context, reason, by string) (api.Status, error)
-	StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error)
-	UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error)
+	Status(ctx context.Context) (teardown.Status, error)
+	Resume(ctx context.Context, req request.ResumeRequest) (teardown.Status, error)
+	Drain(ctx context.Context, reason, by string) (teardown.Status, error)
+	StartJob(ctx context.Context, req request.JobStartRequest) (teardown.Job, error)
+	UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (teardown.Job, error)
 }
 
 // meshLink publishes the node's status on the mesh (NodeMeta for everyone,
@@ -39,17 +46,21 @@ type meshLink struct {
 	m   *mesh.Mesh
 
 	mu       sync.Mutex
-	latest   *api.Status
+	latest   *teardown.Status
 	reports  map[string]*diagnose.Report // latest report of each job, for StateUpdate
 	wake     chan struct{}               // the direct sender's
 	wakeMeta chan struct{}               // the meta updater's
 	ctrl     chan ctrlMsg
+	probes   chan ctrlMsg // ACTION_PROBE, answered apart
 	sender   *stateSender // the direct sends; set by run
 	started  time.Time    // this process's start: StateUpdate.started_ms
 	// aggregators are the alive aggregators seen (MemberChanged), so that
 	// only a new one triggers a full send.
 	aggregators map[string]bool
-	now         func() time.Time
+	// lost: the aggregators gossip has lost, reached directly (for the
+	// status line).
+	lost []string
+	now  func() time.Time
 }
 
 type ctrlMsg struct {
@@ -65,13 +76,14 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 		wake:     make(chan struct{}, 1),
 		wakeMeta: make(chan struct{}, 1),
 		ctrl:     make(chan ctrlMsg, 64),
+		probes:   make(chan ctrlMsg, 256),
 		started:  time.Now(),
 		now:      time.Now,
 	}
 }
 
 // onChange is the supervisor's OnChange: it must not block.
-func (l *meshLink) onChange(st api.Status) {
+func (l *meshLink) onChange(st teardown.Status) {
 	l.mu.Lock()
 	l.latest = &st
 	l.mu.Unlock()
@@ -102,10 +114,17 @@ func (l *meshLink) HandleMessage(from string, env *gwpb.Envelope) {
 	if c == nil {
 		return
 	}
+	q := l.ctrl
+	if c.GetAction() == gwpb.Action_ACTION_PROBE {
+		// A queue of their own: an aggregator is about to serve this
+		// node down or unreachable unless it hears from it, and a
+		// control that takes its time must not hold the answer.
+		q = l.probes
+	}
 	select {
-	case l.ctrl <- ctrlMsg{from: from, c: c}:
+	case q <- ctrlMsg{from: from, c: c}:
 	default:
-		l.log.Warn("control queue full, dropped", "from", from, "id", c.GetId())
+		l.log.Warn("control queue full, dropped", "from", from, "id", c.GetId(), "action", c.GetAction().String())
 	}
 }
 
@@ -139,7 +158,10 @@ func (l *meshLink) MemberChanged(m mesh.Member) {
 // direct sends go through a stateSender, so that a newer state is not
 // queued behind an older one's send either.
 func (l *meshLink) run(ctx context.Context) {
-	l.sender = newStateSender(ctx, l.sendState, clock.Real{}, l.log)
+	sender := newStateSender(ctx, l.sendState, clock.Real{}, l.log)
+	l.mu.Lock()
+	l.sender = sender
+	l.mu.Unlock()
 	defer l.sender.close()
 	done := make(chan struct{})
 	go func() {
@@ -154,6 +176,21 @@ func (l *meshLink) run(ctx context.Context) {
 		}
 	}()
 	defer func() { <-done }()
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case cm := <-l.probes:
+				l.probe(ctx, cm.from, cm.c)
+			}
+		}
+	}()
+	defer func() { <-probed }()
+	recheck := time.NewTicker(recheckEvery)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -162,7 +199,85 @@ func (l *meshLink) run(ctx context.Context) {
 			l.publish()
 		case cm := <-l.ctrl:
 			l.control(ctx, cm)
+		case <-recheck.C:
+			l.recheck()
 		}
+	}
+}
+
+// targets are the aggregators the state goes to: those of the mesh's book
+// (from their signed metas, whatever memberlist says of their liveness),
+// and the alive members with the aggregator role that it does not hold (an
+// aggregator without keys, where unsigned ones are accepted).
+func (l *meshLink) targets() []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, a := range l.m.Aggregators() {
+		names = append(names, a.Name)
+		seen[a.Name] = true
+	}
+	for _, name := range l.m.AliveMembers(gwpb.Role_ROLE_AGGREGATOR) {
+		if !seen[name] {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// recheck delivers the state again to each aggregator that gossip has
+// lost, and keeps the list of them for the status line.
+func (l *meshLink) recheck() {
+	now := l.now()
+	var lost []string
+	for _, a := range l.m.Aggregators() {
+		if a.Lost(now) {
+			lost = append(lost, a.Name)
+			l.sender.resend(a.Name)
+		}
+	}
+	l.mu.Lock()
+	changed := fmt.Sprint(lost) != fmt.Sprint(l.lost)
+	l.lost = lost
+	st := l.latest
+	l.mu.Unlock()
+	if changed && st != nil {
+		notifyStatusNote(*st, l.statusNote())
+	}
+}
+
+// statusNote says, for the service's status line, which aggregators gossip
+// has lost and are reached directly; empty when none.
+func (l *meshLink) statusNote() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lost) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("aggregators lost by gossip, reached directly: %v", l.lost)
+}
+
+// probe answers an aggregator's probe: a ControlAck with the node's state
+// (however late it arrives: it changes nothing), and the whole StateUpdate
+// again to that aggregator.
+func (l *meshLink) probe(ctx context.Context, from string, c *gwpb.Control) {
+	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	ack := &gwpb.ControlAck{Id: c.GetId(), Ok: true}
+	st, err := l.sup.Status(ctx)
+	if err != nil {
+		ack.Ok, ack.Error = false, err.Error()
+	} else {
+		ack.Meta = metaOf(st)
+	}
+	l.log.Debug("probe", "from", from, "id", c.GetId(), "err", err)
+	if err := l.m.Send(from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
+		l.log.Warn("cannot answer a probe", "to", from, "id", c.GetId(), "err", err)
+	}
+	l.mu.Lock()
+	sender := l.sender
+	l.mu.Unlock()
+	if sender != nil {
+		sender.resend(from)
 	}
 }
 
@@ -218,6 +333,7 @@ func (l *meshLink) publish() {
 	}
 	meta := metaOf(*st)
 	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: teardownsOf(*st), StartedMs: l.started.UnixMilli()}
+	latchOf(*st, up)
 	sort.Slice(reports, func(a, b int) bool { return reports[a].Job < reports[b].Job })
 	for _, r := range reports {
 		detail, err := json.Marshal(r)
@@ -227,7 +343,7 @@ func (l *meshLink) publish() {
 		up.Reports = append(up.Reports, &gwpb.Report{Job: r.Job, Stage: r.Stage, Outcome: r.Outcome,
 			Summary: r.Summary, TakenMs: r.Taken.UnixMilli(), DetailJson: detail})
 	}
-	l.sender.publish(up, l.m.AliveMembers(gwpb.Role_ROLE_AGGREGATOR))
+	l.sender.publish(up, l.targets())
 }
 
 // control carries out one Control and answers with a ControlAck.
@@ -239,7 +355,7 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 	if by == "" {
 		by = cm.from
 	}
-	var st api.Status
+	var st teardown.Status
 	var err error
 	if late := lateControl(c, l.now()); late != nil {
 		// The aggregator has told its caller that the request timed
@@ -255,7 +371,7 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 	}
 	switch c.GetAction() {
 	case gwpb.Action_ACTION_RESUME:
-		st, err = l.sup.Resume(ctx, api.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
+		st, err = l.sup.Resume(ctx, request.ResumeRequest{Reason: fmt.Sprintf("%s (by %s)", c.GetReason(), by)})
 	case gwpb.Action_ACTION_DRAIN:
 		st, err = l.sup.Drain(ctx, c.GetReason(), by)
 	case gwpb.Action_ACTION_REGISTER_JOB:
@@ -301,8 +417,8 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 	if r == nil {
 		return errors.New("register job: no job given")
 	}
-	_, err := l.sup.StartJob(ctx, api.JobStartRequest{Job: r.GetJob(), Expiration: r.GetExpiration(), Grace: r.GetGrace()})
-	if !errors.Is(err, api.ErrDuplicateJob) {
+	_, err := l.sup.StartJob(ctx, request.JobStartRequest{Job: r.GetJob(), Expiration: r.GetExpiration(), Grace: r.GetGrace()})
+	if !errors.Is(err, request.ErrDuplicateJob) {
 		return err
 	}
 	// Registered here already. The controller's registration gives the E
@@ -315,22 +431,22 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 		return err
 	}
 	for _, j := range st.Jobs {
-		if j.ID != r.GetJob() || j.Expiration == nil {
+		if j.ID != r.GetJob() || j.Expiration.IsZero() {
 			continue
 		}
-		e, none, err := api.ParseExpiration(r.GetExpiration(), time.Now(), 0)
+		e, none, err := request.ParseExpiration(r.GetExpiration(), time.Now(), 0)
 		if err != nil {
 			return err
 		}
-		if !none && e.Equal(*j.Expiration) {
+		if !none && e.Equal(j.Expiration) {
 			return nil // the same registration again: nothing to move
 		}
-		if !none && e.Before(*j.Expiration) {
+		if !none && e.Before(j.Expiration) {
 			return fmt.Errorf("job %s: %w: registered with expiration %s; the mesh's registration may only move it later, not to %s",
-				r.GetJob(), api.ErrConflict, j.Expiration.UTC().Format(time.RFC3339), e.UTC().Format(time.RFC3339))
+				r.GetJob(), request.ErrConflict, j.Expiration.UTC().Format(time.RFC3339), e.UTC().Format(time.RFC3339))
 		}
 	}
-	_, err = l.sup.UpdateJob(ctx, r.GetJob(), api.JobUpdateRequest{Expiration: r.GetExpiration()})
+	_, err = l.sup.UpdateJob(ctx, r.GetJob(), request.JobUpdateRequest{Expiration: r.GetExpiration()})
 	return err
 }
 
@@ -350,7 +466,7 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 // 1,016 B/s per member with them, 596 without; BENCHMARKS.md, "Node
 // restriction"). An aggregator that does not check proofs orders them
 // (0, 0) before any direct update, which it gets too.
-func gossipedMeta(st api.Status, proves bool) *gwpb.Meta {
+func gossipedMeta(st teardown.Status, proves bool) *gwpb.Meta {
 	m := metaOf(st)
 	if m.State == gwpb.State_STATE_UP {
 		m.SinceMs = 0
@@ -363,7 +479,7 @@ func gossipedMeta(st api.Status, proves bool) *gwpb.Meta {
 
 // metaOf is the compact meta of a status, as the direct StateUpdate and
 // the ControlAck carry it.
-func metaOf(st api.Status) *gwpb.Meta {
+func metaOf(st teardown.Status) *gwpb.Meta {
 	m := &gwpb.Meta{
 		Schema:      gwpb.SchemaVersion,
 		Role:        gwpb.Role_ROLE_AGENT,
@@ -373,20 +489,20 @@ func metaOf(st api.Status) *gwpb.Meta {
 		Reason:      st.Reason,
 	}
 	switch st.State {
-	case api.StateUp:
+	case teardown.StateUp:
 		m.State = gwpb.State_STATE_UP
-	case api.StateTeardown:
+	case teardown.StateTeardown:
 		m.State = gwpb.State_STATE_TEARDOWN
-	case api.StateDown:
+	case teardown.StateDown:
 		m.State = gwpb.State_STATE_DOWN
 	}
-	if st.FreeAt != nil {
+	if !st.FreeAt.IsZero() {
 		m.FreeAtMs = st.FreeAt.UnixMilli()
 	}
 	// The deadline of the latest teardown still in progress: with it an
 	// aggregator serves the node down if nothing newer arrives by then.
 	for _, j := range st.Jobs {
-		if (j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue) && j.Deadline != nil && j.Deadline.UnixMilli() > m.DeadlineMs {
+		if (j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue) && !j.Deadline.IsZero() && j.Deadline.UnixMilli() > m.DeadlineMs {
 			m.DeadlineMs = j.Deadline.UnixMilli()
 		}
 	}
@@ -398,21 +514,19 @@ func metaOf(st api.Status) *gwpb.Meta {
 	return m
 }
 
-func teardownsOf(st api.Status) []*gwpb.Teardown {
+func teardownsOf(st teardown.Status) []*gwpb.Teardown {
 	var out []*gwpb.Teardown
 	for _, j := range st.Jobs {
-		if j.Phase == api.PhaseRunning || j.Deadline == nil {
+		if j.Phase == teardown.PhaseRunning || j.Deadline.IsZero() {
 			continue
 		}
-		t := &gwpb.Teardown{Job: j.ID, Phase: j.Phase, DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome}
-		if j.Ended != nil {
+		t := &gwpb.Teardown{Job: j.ID, Phase: string(j.Phase), DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome,
+			GraceMs: j.Grace.Milliseconds()}
+		if !j.Ended.IsZero() {
 			t.EndedMs = j.Ended.UnixMilli()
 		}
-		if j.Expiration != nil {
+		if !j.Expiration.IsZero() {
 			t.ExpirationMs = j.Expiration.UnixMilli()
-		}
-		if g, err := time.ParseDuration(j.Grace); err == nil {
-			t.GraceMs = g.Milliseconds()
 		}
 		out = append(out, t)
 	}

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -18,11 +19,11 @@ func TestMetaOf(t *testing.T) {
 	since := time.UnixMilli(1_800_000_000_000)
 	d1, d2 := since.Add(time.Minute), since.Add(2*time.Minute)
 	ended := since
-	st := api.Status{Node: "n1", State: api.StateTeardown, Since: since, FreeAt: &d2, Seq: 42, Incarnation: 3,
-		Jobs: []api.Job{
-			{ID: "a", Phase: api.PhaseTeardown, Deadline: &d1, Ended: &ended, Grace: "1m0s"},
-			{ID: "b", Phase: api.PhaseOverdue, Deadline: &d2, Ended: &ended, Grace: "2m0s"},
-			{ID: "c", Phase: api.PhaseRunning},
+	st := teardown.Status{Node: "n1", State: teardown.StateTeardown, Since: since, FreeAt: d2, Seq: 42, Incarnation: 3,
+		Jobs: []teardown.Job{
+			{ID: "a", Phase: teardown.PhaseTeardown, Deadline: d1, Ended: ended, Grace: time.Minute},
+			{ID: "b", Phase: teardown.PhaseOverdue, Deadline: d2, Ended: ended, Grace: 2 * time.Minute},
+			{ID: "c", Phase: teardown.PhaseRunning},
 		}}
 	m := metaOf(st)
 	if m.State != gwpb.State_STATE_TEARDOWN || m.FreeAtMs != d2.UnixMilli() || m.DeadlineMs != d2.UnixMilli() ||
@@ -37,7 +38,7 @@ func TestMetaOf(t *testing.T) {
 	if len(tds) != 2 || tds[0].Job != "a" || tds[0].GraceMs != 60000 || tds[1].DeadlineMs != d2.UnixMilli() {
 		t.Fatalf("teardowns %v", tds)
 	}
-	down := metaOf(api.Status{State: api.StateDown, Reason: "job b teardown exceeded grace 2m0s", Since: since})
+	down := metaOf(teardown.Status{State: teardown.StateDown, Reason: "job b teardown exceeded grace 2m0s", Since: since})
 	if down.State != gwpb.State_STATE_DOWN || down.FreeAtMs != 0 || down.Reason == "" {
 		t.Fatalf("down meta %v", down)
 	}
@@ -45,7 +46,7 @@ func TestMetaOf(t *testing.T) {
 
 func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 	since := time.UnixMilli(1_800_000_000_000)
-	up := api.Status{Node: "n1", State: api.StateUp, Since: since, Seq: 42, Incarnation: 3}
+	up := teardown.Status{Node: "n1", State: teardown.StateUp, Since: since, Seq: 42, Incarnation: 3}
 	g := gossipedMeta(up, false)
 	if g.SinceMs != 0 || g.Seq != 42 || g.Incarnation != 3 || g.State != gwpb.State_STATE_UP {
 		t.Fatalf("gossiped up meta %v: want since_ms 0, seq and incarnation kept", g)
@@ -58,7 +59,7 @@ func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 	if len(gb) >= len(db) {
 		t.Fatalf("gossiped up meta %d bytes, direct %d: want smaller", len(gb), len(db))
 	}
-	down := api.Status{Node: "n1", State: api.StateDown, Reason: "hung", Since: since, Seq: 43, Incarnation: 3}
+	down := teardown.Status{Node: "n1", State: teardown.StateDown, Reason: "hung", Since: since, Seq: 43, Incarnation: 3}
 	if g := gossipedMeta(down, true); g.SinceMs != since.UnixMilli() || g.Seq != 43 || g.Incarnation != 3 {
 		t.Fatalf("gossiped down meta %v: since_ms, seq and incarnation must stay", g)
 	}
@@ -78,22 +79,22 @@ func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 // jobSup records the job calls of the mesh link's job registration.
 type jobSup struct {
 	latcher
-	starts              []api.JobStartRequest
-	updates             []api.JobUpdateRequest
+	starts              []request.JobStartRequest
+	updates             []request.JobUpdateRequest
 	startErr, updateErr error
-	status              api.Status
+	status              teardown.Status
 }
 
-func (s *jobSup) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
+func (s *jobSup) StartJob(ctx context.Context, req request.JobStartRequest) (teardown.Job, error) {
 	s.starts = append(s.starts, req)
-	return api.Job{}, s.startErr
+	return teardown.Job{}, s.startErr
 }
 
-func (s *jobSup) Status(ctx context.Context) (api.Status, error) { return s.status, nil }
+func (s *jobSup) Status(ctx context.Context) (teardown.Status, error) { return s.status, nil }
 
-func (s *jobSup) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
+func (s *jobSup) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (teardown.Job, error) {
 	s.updates = append(s.updates, req)
-	return api.Job{}, s.updateErr
+	return teardown.Job{}, s.updateErr
 }
 
 // The controller's registration of a job (through an aggregator) registers
@@ -106,10 +107,10 @@ func TestRegisterJobFromTheMesh(t *testing.T) {
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.starts) != 1 || len(sup.updates) != 0 {
 		t.Fatalf("new job: %v, starts %+v updates %+v", err, sup.starts, sup.updates)
 	}
-	if want := (api.JobStartRequest{Job: "41", Expiration: "1764750000", Grace: "90s"}); sup.starts[0] != want {
+	if want := (request.JobStartRequest{Job: "41", Expiration: "1764750000", Grace: "90s"}); sup.starts[0] != want {
 		t.Fatalf("start %+v, want %+v", sup.starts[0], want)
 	}
-	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob)}
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", request.ErrDuplicateJob)}
 	l.sup = sup
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 1 || sup.updates[0].Expiration != "1764750000" || sup.updates[0].Cgroup != "" {
 		t.Fatalf("registered by the prolog first: %v, updates %+v", err, sup.updates)
@@ -117,25 +118,25 @@ func TestRegisterJobFromTheMesh(t *testing.T) {
 	// Registered with an E already: the mesh may move it later, never
 	// earlier (a shortened E would be a false DOWN).
 	later := time.Unix(1764750000, 0)
-	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob),
-		status: api.Status{Jobs: []api.Job{{ID: "41", Expiration: &later}}}}
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", request.ErrDuplicateJob),
+		status: teardown.Status{Jobs: []teardown.Job{{ID: "41", Expiration: later}}}}
 	l.sup = sup
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 0 {
 		t.Fatalf("same E again: %v, updates %+v; want success and no update", err, sup.updates)
 	}
 	earlier := later.Add(time.Hour)
-	sup.status.Jobs[0].Expiration = &earlier
-	if err := l.registerJob(context.Background(), reg); !errors.Is(err, api.ErrConflict) || len(sup.updates) != 0 {
+	sup.status.Jobs[0].Expiration = earlier
+	if err := l.registerJob(context.Background(), reg); !errors.Is(err, request.ErrConflict) || len(sup.updates) != 0 {
 		t.Fatalf("an earlier E: %v, updates %+v; want a refusal", err, sup.updates)
 	}
 	before := later.Add(-time.Hour)
-	sup.status.Jobs[0].Expiration = &before
+	sup.status.Jobs[0].Expiration = before
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.updates) != 1 {
 		t.Fatalf("a later E: %v, updates %+v; want it moved", err, sup.updates)
 	}
-	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", api.ErrDuplicateJob), updateErr: fmt.Errorf("job 41: %w: it is released", api.ErrConflict)}
+	sup = &jobSup{startErr: fmt.Errorf("job 41: %w", request.ErrDuplicateJob), updateErr: fmt.Errorf("job 41: %w: it is released", request.ErrConflict)}
 	l.sup = sup
-	if err := l.registerJob(context.Background(), reg); !errors.Is(err, api.ErrConflict) {
+	if err := l.registerJob(context.Background(), reg); !errors.Is(err, request.ErrConflict) {
 		t.Fatalf("released on the node: %v, want the refusal passed on", err)
 	}
 	if err := l.registerJob(context.Background(), nil); err == nil {

@@ -3,7 +3,6 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
@@ -18,7 +17,7 @@ var (
 	teardownOutcomes = []string{"clean", "exited", diagnose.OutcomeTerminated, diagnose.OutcomeKilled, diagnose.OutcomeHung}
 	escalationSigs   = []string{"SIGTERM", "SIGKILL"}
 	epilogueResults  = []string{"success", "failure", "signaled", "start_error"}
-	nodeStates       = []string{api.StateUp, api.StateTeardown, api.StateDown}
+	nodeStates       = []teardown.NodeState{teardown.StateUp, teardown.StateTeardown, teardown.StateDown}
 	hungClasses      = []diagnose.Class{diagnose.Unkillable, diagnose.ExitHang, diagnose.KillableD, diagnose.Missed, diagnose.Dying, diagnose.Zombie}
 )
 
@@ -102,7 +101,7 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 	for _, c := range hungClasses {
 		m.hung.WithLabelValues(string(c))
 	}
-	m.onChange(api.Status{State: api.StateUp})
+	m.onChange(teardown.Status{State: teardown.StateUp})
 	if proc != nil {
 		m.proc = newProcCollector(proc, maxBlocked)
 	}
@@ -127,22 +126,22 @@ func (m *agentMetrics) collectors() []prometheus.Collector {
 }
 
 // onChange sets the gauges from a status (teardown.Options.OnChange).
-func (m *agentMetrics) onChange(st api.Status) {
+func (m *agentMetrics) onChange(st teardown.Status) {
 	for _, s := range nodeStates {
 		v := 0.0
 		if s == st.State {
 			v = 1
 		}
-		m.nodeState.WithLabelValues(s).Set(v)
+		m.nodeState.WithLabelValues(string(s)).Set(v)
 	}
-	if st.State == api.StateDown {
+	if st.State == teardown.StateDown {
 		m.downLatched.Set(1)
 	} else {
 		m.downLatched.Set(0)
 	}
 	active := 0
 	for _, j := range st.Jobs {
-		if j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue {
+		if j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue {
 			active++
 		}
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
@@ -49,17 +48,19 @@ func testMetrics(t *testing.T) (*agentMetrics, *procfs.Reader) {
 func TestMetricsGolden(t *testing.T) {
 	m, _ := testMetrics(t)
 	d := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	job := func(id, phase string) api.Job { return api.Job{ID: id, Phase: phase, Deadline: &d} }
+	job := func(id string, phase teardown.Phase) teardown.Job {
+		return teardown.Job{ID: id, Phase: phase, Deadline: d}
+	}
 	events := []any{
 		teardown.Event{Kind: teardown.EventRegistered, Job: "1"},
 		teardown.Event{Kind: teardown.EventRegistered, Job: "2"},
 		teardown.Event{Kind: teardown.EventRegistered, Job: "3"},
-		api.Status{State: api.StateTeardown, FreeAt: &d, Jobs: []api.Job{job("1", api.PhaseTeardown), job("2", api.PhaseTeardown)}},
+		teardown.Status{State: teardown.StateTeardown, FreeAt: d, Jobs: []teardown.Job{job("1", teardown.PhaseTeardown), job("2", teardown.PhaseTeardown)}},
 		teardown.Event{Kind: teardown.EventEpilogExited, Job: "1", Status: 0},
 		teardown.Event{Kind: teardown.EventReleased, Job: "1", Outcome: "clean", Duration: 2500 * time.Millisecond},
 		teardown.Event{Kind: teardown.EventOverdue, Job: "2"},
-		api.Status{State: api.StateDown, Jobs: []api.Job{job("1", api.PhaseReleased), job("2", api.PhaseOverdue)},
-			Hung: []api.Hung{{Job: "2", PID: 7, Class: string(diagnose.Missed)}}},
+		teardown.Status{State: teardown.StateDown, Jobs: []teardown.Job{job("1", teardown.PhaseReleased), job("2", teardown.PhaseOverdue)},
+			Hung: []teardown.Hung{{Job: "2", PID: 7, Class: string(diagnose.Missed)}}},
 		teardown.Event{Kind: teardown.EventEscalation, Job: "2", Signal: "SIGTERM"},
 		teardown.Event{Kind: teardown.EventEscalation, Job: "2", Signal: "SIGKILL"},
 		teardown.Event{Kind: teardown.EventEpilogExited, Job: "2", Status: 137, Signaled: true},
@@ -70,9 +71,9 @@ func TestMetricsGolden(t *testing.T) {
 		teardown.Event{Kind: teardown.EventOverdue, Job: "3"},
 		teardown.Event{Kind: teardown.EventEscalation, Job: "3", Signal: "SIGTERM"},
 		teardown.Event{Kind: teardown.EventEscalation, Job: "3", Signal: "SIGKILL"},
-		api.Status{State: api.StateDown, Reason: "job 3 teardown exceeded grace 2m0s",
-			Jobs: []api.Job{job("1", api.PhaseReleased), job("2", api.PhaseReleased), job("3", api.PhaseOverdue)},
-			Hung: []api.Hung{
+		teardown.Status{State: teardown.StateDown, Reason: "job 3 teardown exceeded grace 2m0s",
+			Jobs: []teardown.Job{job("1", teardown.PhaseReleased), job("2", teardown.PhaseReleased), job("3", teardown.PhaseOverdue)},
+			Hung: []teardown.Hung{
 				{Job: "3", PID: 11, Class: string(diagnose.Unkillable)},
 				{Job: "3", PID: 12, Class: string(diagnose.Unkillable)},
 				{Job: "3", PID: 13, Class: string(diagnose.Zombie)},
@@ -80,7 +81,7 @@ func TestMetricsGolden(t *testing.T) {
 	}
 	for _, e := range events {
 		switch e := e.(type) {
-		case api.Status:
+		case teardown.Status:
 			m.onChange(e)
 		case teardown.Event:
 			m.onEvent(e)
@@ -104,8 +105,8 @@ func TestMetricsGolden(t *testing.T) {
 // go back to 0 when the node is resumed and the processes are gone.
 func TestMetricsGaugesFollowStatus(t *testing.T) {
 	m, proc := testMetrics(t)
-	m.onChange(api.Status{State: api.StateDown, Jobs: []api.Job{{ID: "1", Phase: api.PhaseOverdue}},
-		Hung: []api.Hung{{Job: "1", Class: string(diagnose.Unkillable)}}})
+	m.onChange(teardown.Status{State: teardown.StateDown, Jobs: []teardown.Job{{ID: "1", Phase: teardown.PhaseOverdue}},
+		Hung: []teardown.Hung{{Job: "1", Class: string(diagnose.Unkillable)}}})
 	check := func(what string, got, want float64) {
 		t.Helper()
 		if got != want {
@@ -115,7 +116,7 @@ func TestMetricsGaugesFollowStatus(t *testing.T) {
 	check("hung{unkillable}", testutil.ToFloat64(m.hung.WithLabelValues("unkillable")), 1)
 	check("down_latched", testutil.ToFloat64(m.downLatched), 1)
 	check("active_teardowns", testutil.ToFloat64(m.activeTeardowns), 1)
-	m.onChange(api.Status{State: api.StateUp, Jobs: []api.Job{{ID: "1", Phase: api.PhaseReleased}}})
+	m.onChange(teardown.Status{State: teardown.StateUp, Jobs: []teardown.Job{{ID: "1", Phase: teardown.PhaseReleased}}})
 	check("hung{unkillable}", testutil.ToFloat64(m.hung.WithLabelValues("unkillable")), 0)
 	check("down_latched", testutil.ToFloat64(m.downLatched), 0)
 	check("active_teardowns", testutil.ToFloat64(m.activeTeardowns), 0)

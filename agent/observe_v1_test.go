@@ -14,6 +14,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 )
 
@@ -73,7 +74,7 @@ func TestV1ReadsOnlyWhileObserved(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	v2 := cgrouptest.TempRoot(t)
-	if _, err := sup.StartJob(ctx, api.JobStartRequest{Job: "v2", Expiration: "0", Cgroup: v2}); err != nil {
+	if _, err := sup.StartJob(ctx, request.JobStartRequest{Job: "v2", Expiration: "0", Cgroup: v2}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2500 * time.Millisecond)
@@ -82,7 +83,7 @@ func TestV1ReadsOnlyWhileObserved(t *testing.T) {
 	}
 
 	dir, rel := cgrouptest.TempV1(t, "freezer")
-	if _, err := sup.StartJob(ctx, api.JobStartRequest{Job: "v1", Expiration: "0", Cgroup: "freezer:" + rel}); err != nil {
+	if _, err := sup.StartJob(ctx, request.JobStartRequest{Job: "v1", Expiration: "0", Cgroup: "freezer:" + rel}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3500 * time.Millisecond)

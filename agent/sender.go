@@ -43,8 +43,10 @@ type sendFunc func(ctx context.Context, node string, u *gwpb.StateUpdate) error
 // first attempt started, then after doubling delays up to sendRetryMax,
 // whether the previous attempt failed or still hangs in its connect.
 // Aggregators order states by (incarnation, seq), so arrivals out of order
-// and duplicates are harmless. A target that is not an alive member any
-// more (mesh.ErrNotAlive, ErrUnknownMember) is not retried: its return
+// and duplicates are harmless. The targets are the aggregators of the
+// mesh's book: one that gossip lost is still a target (memberlist's word is
+// no proof), reached at the address it signed. A target the mesh does not
+// know (mesh.ErrUnknownMember, or ErrNotAlive) is not retried: its return
 // makes the link publish again.
 //
 // Its methods are safe for concurrent use and never block on the network.
@@ -126,6 +128,24 @@ func (s *stateSender) publish(u *gwpb.StateUpdate, targets []string) {
 		s.stopTimerLocked(t)
 		s.attemptLocked(t)
 	}
+}
+
+// resend delivers the latest state to target again, once, even if it
+// has it: the aggregator asked for it (a probe), or gossip lost the
+// aggregator and a delivery is the proof that it is still there. A target
+// that is not among the current ones is ignored.
+func (s *stateSender) resend(target string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.targets[target]
+	if t == nil || s.closed || s.latest == nil {
+		return
+	}
+	if t.delivered >= s.version {
+		t.delivered = s.version - 1
+	}
+	t.attempts, t.failures = 0, 0
+	s.attemptLocked(t)
 }
 
 // close stops every retry, makes publish a no-op, and waits for the

@@ -285,3 +285,27 @@ func TestStateSenderCloseLeavesNothingBehind(t *testing.T) {
 		t.Errorf("%d sends, want 4: nothing starts after close", n)
 	}
 }
+
+// resend delivers the latest state again to one target that has it (an
+// aggregator's probe, or a recheck of one that gossip lost), once; a target
+// that is not among the current ones is ignored.
+func TestStateSenderResend(t *testing.T) {
+	s, f, clk, _ := newTestSender(t)
+	s.publish(stateUpdate(1), []string{"agg-1", "agg-2"})
+	f.call(t, 0).answer <- nil
+	f.call(t, 1).answer <- nil
+	f.waitDelivered(t, "agg-1", 1)
+	f.waitDelivered(t, "agg-2", 1)
+	settled(t, s, clk)
+	s.resend("agg-2")
+	s.resend("agg-9")
+	c := f.call(t, 2)
+	if c.node != "agg-2" || c.seq != 1 {
+		t.Fatalf("resend: call to %s of seq %d, want agg-2 seq 1", c.node, c.seq)
+	}
+	c.answer <- nil
+	settled(t, s, clk)
+	if n := f.numCalls(); n != 3 {
+		t.Errorf("%d calls, want 3 (one resend)", n)
+	}
+}

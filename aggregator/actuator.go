@@ -1,36 +1,23 @@
 package aggregator
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode"
 
+	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/runcmd"
 )
 
-const (
-	// maxBackoff caps the exponential back-off between retries.
-	maxBackoff = time.Minute
-	// outputTail is how much of a command's output is logged.
-	outputTail = 2048
-	// waitDelay bounds the wait for a killed command's pipes.
-	waitDelay = 5 * time.Second
-)
-
-// errTimedOut is the error of a command that outlived its timeout.
-var errTimedOut = errors.New("timed out")
+// maxBackoff caps the exponential back-off between retries.
+const maxBackoff = time.Minute
 
 // actuators runs the [[actuator]] commands on transitions, when this
 // aggregator leads. The rule, per node:
@@ -78,6 +65,26 @@ type actuators struct {
 	// succeeds): shown by /readyz; onSaveError counts each failure.
 	saveErr     error
 	onSaveError func()
+
+	// The blast-radius limit (actuator_limit.go): limit, the slots of
+	// the drains within its window, the known nodes it is a fraction of,
+	// the incidents an administrator confirmed, and the timer that lets
+	// held drains through when a slot expires.
+	limit      incident.Limit
+	budget     incident.Budget
+	known      int
+	confirmed  map[uint64]bool
+	limitTimer clock.Timer
+	heldCount  int
+	heldLogged time.Time
+	// onHeld, if set, is told the number of held drains whenever it may
+	// have changed (under a.mu; it must not block).
+	onHeld func(int)
+	// batches gathers the nodes of the on="up" actuators that take a
+	// hostlist ({nodes}; actuator_batch.go).
+	batches *batcher
+	// runs bounds the actuator commands running at once.
+	runs chan struct{}
 }
 
 type actNode struct {
@@ -99,10 +106,38 @@ type actNode struct {
 	// whose on=reason actuators failed (not tried again).
 	told, failedReason string
 	toldAt             time.Time
+	// info is what the Service says of the node beyond its state: its
+	// incident, the drain reason's prefix naming it, whether its drain is
+	// limited, and whether its DOWN is early by this aggregator's clock.
+	info actInfo
+	// held: its drain waits for the blast-radius limit since heldAt;
+	// admitted is the down episode whose drain took a slot (or needed
+	// none).
+	held     bool
+	heldAt   time.Time
+	admitted uint64
+}
+
+// actInfo is what the Service tells the actuators of a node besides its
+// served state and reason.
+type actInfo struct {
+	// Incident is the node's incident (0: none) and Prefix the words that
+	// name it at the start of the scheduler's reason ("incident 7
+	// (lustre /scratch, 312 nodes)"; empty: none).
+	Incident uint64
+	Prefix   string
+	// Limited: the drain counts against the blast-radius limit (every
+	// down but an administrator's own drain).
+	Limited bool
+	// Early: a DOWN from a deadline that by this aggregator's clock has
+	// not passed yet; it is not drained until it has (the Service tells
+	// again then).
+	Early bool
 }
 
 func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration, log *slog.Logger) *actuators {
-	a := &actuators{clock: clk, backoff: backoff, log: log.With("component", "actuator"), nodes: map[string]*actNode{}}
+	a := &actuators{clock: clk, backoff: backoff, log: log.With("component", "actuator"), nodes: map[string]*actNode{},
+		confirmed: map[uint64]bool{}, runs: make(chan struct{}, maxConcurrentRuns)}
 	for _, c := range cfgs {
 		switch c.On {
 		case OnDown:
@@ -114,6 +149,7 @@ func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration,
 		}
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.batches = newBatcher(a)
 	return a
 }
 
@@ -151,6 +187,8 @@ func (a *actuators) forget(node string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if n := a.nodes[node]; n != nil && !n.running {
+		a.setHeldLocked(n, false, a.clock.Now())
+		a.budget.Release(node)
 		delete(a.nodes, node)
 		a.saveLocked()
 	}
@@ -207,6 +245,10 @@ func (a *actuators) stop() {
 	a.mu.Lock()
 	a.cancel()
 	a.leader = false
+	if a.limitTimer != nil {
+		a.limitTimer.Stop()
+		a.limitTimer = nil
+	}
 	a.mu.Unlock()
 	a.wg.Wait()
 }
@@ -217,7 +259,7 @@ func (a *actuators) stop() {
 // aggregator is alive: while this one does not lead, that one actuates the
 // transition; and a node first seen already down while one is alive was
 // that one's to drain.
-func (a *actuators) observe(node string, st State, reason string, othersAlive bool) {
+func (a *actuators) observe(node string, st State, reason string, othersAlive bool, info actInfo) {
 	if len(a.down) == 0 {
 		return
 	}
@@ -234,13 +276,24 @@ func (a *actuators) observe(node string, st State, reason string, othersAlive bo
 		n = &actNode{}
 		a.nodes[node] = n
 	}
+	if st != StateDown {
+		info = actInfo{}
+	}
+	prevInfo := n.info
+	n.info = info
 	if st == n.state {
-		if st == StateDown && reason != n.reason {
+		if st == StateDown && (reason != n.reason || info != prevInfo) {
 			// The reason follows the diagnosis: the scheduler's too.
 			n.reason = reason
 			a.kickLocked(node, n)
 		}
 		return
+	}
+	if n.state == StateDown {
+		// Up or tearing down: back, its slot frees. Unreachable: not
+		// back, it keeps its slot (its drain, if held, is not needed
+		// while it is not served down).
+		a.leaveDownLocked(node, n, st == StateUp || st == StateTeardown)
 	}
 	switch st {
 	case StateDown:
@@ -268,6 +321,11 @@ func (a *actuators) setLeader(leader, othersAlive bool) {
 	gained := leader && !a.leader
 	a.leader = leader
 	if !leader {
+		// The leader holds its own drains; this one holds none.
+		now := a.clock.Now()
+		for _, n := range a.nodes {
+			a.setHeldLocked(n, false, now)
+		}
 		return
 	}
 	for name, n := range a.nodes {
@@ -286,10 +344,14 @@ func (a *actuators) setLeader(leader, othersAlive bool) {
 func (a *actuators) neededLocked(n *actNode) (string, uint64) {
 	switch {
 	case n.state == StateDown && !n.drained && n.failedDown != n.epDown:
+		if n.info.Early {
+			return "", 0 // the deadline has not passed here yet
+		}
 		return OnDown, n.epDown
 	case n.state == StateUp && n.drained && len(a.up) > 0 && n.failedUp != n.epUp:
 		return OnUp, n.epUp
-	case n.state == StateDown && n.drained && len(a.reasons) > 0 && n.told != "" && n.reason != n.told && n.reason != n.failedReason:
+	case n.state == StateDown && n.drained && len(a.reasons) > 0 && n.told != "" && schedulerReason(n.info.Prefix, n.reason) != n.told &&
+		schedulerReason(n.info.Prefix, n.reason) != n.failedReason:
 		return OnReason, n.epDown
 	}
 	return "", 0
@@ -299,7 +361,8 @@ func (a *actuators) kickLocked(name string, n *actNode) {
 	if n.running || !a.leader || a.ctx.Err() != nil {
 		return
 	}
-	if on, _ := a.neededLocked(n); on == "" {
+	on, _ := a.neededLocked(n)
+	if on == "" || (on == OnDown && !a.admitLocked(name, n)) {
 		return
 	}
 	n.running = true
@@ -313,12 +376,12 @@ func (a *actuators) runNode(name string, n *actNode) {
 	for {
 		a.mu.Lock()
 		on, ep := a.neededLocked(n)
-		if on == "" || !a.leader || a.ctx.Err() != nil {
+		if on == "" || !a.leader || a.ctx.Err() != nil || (on == OnDown && !a.admitLocked(name, n)) {
 			n.running = false
 			a.mu.Unlock()
 			return
 		}
-		reason, ctx := n.reason, a.ctx
+		reason, ctx := schedulerReason(n.info.Prefix, n.reason), a.ctx
 		wait := time.Duration(0)
 		if on == OnReason {
 			wait = n.toldAt.Add(ReasonEvery).Sub(a.clock.Now())
@@ -345,7 +408,11 @@ func (a *actuators) runNode(name string, n *actNode) {
 		}
 		ok := true
 		for i, c := range cfgs {
-			if !a.runWithRetries(ctx, name, on, reason, i, c) {
+			run := a.runWithRetries
+			if isBatch(c) {
+				run = a.batches.run
+			}
+			if !run(ctx, name, on, reason, i, c) {
 				ok = false
 			}
 		}
@@ -365,6 +432,7 @@ func (a *actuators) runNode(name string, n *actNode) {
 			a.log.Error("the on=reason actuators failed: the scheduler keeps the previous reason", "node", name)
 		case on == OnDown:
 			n.failedDown = ep
+			a.releaseLocked(name)
 			a.log.Error("not every on=down actuator succeeded: on=up will not run for this down", "node", name)
 		default:
 			n.failedUp = ep
@@ -377,33 +445,44 @@ func (a *actuators) runNode(name string, n *actNode) {
 // runWithRetries runs one actuator, retrying with back-off; it gives up
 // early when leadership is lost or the aggregator stops.
 func (a *actuators) runWithRetries(ctx context.Context, node, on, reason string, index int, c ActuatorConfig) bool {
-	retries := DefaultActuatorRetries
-	if c.Retries != nil {
-		retries = *c.Retries
-	}
 	if err := nodename.Validate(node); err != nil {
 		a.log.Error("actuator not run: invalid node name", "node", nodename.Quote(node), "transition", on, "err", err)
 		return false
 	}
 	argv := expandArgv(c.Command, node, reason)
+	return a.runRetrying(ctx, c, on, argv, func(ctx context.Context) (int, string, error) {
+		return runCommand(ctx, argv, c.Timeout.D(), node, on, reason)
+	}, a.log.With("node", node, "transition", on, "actuator", index))
+}
+
+// runRetrying runs actuator c's command argv for transition on (run runs
+// it once), retrying with back-off, at most maxConcurrentRuns at once; it
+// gives up early when leadership is lost or the aggregator stops. log
+// names the run.
+func (a *actuators) runRetrying(ctx context.Context, c ActuatorConfig, on string, argv []string,
+	run func(context.Context) (int, string, error), log *slog.Logger) bool {
+	retries := DefaultActuatorRetries
+	if c.Retries != nil {
+		retries = *c.Retries
+	}
 	delay := a.backoff
 	for attempt := 1; attempt <= retries+1; attempt++ {
+		if !a.acquire(ctx) {
+			break
+		}
 		start := time.Now()
-		exit, out, err := runCommand(ctx, argv, c.Timeout.D(), node, on, reason)
+		exit, out, err := run(ctx)
+		a.release()
 		if a.onRun != nil {
 			a.onRun(on, err)
 		}
-		log := a.log.With("node", node, "transition", on, "actuator", index, "attempt", attempt,
-			"exit", exit, "duration", time.Since(start).Round(time.Millisecond))
+		log := log.With("attempt", attempt, "exit", exit, "duration", time.Since(start).Round(time.Millisecond))
 		if err == nil {
 			log.Info("actuator ran", "argv", argv)
 			return true
 		}
 		log.Warn("actuator failed", "argv", argv, "err", err, "output", out)
-		if attempt > retries || !a.stillLeading() {
-			break
-		}
-		if !sleep(ctx, a.clock, delay) {
+		if attempt > retries || !a.stillLeading() || !sleep(ctx, a.clock, delay) {
 			break
 		}
 		delay = min(delay*2, maxBackoff)
@@ -448,68 +527,53 @@ func expandArgv(argv []string, node, reason string) []string {
 	return out
 }
 
-// runCommand runs argv in a process group of its own, without a shell,
-// killing the whole group when timeout passes or ctx ends. The environment
-// is the aggregator's plus GRACEWATCH_NODE, GRACEWATCH_TRANSITION and
-// GRACEWATCH_REASON. It returns the exit code (-1 if it did not exit), the
-// tail of the output and an error unless it exited 0.
+// runCommand runs an actuator's argv (internal/runcmd: no shell, its own
+// process group, killed whole at timeout, 0 meaning DefaultActuatorTimeout).
+// The environment is the aggregator's plus GRACEWATCH_NODE,
+// GRACEWATCH_TRANSITION and GRACEWATCH_REASON. It returns the exit code (-1
+// if it did not exit), the tail of the output and an error unless it exited
+// 0.
 func runCommand(ctx context.Context, argv []string, timeout time.Duration, node, on, reason string) (int, string, error) {
+	return runCommandEnv(ctx, argv, timeout, "GRACEWATCH_NODE="+node, "GRACEWATCH_TRANSITION="+on, "GRACEWATCH_REASON="+reason)
+}
+
+// runCommandEnv is runCommand with the environment variables env added.
+func runCommandEnv(ctx context.Context, argv []string, timeout time.Duration, env ...string) (int, string, error) {
 	if timeout <= 0 {
 		timeout = DefaultActuatorTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		// The whole group: a shell script's children too.
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	cmd.WaitDelay = waitDelay
-	cmd.Env = append(os.Environ(), "GRACEWATCH_NODE="+node, "GRACEWATCH_TRANSITION="+on, "GRACEWATCH_REASON="+reason)
-	var out tailBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	exit := -1
-	if cmd.ProcessState != nil {
-		exit = cmd.ProcessState.ExitCode()
-	}
-	if ctx.Err() != nil && err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("%w after %v (process group killed)", errTimedOut, timeout)
-		} else {
-			err = fmt.Errorf("stopped: %w", ctx.Err())
-		}
-	}
-	return exit, out.String(), err
+	res, err := runcmd.Run(ctx, argv, runcmd.Options{Timeout: timeout, Env: env})
+	return res.Exit, res.Output, err
 }
 
-// tailBuffer keeps the last outputTail bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+// schedulerReason is the reason the scheduler is given for a node: its
+// own, after the prefix that names its incident, if any ("incident 7
+// (lustre /scratch, 312 nodes): job 1234 teardown exceeded ...").
+func schedulerReason(prefix, reason string) string {
+	if prefix == "" {
+		return reason
+	}
+	return prefix + ": " + reason
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf.Write(p)
-	if t.buf.Len() > 2*outputTail {
-		b := t.buf.Bytes()[t.buf.Len()-outputTail:]
-		t.buf = *bytes.NewBuffer(bytes.Clone(b))
+// maxConcurrentRuns bounds the actuator commands running at once: a storm
+// that drains hundreds of nodes (confirmed past the limit) runs them 16 at
+// a time instead of forking hundreds of scontrol processes against one
+// slurmctld.
+const maxConcurrentRuns = 16
+
+// acquire takes one of the maxConcurrentRuns places, waiting for it; it
+// returns false if ctx ends first.
+func (a *actuators) acquire(ctx context.Context) bool {
+	select {
+	case a.runs <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
 	}
-	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf.Bytes()
-	if len(b) > outputTail {
-		b = b[len(b)-outputTail:]
-	}
-	return strings.TrimSpace(string(b))
-}
+func (a *actuators) release() { <-a.runs }
 
 // busy reports whether a command runs or waits to be retried (tests).
 func (a *actuators) busy() bool {

@@ -5,11 +5,12 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
+	"net"
 	"net/http"
-	"os"
 	"strings"
-	"unicode"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/secretfile"
 )
 
 // The HTTP API has two bearer tokens:
@@ -111,15 +112,33 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, acc access) b
 		if acc == read {
 			return true
 		}
-		s.log.Warn("read token on an admin endpoint", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		s.logAuth(r, "read token on an admin endpoint")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="insufficient_scope"`)
 		s.writeError(w, http.StatusForbidden, "%s %s needs the admin token (http.admin_token_file); this is the read token (http.read_token_file), which opens the read endpoints only", r.Method, r.URL.Path)
 		return false
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="gracewatch", error="invalid_token"`)
-	s.log.Warn("wrong bearer token", "remote", r.RemoteAddr, "path", r.URL.Path)
+	s.logAuth(r, "wrong bearer token")
 	s.writeError(w, http.StatusUnauthorized, "wrong bearer token")
 	return false
+}
+
+// authLogEvery spaces the log lines of refused tokens from one remote
+// host; ratelog.Burst bounds them in all.
+const authLogEvery = 10 * time.Second
+
+// logAuth logs a refused token: once per remote host and authLogEvery, at
+// most ratelog.Burst lines per interval in all, with the count of those
+// held back (a client with a wrong token, or a guesser, sends thousands a
+// second).
+func (s *Server) logAuth(r *http.Request, msg string) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if ok, suppressed := s.authLog.Allow(host, time.Now()); ok {
+		s.log.Warn(msg, "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "suppressed", suppressed)
+	}
 }
 
 // ErrSameToken is returned by LoadTokens when the read token is the admin
@@ -148,35 +167,9 @@ func LoadTokens(h HTTPConfig) (admin, read []byte, err error) {
 }
 
 // LoadToken reads a token file (the admin or the read token): one line, at
-// least MinTokenBytes long. The file must be a regular file that others can
-// neither read nor write (mode 0600 or 0640): a token anyone on the host can
-// read protects nothing, and the aggregator refuses to start.
+// least MinTokenBytes long, without white space. It is a secret file, read
+// by internal/secretfile's policy (mode 0600 or 0640; a token anyone on the
+// host can read protects nothing, and the aggregator refuses to start).
 func LoadToken(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("token file: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("token file: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("token file %s: not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o007 != 0 {
-		return nil, fmt.Errorf("token file %s: mode %04o lets others read or write it; chmod o-rwx it", path, perm)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("token file %s: %w", path, err)
-	}
-	tok := strings.TrimSpace(string(data))
-	switch {
-	case len(tok) < MinTokenBytes:
-		return nil, fmt.Errorf("token file %s: %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", path, len(tok), MinTokenBytes)
-	case strings.ContainsFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
-		return nil, fmt.Errorf("token file %s: holds white space or control characters (want one line)", path)
-	}
-	return []byte(tok), nil
+	return secretfile.Token("token", path, MinTokenBytes)
 }

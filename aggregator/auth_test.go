@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -106,7 +107,7 @@ func TestTokenRules(t *testing.T) {
 					// The detail of a report: to the read or the admin
 					// token only, whether or not the reads need a token.
 					if e.path == "/v1/nodes/n1" && got == 200 {
-						var n Node
+						var n api.Node
 						if err := json.Unmarshal([]byte(body), &n); err != nil || n.LastReport == nil {
 							t.Fatalf("GET /v1/nodes/n1: %v: %s", err, body)
 						}
@@ -174,7 +175,7 @@ func TestLoadToken(t *testing.T) {
 		mode    os.FileMode
 		want    string
 	}{
-		"world": {testToken, 0o644, "lets others read"},
+		"world": {testToken, 0o644, "mode 0644 is too open"},
 		"short": {"abc", 0o600, "want at least 16"},
 		"lines": {"abcdefghijklmnop\nqrstuvwxyz", 0o600, "one line"},
 	} {

@@ -106,7 +106,8 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 	if u == nil {
 		return nil
 	}
-	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs()}
+	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
+		Cause: boundCause(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain()}
 	tds := u.GetTeardowns()
 	for _, td := range tds[:min(len(tds), maxTeardownsKept)] {
 		c.Teardowns = append(c.Teardowns, &gwpb.Teardown{
@@ -163,5 +164,6 @@ func boundMeta(m *gwpb.Meta) *gwpb.Meta {
 		DeadlineMs:  m.GetDeadlineMs(),
 		SinceMs:     m.GetSinceMs(),
 		Reason:      cutText(m.GetReason(), maxUpdateReasonBytes),
+		Addr:        cutText(m.GetAddr(), maxFieldBytes),
 	}
 }

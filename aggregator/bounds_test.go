@@ -127,13 +127,15 @@ func TestBoundCopiesEveryField(t *testing.T) {
 			}
 		}
 	}
-	meta, td, rep := &gwpb.Meta{}, &gwpb.Teardown{}, &gwpb.Report{}
+	meta, td, rep, cause := &gwpb.Meta{}, &gwpb.Teardown{}, &gwpb.Report{}, &gwpb.Cause{}
 	fill(meta.ProtoReflect())
 	fill(td.ProtoReflect())
 	fill(rep.ProtoReflect())
-	u := &gwpb.StateUpdate{Meta: meta, Reason: "r", Teardowns: []*gwpb.Teardown{td}, Reports: []*gwpb.Report{rep}, StartedMs: 7}
-	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 5 {
-		t.Errorf("StateUpdate has %d fields; boundUpdate copies 5", n)
+	fill(cause.ProtoReflect())
+	u := &gwpb.StateUpdate{Meta: meta, Reason: "r", Teardowns: []*gwpb.Teardown{td}, Reports: []*gwpb.Report{rep}, StartedMs: 7,
+		Cause: cause, Clean: true, AdminDrain: true}
+	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 8 {
+		t.Errorf("StateUpdate has %d fields; boundUpdate copies 8", n)
 	}
 	if b := boundUpdate(u); !proto.Equal(b, u) {
 		t.Errorf("boundUpdate lost a field:\n got %v\nwant %v", b, u)

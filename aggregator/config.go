@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -77,6 +79,14 @@ type Config struct {
 	HTTP      HTTPConfig       `toml:"http"`
 	Policy    PolicyConfig     `toml:"policy"`
 	Actuators []ActuatorConfig `toml:"actuator"`
+	// Reservations puts free_at into the scheduler's own plan
+	// (aggregator/reservation; packaging/README.md, "The scheduler's
+	// plan").
+	Reservations reservation.Config `toml:"reservations"`
+	// Incidents groups the DOWN nodes by cause, limits the drains and
+	// resumes an incident's nodes when its cause clears
+	// (aggregator/incident; packaging/README.md, "Incidents").
+	Incidents incident.Config `toml:"incidents"`
 }
 
 // HTTPConfig is the [http] table: the scheduler-facing API.
@@ -138,7 +148,9 @@ type ActuatorConfig struct {
 	// reason changed while it stays down, drained by gracewatch).
 	On string `toml:"on"`
 	// Command is the argv, run without a shell; "{node}" and "{reason}" are
-	// replaced in every argument.
+	// replaced in every argument. An on="up" command may take "{nodes}"
+	// instead (and then neither of the others): it runs once for the
+	// nodes that come up within BatchDelay, with their hostlist.
 	Command []string `toml:"command"`
 	// Timeout bounds one run (the whole process group is killed); 0 or
 	// absent means 30s.
@@ -161,6 +173,8 @@ func DefaultConfig() Config {
 			UnreachableAfter:   config.Dur(DefaultUnreachableAfter),
 			Settle:             config.Dur(DefaultSettle),
 		},
+		Reservations: reservation.DefaultConfig(),
+		Incidents:    incident.DefaultConfig(),
 	}
 }
 
@@ -243,6 +257,13 @@ func (c *Config) Validate() error {
 		bad("policy.settle", "want 0 to 1h, got %v", d)
 	}
 
+	if err := c.Reservations.Validate("reservations"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Incidents.Validate("incidents"); err != nil {
+		errs = append(errs, err)
+	}
+
 	var haveDown, haveUp bool
 	for i := range c.Actuators {
 		a := &c.Actuators[i]
@@ -259,10 +280,18 @@ func (c *Config) Validate() error {
 		if len(a.Command) == 0 || a.Command[0] == "" {
 			bad(key("command"), "must name a program")
 		}
+		batch := isBatch(*a)
+		if batch && a.On != OnUp {
+			bad(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", OnUp)
+		}
 		for _, arg := range a.Command {
 			for _, ph := range placeholder.FindAllString(arg, -1) {
-				if ph != "{node}" && ph != "{reason}" {
-					bad(key("command"), "unknown placeholder %s in %q (want {node} or {reason})", ph, arg)
+				switch {
+				case ph == "{nodes}":
+				case ph != "{node}" && ph != "{reason}":
+					bad(key("command"), "unknown placeholder %s in %q (want {node}, {reason} or, on = \"up\", {nodes})", ph, arg)
+				case batch:
+					bad(key("command"), "%s in %q: a command with {nodes} runs once for many nodes and takes no %s", ph, arg, ph)
 				}
 			}
 			if strings.IndexByte(arg, 0) >= 0 {

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -61,17 +63,18 @@ func (s *Service) deliverAck(from string, ack *gwpb.ControlAck) {
 // *AgentError when the agent refused, or ctx's error. Safe for concurrent
 // use; it blocks.
 func (s *Service) Control(ctx context.Context, node string, action gwpb.Action, reason, by string) (Node, error) {
-	return s.control(ctx, node, &gwpb.Control{Action: action, Reason: reason, By: by})
+	return s.control(ctx, node, &gwpb.Control{Action: action, Reason: reason, By: by}, slog.LevelInfo)
 }
 
 // RegisterJob registers job on node's agent (or moves the expiration of
 // the job registered there) and waits for its answer, as Control does.
 func (s *Service) RegisterJob(ctx context.Context, node string, job *gwpb.JobRegistration, by string) (Node, error) {
-	return s.control(ctx, node, &gwpb.Control{Action: gwpb.Action_ACTION_REGISTER_JOB, Job: job, By: by})
+	return s.control(ctx, node, &gwpb.Control{Action: gwpb.Action_ACTION_REGISTER_JOB, Job: job, By: by}, slog.LevelInfo)
 }
 
-// control sends c (its id set here) to node's agent and waits for the ack.
-func (s *Service) control(ctx context.Context, node string, c *gwpb.Control) (Node, error) {
+// control sends c (its id set here) to node's agent and waits for the ack,
+// logging its sending and its success at level (failures are warnings).
+func (s *Service) control(ctx context.Context, node string, c *gwpb.Control, level slog.Level) (Node, error) {
 	action, reason, by := c.GetAction(), c.GetReason(), c.GetBy()
 	if err := nodename.Validate(node); err != nil {
 		return Node{}, err
@@ -83,7 +86,7 @@ func (s *Service) control(ctx context.Context, node string, c *gwpb.Control) (No
 		s.mu.Unlock()
 		return Node{}, fmt.Errorf("%w: %s", ErrUnknownNode, node)
 	}
-	if gone(n.Member) {
+	if gone(mesh.Status(n.Member)) {
 		s.mu.Unlock()
 		return n, fmt.Errorf("%w: %s: %s", ErrUnreachable, node, n.Reason)
 	}
@@ -110,7 +113,7 @@ func (s *Service) control(ctx context.Context, node string, c *gwpb.Control) (No
 	t := s.clock.AfterFunc(s.opts.ControlTimeout, func() { close(timedOut) })
 	defer t.Stop()
 	log := s.log.With("node", node, "action", action.String(), "id", id, "by", by)
-	log.Info("control sent", "reason", logText(reason), "job", logText(c.GetJob().GetJob()))
+	log.Log(ctx, level, "control sent", "reason", logText(reason), "job", logText(c.GetJob().GetJob()))
 	c.Id = id
 	// The agent applies it only until the caller is told it timed out
 	// (it may have been stopped, or the message queued, that long).
@@ -131,7 +134,7 @@ func (s *Service) control(ctx context.Context, node string, c *gwpb.Control) (No
 			}
 			return n, &AgentError{Node: node, Msg: msg}
 		}
-		log.Info("control acknowledged")
+		log.Log(ctx, level, "control acknowledged")
 		n, _ = s.Node(node)
 		return n, nil
 	case <-timedOut:

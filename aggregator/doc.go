@@ -1,5 +1,5 @@
 // Package aggregator derives each compute node's state from the gossip mesh
-// and serves it to the scheduler (DESIGN section 5).
+// and serves it to the scheduler (docs/DESIGN.md §5).
 //
 // The parts, from the inside out:
 //
@@ -12,10 +12,16 @@
 //     armed for the next central deadline, publishes state changes as
 //     events, relays administrators' resume and drain requests to the
 //     agents, and runs the actuators when it leads.
-//   - Server, the HTTP API described in proto/openapi.yaml, and Client,
-//     its Go client used by the command line.
+//   - Incidents (incidents.go, over the pure grouping of package
+//     aggregator/incident): the DOWN nodes grouped by the cause they
+//     share, the blast-radius limit in front of the on="down" actuators
+//     (actuator_limit.go), clock sanity (latch.go) and the recovery of an
+//     incident's nodes when its cause clears (docs/DESIGN.md §5b).
+//   - Server, the HTTP API described in proto/openapi.yaml, which converts
+//     the view's nodes to the API's (wire.go). The API's types and its Go
+//     client are package aggregator/api; the command line is
+//     aggregator/cli.
 //
-// The package does not import the mesh: it sees it through the small Mesh
-// interface (with FakeMesh beside it for tests), and cmd/aggregator adapts
-// the real one.
+// The Service sees the mesh through the small Mesh interface (with
+// FakeMesh beside it for tests); Run adapts the real one.
 package aggregator

@@ -66,9 +66,12 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	s.seenByMesh(name) // leaves the adopted and unseen sets
 	delete(s.enforce, name)
 	delete(s.held, name)
+	delete(s.probeAt, name)
+	delete(s.probes, name)
 	s.mu.Lock()
 	prev := s.view[name]
 	delete(s.view, name)
+	s.untrackDown(name)
 	if i, found := slices.BinarySearch(s.names, name); found {
 		s.names = slices.Delete(s.names, i, i+1)
 	}
@@ -78,6 +81,9 @@ func (s *Service) forget(name, by string, propagate bool) error {
 		f.Forget(name)
 	}
 	s.act.forget(name)
+	if s.plan != nil {
+		s.plan.Forget(name)
+	}
 	s.log.Info("node forgotten", "node", name, "by", by, "was", prev.State, "reason", logText(prev.Reason))
 	if propagate {
 		var to []string

@@ -72,7 +72,7 @@ func FuzzComputeMeta(f *testing.F) {
 				if _, err := ParseState(string(n.State)); err != nil {
 					t.Fatalf("state %q", n.State)
 				}
-				if n.FreeAt != nil && n.State != StateTeardown {
+				if !n.FreeAt.IsZero() && n.State != StateTeardown {
 					t.Fatalf("free_at in state %s", n.State)
 				}
 				if n.Schedulable != (n.State == StateUp || n.State == StateTeardown) {

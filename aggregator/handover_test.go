@@ -142,7 +142,7 @@ func TestServiceHandsOverGoneNodes(t *testing.T) {
 	if !ok {
 		t.Fatal("agg-2 does not know cn1 after the handover")
 	}
-	if got.State != want.State || got.Reason != want.Reason || !got.Since.Equal(*want.Since) {
+	if got.State != want.State || got.Reason != want.Reason || !got.Since.Equal(want.Since) {
 		t.Fatalf("cn1 on agg-2: %s %q since %v; on agg-1: %s %q since %v", got.State, got.Reason, got.Since, want.State, want.Reason, want.Since)
 	}
 	if _, ok := h2.svc.Node("cn2"); ok {

@@ -19,8 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -49,46 +51,20 @@ const (
 	DefaultWriteTimeout = 30 * time.Second
 
 	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 64 << 10
+	// DefaultReadTimeout bounds the reading of a whole request, body
+	// included (at most MaxBodyBytes): a client that announces a body and
+	// sends none holds its connection that long (the watch clears it once
+	// its request is read).
+	DefaultReadTimeout = 15 * time.Second
+	// DefaultMaxConns bounds the connections open at once; past it a new
+	// one is closed at once (listener.go). Each costs a descriptor and a
+	// goroutine; watchers are bounded apart (DefaultMaxWatchers).
+	DefaultMaxConns = 1024
+	idleTimeout     = 2 * time.Minute
+	maxHeaderBytes  = 64 << 10
 	// sseRetry is the reconnection delay suggested to watchers.
 	sseRetry = 2 * time.Second
 )
-
-// ErrorBody is the JSON body of every error response.
-type ErrorBody struct {
-	Error string `json:"error"`
-}
-
-// ActionRequest is the body of POST /v1/nodes/{name}/resume and /drain.
-type ActionRequest struct {
-	// Reason says why (required, at most MaxReasonBytes of printable
-	// UTF-8); it is logged and, for a drain, becomes the node's reason.
-	Reason string `json:"reason"`
-}
-
-// NodeList is the body of GET /v1/nodes and the data of a watch snapshot.
-type NodeList struct {
-	Nodes []Node `json:"nodes"`
-}
-
-// ClusterConfig is the body of GET /v1/config: what a scheduler needs to
-// agree with the agents.
-type ClusterConfig struct {
-	// Grace is G in seconds.
-	Grace float64 `json:"grace"`
-	// ClockSkewAllowance is in seconds.
-	ClockSkewAllowance float64 `json:"clock_skew_allowance"`
-	UnreachableIsDown  bool    `json:"unreachable_is_down"`
-	// UnreachableAfter is in seconds: how long a member must stay dead or
-	// left before it is served unreachable.
-	UnreachableAfter float64 `json:"unreachable_after"`
-	// Settle is in seconds: how long a newly seen node has to send its
-	// own state before gossip alone can make it down.
-	Settle float64 `json:"settle"`
-	// Schema is the mesh schema version this aggregator speaks.
-	Schema int `json:"schema"`
-}
 
 // Health is the body of GET /healthz.
 type Health struct {
@@ -124,6 +100,12 @@ type ServerOptions struct {
 	// MaxWatchers bounds the /v1/watch streams served at once; 0 means
 	// DefaultMaxWatchers.
 	MaxWatchers int
+	// ReadTimeout bounds the reading of a request; 0 means
+	// DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// MaxConns bounds the connections open at once; 0 means
+	// DefaultMaxConns.
+	MaxConns int
 	// Registry, if set, is served on GET /metrics (a read endpoint: with
 	// ReadToken or GuardReads it needs a token) and receives the
 	// server's own metrics (gracewatch_aggregator_http_requests_total).
@@ -147,6 +129,9 @@ type Server struct {
 	requests *prometheus.CounterVec
 	// watchers counts the /v1/watch streams being served.
 	watchers atomic.Int64
+	// authLog rate-limits the log of refused tokens (auth.go), connLog
+	// that of connections closed for the cap (listener.go).
+	authLog, connLog *ratelog.Limiter
 
 	// stopping ends when Shutdown starts; watch streams end with it.
 	stopping context.Context
@@ -172,8 +157,15 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if o.MaxWatchers <= 0 {
 		o.MaxWatchers = DefaultMaxWatchers
 	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
+	}
 	log := o.Logger.With("component", "http")
-	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux()}
+	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux(),
+		authLog: ratelog.New(authLogEvery), connLog: ratelog.New(authLogEvery)}
 	if len(o.Token) > 0 {
 		s.adminSum = sha256.Sum256(o.Token)
 	}
@@ -192,7 +184,8 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	s.routes()
 	s.hs = &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: min(readHeaderTimeout, o.ReadTimeout),
+		ReadTimeout:       o.ReadTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -201,10 +194,10 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	return s
 }
 
-// Serve accepts connections on l until Shutdown, then returns nil. It
-// blocks.
+// Serve accepts connections on l until Shutdown, then returns nil, with at
+// most ServerOptions.MaxConns open at once. It blocks.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.hs.Serve(l)
+	err := s.hs.Serve(s.limit(l))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -213,7 +206,7 @@ func (s *Server) Serve(l net.Listener) error {
 
 // ServeTLS is Serve over TLS with the given certificate and key files.
 func (s *Server) ServeTLS(l net.Listener, certFile, keyFile string) error {
-	err := s.hs.ServeTLS(l, certFile, keyFile)
+	err := s.hs.ServeTLS(s.limit(l), certFile, keyFile)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -246,6 +239,9 @@ func (s *Server) routes() {
 		{"POST", "/v1/jobs", admin, s.handleJobs},
 		{"GET", "/v1/watch", read, s.handleWatch},
 		{"GET", "/v1/config", read, s.handleConfig},
+		{"GET", "/v1/reservations", read, s.handleReservations},
+		{"GET", "/v1/incidents", read, s.handleIncidents},
+		{"POST", "/v1/incidents/{id}/confirm", admin, s.handleConfirmIncident},
 		{"GET", "/healthz", public, s.handleHealth},
 		{"GET", "/readyz", public, s.handleReady},
 		{"GET", "/{$}", public, s.handleUI}, // the page's HTML holds no data: it reads the API with the token typed into it
@@ -255,9 +251,14 @@ func (s *Server) routes() {
 	}
 	for _, rt := range routes {
 		h, acc := rt.h, rt.access
+		long := rt.path == "/v1/watch"
 		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorize(w, r, acc) {
 				return
+			}
+			if long {
+				// Its request is read; the stream lasts.
+				_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 			}
 			h(w, r)
 		})
@@ -312,7 +313,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		for i, n := range nodes {
 			names[i] = n.Name
 		}
-		hl, err := Compress(names)
+		hl, err := hostlist.Compress(names)
 		if err != nil {
 			s.writeError(w, http.StatusInternalServerError, "%v", err)
 			return
@@ -323,7 +324,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, hl+"\n")
 		return
 	}
-	s.writeJSON(w, http.StatusOK, NodeList{Nodes: nodes})
+	s.writeJSON(w, http.StatusOK, NodeList{Nodes: wireNodes(nodes)})
 }
 
 // pathNode returns the node name of the request's path; when it is not a
@@ -342,16 +343,17 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, ok := s.svc.Node(name)
+	node, ok := s.svc.Node(name)
 	if !ok {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		return
 	}
+	n := wireNode(node)
 	if n.LastReport != nil && n.LastReport.Detail != nil && s.tokenOf(r) == noToken {
 		// The detail names command lines, open files and users' paths: it
 		// is for clients with a token (read or admin) only, whether or not
 		// the rest of the read endpoints need one.
-		n = n.Summary()
+		n.LastReport.Detail = nil // wireNode made n.LastReport: n's own
 		n.LastReport.DetailOmitted = detailOmitted
 		if len(s.opts.Token) == 0 && len(s.opts.ReadToken) == 0 {
 			n.LastReport.DetailOmitted = detailNoToken
@@ -381,7 +383,7 @@ func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 		var ae *AgentError
 		switch {
 		case err == nil:
-			s.writeJSON(w, http.StatusOK, n)
+			s.writeJSON(w, http.StatusOK, wireNode(n))
 		case errors.Is(err, ErrUnknownNode):
 			s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		case errors.Is(err, ErrUnreachable):

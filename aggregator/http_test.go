@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -156,7 +157,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 	// Without a token, the report's summary only, and how to get the rest
 	// (here: this aggregator has no token at all).
 	r = call(t, "GET", base+"/v1/nodes/node18", "", "")
-	var n Node
+	var n api.Node
 	if err := json.Unmarshal(r.body, &n); err != nil || n.Reason != "hung, in full" || n.LastReport == nil ||
 		n.LastReport.Detail != nil || n.LastReport.Summary != "1 unkillable" || n.LastReport.DetailOmitted != detailNoToken {
 		t.Errorf("GET /v1/nodes/node18 without a token: %s", r.body)
@@ -169,7 +170,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 		wantDetail bool
 	}{{"", false}, {"wrong-token-0123456789", false}, {testToken, true}} {
 		r := call(t, "GET", tokBase+"/v1/nodes/node18", tc.token, "")
-		var n Node
+		var n api.Node
 		if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.LastReport == nil ||
 			(string(n.LastReport.Detail) == `{"job":"5","processes":[]}`) != tc.wantDetail ||
 			(n.LastReport.DetailOmitted == detailOmitted) == tc.wantDetail {
@@ -262,7 +263,7 @@ func TestHTTPResumeAndDrain(t *testing.T) {
 	}, "")
 
 	r := call(t, "POST", base+"/v1/nodes/n1/resume", testToken, `{"reason": "fixed the NFS server"}`)
-	var n Node
+	var n api.Node
 	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != StateUp || n.Seq != 6 {
 		t.Fatalf("resume: %d %s", r.status, r.body)
 	}

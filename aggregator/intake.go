@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/nodename"
@@ -13,7 +14,7 @@ func (s *Service) HandleMessage(from string, env *gwpb.Envelope) {
 	if env == nil {
 		return
 	}
-	s.enqueue(input{kind: inMessage, from: from, env: env})
+	s.enqueue(input{kind: inMessage, from: from, env: env, at: s.clock.Now()})
 }
 
 // MemberChanged implements mesh.Handler: it queues m and returns.
@@ -132,7 +133,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 
 // applyMessage records a direct message; it reports whether env is a
 // ControlAck to deliver after the recomputation.
-func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string]bool) bool {
+func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, dirty map[string]bool) bool {
 	if from == "" {
 		from = env.GetFrom()
 	}
@@ -178,11 +179,21 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 		s.log.Debug("message from an aggregator ignored", "from", from)
 		return false
 	}
+	var offset time.Duration
+	switch env.GetBody().(type) {
+	case *gwpb.Envelope_State, *gwpb.Envelope_Ack:
+		var ok bool
+		if offset, ok = s.fresh(from, env, at); !ok {
+			return false
+		}
+	}
 	switch body := env.GetBody().(type) {
 	case *gwpb.Envelope_State:
 		u := boundUpdate(body.State)
 		if u.GetMeta() == nil {
-			s.log.Warn("state update without meta ignored", "node", from)
+			if ok, suppressed := s.staleLog.Allow("no meta:"+from, s.clock.Now()); ok {
+				s.log.Warn("state update without meta ignored", "node", from, "suppressed", suppressed)
+			}
 			return false
 		}
 		in := s.nodeInput(from)
@@ -190,6 +201,9 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 			s.dropUnseen(from)
 			return false
 		}
+		in.ClockOffset, in.Reached = offset, at
+		s.intakeLatch(from, u)
+		s.clockSkew(in)
 		restarted := restartedSince(in.Update, u)
 		if replacesUpdate(in.Update, u) {
 			in.Update = u
@@ -216,6 +230,8 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 			if in := s.nodeInput(from); in == nil {
 				s.dropUnseen(from)
 			} else {
+				in.ClockOffset, in.Reached = offset, at
+				s.clockSkew(in)
 				// An ack carries no start time: it counts only within
 				// the incarnation of the latest update (an ack of an
 				// earlier agent start, late or replayed, would undo a
@@ -234,6 +250,81 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, dirty map[string
 		s.log.Debug("message of an unknown type ignored", "from", from)
 	}
 	return false
+}
+
+// Bounds of fresh.
+const (
+	// minFreshness is the least window a node's send time is checked
+	// within, when clock_skew_allowance is smaller (0): the delivery itself
+	// takes some of it.
+	minFreshness = time.Second
+	// staleLogEvery spaces the log lines of refused stale or implausible
+	// messages of one node.
+	staleLogEvery = time.Minute
+)
+
+// fresh checks a node's StateUpdate or ControlAck that arrived at at: the
+// send time the node put in it (bound to the message by its proof) must
+// be within the clock skew allowance of this aggregator's clock plus the
+// time a delivery can take (mesh.MaxDelivery: the sender stamps it before
+// its dial, and a message delayed by a lossy network is no replay;
+// refusing it would also end the sender's retries, which count it
+// delivered), not ahead of it by more than maxClockAhead, and a
+// StateUpdate's agent start time not after it. So a captured message
+// replayed later (after both the agent and the aggregator restarted, when
+// nothing newer is known to order it by) is refused, and so is an agent
+// start in the future (a later start wins over every update of an earlier
+// one: one in the year 2255 would shut the real agent out). A refusal is
+// logged once per node and staleLogEvery, and counted. It returns the
+// node's clock offset as measured (arrival minus send time). It runs on
+// the loop.
+// maxClockAhead is how far ahead of this aggregator's a node's clock may be
+// for its messages to be heard (flagged as skewed past the allowance).
+const maxClockAhead = time.Hour
+
+func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Duration, bool) {
+	window := max(s.opts.Policy.ClockSkewAllowance, minFreshness) + mesh.MaxDelivery
+	sentMs := env.GetSentMs()
+	if sentMs == 0 {
+		if !s.opts.ProvenOnly {
+			return 0, true // an agent of a release that did not stamp its messages, heard without proofs anyway
+		}
+		s.refuseStale(from, "stale", "no send time in a proven message", 0)
+		return 0, false
+	}
+	offset := at.Sub(time.UnixMilli(sentMs))
+	switch {
+	case offset > window:
+		s.refuseStale(from, "stale", fmt.Sprintf("sent %v before it arrived, more than the clock allowance and the longest delivery (%v): a replay, or the node's clock is behind",
+			offset.Round(time.Millisecond), window), offset)
+		return offset, false
+	case offset < -maxClockAhead:
+		// A send time in the future is no replay (what was captured was
+		// sent before): a node whose clock is ahead is heard, flagged
+		// (clockSkew) and its deadline DOWNs not drained before the
+		// deadline passes here. Past maxClockAhead it is implausible.
+		s.refuseStale(from, "stale", fmt.Sprintf("sent %v after it arrived, more than the %v a node's clock may be ahead",
+			(-offset).Round(time.Millisecond), maxClockAhead), offset)
+		return offset, false
+	}
+	// The agent's start after the send time is implausible (measured on
+	// the node's own clock, so that a clock ahead is not taken for it).
+	if st := env.GetState().GetStartedMs(); st != 0 && time.UnixMilli(st).After(time.UnixMilli(sentMs).Add(window)) {
+		s.refuseStale(from, "future_start", fmt.Sprintf("agent start time %s is in the future",
+			time.UnixMilli(st).UTC().Format(time.RFC3339)), offset)
+		return offset, false
+	}
+	return offset, true
+}
+
+// refuseStale counts and logs (once per node and staleLogEvery) a refused
+// message.
+func (s *Service) refuseStale(from, what, why string, offset time.Duration) {
+	s.met.refused.WithLabelValues(what).Inc()
+	if ok, suppressed := s.staleLog.Allow(from, s.clock.Now()); ok {
+		s.log.Warn("message refused: not fresh or not plausible", "node", nodename.Quote(from), "why", why,
+			"clock_offset", offset.Round(time.Millisecond).String(), "suppressed", suppressed)
+	}
 }
 
 // replacesUpdate reports whether StateUpdate u replaces old. The agent's

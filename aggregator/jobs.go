@@ -19,7 +19,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
+	agentrequest "github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -30,36 +31,6 @@ const MaxJobBodyBytes = 64 << 10
 
 // jobParallel bounds the registrations in flight of one request.
 const jobParallel = 64
-
-// JobRequest is the body of POST /v1/jobs.
-type JobRequest struct {
-	// Job is the exec system's job id, as the nodes' epilogues will name
-	// it (the agent's rules: 1 to 128 bytes, no '/', space or control
-	// character).
-	Job string `json:"job"`
-	// Nodes is the job's nodes as a hostlist ("node[1-4,7]").
-	Nodes string `json:"nodes"`
-	// Expiration is E (RFC 3339, Unix seconds, "0" for none).
-	Expiration string `json:"expiration"`
-	// Grace, optional, is the job's own G ("90s").
-	Grace string `json:"grace,omitempty"`
-}
-
-// JobNodeResult is what one node's agent answered.
-type JobNodeResult struct {
-	Node  string `json:"node"`
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
-}
-
-// JobResult is the answer of POST /v1/jobs: the job, how many of its nodes
-// registered it, and each node's answer, in the hostlist's order.
-type JobResult struct {
-	Job        string          `json:"job"`
-	Registered int             `json:"registered"`
-	Failed     int             `json:"failed"`
-	Nodes      []JobNodeResult `json:"nodes"`
-}
 
 // decodeJob reads and checks a POST /v1/jobs body; it returns the job's
 // nodes, expanded and without duplicates.
@@ -92,21 +63,21 @@ func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
 		}
 		return req, nil, errors.New("trailing data after the JSON object")
 	}
-	if err := api.ValidateJobID(req.Job); err != nil {
+	if err := agentrequest.ValidateJobID(req.Job); err != nil {
 		return req, nil, err
 	}
-	if _, _, err := api.ParseExpiration(req.Expiration, now, 0); err != nil {
+	if _, _, err := agentrequest.ParseExpiration(req.Expiration, now, 0); err != nil {
 		return req, nil, err
 	}
 	if req.Grace != "" {
-		if _, err := api.ParseGrace(req.Grace); err != nil {
+		if _, err := agentrequest.ParseGrace(req.Grace); err != nil {
 			return req, nil, err
 		}
 	}
 	if strings.TrimSpace(req.Nodes) == "" {
 		return req, nil, errors.New("nodes: the job's nodes are required (a hostlist such as node[1-4])")
 	}
-	names, err := Expand(req.Nodes)
+	names, err := hostlist.Expand(req.Nodes)
 	if err != nil {
 		return req, nil, fmt.Errorf("nodes: %w", err)
 	}
@@ -181,13 +152,4 @@ func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
 		return // the client left
 	}
 	s.writeJSON(w, http.StatusOK, res)
-}
-
-// RegisterJob asks the aggregator to register a job on its nodes (POST
-// /v1/jobs, admin token). A node that did not register it is in the
-// result, not an error.
-func (c *Client) RegisterJob(ctx context.Context, req JobRequest) (JobResult, error) {
-	var res JobResult
-	err := c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &res)
-	return res, err
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -103,7 +104,7 @@ func FuzzDecodeJob(f *testing.F) {
 			}
 			return
 		}
-		if req.Job == "" || len(nodes) == 0 || len(nodes) > MaxExpand {
+		if req.Job == "" || len(nodes) == 0 || len(nodes) > hostlist.MaxExpand {
 			t.Fatalf("accepted %+v with %d nodes", req, len(nodes))
 		}
 		seen := map[string]bool{}

@@ -58,5 +58,8 @@ func (s *Service) updateLeadership() {
 		s.leading = leading
 		s.log.Info("actuator leadership", "leader", leader, "self", leading)
 		s.act.setLeader(leading, s.otherAggregatorAlive())
+		if s.plan != nil {
+			s.plan.SetLeader(leading)
+		}
 	}
 }

@@ -9,7 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/internal/runcmd"
 	"github.com/gracewatch/gracewatch/mesh"
 )
 
@@ -44,6 +46,15 @@ var transitionCauses = [][2]string{
 	{string(StateDown), causeUnknownState},
 }
 
+// probe counts one probe's outcome.
+func (m *serviceMetrics) probe(why string, answered bool) {
+	r := "unanswered"
+	if answered {
+		r = "answered"
+	}
+	m.probes.WithLabelValues(why, r).Inc()
+}
+
 // serviceMetrics are the Service's gracewatch_aggregator_* metrics. The
 // counters are updated where things happen (the loop's recomputation, the
 // actuators' goroutines, the watchers' publication); the gauges are read
@@ -58,10 +69,13 @@ type serviceMetrics struct {
 	actuatorRuns    *prometheus.CounterVec
 	watchersDropped prometheus.Counter
 	refused         *prometheus.CounterVec
+	probes          *prometheus.CounterVec
 	stateWrites     prometheus.Counter
 	state           *stateCollector
 	nodes           *nodeCollector
 	stateDir        prometheus.Collector // nil without Options.Host
+	*incidentMetrics
+	incidents *incidentCollector
 }
 
 func opts(name, help string) prometheus.Opts {
@@ -83,13 +97,18 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 			[]string{"on", "result"}),
 		watchersDropped: prometheus.NewCounter(prometheus.CounterOpts(opts("watchers_dropped_total",
 			"Watchers of /v1/watch disconnected for falling behind."))),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts(opts("probes_total",
+			"Nodes asked directly before this aggregator served them down or unreachable (ask before accuse), by why (deadline: before the central deadline; gone: memberlist says the node is dead or left) and result (answered, unanswered: no answer within the wait, or not reachable).")),
+			[]string{"why", "result"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts(opts("intake_refused_total",
-			"What the aggregator refused where it enters, by what: an invalid node name (not a host name, or ALL) of a member, of a message's sender, in a handover or a forget; unseen: a message dropped from a node the mesh has not told of, past 1,024 such nodes.")),
+			"What the aggregator refused where it enters, by what: an invalid node name (not a host name, or ALL) of a member, of a message's sender, in a handover or a forget; unseen: a message dropped from a node the mesh has not told of, past 1,024 such nodes; stale: a node's state update or ack whose send time is not within clock_skew_allowance of this aggregator's clock (a replay, or a clock that is off); future_start: a state update whose agent start time is in the future.")),
 			[]string{"what"}),
 		stateWrites: prometheus.NewCounter(prometheus.CounterOpts(opts("state_write_failures_total",
 			"Failed writes of the drained set under state_dir (a full or read-only disk): a restart would forget which nodes gracewatch drained."))),
-		state: newStateCollector(s),
-		nodes: newNodeCollector(s),
+		state:           newStateCollector(s),
+		nodes:           newNodeCollector(s),
+		incidentMetrics: newIncidentMetrics(),
+		incidents:       newIncidentCollector(s),
 	}
 	if s.opts.Host != nil {
 		m.stateDir = metrics.NewStateDirCollector(subsystem, s.opts.Host)
@@ -97,7 +116,12 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 	for _, tc := range transitionCauses {
 		m.transitions.WithLabelValues(tc[0], tc[1])
 	}
-	for _, what := range []string{"member", "message", "handover", "forget", "unseen"} {
+	for _, why := range []string{probeDeadline, probeGone} {
+		for _, r := range []string{"answered", "unanswered"} {
+			m.probes.WithLabelValues(why, r)
+		}
+	}
+	for _, what := range []string{"member", "message", "handover", "forget", "unseen", "stale", "future_start", "cause"} {
 		m.refused.WithLabelValues(what)
 	}
 	for _, on := range []string{OnDown, OnUp} {
@@ -110,7 +134,8 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 
 // collectors returns every collector of m.
 func (m *serviceMetrics) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.stateWrites, m.state, m.nodes}
+	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.probes, m.stateWrites, m.state, m.nodes,
+		m.incidentsOpened, m.incidentsClosed, m.incidentResumes, m.incidents}
 	if m.stateDir != nil {
 		cs = append(cs, m.stateDir)
 	}
@@ -121,7 +146,7 @@ func (m *serviceMetrics) collectors() []prometheus.Collector {
 func (m *serviceMetrics) actuatorRun(on string, err error) {
 	r := resultSuccess
 	switch {
-	case errors.Is(err, errTimedOut):
+	case errors.Is(err, runcmd.ErrTimedOut):
 		r = resultTimeout
 	case err != nil:
 		r = resultFailure
@@ -206,14 +231,14 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	counts := make(map[State]int, len(States))
+	counts := make(map[State]int, len(api.States))
 	s.mu.RLock()
 	for _, n := range s.view {
 		counts[n.State]++
 	}
 	watchers, lowest, m := len(s.subs), s.leader == s.opts.Name, s.mesh
 	s.mu.RUnlock()
-	for _, st := range States {
+	for _, st := range api.States {
 		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(counts[st]), string(st))
 	}
 	ch <- prometheus.MustNewConstMetric(c.watchers, prometheus.GaugeValue, float64(watchers))

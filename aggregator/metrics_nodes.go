@@ -68,7 +68,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.member == "" {
 			r.member = string(mesh.StatusAlive)
 		}
-		if n.State == StateTeardown && n.FreeAt != nil {
+		if n.State == StateTeardown && !n.FreeAt.IsZero() {
 			r.freeAt = float64(n.FreeAt.UnixMilli()) / 1000
 		}
 		rows = append(rows, r)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
@@ -43,7 +44,11 @@ func TestMetricsGolden(t *testing.T) {
 	host := func(context.Context) hostinfo.Facts {
 		return hostinfo.Facts{StateDir: "/var/lib/gracewatch-aggregator", StateDirFreeBytes: 40 << 30, StateDirSizeBytes: 50 << 30}
 	}
-	h := newHarness(t, func(o *Options) { o.Registry, o.Actuators, o.Host = reg, acts, host })
+	sched := reservation.NewFakeScheduler()
+	h := newHarness(t, func(o *Options) { o.Registry, o.Actuators, o.Host = reg, acts, host }, withReservations(sched))
+	// The planner's first list, at t0: the clock's steps below then give
+	// exactly one more (a minute later).
+	waitFor(t, "the reservations' first list", func() bool { return sched.Calls("list") == 1 })
 	settle := func() {
 		h.sync()
 		waitFor(t, "the actuators to finish", func() bool { return !h.svc.act.busy() })
@@ -71,6 +76,9 @@ func TestMetricsGolden(t *testing.T) {
 	h.member("n7", teardownMeta(1, 2, at(10*time.Minute)))
 	h.sync()
 	h.wantState("n7", StateTeardown)
+	// ... and is held in the scheduler until then (the reservation_*
+	// families).
+	waitHeld(h, sched, "n7 until +10m0s")
 
 	sub := h.svc.Subscribe("")
 	defer sub.Close()

@@ -29,7 +29,7 @@ func TestProvenOnlyIgnoresGossipedState(t *testing.T) {
 	}
 	// Its liveness from the mesh still counts.
 	h.status("node1", mesh.StatusDead)
-	if n := h.node("node1"); n.Member != mesh.StatusDead {
+	if n := h.node("node1"); mesh.Status(n.Member) != mesh.StatusDead {
 		t.Errorf("member status %q, want dead", n.Member)
 	}
 	if r := h.svc.Ready(); !r.NodeRestriction {

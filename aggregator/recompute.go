@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"sort"
 	"time"
+
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
 )
 
 // recompute recomputes the dirty nodes, publishes their changes, tells the
@@ -21,7 +23,6 @@ func (s *Service) recompute(dirty map[string]bool) {
 	type change struct {
 		node   Node
 		prev   State
-		prevR  string // the reason before
 		first  bool
 		cause  string
 		in     *NodeInput
@@ -29,11 +30,14 @@ func (s *Service) recompute(dirty map[string]bool) {
 	}
 	var changes []change
 	var released []string // nodes whose hold ended: the actuators hear of them now
+	var asked []string    // nodes whose probes to schedule (outside s.mu)
 	s.mu.Lock()
 	added := false
 	for _, name := range names {
 		in := s.inputs[name]
 		if in == nil { // forgotten (Service.Forget) after it was marked dirty
+			delete(s.probeAt, name)
+			delete(s.probes, name)
 			continue
 		}
 		if at, ok := s.held[name]; ok && !now.Before(at) {
@@ -47,6 +51,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		} else {
 			delete(s.enforce, name)
 		}
+		asked = append(asked, name)
 		prev, had := s.view[name]
 		if had && sameNode(prev, n) {
 			continue
@@ -59,7 +64,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 			}
 		}
 		s.publishLocked(n.Summary())
-		changes = append(changes, change{n, prev.State, prev.Reason, !had, cause, in, prevAt})
+		changes = append(changes, change{n, prev.State, !had, cause, in, prevAt})
 	}
 	if added {
 		s.names = s.names[:0]
@@ -69,8 +74,17 @@ func (s *Service) recompute(dirty map[string]bool) {
 		sort.Strings(s.names)
 	}
 	s.mu.Unlock()
+	for _, name := range asked {
+		s.scheduleProbe(name, s.inputs[name], now)
+	}
 
+	// The incidents first: the actuators hear of a node with its incident.
 	for _, c := range changes {
+		s.trackDown(c.node, c.cause)
+	}
+	s.regroup(now)
+	for _, c := range changes {
+		s.observePlan(c.node)
 		if c.first || c.prev != c.node.State {
 			if c.first {
 				s.log.Info("node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
@@ -84,19 +98,24 @@ func (s *Service) recompute(dirty map[string]bool) {
 				s.met.transition(c.node.State, c.cause, d, now)
 			}
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
 			}
-		} else if c.node.State == StateDown && c.prevR != c.node.Reason {
+		} else if c.node.State == StateDown {
+			// Its reason, its incident or its clock's earliness changed.
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive())
+				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
 			}
 		}
 	}
 	for _, name := range released {
 		if n, ok := s.view[name]; ok {
-			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive())
+			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
 		}
 	}
+	if added {
+		s.act.setKnown(len(s.view))
+	}
+	s.autoResume(now)
 	s.armTimer(now)
 }
 
@@ -111,7 +130,7 @@ func sameNode(a, b Node) bool {
 // s.held.
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
-	for _, m := range []map[string]time.Time{s.enforce, s.held} {
+	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
 		for _, at := range m {
 			if next.IsZero() || at.Before(next) {
 				next = at
@@ -132,4 +151,12 @@ func (s *Service) armTimer(now time.Time) {
 	s.timerNo++
 	gen := s.timerNo
 	s.timer = s.clock.AfterFunc(next.Sub(now), func() { s.enqueue(input{kind: inTick, gen: gen}) })
+}
+
+// observePlan tells the reservation planner a node's served state.
+func (s *Service) observePlan(n Node) {
+	if s.plan == nil {
+		return
+	}
+	s.plan.Observe(reservation.Node{Name: n.Name, Tearing: n.State == StateTeardown, Since: n.Since, FreeAt: n.FreeAt})
 }

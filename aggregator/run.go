@@ -59,12 +59,19 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 			return fmt.Errorf("state_dir: %w", err)
 		}
 	}
+	// Ask before accuse (probe.go): a node is asked directly before it is
+	// served down by the central deadline or unreachable on memberlist's
+	// word.
+	policy := cfg.ViewPolicy()
+	policy.ProbeWait, policy.ReachedFor = ProbeWaitFor(policy.ClockSkewAllowance), DefaultReachedFor
 	svc, err := New(Options{
 		Registry:     reg,
 		Name:         cfg.Name,
-		Policy:       cfg.ViewPolicy(),
+		Policy:       policy,
 		Grace:        cfg.Policy.Grace.D(),
 		Actuators:    cfg.Actuators,
+		Reservations: cfg.Reservations,
+		Incidents:    cfg.Incidents,
 		StateDir:     stateDir,
 		MeshInsecure: cfg.Mesh.Insecure,
 		ProvenOnly:   !cfg.Mesh.AcceptsUnsigned(gwpb.Role_ROLE_AGGREGATOR),
@@ -97,7 +104,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 
 	// New makes its first join attempt before it returns; /healthz already
 	// answers, /readyz says why it is not ready.
-	m, err := mesh.New(mesh.Options{Name: cfg.Name, Role: gwpb.Role_ROLE_AGGREGATOR, Config: cfg.Mesh, Handler: svc, Logger: logger})
+	m, err := mesh.New(mesh.Options{Name: cfg.Name, Role: gwpb.Role_ROLE_AGGREGATOR, Config: cfg.Mesh, Handler: svc, Logger: logger, Registry: reg})
 	if err != nil {
 		shutdownServer(srv, log)
 		return fmt.Errorf("mesh: %w", err)

@@ -14,10 +14,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -68,6 +72,16 @@ type Options struct {
 	Grace time.Duration
 	// Actuators run on transitions when this aggregator leads.
 	Actuators []ActuatorConfig
+	// Reservations, when enabled, keep the scheduler's reservations on the
+	// nodes tearing down while this aggregator leads.
+	Reservations reservation.Config
+	// ReservationScheduler replaces the command of Reservations (tests).
+	ReservationScheduler reservation.Scheduler
+	// Incidents groups the DOWN nodes by cause, limits the drains and
+	// resumes an incident's nodes when its cause clears (incidents.go).
+	// The zero value groups with the defaults, limits nothing and
+	// resumes nothing; the configuration's defaults limit.
+	Incidents incident.Config
 	// MeshInsecure is reported by Ready (the mesh runs without encryption).
 	MeshInsecure bool
 	// ProvenOnly is node restriction (the mesh refuses unproven input): a
@@ -126,7 +140,11 @@ type Service struct {
 	log   *slog.Logger
 	epoch string // qualifies event ids: they are only meaningful here
 	act   *actuators
+	plan  *reservation.Planner // nil: reservations off
 	met   *serviceMetrics
+	inc   *incidents
+	// runCtx is Run's context (set before the loop starts).
+	runCtx context.Context
 
 	// The inbox: the callbacks append, the loop takes.
 	inMu  sync.Mutex
@@ -159,6 +177,17 @@ type Service struct {
 	// maxUnseenNodes).
 	unseen       map[string]struct{}
 	unseenLogged time.Time
+	// staleLog rate-limits the log of refused stale or implausible
+	// messages (intake.go), per node.
+	staleLog *ratelog.Limiter
+	// The probes (probe.go): each node's, when the next is due, the
+	// nodes whose answer overrode memberlist's word (logged once per
+	// episode), and the bound of those in flight.
+	probes   map[string]*probeState
+	probeAt  map[string]time.Time
+	rescued  map[string]time.Time
+	probeSem chan struct{}
+	done     chan struct{} // closed when Run ends
 
 	// Shared with readers.
 	mu       sync.RWMutex
@@ -185,6 +214,7 @@ const (
 	inForget
 	inSeed
 	inRecheck
+	inProbe
 )
 
 type input struct {
@@ -192,6 +222,8 @@ type input struct {
 	member mesh.Member
 	from   string
 	env    *gwpb.Envelope
+	at     time.Time // inMessage: when it arrived
+	probe  probeResult
 	done   chan struct{}
 	gen    uint64 // of the deadline timer that sent an inTick
 	forget string // inForget: the node; from: who asked
@@ -252,27 +284,48 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("aggregator: event epoch: %w", err)
 	}
 	log := o.Logger.With("component", "aggregator")
+	var err error
 	s := &Service{
-		opts:    o,
-		clock:   o.Clock,
-		log:     log,
-		epoch:   hex.EncodeToString(rnd[:]),
-		wake:    make(chan struct{}, 1),
-		inputs:  map[string]*NodeInput{},
-		enforce: map[string]time.Time{},
-		held:    map[string]time.Time{},
-		adopted: map[string]int{},
-		unseen:  map[string]struct{}{},
-		aggs:    map[string]mesh.Member{},
-		view:    map[string]Node{},
-		history: newEventLog(o.History, o.HistoryBytes),
-		subs:    map[*Subscription]struct{}{},
-		waiters: map[string]*waiter{},
+		opts:     o,
+		clock:    o.Clock,
+		log:      log,
+		epoch:    hex.EncodeToString(rnd[:]),
+		wake:     make(chan struct{}, 1),
+		inputs:   map[string]*NodeInput{},
+		enforce:  map[string]time.Time{},
+		held:     map[string]time.Time{},
+		adopted:  map[string]int{},
+		unseen:   map[string]struct{}{},
+		staleLog: ratelog.New(staleLogEvery),
+		probes:   map[string]*probeState{},
+		probeAt:  map[string]time.Time{},
+		probeSem: make(chan struct{}, maxProbesInFlight),
+		done:     make(chan struct{}),
+		aggs:     map[string]mesh.Member{},
+		view:     map[string]Node{},
+		history:  newEventLog(o.History, o.HistoryBytes),
+		subs:     map[*Subscription]struct{}{},
+		waiters:  map[string]*waiter{},
 	}
 	s.act = newActuators(o.Actuators, o.Clock, o.ActuatorBackoff, log)
+	s.act.setLimit(o.Incidents.Limit())
+	s.inc = newIncidents(o.Incidents)
 	if o.StateDir != "" && len(o.Actuators) > 0 {
 		if err := s.act.remember(o.StateDir); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
+		}
+	}
+	if o.Reservations.Enabled() {
+		s.plan, err = reservation.New(reservation.Options{
+			Config:    o.Reservations,
+			Scheduler: o.ReservationScheduler,
+			Hostlists: reservation.Hostlists{Compress: hostlist.Compress, Expand: hostlist.Expand},
+			Clock:     o.Clock,
+			Logger:    o.Logger,
+			Registry:  o.Registry,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("aggregator: reservations: %w", err)
 		}
 	}
 	s.met = newServiceMetrics(s)
@@ -332,9 +385,18 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	}
 	s.running, s.mesh = true, m
 	s.mu.Unlock()
+	s.runCtx = ctx
 	s.act.start(ctx)
+	planDone := make(chan struct{})
+	if s.plan != nil {
+		go func() { s.plan.Run(ctx); close(planDone) }()
+	} else {
+		close(planDone)
+	}
 	defer func() {
+		close(s.done)
 		s.act.stop()
+		<-planDone
 		if s.timer != nil {
 			s.timer.Stop()
 		}
@@ -384,7 +446,7 @@ func (s *Service) process(batch []input) {
 				membersChanged = true
 			}
 		case inMessage:
-			if s.applyMessage(in.from, in.env, dirty) {
+			if s.applyMessage(in.from, in.env, in.at, dirty) {
 				acks = append(acks, in.env)
 			}
 		case inTick:
@@ -395,7 +457,7 @@ func (s *Service) process(batch []input) {
 				s.timer, ticked = nil, true
 			}
 			now := s.clock.Now()
-			for _, due := range []map[string]time.Time{s.enforce, s.held} {
+			for _, due := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
 				for name, at := range due {
 					if !now.Before(at) {
 						dirty[name] = true
@@ -405,6 +467,10 @@ func (s *Service) process(batch []input) {
 		case inRecheck:
 			s.recheck = nil
 			membersChanged = true
+		case inProbe:
+			if s.probed(in.probe) {
+				dirty[in.probe.node] = true
+			}
 		case inSync:
 			syncs = append(syncs, in.done)
 		case inForget:
@@ -418,6 +484,7 @@ func (s *Service) process(batch []input) {
 	// in one batch does not drain it).
 	if membersChanged {
 		s.updateLeadership()
+		s.autoResume(s.clock.Now()) // a new leader resumes what is clean
 	}
 	if len(dirty) > 0 {
 		s.recompute(dirty)
@@ -489,6 +556,14 @@ type Readiness struct {
 	// (Options.ProvenOnly). False: anyone with the mesh key can speak for
 	// a node without a key.
 	NodeRestriction bool `json:"node_restriction"`
+	// HeldDrains is the number of drains the blast-radius limit holds
+	// (GET /v1/incidents shows them); they do not decide readiness.
+	HeldDrains int `json:"held_drains"`
+	// ClockSkewedNodes is the number of nodes whose clock disagrees with
+	// this aggregator's by more than the allowance; ClockSkewed names the
+	// first 10 with their offsets.
+	ClockSkewedNodes int         `json:"clock_skewed_nodes"`
+	ClockSkewed      []ClockSkew `json:"clock_skewed,omitempty"`
 	// StateWriteError is why the drained set could not be written under
 	// state_dir the last time (a full disk); empty when it was.
 	StateWriteError string `json:"state_write_error,omitempty"`
@@ -528,6 +603,12 @@ func (s *Service) Ready() Readiness {
 		r.StateWriteError = err.Error()
 		detail = append(detail, "cannot save the drained nodes under state_dir (a restart would forget them): "+r.StateWriteError)
 	}
+	if s.plan != nil {
+		if st := s.plan.Status(); st.Error != "" {
+			detail = append(detail, "the scheduler's reservations may be stale: "+st.Error)
+		}
+	}
+	s.incidentReadiness(&r, &detail)
 	if !r.NodeRestriction {
 		detail = append(detail, "node restriction is off (mesh.allow_unsigned, or an insecure mesh without mesh.site_key_file): anyone with the mesh key can speak for a node that has no node key")
 	}

@@ -364,7 +364,7 @@ func TestServiceUnreachableAfter(t *testing.T) {
 	f.wantState("n1", StateUp)
 	f.advance(time.Millisecond)
 	n := f.wantState("n1", StateDown)
-	if n.Member != mesh.StatusDead || !n.Since.Equal(went) || !strings.Contains(n.Reason, "the mesh declared the agent dead") {
+	if mesh.Status(n.Member) != mesh.StatusDead || !n.Since.Equal(went) || !strings.Contains(n.Reason, "the mesh declared the agent dead") {
 		t.Errorf("dead member served %s (member %s) since %v: %q; want down since it went", n.State, n.Member, fmtPtr(n.Since), n.Reason)
 	}
 	select {

@@ -66,7 +66,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 
 	buf.WriteString("retry: " + strconv.FormatInt(sseRetry.Milliseconds(), 10) + "\n\n")
 	if sub.Snapshot != nil {
-		writeEvent(&buf, sub.SnapshotID, "snapshot", NodeList{Nodes: sub.Snapshot})
+		writeEvent(&buf, sub.SnapshotID, "snapshot", NodeList{Nodes: wireNodes(sub.Snapshot)})
 	}
 	for _, ev := range sub.Missed {
 		writeChange(&buf, ev)
@@ -130,18 +130,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Forgotten is the data of a "forget" event.
-type Forgotten struct {
-	Name string `json:"name"`
-}
-
 // writeChange writes one event of the history: "node" or "forget".
 func writeChange(buf *bytes.Buffer, ev Event) {
 	if ev.Forgotten {
 		writeEvent(buf, ev.ID, "forget", Forgotten{Name: ev.Node.Name})
 		return
 	}
-	writeEvent(buf, ev.ID, "node", ev.Node)
+	writeEvent(buf, ev.ID, "node", wireNode(ev.Node))
 }
 
 // writeEvent appends one SSE event to buf. JSON has no raw line breaks, so

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -118,20 +119,20 @@ func (w *watcher) next() sseEvent {
 	return sseEvent{}
 }
 
-func (w *watcher) nextNode() (string, Node) {
+func (w *watcher) nextNode() (string, api.Node) {
 	w.t.Helper()
 	ev := w.next()
 	if ev.event != "node" {
 		w.t.Fatalf("got %+v, want a node event", ev)
 	}
-	var n Node
+	var n api.Node
 	if err := json.Unmarshal([]byte(ev.data), &n); err != nil {
 		w.t.Fatal(err)
 	}
 	return ev.id, n
 }
 
-func (w *watcher) snapshot() (string, []Node) {
+func (w *watcher) snapshot() (string, []api.Node) {
 	w.t.Helper()
 	ev := w.next()
 	if ev.event != "snapshot" {

@@ -94,7 +94,7 @@ func inlineHashes(page []byte, tag string) (string, error) {
 // connect-src 'self') keeps other scripts from reading sessionStorage.
 func (s *Server) handleUI(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("token") {
-		s.log.Warn("status page opened with ?token=, which is no longer read", "remote", r.RemoteAddr)
+		s.logAuth(r, "status page opened with ?token=, which is no longer read")
 		s.writeError(w, http.StatusBadRequest, "the status page no longer takes the token in the URL (it lands in the browser's history and in logs): "+
 			"open / and type the token into the page; and treat the token in this URL as leaked (replace it)")
 		return

@@ -11,48 +11,16 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-// State is a node's state as served to the scheduler (DESIGN section 2).
-type State string
-
-// Served states.
-const (
-	// StateUp: no teardown in progress; schedulable.
-	StateUp State = "up"
-	// StateTeardown: a teardown within its grace; schedulable from FreeAt.
-	StateTeardown State = "teardown"
-	// StateDown: a grace violation, hung processes, an administrator's
-	// drain, or a missed teardown deadline; not schedulable.
-	StateDown State = "down"
-	// StateUnreachable: the aggregator cannot tell the node's state (the
-	// mesh declared the agent dead, it left, or what it publishes cannot be
-	// read); not schedulable.
-	StateUnreachable State = "unreachable"
-)
-
-// States lists the served states in the order documented in the API.
-var States = []State{StateUp, StateTeardown, StateDown, StateUnreachable}
-
-// ParseState returns the State named s.
-func ParseState(s string) (State, error) {
-	for _, st := range States {
-		if string(st) == s {
-			return st, nil
-		}
-	}
-	return "", fmt.Errorf("unknown state %q (want up, teardown, down or unreachable)", s)
-}
-
 // gone reports whether a member is dead or has left. A suspect member is
 // still alive: suspicion is memberlist's transient doubt.
 func gone(s mesh.Status) bool { return s == mesh.StatusDead || s == mesh.StatusLeft }
 
 // servedStatus is the member status Compute goes by at now: in.Status,
-// except that a member dead or left for less than p.UnreachableAfter still
-// counts as alive (the state it had before). A member whose StatusSince is
-// unknown gets no such delay.
+// except that a member dead or left counts as alive (the state it had
+// before) until heldUntil. A member whose StatusSince is unknown gets no
+// such delay.
 func servedStatus(in *NodeInput, now time.Time, p Policy) mesh.Status {
-	if gone(in.Status) && p.UnreachableAfter > 0 && !in.StatusSince.IsZero() &&
-		now.Before(in.StatusSince.Add(p.UnreachableAfter)) {
+	if gone(in.Status) && now.Before(heldUntil(in, p)) {
 		return mesh.StatusAlive
 	}
 	return in.Status
@@ -83,6 +51,18 @@ type Policy struct {
 	// central deadline before NodeInput.FirstSeen + Settle. (The Service
 	// also holds the actuators for that long.) 0 trusts gossip at once.
 	Settle time.Duration
+	// ProbeWait, when positive, makes the aggregator ask before it
+	// accuses (see heldUntil and the Service's probes): it is how long a
+	// probe's answer is waited for. A node in teardown is asked
+	// ProbeWait before its central deadline; a node memberlist says is
+	// gone is asked at once, and served as before while the answer may
+	// come. 0: no probes (memberlist's word is taken).
+	ProbeWait time.Duration
+	// ReachedFor is how long a proof of life of a node (a proven message:
+	// an answer to a probe, a state update) keeps it alive against
+	// memberlist's word that it is gone; it is asked again every
+	// ReachedFor/3 while memberlist says so.
+	ReachedFor time.Duration
 }
 
 // NodeInput is everything the aggregator knows about one member that is a
@@ -114,76 +94,105 @@ type NodeInput struct {
 	// mesh or the agent; zero when it learned it otherwise (another
 	// aggregator's handover), which Policy.Settle then does not hold.
 	FirstSeen time.Time
+	// Reached is when the node last proved itself alive directly: a
+	// proven, fresh state update or ack arrived (an answer to a probe
+	// among them). Zero when never.
+	Reached time.Time
+	// ProbeFailed is when a probe of the node last went unanswered (or
+	// could not be sent). Zero when none.
+	ProbeFailed time.Time
+	// ClockOffset is the node's clock offset as last measured at the
+	// intake: when its latest accepted message arrived here minus the send
+	// time the node put in it (the network's delay included). Positive: the
+	// node's clock is behind this aggregator's. Zero when unmeasured.
+	ClockOffset time.Duration
 }
 
-// Node is one node of the served view. It is the JSON of GET
-// /v1/nodes/{name} (and, without LastReport.Detail, of the list and of the
-// watch events); see proto/openapi.yaml.
-//
-// The wire type is kept apart from gwpb.Meta on purpose: the HTTP API is a
-// promise to schedulers, the mesh schema a promise between agents and
-// aggregators, and the two evolve separately.
+// Node is one node of the view, as Compute derives it: the aggregator's
+// own type, kept apart from the HTTP API's api.Node on purpose (as
+// kubernetes/node-problem-detector keeps its internal types): the view,
+// the events, the actuators and the metrics work on it, and the HTTP edge
+// (wire.go) converts it, so the API can stay a promise to schedulers while
+// the view changes. A time that is not known is the zero time; every time
+// is in UTC, to the millisecond, within year 9999 (servedTime).
 type Node struct {
-	Name  string `json:"name"`
-	State State  `json:"state"`
+	Name  string
+	State State
 	// Reason says why the node is down, unreachable or tearing down;
 	// empty when up.
-	Reason string `json:"reason"`
-	// Since is when the node entered State; nil when unknown.
-	Since *time.Time `json:"since"`
+	Reason string
+	// Since is when the node entered State.
+	Since time.Time
 	// FreeAt is set only in state teardown: the latest deadline of the
 	// teardowns in progress, from which the node may be scheduled.
-	FreeAt *time.Time `json:"free_at"`
+	FreeAt time.Time
 	// Schedulable: up yes; teardown yes from FreeAt; down and unreachable
 	// no.
-	Schedulable bool `json:"schedulable"`
+	Schedulable bool
 	// Member is the mesh's view of the agent: alive, suspect, dead or left.
-	Member mesh.Status `json:"member"`
+	Member mesh.Status
 	// Role is the member's role ("agent"; "unspecified" when its meta does
 	// not decode).
-	Role string `json:"role"`
+	Role string
 	// Incarnation and Seq order the agent's states: (incarnation, seq) of
 	// the freshest meta; zero when none.
-	Incarnation uint64 `json:"incarnation"`
-	Seq         uint64 `json:"seq"`
+	Incarnation uint64
+	Seq         uint64
 	// DecodeError is set when the gossiped meta does not decode.
-	DecodeError string `json:"decode_error,omitempty"`
+	DecodeError string
 	// Teardowns are the agent's teardown clocks from its last StateUpdate
 	// (active and recently released); empty when unknown.
-	Teardowns []Teardown `json:"teardowns"`
+	Teardowns []Teardown
 	// LastReport is the most recent diagnostics report of a violating
 	// teardown; nil when none.
-	LastReport *Report `json:"last_report"`
+	LastReport *Report
+	// Latch is what the agent says of its DOWN latch for incidents
+	// (StateUpdate fields 40-42, validated at the intake): while the node
+	// is down by its agent's own state and that update is current; the
+	// zero Latch otherwise.
+	Latch Latch
+	// EarlyUntil is set on a DOWN from a teardown deadline that by this
+	// aggregator's clock has not passed yet (the node's clock is ahead):
+	// that deadline. The reason then names the skew, and the actuators do
+	// not drain it before then. Zero otherwise.
+	EarlyUntil time.Time
+}
+
+// Latch is a node's DOWN latch as its agent describes it.
+type Latch struct {
+	// Cause is what its violation's processes wait on; nil when none was
+	// named (or the agent's cause was refused at the intake).
+	Cause *NodeCause
+	// Clean: the agent verified that every process of its violations is
+	// gone.
+	Clean bool
+	// AdminDrain: an administrator's drain holds the latch.
+	AdminDrain bool
 }
 
 // Teardown is one job's teardown clock on a node.
 type Teardown struct {
-	Job   string `json:"job"`
-	Phase string `json:"phase"`
-	// Ended is T_end; Deadline is D; Expiration is E (nil: none).
-	Ended      *time.Time `json:"ended"`
-	Deadline   *time.Time `json:"deadline"`
-	Expiration *time.Time `json:"expiration"`
-	// Grace is G in seconds.
-	Grace   float64 `json:"grace"`
-	Outcome string  `json:"outcome"`
+	Job   string
+	Phase string
+	// Ended is T_end; Deadline is D; Expiration is E (zero: none).
+	Ended      time.Time
+	Deadline   time.Time
+	Expiration time.Time
+	Grace      time.Duration
+	Outcome    string
 }
 
 // Report is a diagnostics report of a violating teardown.
 type Report struct {
-	Job     string     `json:"job"`
-	Stage   string     `json:"stage"`
-	Outcome string     `json:"outcome"`
-	Summary string     `json:"summary"`
-	Taken   *time.Time `json:"taken"`
-	// Detail is the agent's whole report (JSON); only GET
-	// /v1/nodes/{name} carries it. Absent when the agent sent none or it is
-	// not valid JSON.
-	Detail json.RawMessage `json:"detail,omitempty"`
-	// DetailOmitted says why Detail is absent from GET /v1/nodes/{name}
-	// and how to get it: the detail holds command lines and open files,
-	// which only a client with a token is served.
-	DetailOmitted string `json:"detail_omitted,omitempty"`
+	Job     string
+	Stage   string
+	Outcome string
+	Summary string
+	Taken   time.Time
+	// Detail is the agent's whole report (JSON); nil when the agent sent
+	// none or it is not valid JSON. Only one node's detail is served with
+	// it.
+	Detail json.RawMessage
 }
 
 // Summary returns n without the report's detail, as lists and watch events
@@ -213,9 +222,11 @@ func (n Node) Summary() Node {
 //     the StateUpdate of that state is known, else the meta's deadline. A
 //     node known only from gossip (nothing received from its agent yet) is
 //     not served down so before FirstSeen + Settle: its gossip may be stale.
-//  3. A dead member, or one that left, is unreachable since it went, once
-//     it has stayed so for UnreachableAfter; until then it is served as
-//     alive, with the state it reports (and member "alive").
+//  3. A dead member, or one that left, is unreachable since it went (or
+//     since its last proof of life after that), once heldUntil has passed:
+//     it has stayed so for UnreachableAfter, and, with ProbeWait, it has
+//     not answered (memberlist's word alone is no proof); until then it is
+//     served as alive, with the state it reports (and member "alive").
 //  4. A live member whose state cannot be read (its meta does not decode,
 //     it published none, or it names a state this build does not know) is
 //     unreachable too, with the reason. It is not served down: a decoding
@@ -223,7 +234,12 @@ func (n Node) Summary() Node {
 //     whole cluster, and unreachable is not schedulable either.
 //  5. With UnreachableIsDown, 3 and 4 are served down instead.
 //  6. Otherwise the agent's state: up, teardown (free at the meta's
-//     free_at) or down.
+//     free_at) or down. A down whose StateUpdate is current carries the
+//     agent's latch (cause, clean, administrator's drain); one whose every
+//     overdue teardown's deadline is still ahead of now (the node's clock
+//     runs ahead) is served down with the skew named in its reason and
+//     EarlyUntil set to the earliest of those deadlines, when it is
+//     computed again.
 func Compute(in []NodeInput, now time.Time, p Policy) []Node {
 	out := make([]Node, 0, len(in))
 	for i := range in {
@@ -294,7 +310,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 				if gone(status) {
 					n.Reason += " (" + goneReason(status) + ")"
 				}
-				n.Since = timePtr(down)
+				n.Since = servedTime(down)
 				return n, causeCentralDeadline
 			}
 		}
@@ -302,7 +318,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 
 	// Rules 3 to 5: unreachable.
 	unreachable, cause := "", ""
-	since := in.StatusSince
+	since := goneSince(in)
 	switch {
 	case gone(status):
 		unreachable, cause = goneReason(status), causeUnreachable
@@ -330,13 +346,20 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 				n.Reason = "unreachable since " + formatTime(since) + ": " + unreachable
 			}
 		}
-		n.Since = timePtr(since)
+		n.Since = servedTime(since)
 		return n, cause
 	}
 
 	// Rule 6: the agent's own state.
-	n.Since = timePtr(msTime(meta.GetSinceMs()))
+	n.Since = servedTime(msTime(meta.GetSinceMs()))
 	n.Reason = reason
+	if meta.GetState() == gwpb.State_STATE_DOWN && current {
+		n.Latch = latchOf(in.Update)
+		if d, ok := earlyDeadline(in, now); ok {
+			n.EarlyUntil = servedTime(d)
+			n.Reason += earlyNote(in, d)
+		}
+	}
 	switch meta.GetState() {
 	case gwpb.State_STATE_UP:
 		n.State = StateUp
@@ -349,7 +372,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		if free.IsZero() {
 			free = msTime(meta.GetDeadlineMs())
 		}
-		n.FreeAt = timePtr(free)
+		n.FreeAt = servedTime(free)
 	case gwpb.State_STATE_DOWN:
 		n.State = StateDown
 	}
@@ -457,10 +480,13 @@ func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
 			}
 		}
 	}
-	if servedStatus(in, now, p) != in.Status {
-		if at := in.StatusSince.Add(p.UnreachableAfter); next.IsZero() || at.Before(next) {
-			next = at
+	if meta, current := freshest(in); meta != nil && current && meta.GetState() == gwpb.State_STATE_DOWN {
+		if d, ok := earlyDeadline(in, now); ok && (next.IsZero() || d.Before(next)) {
+			next = d
 		}
+	}
+	if at := heldUntil(in, p); at.After(now) && (next.IsZero() || at.Before(next)) {
+		next = at
 	}
 	return next, !next.IsZero()
 }
@@ -471,10 +497,10 @@ func fillDetails(n *Node, u *gwpb.StateUpdate) {
 		n.Teardowns = append(n.Teardowns, Teardown{
 			Job:        td.GetJob(),
 			Phase:      td.GetPhase(),
-			Ended:      timePtr(msTime(td.GetEndedMs())),
-			Deadline:   timePtr(msTime(td.GetDeadlineMs())),
-			Expiration: timePtr(msTime(td.GetExpirationMs())),
-			Grace:      float64(td.GetGraceMs()) / 1000,
+			Ended:      servedTime(msTime(td.GetEndedMs())),
+			Deadline:   servedTime(msTime(td.GetDeadlineMs())),
+			Expiration: servedTime(msTime(td.GetExpirationMs())),
+			Grace:      time.Duration(td.GetGraceMs()) * time.Millisecond,
 			Outcome:    td.GetOutcome(),
 		})
 	}
@@ -490,7 +516,7 @@ func fillDetails(n *Node, u *gwpb.StateUpdate) {
 			Stage:   last.GetStage(),
 			Outcome: last.GetOutcome(),
 			Summary: last.GetSummary(),
-			Taken:   timePtr(msTime(last.GetTakenMs())),
+			Taken:   servedTime(msTime(last.GetTakenMs())),
 		}
 		if d := last.GetDetailJson(); len(d) > 0 && json.Valid(d) {
 			rep.Detail = json.RawMessage(slices.Clone(d))
@@ -545,14 +571,13 @@ func msTime(ms int64) time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
-// timePtr returns nil for the zero time (and for one beyond year 9999, which
-// JSON cannot carry), else t in UTC to the millisecond.
-func timePtr(t time.Time) *time.Time {
+// servedTime returns the zero time for the zero time and for one beyond
+// year 9999 (which JSON cannot carry), else t in UTC to the millisecond.
+func servedTime(t time.Time) time.Time {
 	if t.IsZero() || t.UTC().Year() > 9999 {
-		return nil
+		return time.Time{}
 	}
-	t = t.UTC().Truncate(time.Millisecond)
-	return &t
+	return t.UTC().Truncate(time.Millisecond)
 }
 
 // formatTime writes t as RFC 3339 in UTC with milliseconds, as in reasons.

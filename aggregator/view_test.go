@@ -43,6 +43,14 @@ func alive(name string, gossip *gwpb.Meta) NodeInput {
 
 func tp(t time.Time) *time.Time { return &t }
 
+// val is *p, or the zero time for nil.
+func val(p *time.Time) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	return *p
+}
+
 var defaultPolicy = Policy{ClockSkewAllowance: 5 * time.Second}
 
 func TestCompute(t *testing.T) {
@@ -92,7 +100,7 @@ func TestCompute(t *testing.T) {
 			in:    func() NodeInput { in := alive("n1", upMeta(1, 1)); in.Status = mesh.StatusSuspect; return in }(),
 			state: StateUp, since: tp(t0), schedulable: true,
 			check: func(t *testing.T, n Node) {
-				if n.Member != mesh.StatusSuspect {
+				if mesh.Status(n.Member) != mesh.StatusSuspect {
 					t.Errorf("member = %q, want suspect", n.Member)
 				}
 			},
@@ -158,7 +166,7 @@ func TestCompute(t *testing.T) {
 				if n.LastReport == nil || n.LastReport.Job != "7" || string(n.LastReport.Detail) != `{"job":"7"}` {
 					t.Errorf("last report = %+v, want job 7's with detail", n.LastReport)
 				}
-				if len(n.Teardowns) != 1 || n.Teardowns[0].Grace != 120 || n.Teardowns[0].Phase != "overdue" {
+				if len(n.Teardowns) != 1 || n.Teardowns[0].Grace != 2*time.Minute || n.Teardowns[0].Phase != "overdue" {
 					t.Errorf("teardowns = %+v", n.Teardowns)
 				}
 				if n.Incarnation != 1 || n.Seq != 5 {
@@ -301,7 +309,7 @@ func TestCompute(t *testing.T) {
 			in:    NodeInput{Name: "n1", Role: gwpb.Role_ROLE_AGENT, Direct: upMeta(1, 1)},
 			state: StateUp, since: tp(t0), schedulable: true,
 			check: func(t *testing.T, n Node) {
-				if n.Member != mesh.StatusAlive {
+				if mesh.Status(n.Member) != mesh.StatusAlive {
 					t.Errorf("member = %q, want alive", n.Member)
 				}
 			},
@@ -335,13 +343,13 @@ func TestCompute(t *testing.T) {
 			if n.State != tt.state || n.Reason != tt.reason || n.Schedulable != tt.schedulable {
 				t.Errorf("got (%s, %q, schedulable %v), want (%s, %q, %v)", n.State, n.Reason, n.Schedulable, tt.state, tt.reason, tt.schedulable)
 			}
-			if !sameTime(n.Since, tt.since) {
-				t.Errorf("since = %v, want %v", fmtPtr(n.Since), fmtPtr(tt.since))
+			if !sameTime(n.Since, val(tt.since)) {
+				t.Errorf("since = %v, want %v", fmtPtr(n.Since), fmtPtr(val(tt.since)))
 			}
-			if !sameTime(n.FreeAt, tt.freeAt) {
-				t.Errorf("free_at = %v, want %v", fmtPtr(n.FreeAt), fmtPtr(tt.freeAt))
+			if !sameTime(n.FreeAt, val(tt.freeAt)) {
+				t.Errorf("free_at = %v, want %v", fmtPtr(n.FreeAt), fmtPtr(val(tt.freeAt)))
 			}
-			if n.FreeAt != nil && n.State != StateTeardown {
+			if !n.FreeAt.IsZero() && n.State != StateTeardown {
 				t.Errorf("free_at set in state %s", n.State)
 			}
 			if tt.check != nil {
@@ -434,15 +442,15 @@ func TestComputeUnreachableAfter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			n := Compute([]NodeInput{tt.in}, tt.now, tt.policy)[0]
-			if n.State != tt.state || n.Member != tt.member || n.Reason != tt.reason {
+			if n.State != tt.state || mesh.Status(n.Member) != tt.member || n.Reason != tt.reason {
 				t.Errorf("got (%s, member %s, %q), want (%s, member %s, %q)", n.State, n.Member, n.Reason, tt.state, tt.member, tt.reason)
 			}
 			var want *time.Time
 			if !tt.since.IsZero() {
 				want = &tt.since
 			}
-			if !sameTime(n.Since, want) {
-				t.Errorf("since = %v, want %v", fmtPtr(n.Since), fmtPtr(want))
+			if !sameTime(n.Since, val(want)) {
+				t.Errorf("since = %v, want %v", fmtPtr(n.Since), fmtPtr(val(want)))
 			}
 		})
 	}
@@ -480,18 +488,13 @@ func TestNodeSummaryDropsDetailOnly(t *testing.T) {
 	}
 }
 
-func sameTime(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Equal(*b)
-}
+func sameTime(a, b time.Time) bool { return a.Equal(b) }
 
-func fmtPtr(t *time.Time) string {
-	if t == nil {
+func fmtPtr(t time.Time) string {
+	if t.IsZero() {
 		return "null"
 	}
-	return formatTime(*t)
+	return formatTime(t)
 }
 
 func mustJSON(t testing.TB, v any) string {
@@ -563,7 +566,7 @@ func TestComputeSettle(t *testing.T) {
 			if n.State != tt.state || n.Reason != tt.reason {
 				t.Errorf("got (%s, %q), want (%s, %q)", n.State, n.Reason, tt.state, tt.reason)
 			}
-			if !sameTime(n.Since, &tt.since) {
+			if !sameTime(n.Since, tt.since) {
 				t.Errorf("since = %v, want %v", fmtPtr(n.Since), tt.since)
 			}
 		})

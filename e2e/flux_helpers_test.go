@@ -284,6 +284,7 @@ func (s *fluxSite) submit(args ...string) fluxJob {
 type jobInfo struct {
 	State       string  `json:"state"`
 	Nodelist    string  `json:"nodelist"`
+	TSubmit     float64 `json:"t_submit"`
 	TRun        float64 `json:"t_run"`
 	TInactive   float64 `json:"t_inactive"`
 	Expiration  float64 `json:"expiration"`

@@ -30,8 +30,16 @@ type gracewatchFlux struct {
 
 func startGracewatchFlux(t *testing.T) *gracewatchFlux {
 	t.Helper()
+	return startGracewatchFluxGrace(t, fluxGrace)
+}
+
+// startGracewatchFluxGrace is startGracewatchFlux with the agents' and the
+// aggregator's G.
+func startGracewatchFluxGrace(t *testing.T, grace time.Duration) *gracewatchFlux {
+	t.Helper()
 	requireFlux(t)
 	c := newCluster(t)
+	c.grace = grace.String()
 	s := startFlux(t, fluxConfig{Size: fluxNodes, Agents: c.dir})
 	// The aggregator's actuators run flux of this instance.
 	t.Setenv("FLUX_URI", s.uri)
@@ -110,7 +118,11 @@ func TestFlux(t *testing.T) {
 		}
 		cat := pidIn(t, a, r.hung.dec, "cat")
 		want := fmt.Sprintf("gracewatch: job %s teardown exceeded grace %v: ", r.hung.dec, fluxGrace)
-		if !strings.HasPrefix(r.reason, want) || !strings.Contains(r.reason, fmt.Sprintf("pid %d cat", cat)) {
+		own, cause := ownReason(t, r.reason)
+		if !strings.HasPrefix(cause, "fuse.hangfs ") {
+			t.Errorf("Flux's drain reason %q does not name the incident of the hung mount (fuse.hangfs ...)", r.reason)
+		}
+		if !strings.HasPrefix(own, want) || !strings.Contains(r.reason, fmt.Sprintf("pid %d cat", cat)) {
 			t.Fatalf("Flux's drain reason %q, want %q... naming pid %d cat (the hung reader)", r.reason, want, cat)
 		}
 		state, reason := s.waitNode("fake0", "drained", 5*time.Second, func(st, _ string) bool { return drainedState(st) })
@@ -330,7 +342,7 @@ func TestFlux(t *testing.T) {
 		if late < 0 || late > 2*time.Second {
 			t.Errorf("Flux drained fake3 %v after D, want within 2 s after D", late)
 		}
-		if !strings.HasPrefix(reason, "gracewatch: job "+j.dec+" teardown exceeded grace") {
+		if own, _ := ownReason(t, reason); !strings.HasPrefix(own, "gracewatch: job "+j.dec+" teardown exceeded grace") {
 			t.Errorf("Flux's reason %q is not gracewatch's for job %s", reason, j.dec)
 		}
 		// Let the aggregator see the agent settle; then still one drain.

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // GW_BENCH_PPROF
 	"os"
-	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -18,10 +21,8 @@ import (
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
-	"github.com/gracewatch/gracewatch/internal/testutil/looptransport"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
-	"github.com/hashicorp/memberlist"
 )
 
 // BenchmarkDownLatency measures how long after a teardown deadline D a
@@ -56,7 +57,7 @@ import (
 // The aggregator runs with its defaults (GOGC 100, clock_skew_allowance
 // 5s, so its own enforcement of D, which has a different reason and is
 // counted apart, cannot hide a late agent report under 5 s). This process
-// runs with GOGC GW_BENCH_GOGC (default 400), as DESIGN advises for many
+// runs with GOGC GW_BENCH_GOGC (default 400), as docs/DESIGN.md §4 advises for many
 // memberlists in one process.
 //
 // All the members' gossip lands on this one process: each meta change is
@@ -88,13 +89,41 @@ func BenchmarkDownLatency(b *testing.B) {
 			}
 		}
 	}
-	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
+	defer benchGC(b)()
+	if addr := os.Getenv("GW_BENCH_PPROF"); addr != "" {
+		// Profiles of this process while it runs (go tool pprof
+		// http://ADDR/debug/pprof/heap): what the members cost.
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			b.Fatalf("GW_BENCH_PPROF=%s: %v", addr, err)
+		}
+		srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(l)
+		defer srv.Close()
+		progress(b, "profiles at http://%s/debug/pprof/", l.Addr())
+	}
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			for range b.N {
 				downLatency(b, n, modes)
 			}
 		})
+	}
+}
+
+// benchGC sets this process's collector for many memberlists in one
+// process: GOGC GW_BENCH_GOGC (default 400: less collector CPU on 2 cores)
+// under a soft memory limit of GW_BENCH_MEMLIMIT_MIB (default 6,144). GOGC
+// 400 alone lets the heap grow to five times what is live: with 1,000
+// members' tables live that was 19 GB, most of this machine; the limit
+// makes the collector work harder instead. It returns the function that
+// restores both.
+func benchGC(b *testing.B) func() {
+	gc := debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0])
+	limit := debug.SetMemoryLimit(int64(benchenv.Ints(b, "GW_BENCH_MEMLIMIT_MIB", []int{6144})[0]) << 20)
+	return func() {
+		debug.SetGCPercent(gc)
+		debug.SetMemoryLimit(limit)
 	}
 }
 
@@ -198,23 +227,9 @@ func downLatency(b *testing.B, n int, modes []string) {
 		b.Fatalf("GW_BENCH_DOWNS=%d × %d modes does not fit in %d members", downs, len(modes), n)
 	}
 
-	dir := b.TempDir()
-	keyfile := filepath.Join(dir, "mesh.key")
-	if out, err := exec.Command(bins.aggregator, "keygen", keyfile).CombinedOutput(); err != nil {
-		b.Fatalf("keygen: %v %s", err, out)
-	}
-	keys := newSiteKeys(b, dir)
-	site, err := mesh.LoadSiteKeys(keys.site)
-	if err != nil {
-		b.Fatal(err)
-	}
-	aggKeys, err := mesh.AggregatorKeys(site)
-	if err != nil {
-		b.Fatal(err)
-	}
-	label := "bench-" + filepath.Base(dir)
-	mport, hport := freePort(b), freePort(b)
-	seed := fmt.Sprintf("127.0.0.1:%d", mport)
+	bm := newBenchMesh(b, "bench-")
+	dir, keyfile, keys, label, seed := bm.dir, bm.keyfile, bm.keys, bm.label, bm.seed
+	hport := freePort(b)
 	cfg := filepath.Join(dir, "aggregator.toml")
 	text := fmt.Sprintf(`name = "agg-1"
 log_format = "json"
@@ -244,33 +259,8 @@ grace = %q
 
 	agents := make([]*simAgent, n)
 	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
-		mc := mesh.DefaultConfig()
-		mc.Bind, mc.Label, mc.Keyring, mc.Join = addr, label, keyfile, []string{seed}
-		a := &simAgent{name: fmt.Sprintf("node%04d", i), started: time.Now()}
-		meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
-		// Each simulated agent proves itself with its own node key, as a
-		// real one does (the aggregator checks every meta and update).
-		ak, err := mesh.AgentKeys(mesh.NodeKey(site[0], a.name), aggKeys.PublicKeys())
+		a, meta, m, err := bm.simAgent(i, addr, light, unsigned)
 		if err != nil {
-			return nil, err
-		}
-		o := mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan", Keys: ak}
-		if unsigned {
-			o.Keys, o.Config.AllowUnsigned = nil, true
-		}
-		var t *looptransport.Transport
-		if light {
-			var err error
-			if t, err = looptransport.New(addr); err != nil {
-				return nil, err
-			}
-			o.Tune = func(c *memberlist.Config) { c.Transport, c.EnableCompression = t, false }
-		}
-		m, err := mesh.New(o)
-		if err != nil {
-			if t != nil {
-				t.Shutdown()
-			}
 			return nil, err
 		}
 		a.m = m
@@ -314,6 +304,18 @@ grace = %q
 		steadyCPU, steadyAgg, benchenv.LoadAvg())
 	b.ReportMetric(steadyCPU, "cores-members")
 	b.ReportMetric(steadyAgg, "cores-aggregator")
+	// Memory: this process's live heap after a collection (n members'
+	// meshes, each holding the n members' table: it grows as n², so per
+	// member as n) and its RSS; the aggregator's RSS (its view of n nodes).
+	runtime.GC()
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	selfRSS, aggRSS := procRSS(os.Getpid()), procRSS(aggPid)
+	progress(b, "memory: this process's live heap %d MiB (%.0f KiB per member), RSS %d MiB (%.0f KiB per member); the aggregator's RSS %d MiB (%.1f KiB per node)",
+		mem.HeapAlloc>>20, float64(mem.HeapAlloc)/1024/float64(n), selfRSS>>20, float64(selfRSS)/1024/float64(n),
+		aggRSS>>20, float64(aggRSS)/1024/float64(n))
+	b.ReportMetric(float64(mem.HeapAlloc)/float64(n), "heap-B/member")
+	b.ReportMetric(float64(aggRSS)/float64(n), "agg-rss-B/node")
 
 	w := g.watch(b)
 	type arrival struct {
@@ -531,6 +533,22 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mes
 	}
 	progress(b, "%d members started in %v, ready %v later", n, started.Sub(begin).Round(time.Millisecond),
 		time.Since(started).Round(time.Millisecond))
+}
+
+// procRSS is the resident memory of process pid, in bytes (0 if unknown).
+func procRSS(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // procCPU is the CPU time (user and system) of process pid so far.

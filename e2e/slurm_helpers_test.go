@@ -154,6 +154,9 @@ type slurmSite struct {
 	dPort    int
 	env      []string
 	daemons  []*daemon // in start order
+	// netns, if set, is the network namespace the client commands run in
+	// (slurmctld's, in slurm_nodes_helpers_test.go).
+	netns string
 }
 
 // newSlurmSite prepares the folder, munge key and ports of a site; start
@@ -264,6 +267,19 @@ func (s *slurmSite) start(cfg slurmConfig) {
 		CtldPort, DPort int
 	}{cfg, s.dir, s.host, s.ctldPort, s.dPort})
 
+	s.startMunge()
+	for _, name := range []string{"slurmctld", "slurmd"} {
+		bin, _ := lookSlurm(name)
+		s.daemons = append(s.daemons, startDaemon(t, name, nil, bin, "-D", "-f", s.conf))
+	}
+	s.waitNode("idle after start", 30*time.Second, func(state, _ string) bool { return state == "idle" })
+}
+
+// startMunge starts munged (the first daemon) and waits for its socket; the
+// daemons are stopped by pid when the test ends.
+func (s *slurmSite) startMunge() {
+	t := s.t
+	t.Helper()
 	uid, gid := mungeIDs(t)
 	munged, _ := lookSlurm("munged")
 	s.daemons = append(s.daemons, startDaemon(t, "munged", &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
@@ -272,11 +288,6 @@ func (s *slurmSite) start(cfg slurmConfig) {
 		"--seed-file="+s.path("munge/munged.seed")))
 	t.Cleanup(s.stop)
 	s.waitFile(s.path("munge-run/munge.socket.2"), s.daemons[0])
-	for _, name := range []string{"slurmctld", "slurmd"} {
-		bin, _ := lookSlurm(name)
-		s.daemons = append(s.daemons, startDaemon(t, name, nil, bin, "-D", "-f", s.conf))
-	}
-	s.waitNode("idle after start", 30*time.Second, func(state, _ string) bool { return state == "idle" })
 }
 
 func (s *slurmSite) waitFile(path string, d *daemon) {
@@ -307,8 +318,9 @@ func (s *slurmSite) stop() {
 				s.t.Logf("=== output of %s:\n%s", d.name, out)
 			}
 		}
-		for _, f := range []string{"log/slurmctld.log", "log/slurmd.log"} {
-			s.t.Logf("=== %s:\n%s", f, tailFile(s.path(f), 6000))
+		logs, _ := filepath.Glob(s.path("log/*.log"))
+		for _, f := range logs {
+			s.t.Logf("=== %s:\n%s", filepath.Base(f), tailFile(f, 6000))
 		}
 	}
 	s.daemons = nil
@@ -333,7 +345,11 @@ func (s *slurmSite) run(name string, args ...string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
+	argv := append([]string{bin}, args...)
+	if s.netns != "" {
+		argv = append([]string{"nsenter", "--net=/var/run/netns/" + s.netns}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = s.env, s.dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -354,8 +370,11 @@ func (s *slurmSite) must(name string, args ...string) string {
 // node returns Slurm's state of the node as sinfo prints it ("idle",
 // "completing", "draining", "drained", "idle*"...) and its reason ("" for
 // none).
-func (s *slurmSite) node() (state, reason string, err error) {
-	out, err := s.run("sinfo", "-h", "-N", "-n", s.host, "-o", "%T|%E")
+func (s *slurmSite) node() (state, reason string, err error) { return s.nodeState(s.host) }
+
+// nodeState is node() of the named node.
+func (s *slurmSite) nodeState(node string) (state, reason string, err error) {
+	out, err := s.run("sinfo", "-h", "-N", "-n", node, "-o", "%T|%E")
 	if err != nil {
 		return "", "", err
 	}
@@ -371,16 +390,23 @@ func (s *slurmSite) node() (state, reason string, err error) {
 // returns that state and reason.
 func (s *slurmSite) waitNode(what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
 	s.t.Helper()
+	return s.waitNodeState(s.host, what, timeout, cond)
+}
+
+// waitNodeState is waitNode of the named node.
+func (s *slurmSite) waitNodeState(node, what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
+	s.t.Helper()
 	deadline := time.Now().Add(timeout)
 	var state, reason string
 	var err error
 	for {
-		state, reason, err = s.node()
+		state, reason, err = s.nodeState(node)
 		if err == nil && cond(state, reason) {
 			return state, reason
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("slurm: node %s not %s within %v (last: %q %q, %v)", s.host, what, timeout, state, reason, err)
+			s.t.Fatalf("slurm: node %s not %s within %v (last: %q %q, %v)\n%s", node, what, timeout, state, reason, err,
+				tailFile(s.path("log/slurmctld.log"), 3000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -454,6 +480,17 @@ func (s *slurmSite) writeRealEpilog(hangFile string) string {
 // GRACEWATCH_SOCKET at agent a. It returns the Epilog= path.
 func (s *slurmSite) writeGracewatchEpilog(a *agent, realEpilog string) string {
 	s.t.Helper()
+	wrapper := s.writeEpilogWrapper(realEpilog)
+	p := s.path("epilog.sh")
+	writeTemplate(s.t, "epilog-gracewatch.sh", p, 0o755, map[string]string{"Socket": a.socket, "Wrapper": wrapper})
+	return p
+}
+
+// writeEpilogWrapper writes the shipped wrapper
+// (packaging/examples/nodeagent/slurm-epilog.sh) with the test's paths of
+// nodeagent and of the real epilogue, and returns its path.
+func (s *slurmSite) writeEpilogWrapper(realEpilog string) string {
+	s.t.Helper()
 	wrapper := s.path("slurm-epilog.sh")
 	text := readExample(s.t, "nodeagent/slurm-epilog.sh")
 	text = replaceOnce(s.t, text, "/usr/sbin/nodeagent", bins.nodeagent)
@@ -461,9 +498,7 @@ func (s *slurmSite) writeGracewatchEpilog(a *agent, realEpilog string) string {
 	if err := os.WriteFile(wrapper, []byte(text), 0o755); err != nil {
 		s.t.Fatal(err)
 	}
-	p := s.path("epilog.sh")
-	writeTemplate(s.t, "epilog-gracewatch.sh", p, 0o755, map[string]string{"Socket": a.socket, "Wrapper": wrapper})
-	return p
+	return wrapper
 }
 
 // slurmActuators returns packaging/examples/aggregator/actuator-slurm.toml,

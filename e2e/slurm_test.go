@@ -79,7 +79,11 @@ func TestSlurm(t *testing.T) {
 			t.Errorf("Slurm drained the node %v after D, want within 2 s", late)
 		}
 		want := fmt.Sprintf("gracewatch: job %s teardown exceeded grace %v: ", job, slurmGrace)
-		if !strings.HasPrefix(reason, want) || !strings.Contains(reason, fmt.Sprintf("pid %d cat", cat)) {
+		own, cause := ownReason(t, reason)
+		if !strings.HasPrefix(cause, "fuse.hangfs ") {
+			t.Errorf("Slurm's reason %q does not name the incident of the hung mount (fuse.hangfs ...)", reason)
+		}
+		if !strings.HasPrefix(own, want) || !strings.Contains(reason, fmt.Sprintf("pid %d cat", cat)) {
 			t.Fatalf("Slurm's reason %q, want %q... naming pid %d cat (the hung reader)", reason, want, cat)
 		}
 		if state != "draining" {
@@ -94,7 +98,7 @@ func TestSlurm(t *testing.T) {
 			return strings.Contains(reason, fmt.Sprintf("1 unkillable (pid %d cat, D in request_wait_answer", cat))
 		})
 		t.Logf("Slurm's reason followed the classification %v after the drain: %q", time.Since(drainedAt).Round(time.Millisecond), reason)
-		if !strings.HasPrefix(reason, want) {
+		if own, _ := ownReason(t, reason); !strings.HasPrefix(own, want) {
 			t.Fatalf("updated reason %q lost gracewatch's prefix %q", reason, want)
 		}
 

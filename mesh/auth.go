@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -88,10 +89,22 @@ type guard struct {
 	proven map[string]bool    // names proven since start (only real members can be added)
 	seen   map[[32]byte]int64 // signed messages accepted: proof hash -> expiry (Unix ms)
 	order  [][32]byte         // seen's keys, oldest first
+	// verified holds, per aggregator name, the last meta whose signature
+	// checked out, so that the same bytes (every push-pull carries them)
+	// are not verified again. Only a real aggregator's signature adds an
+	// entry, so it holds one per aggregator name.
+	verified map[string]verifiedMeta
+}
+
+// verifiedMeta is a meta whose aggregator signature checked out.
+type verifiedMeta struct {
+	raw []byte
+	o   openedMeta
 }
 
 func newGuard(keys *Keys, allowUnsigned bool) *guard {
-	return &guard{keys: keys, allowUnsigned: allowUnsigned, proven: map[string]bool{}, seen: map[[32]byte]int64{}}
+	return &guard{keys: keys, allowUnsigned: allowUnsigned, proven: map[string]bool{}, seen: map[[32]byte]int64{},
+		verified: map[string]verifiedMeta{}}
 }
 
 // appendProof appends the proof trailer to b.
@@ -166,12 +179,14 @@ func (g *guard) proofSize(role gwpb.Role) int {
 	return protowire.SizeTag(proofField) + protowire.SizeBytes(8+ed25519.SignatureSize)
 }
 
-// openedMeta is a member's meta after openMeta.
+// openedMeta is a member's meta after openMeta. Its meta is shared (the
+// verification cache keeps it): read-only.
 type openedMeta struct {
-	meta    *gwpb.Meta
-	leaving bool
-	proven  bool      // its proof checked out here (aggregators' metas)
-	until   time.Time // an aggregator's: when its proof expires
+	meta     *gwpb.Meta
+	leaving  bool
+	proven   bool      // its proof checked out here (aggregators' metas)
+	signedAt time.Time // an aggregator's: its signing time
+	until    time.Time // an aggregator's: when its proof expires
 }
 
 // openMeta decodes and checks a member's meta. An error means: use none of
@@ -196,6 +211,15 @@ func (g *guard) openMeta(name string, raw []byte, now time.Time) (openedMeta, er
 		}
 		return o, nil
 	default:
+		g.mu.Lock()
+		v, cached := g.verified[name]
+		g.mu.Unlock()
+		if cached && bytes.Equal(v.raw, raw) {
+			if err := fresh(v.o.signedAt, now, aggregatorProofValidity); err != nil {
+				return openedMeta{}, fmt.Errorf("%w: aggregator meta %v", ErrUnproven, err)
+			}
+			return v.o, nil
+		}
 		if len(proof) != 8+ed25519.SignatureSize {
 			return openedMeta{}, fmt.Errorf("%w: aggregator meta proof of %d bytes", ErrUnproven, len(proof))
 		}
@@ -207,10 +231,13 @@ func (g *guard) openMeta(name string, raw []byte, now time.Time) (openedMeta, er
 		if err := fresh(signedAt, now, aggregatorProofValidity); err != nil {
 			return openedMeta{}, fmt.Errorf("%w: aggregator meta %v", ErrUnproven, err)
 		}
-		o.proven, o.until = true, signedAt.Add(aggregatorProofValidity)
+		o.proven, o.signedAt, o.until = true, signedAt, signedAt.Add(aggregatorProofValidity)
+		g.mu.Lock()
+		g.verified[name] = verifiedMeta{raw: bytes.Clone(raw), o: o}
+		g.proven[name] = true
+		g.mu.Unlock()
+		return o, nil
 	}
-	g.markProven(name)
-	return o, nil
 }
 
 // unsigned decides about a meta or a message that carries no proof.

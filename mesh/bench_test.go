@@ -332,7 +332,7 @@ func swarmAddr(i, port int) string {
 // newcomer, 4·⌈log10(n+1)⌉ times each, so the cost of a join grows with n.
 // Paced at 3000, 4000 or not at all, the process (on 2 cores shared with
 // other work) collapsed at about 660, 530 and 460 members: push-pulls time
-// out and joins fail (the stall DESIGN describes).
+// out and joins fail (the stall docs/DESIGN.md §4 describes).
 //
 // It then waits until every member counts n live members. Members that
 // missed an alive message during the joins learn it only from a push-pull

@@ -122,6 +122,26 @@ func appendLeaving(b []byte) []byte {
 	return protowire.AppendVarint(b, 1)
 }
 
+// hasLeavingMark reports whether an encoded meta carries the leaving mark,
+// without decoding it.
+func hasLeavingMark(b []byte) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		if num == leavingField && typ == protowire.VarintType {
+			return true
+		}
+		n2 := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if n2 < 0 {
+			return false
+		}
+		b = b[n+n2:]
+	}
+	return false
+}
+
 // stripLeaving removes the leaving mark from m's unknown fields and reports
 // whether it was there.
 func stripLeaving(m *gwpb.Meta) bool {

@@ -285,7 +285,7 @@ func TestUnknownEnumValues(t *testing.T) {
 		t.Error("knownRole")
 	}
 	st := &memberState{}
-	if err := (&Mesh{guard: newGuard(nil, true), now: time.Now}).decodeMemberMeta(st, b); err != nil || st.Role != gwpb.Role_ROLE_UNSPECIFIED || st.Meta.GetRole() != 7 {
+	if _, err := (&Mesh{guard: newGuard(nil, true), now: time.Now}).decodeMemberMeta(st, b, time.Now()); err != nil || st.Role != gwpb.Role_ROLE_UNSPECIFIED || st.Meta.GetRole() != 7 {
 		t.Errorf("member: %+v, %v", st.Member, err)
 	}
 }
@@ -295,17 +295,17 @@ func TestBadMemberMeta(t *testing.T) {
 	m := &Mesh{guard: newGuard(nil, true), now: time.Now}
 	st := &memberState{}
 	bad := []byte{0xff, 0xff}
-	if err := m.decodeMemberMeta(st, bad); err == nil || st.MetaErr == nil || st.Meta != nil {
+	if _, err := m.decodeMemberMeta(st, bad, time.Now()); err == nil || st.MetaErr == nil || st.Meta != nil {
 		t.Fatalf("first bad meta: %v, %+v", err, st.Member)
 	}
-	if err := m.decodeMemberMeta(st, bad); err != nil || st.MetaErr == nil {
+	if _, err := m.decodeMemberMeta(st, bad, time.Now()); err != nil || st.MetaErr == nil {
 		t.Errorf("same bad meta again: should not be logged again (%v)", err)
 	}
 	good, _ := EncodeMeta(&gwpb.Meta{Role: gwpb.Role_ROLE_AGENT})
-	if err := m.decodeMemberMeta(st, good); err != nil || st.MetaErr != nil || st.Role != gwpb.Role_ROLE_AGENT {
+	if _, err := m.decodeMemberMeta(st, good, time.Now()); err != nil || st.MetaErr != nil || st.Role != gwpb.Role_ROLE_AGENT {
 		t.Errorf("good meta: %v, %+v", err, st.Member)
 	}
-	if err := m.decodeMemberMeta(st, []byte{0xfe}); err == nil {
+	if _, err := m.decodeMemberMeta(st, []byte{0xfe}, time.Now()); err == nil {
 		t.Error("a different bad meta should be logged")
 	}
 }

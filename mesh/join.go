@@ -146,27 +146,54 @@ func flatten(err error) error {
 // member here. A seed that does not resolve counts as missing (Join logs
 // why).
 func (m *Mesh) missingSeeds() []string {
-	have := make(map[string]bool)
+	// The seeds' addresses first (few), then one pass over the members
+	// for those alive there: every member does this every rejoin_interval,
+	// and a set of every member's address each time was garbage that grew
+	// with the mesh.
+	addrs := make(map[string][]string, len(m.seeds)) // seed -> its addresses
+	want := map[string]bool{}
+	var unresolved []string
+	for _, seed := range m.seeds {
+		a, ok := m.seedAddrsOf(seed)
+		if !ok {
+			unresolved = append(unresolved, seed)
+			continue
+		}
+		addrs[seed] = a
+		for _, x := range a {
+			want[x] = false
+		}
+	}
 	m.mu.Lock()
 	for name, st := range m.members {
-		if name == m.name || st.Status == StatusAlive {
-			have[st.Addr] = true
+		if _, ok := want[st.Addr]; ok && (name == m.name || st.Status == StatusAlive) {
+			want[st.Addr] = true
 		}
 	}
 	m.mu.Unlock()
-	var missing []string
+	missing := unresolved
 	for _, seed := range m.seeds {
-		if !m.seedPresent(seed, have) {
-			missing = append(missing, seed)
+		a, ok := addrs[seed]
+		if !ok {
+			continue
+		}
+		for _, x := range a {
+			if !want[x] {
+				missing = append(missing, seed)
+				break
+			}
 		}
 	}
 	return missing
 }
 
-func (m *Mesh) seedPresent(seed string, have map[string]bool) bool {
+// seedAddrsOf resolves a seed (a DNS name within resolveTimeout) to the
+// addresses members are known at; false when it does not resolve (Join
+// logs why).
+func (m *Mesh) seedAddrsOf(seed string) ([]string, bool) {
 	host, port, err := net.SplitHostPort(seed)
 	if err != nil {
-		return false
+		return nil, false
 	}
 	var ips []net.IP
 	if ip := net.ParseIP(host); ip != nil {
@@ -176,16 +203,15 @@ func (m *Mesh) seedPresent(seed string, have map[string]bool) bool {
 		addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 		cancel()
 		if err != nil {
-			return false
+			return nil, false
 		}
 		for _, a := range addrs {
 			ips = append(ips, a.IP)
 		}
 	}
+	out := make([]string, 0, len(ips))
 	for _, ip := range ips {
-		if !have[net.JoinHostPort(ip.String(), port)] {
-			return false
-		}
+		out = append(out, net.JoinHostPort(ip.String(), port))
 	}
-	return len(ips) > 0
+	return out, len(out) > 0
 }

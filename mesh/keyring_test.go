@@ -59,12 +59,12 @@ func TestLoadKeyring(t *testing.T) {
 		{"three keys, comments", "# rotated 2025-01\n" + k32 + "\n\n  " + k16 + "  # old\n" + k24 + "\n", 0o600, "", 3},
 		{"group readable is fine", k32 + "\n", 0o640, "", 1},
 		{"no final newline", k32, 0o400, "", 1},
-		{"readable by others", k32 + "\n", 0o644, "has mode 0644", 0},
-		{"group writable", k32 + "\n", 0o620, "has mode 0620", 0},
-		{"writable by others", k32 + "\n", 0o602, "has mode 0602", 0},
-		{"malformed base64", "# c\n\n" + k32 + "\nnot*base64!\n", 0o600, "line 4: not a base64 key", 0},
+		{"readable by others", k32 + "\n", 0o644, ": mode 0644 is too open", 0},
+		{"group writable", k32 + "\n", 0o620, ": mode 0620 is too open", 0},
+		{"writable by others", k32 + "\n", 0o602, ": mode 0602 is too open", 0},
+		{"malformed base64", "# c\n\n" + k32 + "\nnot*base64!\n", 0o600, "line 4: not base64", 0},
 		{"wrong length", base64.StdEncoding.EncodeToString([]byte("0123456789")) + "\n", 0o600, "line 1: key is 10 bytes, want 16, 24 or 32", 0},
-		{"empty", "# nothing\n\n", 0o600, "no key", 0},
+		{"empty", "# nothing\n\n", 0o600, "no entry", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,7 +29,6 @@ package mesh
 // then the nodes get their new node keys, and the old one is removed.
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/ed25519"
 	"crypto/hmac"
@@ -37,11 +36,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/secretfile"
 )
 
 // Key sizes.
@@ -143,10 +140,10 @@ func EncodeKey(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
 // LoadSiteKeys reads a site key file: one base64 key of at least
 // SiteKeyMinBytes per line, the first primary; '#' comments and blank
-// lines are ignored. The file must be a regular file that others cannot
-// read and group cannot write (0600, or 0640 for the aggregator's group).
+// lines are ignored. It is a secret file, read by internal/secretfile's
+// policy (0600, or 0640 for the aggregator's group).
 func LoadSiteKeys(path string) ([][]byte, error) {
-	return readKeyFile(path, "site key", 0o027, func(k []byte) error {
+	return secretfile.Keys("site key", path, secretfile.Secret, func(k []byte) error {
 		if len(k) < SiteKeyMinBytes {
 			return fmt.Errorf("%d bytes, want at least %d (aggregator site-key FILE makes one)", len(k), SiteKeyMinBytes)
 		}
@@ -155,10 +152,10 @@ func LoadSiteKeys(path string) ([][]byte, error) {
 }
 
 // LoadNodeKey reads a node key file: one base64 key of NodeKeyBytes, as
-// `aggregator node-key NODE` prints it. The file must be a regular file
-// that others cannot read and group cannot write.
+// `aggregator node-key NODE` prints it. It is a secret file, read by
+// internal/secretfile's policy.
 func LoadNodeKey(path string) ([]byte, error) {
-	keys, err := readKeyFile(path, "node key", 0o027, func(k []byte) error {
+	keys, err := secretfile.Keys("node key", path, secretfile.Secret, func(k []byte) error {
 		if len(k) != NodeKeyBytes {
 			return fmt.Errorf("%d bytes, want %d (as `aggregator node-key NODE` prints it)", len(k), NodeKeyBytes)
 		}
@@ -175,9 +172,10 @@ func LoadNodeKey(path string) ([]byte, error) {
 
 // LoadAggregatorKeys reads an aggregator keys file: one base64 Ed25519
 // public key per line, as `aggregator public-key` prints them. It is not
-// secret, but nobody but its owner may write it.
+// secret, but nobody but its owner may write it (internal/secretfile's
+// Public policy).
 func LoadAggregatorKeys(path string) ([]ed25519.PublicKey, error) {
-	keys, err := readKeyFile(path, "aggregator keys", 0o022, func(k []byte) error {
+	keys, err := secretfile.Keys("aggregator keys", path, secretfile.Public, func(k []byte) error {
 		if len(k) != ed25519.PublicKeySize {
 			return fmt.Errorf("%d bytes, want %d (an Ed25519 public key, as `aggregator public-key` prints it)", len(k), ed25519.PublicKeySize)
 		}
@@ -191,70 +189,4 @@ func LoadAggregatorKeys(path string) ([]ed25519.PublicKey, error) {
 		out[i] = ed25519.PublicKey(k)
 	}
 	return out, nil
-}
-
-// readKeyFile reads one base64 key per line from path, refusing a file
-// whose mode has any bit of badPerm. Errors name the file and the line.
-func readKeyFile(path, what string, badPerm os.FileMode, check func([]byte) error) ([][]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s file: %w", what, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%s file: %w", what, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s file %s: not a regular file (%v)", what, path, fi.Mode().Type())
-	}
-	if perm := fi.Mode().Perm(); perm&badPerm != 0 {
-		want := "0600 or 0640"
-		if badPerm == 0o022 {
-			want = "0644"
-		}
-		return nil, fmt.Errorf("%s file %s has mode %#o: too open (want %s)", what, path, perm, want)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s file %s: %w", what, path, err)
-	}
-	if len(data) > maxKeyFile {
-		return nil, fmt.Errorf("%s file %s: larger than %d bytes", what, path, maxKeyFile)
-	}
-	keys, err := parseKeyLines(data, check)
-	if err != nil {
-		return nil, fmt.Errorf("%s file %s: %w", what, path, err)
-	}
-	return keys, nil
-}
-
-// parseKeyLines reads one base64 key per line ('#' comments and blank
-// lines ignored), each passing check; errors name the line.
-func parseKeyLines(data []byte, check func([]byte) error) ([][]byte, error) {
-	var keys [][]byte
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), maxKeyFile+1)
-	for line := 1; sc.Scan(); line++ {
-		s, _, _ := strings.Cut(sc.Text(), "#")
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		k, err := base64.StdEncoding.DecodeString(s)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: not base64: %v", line, err)
-		}
-		if err := check(k); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
-		}
-		keys = append(keys, k)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(keys) == 0 {
-		return nil, errors.New("no key")
-	}
-	return keys, nil
 }

@@ -5,8 +5,9 @@ import (
 	"context"
 	"log"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 )
 
 // slogWriter turns memberlist's log lines ("[WARN] memberlist: msg") into
@@ -16,7 +17,7 @@ import (
 // log one per packet (junk, a wrong key, a wrong label).
 type slogWriter struct {
 	log   *slog.Logger
-	limit *limiter
+	limit *ratelog.Limiter
 }
 
 // memberlistLogEvery rate-limits each kind of memberlist warning or error.
@@ -25,7 +26,7 @@ const memberlistLogEvery = 10 * time.Second
 // newStdLogger returns the *log.Logger memberlist's Config.Logger wants,
 // writing into l.
 func newStdLogger(l *slog.Logger) *log.Logger {
-	return log.New(slogWriter{log: l, limit: &limiter{every: memberlistLogEvery}}, "", 0)
+	return log.New(slogWriter{log: l, limit: ratelog.New(memberlistLogEvery)}, "", 0)
 }
 
 // lineKind is what a memberlist line is rate-limited by: its text up to
@@ -53,7 +54,7 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	}
 	line, _ = bytes.CutPrefix(line, []byte("memberlist: "))
 	if level >= slog.LevelWarn && w.limit != nil {
-		ok, suppressed := w.limit.allow(lineKind(line), time.Now())
+		ok, suppressed := w.limit.Allow(lineKind(line), time.Now())
 		if !ok {
 			return len(p), nil
 		}
@@ -78,61 +79,4 @@ func memberlistLevel(tag string) (slog.Level, bool) {
 		return slog.LevelError, true
 	}
 	return 0, false
-}
-
-// limiter allows one event per key per interval and counts the rest, with
-// a bounded number of keys (a flood of distinct keys resets it rather than
-// growing it), and at most limiterBurst events per interval in all (so
-// that a flood of distinct keys is not a flood of lines either: what that
-// cap suppresses is reported with the next event allowed).
-type limiter struct {
-	every time.Duration
-	mu    sync.Mutex
-	seen  map[string]*limitEntry
-
-	windowStart time.Time
-	inWindow    int // events allowed since windowStart
-	overflow    int // events suppressed by the cap, not yet reported
-}
-
-// limiterBurst bounds the events one limiter allows per interval.
-const limiterBurst = 20
-
-type limitEntry struct {
-	last       time.Time
-	suppressed int
-}
-
-const limiterKeys = 1024
-
-// allow reports whether an event for key may be logged now, and how many
-// were suppressed since the last one that was.
-func (l *limiter) allow(key string, now time.Time) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.seen == nil || len(l.seen) >= limiterKeys {
-		l.seen = make(map[string]*limitEntry)
-	}
-	if now.Sub(l.windowStart) >= l.every {
-		l.windowStart, l.inWindow = now, 0
-	}
-	e := l.seen[key]
-	if e != nil && now.Sub(e.last) < l.every {
-		e.suppressed++
-		return false, 0
-	}
-	if l.inWindow >= limiterBurst {
-		l.overflow++
-		return false, 0
-	}
-	l.inWindow++
-	n := l.overflow
-	l.overflow = 0
-	if e == nil {
-		l.seen[key] = &limitEntry{last: now}
-		return true, n
-	}
-	n += e.suppressed
-	e.last, e.suppressed = now, 0
-	return true, n
 }

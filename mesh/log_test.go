@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 )
 
 // capture is a slog.Handler that keeps records.
@@ -57,51 +59,6 @@ func TestMemberlistLogLevels(t *testing.T) {
 	}
 }
 
-func TestLimiter(t *testing.T) {
-	l := limiter{every: 10 * time.Second}
-	t0 := time.Unix(1000, 0)
-	if ok, _ := l.allow("a", t0); !ok {
-		t.Error("first a")
-	}
-	if ok, _ := l.allow("b", t0); !ok {
-		t.Error("first b: limits are per sender")
-	}
-	for range 3 {
-		if ok, _ := l.allow("a", t0.Add(time.Second)); ok {
-			t.Error("a within the interval")
-		}
-	}
-	if ok, n := l.allow("a", t0.Add(11*time.Second)); !ok || n != 3 {
-		t.Errorf("a after the interval: %v, %d suppressed; want true, 3", ok, n)
-	}
-	for i := range limiterKeys + 5 {
-		l.allow(string(rune('A'+i)), t0)
-	}
-	if len(l.seen) > limiterKeys {
-		t.Errorf("%d keys kept, at most %d", len(l.seen), limiterKeys)
-	}
-}
-
-// A flood of distinct keys is capped too, and what the cap suppressed is
-// reported with the next line allowed.
-func TestLimiterBurst(t *testing.T) {
-	l := limiter{every: 10 * time.Second}
-	t0 := time.Unix(1000, 0)
-	allowed := 0
-	for i := range 1000 {
-		if ok, _ := l.allow(fmt.Sprint("k", i), t0.Add(time.Duration(i)*time.Millisecond)); ok {
-			allowed++
-		}
-	}
-	if allowed != limiterBurst {
-		t.Fatalf("%d of 1,000 distinct keys allowed in one interval, want %d", allowed, limiterBurst)
-	}
-	ok, n := l.allow("late", t0.Add(11*time.Second))
-	if !ok || n != 1000-limiterBurst {
-		t.Errorf("next interval: %v, %d suppressed reported; want true, %d", ok, n, 1000-limiterBurst)
-	}
-}
-
 // Junk packets to the mesh port (anyone who reaches it can send them) make
 // a bounded number of log lines: memberlist logs one per packet.
 func TestJunkPacketsLogBounded(t *testing.T) {
@@ -142,7 +99,7 @@ func TestJunkPacketsLogBounded(t *testing.T) {
 	if sent < 200 {
 		t.Fatalf("only %d packets sent", sent)
 	}
-	if warnings == 0 || warnings > 2*limiterBurst {
-		t.Errorf("%d warning/error lines for %d junk packets, want 1..%d", warnings, sent, 2*limiterBurst)
+	if warnings == 0 || warnings > 2*ratelog.Burst {
+		t.Errorf("%d warning/error lines for %d junk packets, want 1..%d", warnings, sent, 2*ratelog.Burst)
 	}
 }

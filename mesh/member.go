@@ -30,7 +30,9 @@ type Member struct {
 	Name string
 	Addr string    // host:port
 	Role gwpb.Role // from its meta; ROLE_UNSPECIFIED if the meta did not decode or names a role this build does not know
-	// Meta is nil if MetaErr != nil or the member published no meta.
+	// Meta is nil if MetaErr != nil or the member published no meta, and
+	// at an agent for another agent (an agent has no use for it: it is not
+	// decoded).
 	Meta *gwpb.Meta
 	// MetaErr says why the meta did not decode. It is logged once per node
 	// and meta value, and never stops the mesh.

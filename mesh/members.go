@@ -38,9 +38,11 @@ func (d delegate) NodeMeta(limit int) []byte {
 	return small
 }
 
-// NotifyMsg decodes a direct message and hands it to the Handler.
+// NotifyMsg decodes a direct message and hands it to the Handler. Its
+// size is checked before anything else; buf is not kept (memberlist reuses
+// a packet's buffer): what is decoded from it is copied.
 func (d delegate) NotifyMsg(buf []byte) {
-	b := bytes.Clone(buf) // memberlist reuses buf
+	b := buf
 	var env *gwpb.Envelope
 	var err error
 	if len(b) > EnvelopeLimit+sealedEnvelopeOverhead {
@@ -53,7 +55,7 @@ func (d delegate) NotifyMsg(buf []byte) {
 		if from == "" {
 			from = "unknown"
 		}
-		if ok, suppressed := d.m.badMsgs.allow(from, time.Now()); ok {
+		if ok, suppressed := d.m.badMsgs.Allow(from, time.Now()); ok {
 			msg := "dropped undecodable message"
 			if errors.Is(err, ErrUnproven) {
 				msg = "refused a message whose sender is not proven"
@@ -62,6 +64,11 @@ func (d delegate) NotifyMsg(buf []byte) {
 				"suppressed", suppressed)
 		}
 		return
+	}
+	if _, byAggregator := kindOf(env); byAggregator {
+		// Accepted, so signed by an aggregator where this member can
+		// check it: a proof of life of one in the book.
+		d.m.noteContact(env.GetFrom(), d.m.now())
 	}
 	if h := d.m.handler; h != nil {
 		h.HandleMessage(env.GetFrom(), env)
@@ -96,14 +103,15 @@ func (e events) NotifyLeave(n *memberlist.Node)  { e.m.observe(n, eventLeave) }
 // observe records what memberlist says about n and tells the Handler.
 func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 	now := time.Now()
-	addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 	if err := nodename.Validate(n.Name); err != nil {
-		if ok, suppressed := m.badMsgs.allow("name:"+n.Name, now); ok {
+		if ok, suppressed := m.badMsgs.Allow("name:"+n.Name, now); ok {
+			addr := net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 			m.log.Warn("ignored a member with an invalid name", "addr", addr, "err", err, "suppressed", suppressed)
 		}
 		return
 	}
 	var badMeta error
+	left := false
 	m.mu.Lock()
 	st := m.members[n.Name]
 	isNew := st == nil
@@ -111,11 +119,17 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 		st = &memberState{Member: Member{Name: n.Name}}
 		m.members[n.Name] = st
 	}
-	changed := isNew || st.Addr != addr
-	st.ip, st.port, st.Addr = slices.Clone(n.Addr), n.Port, addr
+	// Every member hears every other's changes: what did not change is
+	// not built again.
+	changed := isNew || st.port != n.Port || !st.ip.Equal(n.Addr)
+	if changed {
+		st.ip, st.port = slices.Clone(n.Addr), n.Port
+		st.Addr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	}
+	addr := st.Addr
 	if isNew || !bytes.Equal(st.raw, n.Meta) {
 		oldMeta, oldErr := st.Meta, st.MetaErr
-		badMeta = m.decodeMemberMeta(st, n.Meta)
+		left, badMeta = m.decodeMemberMeta(st, n.Meta, now)
 		changed = changed || !proto.Equal(oldMeta, st.Meta) || (oldErr == nil) != (st.MetaErr == nil)
 	}
 	prev := st.Status
@@ -139,6 +153,8 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 		st.Status, st.Since = status, now
 		changed = true
 	}
+	m.bookStatusLocked(n.Name, status, now)
+	_, inBook := m.book[n.Name]
 	st.Signs = m.guard.everProven(n.Name)
 	mem, hidden := st.Member, st.hidden
 	m.mu.Unlock()
@@ -148,7 +164,15 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 		if errors.Is(badMeta, ErrUnproven) {
 			msg = "refused a member meta that is not proven"
 		}
-		m.log.Warn(msg, "node", n.Name, "addr", addr, "bytes", len(n.Meta), "err", badMeta)
+		if ok, suppressed := m.badMsgs.Allow("meta:"+n.Name, now); ok {
+			m.log.Warn(msg, "node", nodename.ForLog(n.Name), "addr", addr, "bytes", len(n.Meta), "err", badMeta, "suppressed", suppressed)
+		}
+	}
+	if left {
+		m.log.Info("aggregator left (its leave is signed)", "aggregator", n.Name, "addr", addr)
+	}
+	if inBook {
+		m.upkeepBook(m.now())
 	}
 	if hidden {
 		return
@@ -169,29 +193,46 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 }
 
 // decodeMemberMeta decodes and checks a member's meta into st. It returns
-// the error if it should be logged (once per node and meta value). A meta
-// that is not proven leaves st without meta or role; the member is hidden
-// unless its name has been proven here before (then it shows, with the
-// error, so that an operator sees a node whose key went wrong).
-func (m *Mesh) decodeMemberMeta(st *memberState, raw []byte) error {
+// the error if it should be logged (once per node and meta value), and
+// whether the meta is an aggregator's signed leave that removed it from
+// the book. A meta that is not proven leaves st without meta or role; the
+// member is hidden unless its name has been proven here before (then it
+// shows, with the error, so that an operator sees a node whose key went
+// wrong). m.mu is held.
+func (m *Mesh) decodeMemberMeta(st *memberState, raw []byte, now time.Time) (left bool, logErr error) {
 	st.raw = bytes.Clone(raw)
 	st.Meta, st.MetaErr, st.Role, st.leaving, st.proofUntil, st.Proven = nil, nil, gwpb.Role_ROLE_UNSPECIFIED, false, time.Time{}, false
 	if len(raw) == 0 {
-		return nil
+		return false, nil
+	}
+	if m.role != gwpb.Role_ROLE_AGGREGATOR && st.Name != m.name && metaRole(raw) == gwpb.Role_ROLE_AGENT {
+		// An agent has no use for another agent's meta (a claim that
+		// only an aggregator may read, where unproven state is
+		// accepted): it is not decoded, only its role read. Every
+		// member hears every other's changes: at 1,000 members that was
+		// a tenth of each agent's member table and of its garbage.
+		st.hidden, st.Role, st.leaving = false, gwpb.Role_ROLE_AGENT, hasLeavingMark(raw)
+		return false, nil
 	}
 	o, err := m.guard.openMeta(st.Name, raw, m.now())
+	if err == nil && o.proven && o.meta.GetAddr() != "" && o.meta.GetAddr() != st.Addr {
+		err = fmt.Errorf("%w: aggregator meta signed for %s, announced at %s", ErrUnproven, o.meta.GetAddr(), st.Addr)
+	}
 	if err != nil {
 		st.MetaErr = err
 		st.hidden = !m.guard.everProven(st.Name) && (errors.Is(err, ErrUnproven) || !m.guard.allowUnsigned)
 		if bytes.Equal(st.badMeta, raw) {
-			return nil
+			return false, nil
 		}
 		st.badMeta = st.raw
-		return err
+		return false, err
 	}
 	st.hidden = false
 	st.Meta, st.Role, st.leaving, st.proofUntil, st.Proven = o.meta, knownRole(o.meta.GetRole()), o.leaving, o.until, o.proven
-	return nil
+	if o.proven && st.Role == gwpb.Role_ROLE_AGGREGATOR {
+		left = m.bookProvenLocked(st, o, raw, now)
+	}
+	return left, nil
 }
 
 // authLoop signs this aggregator's meta again when its proof is due and
@@ -215,6 +256,8 @@ func (m *Mesh) authLoop(every time.Duration) {
 			}
 		}
 		m.expireProofs(now)
+		m.resolveSeeds()
+		m.upkeepBook(now)
 	}
 }
 

@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -70,6 +72,12 @@ type Options struct {
 	// benchmarks that run many members in one process (a lighter
 	// Transport, no compression); programs leave it nil.
 	Tune func(*memberlist.Config)
+	// MaxMembers bounds the member table (0: DefaultMaxMembers); see
+	// alive.go.
+	MaxMembers int
+	// Registry, if set, receives the mesh's metrics (gracewatch_mesh_*,
+	// metrics.go).
+	Registry prometheus.Registerer
 
 	now func() time.Time // tests: the wall clock of the proofs
 }
@@ -95,9 +103,16 @@ type Mesh struct {
 	meta      *gwpb.Meta
 	leaving   bool
 	metaBytes atomic.Pointer[[]byte] // what NodeMeta returns
+	prevMeta  atomic.Pointer[[]byte] // what it returned before
 
-	mu      sync.Mutex
-	members map[string]*memberState
+	mu         sync.Mutex
+	members    map[string]*memberState
+	maxMembers int
+	lastEvict  time.Time
+	// book is the aggregators as gracewatch knows them (book.go), and
+	// seedAddrs the configured seeds' addresses.
+	book      map[string]*bookEntry
+	seedAddrs map[string]bool
 
 	joined      atomic.Bool
 	joinFailing atomic.Bool // the last join attempt failed (log the change only)
@@ -108,7 +123,8 @@ type Mesh struct {
 	shutdownOnce sync.Once
 	shutdownErr  error
 
-	badMsgs  limiter
+	badMsgs  *ratelog.Limiter
+	refused  refusals
 	guard    *guard
 	now      func() time.Time // the wall clock; tests move it
 	authDone chan struct{}    // nil when the auth loop does not run
@@ -174,8 +190,9 @@ func New(o Options) (*Mesh, error) {
 		log:     logger,
 		handler: o.Handler,
 		members: make(map[string]*memberState),
+		book:    make(map[string]*bookEntry),
 		stop:    make(chan struct{}),
-		badMsgs: limiter{every: badMessageLogEvery},
+		badMsgs: ratelog.New(badMessageLogEvery),
 		meta:    initialMeta(o.Meta, o.Role),
 		guard:   newGuard(keys, o.Config.AllowUnsigned || (o.Config.Insecure && keys == nil)),
 		now:     o.now,
@@ -183,6 +200,11 @@ func New(o Options) (*Mesh, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.maxMembers = o.MaxMembers
+	if m.maxMembers <= 0 {
+		m.maxMembers = DefaultMaxMembers
+	}
+	m.seedAddrs = literalSeeds(m.seeds)
 	if err := m.storeMetaLocked(); err != nil {
 		return nil, err
 	}
@@ -215,16 +237,51 @@ func New(o Options) (*Mesh, error) {
 	}
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
+	mc.Alive, mc.Conflict, mc.Merge = aliveFilter{m}, aliveFilter{m}, aliveFilter{m}
+	// A dead member's address is never reclaimed by another (alive.go).
+	mc.DeadNodeReclaimTime = 0
 	mc.Logger = newStdLogger(logger)
 	if o.Tune != nil {
 		o.Tune(mc)
 	}
+	if mc.Transport == nil {
+		nt, err := newNetTransport(mc, mc.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
+		}
+		mc.Transport = nt
+	}
+	guard := guardStreams(mc.Transport, maxStreamsPerPeer, m.refuseStream)
+	mc.Transport = guard
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		guard.Shutdown()
 		return nil, fmt.Errorf("start memberlist on %s: %w", cfg.Bind, err)
 	}
 	m.ml = ml
+	if m.guard.signsMeta(m.role) {
+		// An aggregator signs the address it is reached at with its
+		// meta, before anyone sees it (alive.go): memberlist knows it only
+		// now.
+		m.metaMu.Lock()
+		m.meta.Addr = m.Addr()
+		err := m.storeMetaLocked()
+		m.metaMu.Unlock()
+		if err == nil {
+			err = ml.UpdateNode(metaUpdateTimeout)
+		}
+		if err != nil {
+			ml.Shutdown()
+			return nil, fmt.Errorf("mesh: sign this aggregator's address: %w", err)
+		}
+	}
+	if o.Registry != nil {
+		if err := o.Registry.Register(meshCollector{m}); err != nil {
+			ml.Shutdown()
+			return nil, fmt.Errorf("mesh: metrics: %w", err)
+		}
+	}
 	logger.Info("mesh started", "name", o.Name, "role", o.Role.String(), "addr", m.Addr(),
 		"label", cfg.Label, "encrypted", !cfg.Insecure, "seeds", len(m.seeds))
 
@@ -264,7 +321,9 @@ func (m *Mesh) storeMetaLocked() error {
 	if err != nil {
 		return err
 	}
-	m.metaBytes.Store(&b)
+	if prev := m.metaBytes.Swap(&b); prev != nil {
+		m.prevMeta.Store(prev)
+	}
 	return nil
 }
 
@@ -321,6 +380,7 @@ func (m *Mesh) SetMeta(meta *gwpb.Meta) error {
 	m.metaMu.Lock()
 	old := m.meta
 	m.meta = initialMeta(meta, m.role)
+	m.meta.Addr = old.GetAddr() // an aggregator's signed address stays
 	if err := m.storeMetaLocked(); err != nil {
 		m.meta = old
 		m.metaMu.Unlock()
@@ -358,49 +418,6 @@ func (m *Mesh) NumMembers() int { return m.ml.NumMembers() }
 // there are no seeds.
 func (m *Mesh) Joined() bool { return m.joined.Load() }
 
-// Send sends env's body to the named member over TCP (memberlist
-// SendReliable), in an envelope of this member's (schema, from, to, sent_ms
-// set here; env is not modified) with its proof. It blocks for up to the
-// profile's TCP timeout. Errors name the node and wrap ErrUnknownMember,
-// ErrNotAlive, ErrClosed or ErrTooLarge where they apply.
-func (m *Mesh) Send(node string, env *gwpb.Envelope) error {
-	b, err := m.encode(env, node)
-	if err != nil {
-		return fmt.Errorf("send to %s: %w", node, err)
-	}
-	return m.sendBytes(node, b)
-}
-
-// SendToRole sends env (as Send does, with no to) to every alive member of
-// role but this one, in parallel. It returns how many sends succeeded and the
-// failures, joined. No such member is not an error: sent is 0.
-func (m *Mesh) SendToRole(role gwpb.Role, env *gwpb.Envelope) (sent int, err error) {
-	b, err := m.encode(env, "")
-	if err != nil {
-		return 0, fmt.Errorf("send to role %s: %w", role, err)
-	}
-	targets := m.AliveMembers(role)
-	errs := make([]error, len(targets))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, sendParallel)
-	for i, name := range targets {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			errs[i] = m.sendBytes(name, b)
-		}()
-	}
-	wg.Wait()
-	for _, e := range errs {
-		if e == nil {
-			sent++
-		}
-	}
-	return sent, errors.Join(errs...)
-}
-
 // Forget removes a member that is dead or has left from Members; it
 // reports whether it did (false for an unknown or live member). memberlist
 // forgets a dead member by itself GossipToTheDeadTime after its death; this
@@ -429,42 +446,6 @@ func (m *Mesh) AliveMembers(role gwpb.Role) []string {
 	m.mu.Unlock()
 	slices.Sort(names)
 	return names
-}
-
-func (m *Mesh) encode(env *gwpb.Envelope, to string) ([]byte, error) {
-	if env == nil {
-		return nil, errors.New("nil envelope")
-	}
-	// A new envelope around the same body: env may be sent to several
-	// members at once.
-	out := &gwpb.Envelope{Schema: gwpb.SchemaVersion, From: m.name, To: to, SentMs: m.now().UnixMilli(), Body: env.Body}
-	b, err := EncodeEnvelope(out)
-	if err != nil {
-		return nil, err
-	}
-	return m.guard.sealEnvelope(b), nil
-}
-
-func (m *Mesh) sendBytes(node string, b []byte) error {
-	if m.closed(false) {
-		return fmt.Errorf("send to %s: %w", node, ErrClosed)
-	}
-	m.mu.Lock()
-	st := m.members[node]
-	if st == nil {
-		m.mu.Unlock()
-		return fmt.Errorf("send to %s: %w", node, ErrUnknownMember)
-	}
-	to := memberlist.Node{Name: node, Addr: st.ip, Port: st.port}
-	status, since, addr := st.Status, st.Since, st.Addr
-	m.mu.Unlock()
-	if status != StatusAlive {
-		return fmt.Errorf("send to %s: %w (%s since %s)", node, ErrNotAlive, status, since.Format(time.RFC3339))
-	}
-	if err := m.ml.SendReliable(&to, b); err != nil {
-		return fmt.Errorf("send to %s at %s: %w", node, addr, err)
-	}
-	return nil
 }
 
 // Leave announces that this member leaves on purpose, so that the others

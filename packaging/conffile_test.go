@@ -212,3 +212,24 @@ func TestActuatorExamples(t *testing.T) {
 		})
 	}
 }
+
+// The reservation example is a valid [reservations] table that turns them
+// on.
+func TestReservationExample(t *testing.T) {
+	path := filepath.Join("examples", "aggregator", "reservations-slurm.toml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := aggregator.DefaultConfig()
+	if err := config.Decode(path, data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Mesh.Insecure, cfg.Mesh.AllowUnsigned = true, true
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Reservations.Enabled() || cfg.Reservations.Command[0] != "/etc/gracewatch/slurm-reservation.sh" {
+		t.Errorf("the example does not run slurm-reservation.sh: %q", cfg.Reservations.Command)
+	}
+}

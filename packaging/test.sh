@@ -336,7 +336,8 @@ for p in "${PROGRAMS[@]}"; do
 	if [ "$p" = aggregator ]; then
 		want+=("/usr/lib/sysusers.d/$pkg.conf" "/usr/share/doc/$pkg/examples/actuator-slurm.toml"
 			"/usr/share/doc/$pkg/examples/actuator-flux.toml" "/usr/share/doc/$pkg/examples/slurm-prolog-ctld.sh"
-			"/usr/share/doc/$pkg/examples/flux-actuator.sh" "/usr/share/doc/$pkg/examples/gracewatch-alerts.yml")
+			"/usr/share/doc/$pkg/examples/flux-actuator.sh" "/usr/share/doc/$pkg/examples/gracewatch-alerts.yml"
+			"/usr/share/doc/$pkg/examples/slurm-reservation.sh" "/usr/share/doc/$pkg/examples/reservations-slurm.toml")
 	else
 		want+=("/usr/libexec/gracewatch/nodeagentd" "/usr/share/doc/$pkg/examples/slurm-epilog.sh"
 			"/usr/share/doc/$pkg/examples/flux-epilog.sh" "/usr/share/doc/$pkg/examples/flux-prolog.sh"

@@ -17,7 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/report"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // Socket path defaults.
@@ -133,7 +134,7 @@ func (c *Client) Socket() string { return c.socket }
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // StartJob registers a job (POST /v1/jobs).
-func (c *Client) StartJob(ctx context.Context, req JobStartRequest) (Job, error) {
+func (c *Client) StartJob(ctx context.Context, req request.JobStartRequest) (Job, error) {
 	var job Job
 	err := c.call(ctx, http.MethodPost, "/v1/jobs", req, &job)
 	return job, err
@@ -148,7 +149,7 @@ func (c *Client) EndJob(ctx context.Context, id string) (Job, error) {
 
 // UpdateJob changes a registered job's expiration or adds its cgroup
 // (POST /v1/jobs/{id}/update).
-func (c *Client) UpdateJob(ctx context.Context, id string, req JobUpdateRequest) (Job, error) {
+func (c *Client) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (Job, error) {
 	var job Job
 	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/update", req, &job)
 	return job, err
@@ -163,18 +164,18 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 
 // Diagnose returns the reports of every job (job == "") or of one job
 // (GET /v1/diagnose).
-func (c *Client) Diagnose(ctx context.Context, job string) ([]*diagnose.Report, error) {
+func (c *Client) Diagnose(ctx context.Context, job string) ([]*report.Report, error) {
 	path := "/v1/diagnose"
 	if job != "" {
 		path += "?" + url.Values{"job": {job}}.Encode()
 	}
-	var reports []*diagnose.Report
+	var reports []*report.Report
 	err := c.call(ctx, http.MethodGet, path, nil, &reports)
 	return reports, err
 }
 
 // Resume clears the node's DOWN latch (POST /v1/resume).
-func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Status, error) {
+func (c *Client) Resume(ctx context.Context, req request.ResumeRequest) (Status, error) {
 	var st Status
 	err := c.call(ctx, http.MethodPost, "/v1/resume", req, &st)
 	return st, err
@@ -189,7 +190,7 @@ func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Status, error) 
 // If ctx ends first, Epilog returns ctx's error; an error matching
 // ErrStreamBroken means the connection ended mid-stream. In both cases the
 // agent keeps supervising the epilogue.
-func (c *Client) Epilog(ctx context.Context, id string, req EpilogRequest, stdout, stderr io.Writer) (status int, err error) {
+func (c *Client) Epilog(ctx context.Context, id string, req request.EpilogRequest, stdout, stderr io.Writer) (status int, err error) {
 	resp, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/epilog", req)
 	if err != nil {
 		return 0, err
@@ -243,7 +244,7 @@ func readFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {
 		}
 		var f Frame
 		if err := json.Unmarshal(trimmed, &f); err != nil {
-			return 0, fmt.Errorf("frame %d from the agent: %w", n, describeJSONError("frame", err))
+			return 0, fmt.Errorf("frame %d from the agent: %w", n, request.DescribeJSONError("frame", err))
 		}
 		switch f.Stream {
 		case "stdout", "stderr":

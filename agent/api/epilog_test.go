@@ -9,13 +9,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // TestEpilogStream streams stdout and stderr chunks through the real server
 // and client, in order, then the exit status.
 func TestEpilogStream(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 10<<10) // 160 KiB: several frames
-	svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+	svc := &fakeService{Epilog: func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 		for _, step := range []struct {
 			stderr bool
 			data   []byte
@@ -32,7 +34,7 @@ func TestEpilogStream(t *testing.T) {
 	}}
 	ts := startServer(t, svc, ServerOptions{}, "")
 	var stdout, stderr bytes.Buffer
-	req := EpilogRequest{Argv: []string{"/etc/slurm/epilog", "-v"}, Env: []string{"SLURM_JOB_ID=42"}, Dir: "/"}
+	req := request.EpilogRequest{Argv: []string{"/etc/slurm/epilog", "-v"}, Env: []string{"SLURM_JOB_ID=42"}, Dir: "/"}
 	status, err := ts.client.Epilog(context.Background(), "42", req, &stdout, &stderr)
 	if err != nil || status != 3 {
 		t.Fatalf("Epilog = %d, %v; want 3, nil", status, err)
@@ -44,7 +46,7 @@ func TestEpilogStream(t *testing.T) {
 	if stderr.String() != "err 1\nerr 2\n" {
 		t.Errorf("stderr = %q", stderr.String())
 	}
-	if calls := svc.Calls(); len(calls) != 1 || calls[0].Arg.(EpilogRequest).Argv[1] != "-v" {
+	if calls := svc.Calls(); len(calls) != 1 || calls[0].Arg.(request.EpilogRequest).Argv[1] != "-v" {
 		t.Errorf("calls = %+v", calls)
 	}
 }
@@ -64,7 +66,7 @@ func (w *notifyWriter) Write(p []byte) (int, error) {
 // context; later writes to the sink fail instead of panicking.
 func TestEpilogClientGone(t *testing.T) {
 	ended := make(chan error, 1)
-	svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+	svc := &fakeService{Epilog: func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 		if err := out.Stdout([]byte("working\n")); err != nil {
 			t.Errorf("first write: %v", err)
 		}
@@ -82,7 +84,7 @@ func TestEpilogClientGone(t *testing.T) {
 	ts := startServer(t, svc, ServerOptions{}, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err := ts.client.Epilog(ctx, "42", EpilogRequest{Argv: []string{"sleep", "100"}}, &notifyWriter{fn: cancel}, nil)
+	_, err := ts.client.Epilog(ctx, "42", request.EpilogRequest{Argv: []string{"sleep", "100"}}, &notifyWriter{fn: cancel}, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Epilog error = %v; want context.Canceled", err)
 	}
@@ -102,24 +104,24 @@ func TestEpilogClientGone(t *testing.T) {
 // response; an error after output arrives as an "error" frame.
 func TestEpilogErrors(t *testing.T) {
 	t.Run("before output", func(t *testing.T) {
-		svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
-			return 0, &InputError{Field: "argv", Msg: `"nosuch": executable file not found in $PATH`}
+		svc := &fakeService{Epilog: func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
+			return 0, &request.InputError{Field: "argv", Msg: `"nosuch": executable file not found in $PATH`}
 		}}
 		ts := startServer(t, svc, ServerOptions{}, "")
-		_, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"nosuch"}}, nil, nil)
+		_, err := ts.client.Epilog(context.Background(), "42", request.EpilogRequest{Argv: []string{"nosuch"}}, nil, nil)
 		var se *ServerError
 		if !errors.As(err, &se) || se.Status != 400 || se.Body.Field != "argv" || !strings.Contains(se.Error(), "not found") {
 			t.Fatalf("error = %#v; want a 400 ServerError for argv", err)
 		}
 	})
 	t.Run("after output", func(t *testing.T) {
-		svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+		svc := &fakeService{Epilog: func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 			_ = out.Stderr([]byte("starting\n"))
 			return 0, errors.New("wait: state lost")
 		}}
 		ts := startServer(t, svc, ServerOptions{}, "")
 		var stderr bytes.Buffer
-		_, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"x"}}, nil, &stderr)
+		_, err := ts.client.Epilog(context.Background(), "42", request.EpilogRequest{Argv: []string{"x"}}, nil, &stderr)
 		var se *ServerError
 		if !errors.As(err, &se) || se.Status != http.StatusOK || se.Error() != "wait: state lost" {
 			t.Fatalf("error = %#v; want the error frame's message", err)
@@ -129,12 +131,12 @@ func TestEpilogErrors(t *testing.T) {
 		}
 	})
 	t.Run("aborted connection", func(t *testing.T) {
-		svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+		svc := &fakeService{Epilog: func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 			_ = out.Stdout([]byte("partial\n"))
 			panic(http.ErrAbortHandler) // net/http drops the connection
 		}}
 		ts := startServer(t, svc, ServerOptions{}, "")
-		_, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"x"}}, nil, nil)
+		_, err := ts.client.Epilog(context.Background(), "42", request.EpilogRequest{Argv: []string{"x"}}, nil, nil)
 		if !errors.Is(err, ErrStreamBroken) {
 			t.Fatalf("error = %v; want ErrStreamBroken", err)
 		}
@@ -145,7 +147,7 @@ func TestEpilogErrors(t *testing.T) {
 // saying that the agent keeps supervising, and returns promptly.
 func TestEpilogShutdown(t *testing.T) {
 	started := make(chan struct{})
-	svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+	svc := &fakeService{Epilog: func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 		_ = out.Stdout([]byte("running\n"))
 		close(started)
 		<-ctx.Done()
@@ -154,7 +156,7 @@ func TestEpilogShutdown(t *testing.T) {
 	ts := startServer(t, svc, ServerOptions{}, "")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"x"}}, nil, nil)
+		_, err := ts.client.Epilog(context.Background(), "42", request.EpilogRequest{Argv: []string{"x"}}, nil, nil)
 		errc <- err
 	}()
 	<-started
@@ -210,7 +212,7 @@ func TestReadFrames(t *testing.T) {
 // while new connections are refused; then Shutdown succeeds.
 func TestEpilogDrain(t *testing.T) {
 	started, finish := make(chan struct{}), make(chan struct{})
-	svc := &fakeService{Epilog: func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+	svc := &fakeService{Epilog: func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 		close(started)
 		select {
 		case <-finish:
@@ -226,7 +228,7 @@ func TestEpilogDrain(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		st, err := ts.client.Epilog(context.Background(), "42", EpilogRequest{Argv: []string{"x"}}, nil, nil)
+		st, err := ts.client.Epilog(context.Background(), "42", request.EpilogRequest{Argv: []string{"x"}}, nil, nil)
 		res <- result{st, err}
 	}()
 	<-started

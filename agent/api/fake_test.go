@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/report"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // call is one call the fake service received.
 type call struct {
 	Method  string
 	Arg     any
-	Peer    Peer
+	Peer    request.Peer
 	HasPeer bool
 }
 
@@ -28,14 +29,14 @@ type fakeService struct {
 	Err     error
 	Job     Job
 	Status_ Status
-	Reports []*diagnose.Report
-	Epilog  func(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error)
+	Reports []*report.Report
+	Epilog  func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error)
 }
 
 var _ Service = (*fakeService)(nil)
 
 func (f *fakeService) record(ctx context.Context, method string, arg any) {
-	p, ok := PeerFrom(ctx)
+	p, ok := request.PeerFrom(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, call{Method: method, Arg: arg, Peer: p, HasPeer: ok})
@@ -47,7 +48,7 @@ func (f *fakeService) Calls() []call {
 	return append([]call(nil), f.calls...)
 }
 
-func (f *fakeService) StartJob(ctx context.Context, req JobStartRequest) (Job, error) {
+func (f *fakeService) StartJob(ctx context.Context, req request.JobStartRequest) (Job, error) {
 	f.record(ctx, "StartJob", req)
 	return f.Job, f.Err
 }
@@ -57,12 +58,12 @@ func (f *fakeService) EndJob(ctx context.Context, id string) (Job, error) {
 	return f.Job, f.Err
 }
 
-func (f *fakeService) UpdateJob(ctx context.Context, id string, req JobUpdateRequest) (Job, error) {
+func (f *fakeService) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (Job, error) {
 	f.record(ctx, "UpdateJob", req)
 	return f.Job, f.Err
 }
 
-func (f *fakeService) RunEpilog(ctx context.Context, id string, req EpilogRequest, out OutputSink) (int, error) {
+func (f *fakeService) RunEpilog(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 	f.record(ctx, "RunEpilog", req)
 	if f.Err != nil {
 		return 0, f.Err
@@ -78,12 +79,12 @@ func (f *fakeService) Status(ctx context.Context) (Status, error) {
 	return f.Status_, f.Err
 }
 
-func (f *fakeService) Diagnose(ctx context.Context, job string) ([]*diagnose.Report, error) {
+func (f *fakeService) Diagnose(ctx context.Context, job string) ([]*report.Report, error) {
 	f.record(ctx, "Diagnose", job)
 	return f.Reports, f.Err
 }
 
-func (f *fakeService) Resume(ctx context.Context, req ResumeRequest) (Status, error) {
+func (f *fakeService) Resume(ctx context.Context, req request.ResumeRequest) (Status, error) {
 	f.record(ctx, "Resume", req)
 	return f.Status_, f.Err
 }
@@ -146,3 +147,6 @@ func startServer(t *testing.T, svc Service, opts ServerOptions, group string) *t
 func rawClient(socket string) *http.Client {
 	return NewClient(socket).hc
 }
+
+// testNow is the time the decoding tests check expirations against.
+var testNow = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)

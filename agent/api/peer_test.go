@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
@@ -177,14 +178,14 @@ func TestAllowed(t *testing.T) {
 	s := NewServer(&fakeService{}, ServerOptions{AllowedUIDs: []int{1000}, AllowedGIDs: []int{50}})
 	tests := []struct {
 		name string
-		p    Peer
+		p    request.Peer
 		want bool
 	}{
-		{"root", Peer{UID: 0, GID: 99}, true},
-		{"allowed uid", Peer{UID: 1000, GID: 99}, true},
-		{"allowed gid", Peer{UID: 7, GID: 50}, true},
-		{"allowed supplementary", Peer{UID: 7, GID: 99, Groups: []uint32{3, 50}}, true},
-		{"none", Peer{UID: 7, GID: 99, Groups: []uint32{3}}, false},
+		{"root", request.Peer{UID: 0, GID: 99}, true},
+		{"allowed uid", request.Peer{UID: 1000, GID: 99}, true},
+		{"allowed gid", request.Peer{UID: 7, GID: 50}, true},
+		{"allowed supplementary", request.Peer{UID: 7, GID: 99, Groups: []uint32{3, 50}}, true},
+		{"none", request.Peer{UID: 7, GID: 99, Groups: []uint32{3}}, false},
 	}
 	for _, tt := range tests {
 		if got := s.allowed(tt.p); got != tt.want {

@@ -23,7 +23,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/report"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
@@ -184,7 +185,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // conn is what the server knows about one connection.
 type conn struct {
-	peer     Peer
+	peer     request.Peer
 	peerErr  error // SO_PEERCRED failed
 	rejected sync.Once
 }
@@ -202,32 +203,32 @@ func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
 			s.log.Debug("cannot read peer's groups", "pid", cn.peer.PID, "uid", cn.peer.UID, "err", err)
 		}
 		cn.peer.Groups = groups
-		ctx = WithPeer(ctx, cn.peer)
+		ctx = request.WithPeer(ctx, cn.peer)
 	}
 	return context.WithValue(ctx, connKey{}, cn)
 }
 
 // peerCred returns the SO_PEERCRED identity of a Unix socket connection.
-func peerCred(c net.Conn) (Peer, error) {
+func peerCred(c net.Conn) (request.Peer, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return Peer{}, fmt.Errorf("connection from %s is not a Unix socket", c.RemoteAddr())
+		return request.Peer{}, fmt.Errorf("connection from %s is not a Unix socket", c.RemoteAddr())
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return Peer{}, fmt.Errorf("peer credentials: %w", err)
+		return request.Peer{}, fmt.Errorf("peer credentials: %w", err)
 	}
 	var cred *unix.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return Peer{}, fmt.Errorf("peer credentials: %w", err)
+		return request.Peer{}, fmt.Errorf("peer credentials: %w", err)
 	}
 	if credErr != nil {
-		return Peer{}, fmt.Errorf("peer credentials (SO_PEERCRED): %w", credErr)
+		return request.Peer{}, fmt.Errorf("peer credentials (SO_PEERCRED): %w", credErr)
 	}
-	return Peer{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid}, nil
+	return request.Peer{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid}, nil
 }
 
 // readGroups reads the "Groups:" line of procRoot/PID/status. The process
@@ -286,7 +287,7 @@ func (s *Server) authorize(ctx context.Context) error {
 	return fmt.Errorf("uid %d (pid %d) is not allowed to use the gracewatch agent; allow it with api.allowed_uids or api.allowed_gids", p.UID, p.PID)
 }
 
-func (s *Server) allowed(p Peer) bool {
+func (s *Server) allowed(p request.Peer) bool {
 	if p.UID == 0 || slices.Contains(s.opts.AllowedUIDs, int(p.UID)) {
 		return true
 	}
@@ -328,7 +329,7 @@ func (s *Server) handleStartJob(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleEndJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := ValidateJobID(id); err != nil {
+	if err := request.ValidateJobID(id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -342,7 +343,7 @@ func (s *Server) handleEndJob(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := ValidateJobID(id); err != nil {
+	if err := request.ValidateJobID(id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -363,13 +364,13 @@ func (s *Server) handleDiagnose(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k := range q {
 		if k != "job" {
-			s.writeError(w, r, inputErr(fieldName(k), "unknown query parameter %s", quote(k)))
+			s.writeError(w, r, request.Invalid(fieldName(k), "unknown query parameter %s", request.Quote(k)))
 			return
 		}
 	}
 	job := q.Get("job")
 	if _, ok := q["job"]; ok {
-		if err := ValidateJobID(job); err != nil {
+		if err := request.ValidateJobID(job); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -380,18 +381,18 @@ func (s *Server) handleDiagnose(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if reports == nil {
-		reports = []*diagnose.Report{}
+		reports = []*report.Report{}
 	}
 	writeJSON(w, http.StatusOK, reports)
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	var req ResumeRequest
+	var req request.ResumeRequest
 	if err := decodeBody(http.MaxBytesReader(w, r.Body, MaxBodyBytes), &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := ValidateReason(req.Reason); err != nil {
+	if err := request.ValidateReason(req.Reason); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -405,16 +406,16 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleEpilog(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := ValidateJobID(id); err != nil {
+	if err := request.ValidateJobID(id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	var req EpilogRequest
+	var req request.EpilogRequest
 	if err := decodeBody(http.MaxBytesReader(w, r.Body, MaxBodyBytes), &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := ValidateEpilog(req); err != nil {
+	if err := request.ValidateEpilog(req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -445,7 +446,7 @@ func (s *Server) handleEpilog(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// frameWriter is the OutputSink of one epilog request. It sends the
+// frameWriter is the request.OutputSink of one epilog request. It sends the
 // response header with the first frame, so that a Service error before any
 // output becomes an ordinary error response; writes after the client left,
 // or after the handler returned, fail instead of touching the response.
@@ -460,7 +461,7 @@ type frameWriter struct {
 	err    error
 }
 
-var _ OutputSink = (*frameWriter)(nil)
+var _ request.OutputSink = (*frameWriter)(nil)
 
 var errStreamClosed = errors.New("epilog stream closed")
 
@@ -528,7 +529,7 @@ func (f *frameWriter) close() {
 // Decoding.
 
 // decodeBody decodes exactly one JSON object from r into v, refusing
-// unknown fields and trailing data. Its errors are *InputError (400) or
+// unknown fields and trailing data. Its errors are *request.InputError (400) or
 // *http.MaxBytesError (413).
 func decodeBody(r io.Reader, v any) error {
 	dec := json.NewDecoder(r)
@@ -542,7 +543,7 @@ func decodeBody(r io.Reader, v any) error {
 		if errors.As(err, &mbe) {
 			return err
 		}
-		return inputErr("body", "trailing data after the JSON object at offset %d", dec.InputOffset())
+		return request.Invalid("body", "trailing data after the JSON object at offset %d", dec.InputOffset())
 	}
 	return nil
 }
@@ -556,25 +557,25 @@ func bodyError(err error, offset int64) error {
 	case errors.As(err, &mbe):
 		return err
 	case errors.Is(err, io.EOF):
-		return inputErr("body", "empty request body: want a JSON object")
+		return request.Invalid("body", "empty request body: want a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return inputErr("body", "truncated JSON at offset %d", offset)
+		return request.Invalid("body", "truncated JSON at offset %d", offset)
 	case errors.As(err, &syn):
-		return inputErr("body", "invalid JSON at offset %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+		return request.Invalid("body", "invalid JSON at offset %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
 	case errors.As(err, &typ):
 		if typ.Field == "" {
-			return inputErr("body", "want a JSON object, got %s", typ.Value)
+			return request.Invalid("body", "want a JSON object, got %s", typ.Value)
 		}
-		return inputErr(typ.Field, "want %s, got %s at offset %d", jsonKind(typ.Type.String()), typ.Value, typ.Offset)
+		return request.Invalid(typ.Field, "want %s, got %s at offset %d", request.JSONKind(typ.Type.String()), typ.Value, typ.Offset)
 	}
 	// DisallowUnknownFields has no typed error: `json: unknown field "x"`.
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		if uq, err := strconv.Unquote(name); err == nil {
 			name = uq
 		}
-		return inputErr(fieldName(name), "unknown field %s", quote(name))
+		return request.Invalid(fieldName(name), "unknown field %s", request.Quote(name))
 	}
-	return inputErr("body", "%s", strings.TrimPrefix(err.Error(), "json: "))
+	return request.Invalid("body", "%s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
 // fieldName returns name for ErrorBody.Field when it is usable there, else
@@ -589,23 +590,23 @@ func fieldName(name string) string {
 // decodeJobStart decodes and checks a POST /v1/jobs body. The checks need no
 // configuration (the Service checks the expiration's age against its
 // max_expiration_age).
-func decodeJobStart(r io.Reader, now time.Time) (JobStartRequest, error) {
-	var req JobStartRequest
+func decodeJobStart(r io.Reader, now time.Time) (request.JobStartRequest, error) {
+	var req request.JobStartRequest
 	if err := decodeBody(r, &req); err != nil {
 		return req, err
 	}
-	if err := ValidateJobID(req.Job); err != nil {
+	if err := request.ValidateJobID(req.Job); err != nil {
 		return req, err
 	}
-	if _, _, err := ParseExpiration(req.Expiration, now, 0); err != nil {
+	if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
 		return req, err
 	}
 	if req.Grace != "" {
-		if _, err := ParseGrace(req.Grace); err != nil {
+		if _, err := request.ParseGrace(req.Grace); err != nil {
 			return req, err
 		}
 	}
-	if err := ValidateCgroup(req.Cgroup); err != nil {
+	if err := request.ValidateCgroup(req.Cgroup); err != nil {
 		return req, err
 	}
 	return req, nil
@@ -614,20 +615,20 @@ func decodeJobStart(r io.Reader, now time.Time) (JobStartRequest, error) {
 // decodeJobUpdate reads and checks the body of POST /v1/jobs/{id}/update:
 // at least one field, each well formed. Whether the new expiration lies
 // before now is the Service's check, against its own clock.
-func decodeJobUpdate(r io.Reader, now time.Time) (JobUpdateRequest, error) {
-	var req JobUpdateRequest
+func decodeJobUpdate(r io.Reader, now time.Time) (request.JobUpdateRequest, error) {
+	var req request.JobUpdateRequest
 	if err := decodeBody(r, &req); err != nil {
 		return req, err
 	}
 	if req.Expiration == "" && req.Cgroup == "" {
-		return req, inputErr("expiration", "nothing to update: give an expiration or a cgroup")
+		return req, request.Invalid("expiration", "nothing to update: give an expiration or a cgroup")
 	}
 	if req.Expiration != "" {
-		if _, _, err := ParseExpiration(req.Expiration, now, 0); err != nil {
+		if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
 			return req, err
 		}
 	}
-	if err := ValidateCgroup(req.Cgroup); err != nil {
+	if err := request.ValidateCgroup(req.Cgroup); err != nil {
 		return req, err
 	}
 	return req, nil
@@ -638,20 +639,20 @@ func decodeJobUpdate(r io.Reader, now time.Time) (JobUpdateRequest, error) {
 // errorResponse maps an error of decoding or of the Service to an HTTP
 // status and body.
 func errorResponse(err error) (int, ErrorBody) {
-	var ie *InputError
+	var ie *request.InputError
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &ie):
 		return http.StatusBadRequest, ErrorBody{Error: ie.Error(), Field: ie.Field}
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, ErrorBody{Error: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
-	case errors.Is(err, ErrUnknownJob):
+	case errors.Is(err, request.ErrUnknownJob):
 		return http.StatusNotFound, ErrorBody{Error: err.Error()}
-	case errors.Is(err, ErrDuplicateJob), errors.Is(err, ErrConflict):
+	case errors.Is(err, request.ErrDuplicateJob), errors.Is(err, request.ErrConflict):
 		return http.StatusConflict, ErrorBody{Error: err.Error()}
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, request.ErrForbidden):
 		return http.StatusForbidden, ErrorBody{Error: err.Error()}
-	case errors.Is(err, ErrFull):
+	case errors.Is(err, request.ErrFull):
 		return http.StatusServiceUnavailable, ErrorBody{Error: err.Error()}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, ErrorBody{Error: err.Error()}

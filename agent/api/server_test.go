@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/report"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // testLogger logs through t.Log until the test ends.
@@ -49,13 +51,13 @@ func TestRoutes(t *testing.T) {
 	exp := time.Date(2024, 5, 1, 13, 0, 0, 0, time.UTC)
 	job := Job{ID: "42", Phase: PhaseRunning, Expiration: &exp, Grace: "2m0s"}
 	st := Status{Node: "n1", State: StateUp, Since: exp, Jobs: []Job{job}, Hung: []Hung{}}
-	reports := []*diagnose.Report{{Version: 1, Node: "n1", Job: "42", Stage: diagnose.StageOnDemand, Summary: "nothing hung"}}
+	reports := []*report.Report{{Version: 1, Node: "n1", Job: "42", Stage: diagnose.StageOnDemand, Summary: "nothing hung"}}
 	svc := &fakeService{Job: job, Status_: st, Reports: reports}
 	ts := startServer(t, svc, ServerOptions{}, "")
 	ctx := context.Background()
 	c := ts.client
 
-	startReq := JobStartRequest{Job: "42", Expiration: time.Now().Add(time.Hour).Format(time.RFC3339), Grace: "90s", Cgroup: "/sys/fs/cgroup/slurm/job_42"}
+	startReq := request.JobStartRequest{Job: "42", Expiration: time.Now().Add(time.Hour).Format(time.RFC3339), Grace: "90s", Cgroup: "/sys/fs/cgroup/slurm/job_42"}
 	gotJob, err := c.StartJob(ctx, startReq)
 	if err != nil || !reflect.DeepEqual(gotJob, job) {
 		t.Errorf("StartJob = %+v, %v; want %+v", gotJob, err, job)
@@ -75,10 +77,10 @@ func TestRoutes(t *testing.T) {
 	if _, err := c.Diagnose(ctx, "ƒ42"); err != nil {
 		t.Errorf("Diagnose(ƒ42): %v", err)
 	}
-	if got, err := c.Resume(ctx, ResumeRequest{Reason: "fixed"}); err != nil || got.Node != "n1" {
+	if got, err := c.Resume(ctx, request.ResumeRequest{Reason: "fixed"}); err != nil || got.Node != "n1" {
 		t.Errorf("Resume = %+v, %v", got, err)
 	}
-	if status, err := c.Epilog(ctx, "42", EpilogRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || status != 0 {
+	if status, err := c.Epilog(ctx, "42", request.EpilogRequest{Argv: []string{"true"}}, io.Discard, io.Discard); err != nil || status != 0 {
 		t.Errorf("Epilog = %d, %v", status, err)
 	}
 
@@ -88,8 +90,8 @@ func TestRoutes(t *testing.T) {
 		{Method: "Status"},
 		{Method: "Diagnose", Arg: ""},
 		{Method: "Diagnose", Arg: "ƒ42"},
-		{Method: "Resume", Arg: ResumeRequest{Reason: "fixed"}},
-		{Method: "RunEpilog", Arg: EpilogRequest{Argv: []string{"true"}}},
+		{Method: "Resume", Arg: request.ResumeRequest{Reason: "fixed"}},
+		{Method: "RunEpilog", Arg: request.EpilogRequest{Argv: []string{"true"}}},
 	}
 	calls := svc.Calls()
 	if len(calls) != len(want) {
@@ -134,24 +136,24 @@ func TestStatusCodes(t *testing.T) {
 			wantStatus: 400, wantField: "cgroup", wantMsg: "newline"},
 		{name: "update unknown field", method: "POST", path: "/v1/jobs/42/update", body: `{"job":"42","expiration":"0"}`,
 			wantStatus: 400, wantField: "job", wantMsg: `unknown field "job"`},
-		{name: "update released", svcErr: fmt.Errorf("job 42: %w: it is released", ErrConflict),
+		{name: "update released", svcErr: fmt.Errorf("job 42: %w: it is released", request.ErrConflict),
 			method: "POST", path: "/v1/jobs/42/update", body: `{"expiration":"0"}`, wantStatus: 409, wantMsg: "it is released", wantCall: true},
-		{name: "too many jobs", svcErr: fmt.Errorf("job 42: %w: 4096 jobs", ErrFull),
+		{name: "too many jobs", svcErr: fmt.Errorf("job 42: %w: 4096 jobs", request.ErrFull),
 			method: "POST", path: "/v1/jobs", body: okStart, wantStatus: 503, wantMsg: "too many jobs registered", wantCall: true},
 
-		{name: "service input error", svcErr: &InputError{Field: "cgroup", Msg: "no such cgroup"},
+		{name: "service input error", svcErr: &request.InputError{Field: "cgroup", Msg: "no such cgroup"},
 			method: "POST", path: "/v1/jobs", body: okStart, wantStatus: 400, wantField: "cgroup", wantMsg: "cgroup: no such cgroup", wantCall: true},
-		{name: "unknown job", svcErr: fmt.Errorf("job 42: %w", ErrUnknownJob),
+		{name: "unknown job", svcErr: fmt.Errorf("job 42: %w", request.ErrUnknownJob),
 			method: "POST", path: "/v1/jobs/42/end", wantStatus: 404, wantMsg: "job 42: unknown job", wantCall: true},
-		{name: "duplicate job", svcErr: fmt.Errorf("job 42: %w", ErrDuplicateJob),
+		{name: "duplicate job", svcErr: fmt.Errorf("job 42: %w", request.ErrDuplicateJob),
 			method: "POST", path: "/v1/jobs", body: okStart, wantStatus: 409, wantMsg: "job 42: job already registered", wantCall: true},
-		{name: "conflict", svcErr: fmt.Errorf("job 42 is released: %w", ErrConflict),
+		{name: "conflict", svcErr: fmt.Errorf("job 42 is released: %w", request.ErrConflict),
 			method: "POST", path: "/v1/jobs/42/end", wantStatus: 409, wantMsg: "job 42 is released: conflict", wantCall: true},
-		{name: "forbidden", svcErr: fmt.Errorf("resume needs root: %w", ErrForbidden),
+		{name: "forbidden", svcErr: fmt.Errorf("resume needs root: %w", request.ErrForbidden),
 			method: "POST", path: "/v1/resume", body: `{"reason":"x"}`, wantStatus: 403, wantMsg: "resume needs root", wantCall: true},
 		{name: "internal", svcErr: errors.New("state dir: disk full"),
 			method: "GET", path: "/v1/status", wantStatus: 500, wantMsg: "state dir: disk full", wantCall: true},
-		{name: "epilog unknown job before start", svcErr: ErrUnknownJob,
+		{name: "epilog unknown job before start", svcErr: request.ErrUnknownJob,
 			method: "POST", path: "/v1/jobs/42/epilog", body: `{"argv":["true"]}`, wantStatus: 404, wantMsg: "unknown job", wantCall: true},
 
 		{name: "wrong method", method: "DELETE", path: "/v1/status", wantStatus: 405, wantMsg: "method DELETE not allowed on /v1/status (allowed: GET, HEAD)"},
@@ -244,7 +246,7 @@ func TestStatusCodes(t *testing.T) {
 }
 
 func TestClientServerError(t *testing.T) {
-	svc := &fakeService{Err: fmt.Errorf("job 7: %w", ErrUnknownJob)}
+	svc := &fakeService{Err: fmt.Errorf("job 7: %w", request.ErrUnknownJob)}
 	ts := startServer(t, svc, ServerOptions{}, "")
 	_, err := ts.client.EndJob(context.Background(), "7")
 	var se *ServerError
@@ -252,8 +254,8 @@ func TestClientServerError(t *testing.T) {
 		t.Fatalf("EndJob error = %#v; want a ServerError 404 \"job 7: unknown job\"", err)
 	}
 
-	svc.Err = &InputError{Field: "expiration", Msg: "too old"}
-	_, err = ts.client.StartJob(context.Background(), JobStartRequest{Job: "7", Expiration: "0"})
+	svc.Err = &request.InputError{Field: "expiration", Msg: "too old"}
+	_, err = ts.client.StartJob(context.Background(), request.JobStartRequest{Job: "7", Expiration: "0"})
 	if !errors.As(err, &se) || se.Status != 400 || se.Body.Field != "expiration" || se.Error() != "expiration: too old" {
 		t.Fatalf("StartJob error = %#v", err)
 	}

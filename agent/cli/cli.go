@@ -14,8 +14,6 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -72,43 +70,39 @@ type cli struct {
 }
 
 // command is one subcommand.
-type command struct {
-	name     string // "job start"
-	args     string // argument synopsis
-	summary  string
-	run      func(c *cli, name string, args []string) int
-	isClient bool // takes --socket, --config and --connect-wait
-	// connectWait is the default of --connect-wait: the commands an exec
-	// system runs wait for a restarting agent, the others fail at once.
-	connectWait time.Duration
-}
+type command = cmdutil.Command[*cli]
 
-var commands []*command
+// program is the nodeagent command line.
+var program = &cmdutil.Program[*cli]{Name: "nodeagent", NameWidth: 10, Footer: usageFooter}
 
 func init() {
-	commands = []*command{
-		{name: "serve", args: "[--config FILE] [--socket PATH] [--state-dir DIR] [--cgroup-root PATH] [--node NAME]",
-			summary: "run the node agent", run: runServe},
-		{name: "job start", args: "--job ID (--expiration RFC3339|UNIX-SECONDS | --R FILE) [--grace DUR] [--cgroup PATH] [--json]",
-			summary: "register a job and its expiration", run: runJobStart, isClient: true, connectWait: execConnectWait},
-		{name: "job update", args: "--job ID (--expiration RFC3339|UNIX-SECONDS | --R FILE | --cgroup PATH) [--json]",
-			summary: "move a registered job's expiration (its time limit changed), or add its cgroup", run: runJobUpdate, isClient: true, connectWait: execConnectWait},
-		{name: "job end", args: "--job ID [--json]",
-			summary: "record that a job's tasks ended; its teardown starts", run: runJobEnd, isClient: true, connectWait: execConnectWait},
-		{name: "epilog", args: "--job ID [--timeout DUR] [--cgroup PATH] -- CMD [ARGS...]",
-			summary: "run an epilogue under the agent's supervision and exit with its status", run: runEpilog, isClient: true, connectWait: execConnectWait},
-		{name: "status", args: "[--json]",
-			summary: "show the node's teardown state, jobs and hung processes", run: runStatus, isClient: true},
-		{name: "diagnose", args: "[--job ID] [--json]",
-			summary: "show diagnostics of hung teardowns", run: runDiagnose, isClient: true},
-		{name: "resume", args: "--reason TEXT [--json]",
-			summary: "clear the node's DOWN latch", run: runResume, isClient: true},
-		{name: "config check", args: "[--config FILE]",
-			summary: "validate a configuration file and print the effective configuration", run: runConfigCheck},
-		{name: "version", summary: "print the version", run: runVersion},
-		{name: "help", args: "[COMMAND]", summary: "show this help or a command's", run: runHelp},
+	program.Commands = []*command{
+		{Name: "serve", Args: "[--config FILE] [--socket PATH] [--state-dir DIR] [--cgroup-root PATH] [--node NAME]",
+			Summary: "run the node agent", Run: runServe},
+		{Name: "job start", Args: "--job ID (--expiration RFC3339|UNIX-SECONDS | --R FILE) [--grace DUR] [--cgroup PATH] [--json]",
+			Summary: "register a job and its expiration", Run: runJobStart, Client: true},
+		{Name: "job update", Args: "--job ID (--expiration RFC3339|UNIX-SECONDS | --R FILE | --cgroup PATH) [--json]",
+			Summary: "move a registered job's expiration (its time limit changed), or add its cgroup", Run: runJobUpdate, Client: true},
+		{Name: "job end", Args: "--job ID [--json]",
+			Summary: "record that a job's tasks ended; its teardown starts", Run: runJobEnd, Client: true},
+		{Name: "epilog", Args: "--job ID [--timeout DUR] [--cgroup PATH] -- CMD [ARGS...]",
+			Summary: "run an epilogue under the agent's supervision and exit with its status", Run: runEpilog, Client: true},
+		{Name: "status", Args: "[--json]",
+			Summary: "show the node's teardown state, jobs and hung processes", Run: runStatus, Client: true},
+		{Name: "diagnose", Args: "[--job ID] [--json]",
+			Summary: "show diagnostics of hung teardowns", Run: runDiagnose, Client: true},
+		{Name: "resume", Args: "--reason TEXT [--json]",
+			Summary: "clear the node's DOWN latch", Run: runResume, Client: true},
+		{Name: "config check", Args: "[--config FILE]",
+			Summary: "validate a configuration file and print the effective configuration", Run: runConfigCheck},
+		{Name: "version", Summary: "print the version", Run: runVersion},
+		{Name: "help", Args: "[COMMAND]", Summary: "show this help or a command's", Run: runHelp},
 	}
 }
+
+// execCommands are the commands an exec system runs: they wait
+// execConnectWait for a restarting agent, the others fail at once.
+var execCommands = []string{"job start", "job update", "job end", "epilog"}
 
 // Run runs the command line args (without the program's name) and returns
 // the exit status. d nil: serve and config check re-execute the daemon
@@ -116,30 +110,30 @@ func init() {
 func Run(args []string, stdout, stderr io.Writer, d *Daemon) int {
 	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now, daemon: d}
 	if len(args) == 0 {
-		usage(stderr)
+		program.Usage(stderr)
 		return exitUsage
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
-		usage(stdout)
+		program.Usage(stdout)
 		return exitOK
 	}
 	globals, args, err := leadingFlags(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "nodeagent: %v\n", err)
-		usage(stderr)
+		program.Usage(stderr)
 		return exitUsage
 	}
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "nodeagent: a command is required after %s\n", strings.Join(globals, " "))
-		usage(stderr)
+		program.Usage(stderr)
 		return exitUsage
 	}
-	cmd, rest := findCommand(args)
+	cmd, rest := program.Find(args)
 	if cmd == nil {
 		if args[0] == "job" && len(args) == 1 {
 			fmt.Fprintln(stderr, "nodeagent: job needs a subcommand: start or end")
-			usage(stderr)
+			program.Usage(stderr)
 			return exitUsage
 		}
 		name := args[0]
@@ -147,12 +141,12 @@ func Run(args []string, stdout, stderr io.Writer, d *Daemon) int {
 			name += " " + args[1]
 		}
 		fmt.Fprintf(stderr, "nodeagent: unknown command %q\n", name)
-		usage(stderr)
+		program.Usage(stderr)
 		return exitUsage
 	}
 	// Flags given before the command are the command's, as if after it:
 	// `nodeagent --socket S status` is `nodeagent status --socket S`.
-	return cmd.run(c, cmd.name, append(globals, rest...))
+	return cmd.Run(c, cmd.Name, append(globals, rest...))
 }
 
 // globalFlags are the flags that may come before the command: those every
@@ -181,23 +175,8 @@ func leadingFlags(args []string) (flags, rest []string, err error) {
 	return flags, args, nil
 }
 
-// findCommand matches the longest command name at the start of args.
-func findCommand(args []string) (*command, []string) {
-	for _, cmd := range commands {
-		words := strings.Fields(cmd.name)
-		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == cmd.name {
-			return cmd, args[len(words):]
-		}
-	}
-	return nil, nil
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: nodeagent COMMAND [FLAGS]")
-	fmt.Fprintln(w, "\ncommands:")
-	for _, cmd := range commands {
-		fmt.Fprintf(w, "  %-10s %s\n", cmd.name, cmd.summary)
-	}
+// usageFooter is what nodeagent's usage says after the commands.
+func usageFooter(w io.Writer) {
 	fmt.Fprintf(w, "\nClient commands take --socket PATH (default: $%s, else the socket of the\n", api.SocketEnv)
 	fmt.Fprintf(w, "file given by --config or of %s if it exists, else %s).\n", defaultConfigPath, api.DefaultSocketPath)
 	fmt.Fprintln(w, "Exit status: 0 ok, 1 the agent refused or could not be reached, 2 usage error;")
@@ -205,23 +184,10 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'nodeagent help COMMAND' for a command's flags.")
 }
 
-func commandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
-	cmdutil.CommandUsage(w, "nodeagent", cmd.name, cmd.args, cmd.summary, fs)
-}
-
-func lookup(name string) *command {
-	for _, cmd := range commands {
-		if cmd.name == name {
-			return cmd
-		}
-	}
-	return nil
-}
-
-// flags is the flag set of one command.
+// flags is the flag set of one command, with the connection flags of a
+// client command.
 type flags struct {
-	*flag.FlagSet
-	cmd         *command
+	*cmdutil.Flags
 	socket      *string
 	config      *string
 	connectWait *time.Duration
@@ -232,50 +198,26 @@ type flags struct {
 // [api] stop_wait (20 s) and the start of the next agent, fits in it.
 const execConnectWait = 60 * time.Second
 
-func newFlags(name string) *flags {
-	cmd := lookup(name)
-	fs := flag.NewFlagSet("nodeagent "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	f := &flags{FlagSet: fs, cmd: cmd}
-	if cmd.isClient {
-		f.socket = fs.String("socket", "", "`path` of the agent's socket")
-		f.config = fs.String("config", "", "configuration `file` to take the socket path from")
-		f.connectWait = fs.Duration("connect-wait", cmd.connectWait,
+func (c *cli) newFlags(name string) *flags {
+	cmd := program.Lookup(name)
+	f := &flags{Flags: cmdutil.NewFlags(c.out(), cmd)}
+	if cmd.Client {
+		wait := time.Duration(0)
+		if slices.Contains(execCommands, name) {
+			wait = execConnectWait
+		}
+		f.socket = f.String("socket", "", "`path` of the agent's socket")
+		f.config = f.String("config", "", "configuration `file` to take the socket path from")
+		f.connectWait = f.Duration("connect-wait", wait,
 			"wait up to `duration` for an agent that is not running (restarting) before failing")
+		f.Check = func() error {
+			if *f.connectWait < 0 {
+				return fmt.Errorf("--connect-wait: %v is negative", *f.connectWait)
+			}
+			return nil
+		}
 	}
 	return f
-}
-
-// parse parses args; when it returns ok=false the command exits with code.
-func (f *flags) parse(c *cli, args []string) (code int, ok bool) {
-	err := f.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		commandUsage(c.stdout, f.cmd, f.FlagSet)
-		return exitOK, false
-	}
-	if err != nil {
-		return c.usageError(f, "%v", err), false
-	}
-	if f.connectWait != nil && *f.connectWait < 0 {
-		return c.usageError(f, "--connect-wait: %v is negative", *f.connectWait), false
-	}
-	return 0, true
-}
-
-// isSet reports whether the flag name was given.
-func (f *flags) isSet(name string) bool { return cmdutil.IsSet(f.FlagSet, name) }
-
-// noArgs refuses positional arguments.
-func (f *flags) noArgs(c *cli) (int, bool) {
-	if f.NArg() > 0 {
-		return c.usageError(f, "unexpected argument %q", f.Arg(0)), false
-	}
-	return 0, true
-}
-
-// usageError prints a usage error naming the command and exits 2.
-func (c *cli) usageError(f *flags, format string, a ...any) int {
-	return c.out().UsageError(f.cmd.name, f.cmd.args, format, a...)
 }
 
 // fail prints an error of the agent or of the connection and exits 1.
@@ -337,7 +279,14 @@ func socketFromConfig(path string) (string, error) {
 	return cfg.Socket, nil
 }
 
-// ctx returns the context of a client call.
-func (c *cli) ctx() (context.Context, context.CancelFunc) {
-	return context.WithCancel(context.Background())
+// call is a client command's call of the agent: on a client of its socket
+// (see client), call runs fn and prints the result as JSON with --json
+// (asJSON), else with text.
+func call[T any](c *cli, f *flags, asJSON bool, fn func(context.Context, *api.Client) (T, error), text func(io.Writer, T)) int {
+	cl, err := c.client(f)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer cl.Close()
+	return cmdutil.Call(c.out(), asJSON, func(ctx context.Context) (T, error) { return fn(ctx, cl) }, text)
 }

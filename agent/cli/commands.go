@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,26 +13,25 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/report"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/version"
 )
 
 func runServe(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	cfgPath := f.String("config", "", "configuration `file` (default "+defaultConfigPath+" if it exists)")
 	socket := f.String("socket", "", "`path` of the API socket (overrides socket)")
 	stateDir := f.String("state-dir", "", "state `directory` (overrides state_dir)")
 	cgroupRoot := f.String("cgroup-root", "", "cgroup subtree the agent owns (overrides cgroup.root)")
 	node := f.String("node", "", "node `name` (overrides node_name)")
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.noArgs(c); !ok {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
 	for flagName, v := range map[string]string{"socket": *socket, "state-dir": *stateDir, "cgroup-root": *cgroupRoot} {
 		if v != "" && !filepath.IsAbs(v) {
-			return c.usageError(f, "--%s: %q is not an absolute path", flagName, v)
+			return f.UsageErrorf("--%s: %q is not an absolute path", flagName, v)
 		}
 	}
 	if c.daemon == nil {
@@ -87,195 +87,165 @@ func (c *cli) execDaemon(args []string) int {
 	return c.fail(fmt.Errorf("run %s: %w", path, err))
 }
 
+// jobFlags are the flags of job start and job update, parsed and checked:
+// the job, its expiration (from --expiration or --R) and its cgroup.
+type jobFlags struct {
+	id, exp, rFile, cg *string
+	asJSON             *bool
+}
+
+// newJobFlags declares the flags of a job registration (start: what E and
+// the cgroup are; update: what they change to).
+func newJobFlags(f *flags, update bool) jobFlags {
+	exp, r, cg := "expiration E", "execution.expiration", "the exec system's job cgroup `path` to observe"
+	if update {
+		exp, r, cg = "the new expiration E", "the new execution.expiration", cg+", for a job registered without one"
+	}
+	return jobFlags{
+		id:     f.String("job", "", "the exec system's job `id` (required)"),
+		exp:    f.String("expiration", "", exp+": RFC 3339, Unix `seconds`, or 0 for none"),
+		rFile:  f.String("R", "", "Flux R version 1 `file` to take "+r+" from"),
+		cg:     f.String("cgroup", "", cg),
+		asJSON: f.Bool("json", false, "print the job as JSON"),
+	}
+}
+
+// parse parses args and checks --job and the expiration, which it returns
+// as the API takes it ("" when neither --expiration nor --R is given).
+func (j jobFlags) parse(c *cli, f *flags, args []string) (string, int, bool) {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
+		return "", code, false
+	}
+	if code, ok := checkJobFlag(f, *j.id); !ok {
+		return "", code, false
+	}
+	return expirationFlags(c, f, *j.exp, *j.rFile)
+}
+
 func runJobStart(c *cli, name string, args []string) int {
-	f := newFlags(name)
-	id := f.String("job", "", "the exec system's job `id` (required)")
-	exp := f.String("expiration", "", "expiration E: RFC 3339, Unix `seconds`, or 0 for none")
-	rFile := f.String("R", "", "Flux R version 1 `file` to take execution.expiration from")
+	f := c.newFlags(name)
+	jf := newJobFlags(f, false)
 	grace := f.String("grace", "", "grace `period` G (default: the agent's)")
-	cg := f.String("cgroup", "", "the exec system's job cgroup `path` to observe")
-	asJSON := f.Bool("json", false, "print the job as JSON")
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.noArgs(c); !ok {
-		return code
-	}
-	if code, ok := checkJobFlag(c, f, *id); !ok {
-		return code
-	}
-	req := api.JobStartRequest{Job: *id, Grace: *grace, Cgroup: *cg}
-	e, code, ok := expirationFlags(c, f, *exp, *rFile)
+	e, code, ok := jf.parse(c, f, args)
 	if !ok {
 		return code
 	}
 	if e == "" {
-		return c.usageError(f, "--expiration or --R is required")
+		return f.UsageErrorf("--expiration or --R is required")
 	}
-	req.Expiration = e
 	if *grace != "" {
-		if _, err := api.ParseGrace(*grace); err != nil {
-			return c.usageError(f, "--grace: %s", inputMsg(err))
+		if _, err := request.ParseGrace(*grace); err != nil {
+			return f.UsageErrorf("--grace: %s", inputMsg(err))
 		}
 	}
-	cl, err := c.client(f)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer cl.Close()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	job, err := cl.StartJob(ctx, req)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(job)
-	}
-	exps := "no expiration"
-	if job.Expiration != nil {
-		exps = "expires " + formatTime(*job.Expiration)
-	}
-	fmt.Fprintf(c.stdout, "job %s registered: %s, grace %s\n", job.ID, exps, job.Grace)
-	return exitOK
+	req := request.JobStartRequest{Job: *jf.id, Expiration: e, Grace: *grace, Cgroup: *jf.cg}
+	return call(c, f, *jf.asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) { return cl.StartJob(ctx, req) },
+		func(w io.Writer, job api.Job) {
+			exps := "no expiration"
+			if job.Expiration != nil {
+				exps = "expires " + formatTime(*job.Expiration)
+			}
+			fmt.Fprintf(w, "job %s registered: %s, grace %s\n", job.ID, exps, job.Grace)
+		})
 }
 
 // expirationFlags reads E from --expiration or --R (a Flux R file), as the
 // agent's API takes it; "" when neither is given.
 func expirationFlags(c *cli, f *flags, exp, rFile string) (string, int, bool) {
 	switch {
-	case f.isSet("expiration") && f.isSet("R"):
-		return "", c.usageError(f, "give one of --expiration and --R, not both"), false
-	case f.isSet("expiration"):
-		if _, _, err := api.ParseExpiration(exp, c.now(), 0); err != nil {
-			return "", c.usageError(f, "--expiration: %s", inputMsg(err)), false
+	case f.IsSet("expiration") && f.IsSet("R"):
+		return "", f.UsageErrorf("give one of --expiration and --R, not both"), false
+	case f.IsSet("expiration"):
+		if _, _, err := request.ParseExpiration(exp, c.now(), 0); err != nil {
+			return "", f.UsageErrorf("--expiration: %s", inputMsg(err)), false
 		}
 		return exp, 0, true
-	case f.isSet("R"):
+	case f.IsSet("R"):
 		data, err := os.ReadFile(rFile)
 		if err != nil {
-			return "", c.usageError(f, "--R: %v", err), false
+			return "", f.UsageErrorf("--R: %v", err), false
 		}
-		e, err := api.ParseR(data)
+		e, err := request.ParseR(data)
 		if err != nil {
-			return "", c.usageError(f, "--R %s: %v", rFile, err), false
+			return "", f.UsageErrorf("--R %s: %v", rFile, err), false
 		}
-		return api.FormatUnix(e), 0, true
+		return request.FormatUnix(e), 0, true
 	}
 	return "", 0, true
 }
 
 func runJobUpdate(c *cli, name string, args []string) int {
-	f := newFlags(name)
-	id := f.String("job", "", "the exec system's job `id` (required)")
-	exp := f.String("expiration", "", "the new expiration E: RFC 3339, Unix `seconds`, or 0 for none")
-	rFile := f.String("R", "", "Flux R version 1 `file` to take the new execution.expiration from")
-	cg := f.String("cgroup", "", "the exec system's job cgroup `path` to observe, for a job registered without one")
-	asJSON := f.Bool("json", false, "print the job as JSON")
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.noArgs(c); !ok {
-		return code
-	}
-	if code, ok := checkJobFlag(c, f, *id); !ok {
-		return code
-	}
-	e, code, ok := expirationFlags(c, f, *exp, *rFile)
+	f := c.newFlags(name)
+	jf := newJobFlags(f, true)
+	e, code, ok := jf.parse(c, f, args)
 	if !ok {
 		return code
 	}
-	if e == "" && *cg == "" {
-		return c.usageError(f, "give --expiration, --R or --cgroup")
+	if e == "" && *jf.cg == "" {
+		return f.UsageErrorf("give --expiration, --R or --cgroup")
 	}
-	cl, err := c.client(f)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer cl.Close()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	job, err := cl.UpdateJob(ctx, *id, api.JobUpdateRequest{Expiration: e, Cgroup: *cg})
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(job)
-	}
-	deadline := "none"
-	if job.Deadline != nil {
-		deadline = formatTime(*job.Deadline)
-	}
-	fmt.Fprintf(c.stdout, "job %s %s: deadline %s\n", job.ID, job.Phase, deadline)
-	return exitOK
+	req := request.JobUpdateRequest{Expiration: e, Cgroup: *jf.cg}
+	return call(c, f, *jf.asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) { return cl.UpdateJob(ctx, *jf.id, req) },
+		func(w io.Writer, job api.Job) {
+			fmt.Fprintf(w, "job %s %s: deadline %s\n", job.ID, job.Phase, deadlineOf(job))
+		})
 }
 
 func runJobEnd(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	id := f.String("job", "", "the exec system's job `id` (required)")
 	asJSON := f.Bool("json", false, "print the job as JSON")
-	if code, ok := f.parse(c, args); !ok {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
-	if code, ok := f.noArgs(c); !ok {
+	if code, ok := checkJobFlag(f, *id); !ok {
 		return code
 	}
-	if code, ok := checkJobFlag(c, f, *id); !ok {
-		return code
+	return call(c, f, *asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) { return cl.EndJob(ctx, *id) },
+		func(w io.Writer, job api.Job) {
+			fmt.Fprintf(w, "job %s %s: teardown deadline %s\n", job.ID, job.Phase, deadlineOf(job))
+		})
+}
+
+// deadlineOf is a job's deadline for people: local time, or "none".
+func deadlineOf(job api.Job) string {
+	if job.Deadline == nil {
+		return "none"
 	}
-	cl, err := c.client(f)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer cl.Close()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	job, err := cl.EndJob(ctx, *id)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(job)
-	}
-	deadline := "none"
-	if job.Deadline != nil {
-		deadline = formatTime(*job.Deadline)
-	}
-	fmt.Fprintf(c.stdout, "job %s %s: teardown deadline %s\n", job.ID, job.Phase, deadline)
-	return exitOK
+	return formatTime(*job.Deadline)
 }
 
 func runEpilog(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	id := f.String("job", "", "the exec system's job `id` (required)")
 	timeout := f.Duration("timeout", 0, "give up waiting after this `duration` (exit 124); the agent keeps supervising")
 	cg := f.String("cgroup", "", "the exec system's job cgroup `path` to observe, for a job registered without one")
-	if code, ok := f.parse(c, args); !ok {
+	if code, ok := f.Parse(args); !ok {
 		return code
 	}
-	if code, ok := checkJobFlag(c, f, *id); !ok {
+	if code, ok := checkJobFlag(f, *id); !ok {
 		return code
 	}
 	if *timeout < 0 {
-		return c.usageError(f, "--timeout: %v is negative", *timeout)
+		return f.UsageErrorf("--timeout: %v is negative", *timeout)
 	}
-	if f.NArg() == 0 {
-		return c.usageError(f, "no command given")
+	if len(f.Args()) == 0 {
+		return f.UsageErrorf("no command given")
 	}
 	dir, err := os.Getwd()
 	if err != nil {
 		dir = "/"
 	}
-	req := api.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir, Cgroup: *cg}
-	if err := api.ValidateEpilog(req); err != nil {
-		return c.usageError(f, "%s", inputMsg(err))
+	req := request.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir, Cgroup: *cg}
+	if err := request.ValidateEpilog(req); err != nil {
+		return f.UsageErrorf("%s", inputMsg(err))
 	}
 	cl, err := c.client(f)
 	if err != nil {
 		return c.fail(err)
 	}
 	defer cl.Close()
-	ctx, cancel := c.ctx()
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if *timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
@@ -296,109 +266,54 @@ func runEpilog(c *cli, name string, args []string) int {
 }
 
 func runStatus(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	asJSON := f.Bool("json", false, "print the status as JSON")
-	if code, ok := f.parse(c, args); !ok {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
-	if code, ok := f.noArgs(c); !ok {
-		return code
-	}
-	cl, err := c.client(f)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer cl.Close()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	st, err := cl.Status(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(st)
-	}
-	writeStatus(c.stdout, st, c.now())
-	return exitOK
+	return call(c, f, *asJSON, func(ctx context.Context, cl *api.Client) (api.Status, error) { return cl.Status(ctx) },
+		func(w io.Writer, st api.Status) { writeStatus(w, st, c.now()) })
 }
 
 func runDiagnose(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	id := f.String("job", "", "only this job's `id`")
 	asJSON := f.Bool("json", false, "print the reports as JSON")
-	if code, ok := f.parse(c, args); !ok {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
-	if code, ok := f.noArgs(c); !ok {
-		return code
-	}
-	if f.isSet("job") {
-		if code, ok := checkJobFlag(c, f, *id); !ok {
+	if f.IsSet("job") {
+		if code, ok := checkJobFlag(f, *id); !ok {
 			return code
 		}
 	}
-	cl, err := c.client(f)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer cl.Close()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	reports, err := cl.Diagnose(ctx, *id)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(reports)
-	}
-	writeReports(c.stdout, reports)
-	return exitOK
+	return call(c, f, *asJSON, func(ctx context.Context, cl *api.Client) ([]*report.Report, error) { return cl.Diagnose(ctx, *id) },
+		writeReports)
 }
 
 func runResume(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	reason := f.String("reason", "", "why the node is resumed (required, logged)")
 	asJSON := f.Bool("json", false, "print the status as JSON")
-	if code, ok := f.parse(c, args); !ok {
+	f.Required = []string{"reason"}
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
-	if code, ok := f.noArgs(c); !ok {
-		return code
+	if err := request.ValidateReason(*reason); err != nil {
+		return f.UsageErrorf("--reason: %s", inputMsg(err))
 	}
-	if !f.isSet("reason") {
-		return c.usageError(f, "--reason is required")
-	}
-	if err := api.ValidateReason(*reason); err != nil {
-		return c.usageError(f, "--reason: %s", inputMsg(err))
-	}
-	cl, err := c.client(f)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer cl.Close()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	st, err := cl.Resume(ctx, api.ResumeRequest{Reason: *reason})
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(st)
-	}
-	fmt.Fprintf(c.stdout, "node %s resumed: state %s\n", st.Node, st.State)
-	return exitOK
+	req := request.ResumeRequest{Reason: *reason}
+	return call(c, f, *asJSON, func(ctx context.Context, cl *api.Client) (api.Status, error) { return cl.Resume(ctx, req) },
+		func(w io.Writer, st api.Status) { fmt.Fprintf(w, "node %s resumed: state %s\n", st.Node, st.State) })
 }
 
 // runConfigCheck validates a configuration file as serve would (including
 // the mesh key file's permissions) and prints the effective configuration,
 // defaults filled in, as TOML.
 func runConfigCheck(c *cli, name string, args []string) int {
-	f := newFlags(name)
+	f := c.newFlags(name)
 	cfgPath := f.String("config", "", "configuration `file` (default "+defaultConfigPath+" if it exists)")
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.noArgs(c); !ok {
+	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
 	if c.daemon == nil {
@@ -408,60 +323,35 @@ func runConfigCheck(c *cli, name string, args []string) int {
 }
 
 func runVersion(c *cli, name string, args []string) int {
-	f := newFlags(name)
-	if code, ok := f.parse(c, args); !ok {
-		return code
-	}
-	if code, ok := f.noArgs(c); !ok {
+	if code, ok := c.newFlags(name).ParseN(args, 0, ""); !ok {
 		return code
 	}
 	fmt.Fprintf(c.stdout, "nodeagent %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return exitOK
 }
 
-func runHelp(c *cli, name string, args []string) int {
-	if len(args) == 0 {
-		usage(c.stdout)
-		return exitOK
-	}
-	cmd, rest := findCommand(args)
-	if cmd == nil || len(rest) > 0 {
-		fmt.Fprintf(c.stderr, "nodeagent help: unknown command %q\n", joinArgs(args))
-		usage(c.stderr)
-		return exitUsage
-	}
-	if cmd.name == "help" {
-		commandUsage(c.stdout, cmd, nil)
-		return exitOK
-	}
-	// The command builds its flag set and prints its help.
-	return cmd.run(c, cmd.name, []string{"-h"})
-}
-
-func joinArgs(args []string) string { return strings.Join(args, " ") }
+func runHelp(c *cli, name string, args []string) int { return program.Help(c, c.out(), args) }
 
 // checkJobFlag requires a valid --job.
-func checkJobFlag(c *cli, f *flags, id string) (int, bool) {
+func checkJobFlag(f *flags, id string) (int, bool) {
 	if id == "" {
-		return c.usageError(f, "--job is required"), false
+		return f.UsageErrorf("--job is required"), false
 	}
-	if err := api.ValidateJobID(id); err != nil {
-		return c.usageError(f, "--job: %s", inputMsg(err)), false
+	if err := request.ValidateJobID(id); err != nil {
+		return f.UsageErrorf("--job: %s", inputMsg(err)), false
 	}
 	return 0, true
 }
 
-// inputMsg is the message of an *api.InputError without its field, for
+// inputMsg is the message of an *request.InputError without its field, for
 // messages that already name the flag.
 func inputMsg(err error) string {
-	var ie *api.InputError
+	var ie *request.InputError
 	if errors.As(err, &ie) {
 		return ie.Msg
 	}
 	return err.Error()
 }
-
-func (c *cli) printJSON(v any) int { return c.out().PrintJSON(v) }
 
 // formatTime writes t in the local zone, to the second.
 func formatTime(t time.Time) string {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
-	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/report"
 )
 
 // writeStatus prints the node's state for people.
@@ -65,7 +65,7 @@ func writeStatus(w io.Writer, st api.Status, now time.Time) {
 
 // writeReports prints diagnostics reports for people: the summary and
 // suggestions first, then one line per process.
-func writeReports(w io.Writer, reports []*diagnose.Report) {
+func writeReports(w io.Writer, reports []*report.Report) {
 	if len(reports) == 0 {
 		fmt.Fprintln(w, "no diagnostics reports")
 		return
@@ -131,7 +131,7 @@ func writeReports(w io.Writer, reports []*diagnose.Report) {
 // hostLine is the node's context in a report for people: "load 3.50 2.25
 // 1.00, memory 20.0 GiB available of 24.0 GiB, up 1d1h0m0s, state dir 10.0
 // GiB free of 100.0 GiB".
-func hostLine(h diagnose.HostFacts) string {
+func hostLine(h report.HostFacts) string {
 	parts := []string{fmt.Sprintf("load %.2f %.2f %.2f", h.Load1, h.Load5, h.Load15)}
 	if h.MemTotalBytes > 0 {
 		parts = append(parts, fmt.Sprintf("memory %s available of %s", gib(h.MemAvailableBytes), gib(h.MemTotalBytes)))

@@ -7,26 +7,6 @@ import (
 	"github.com/gracewatch/gracewatch/agent/procfs"
 )
 
-// Severity orders classes from most benign (Zombie, 1) to worst
-// (Unkillable, 6); an unknown class is 0.
-func (c Class) Severity() int {
-	switch c {
-	case Unkillable:
-		return 6
-	case ExitHang:
-		return 5
-	case KillableD:
-		return 4
-	case Missed:
-		return 3
-	case Dying:
-		return 2
-	case Zombie:
-		return 1
-	}
-	return 0
-}
-
 // classOrder lists the classes worst first.
 var classOrder = []Class{Unkillable, ExitHang, KillableD, Missed, Dying, Zombie}
 
@@ -35,7 +15,7 @@ var classOrder = []Class{Unkillable, ExitHang, KillableD, Missed, Dying, Zombie}
 // consumed): tearing down its memory or closing its files.
 var exitFrames = []string{"do_exit", "exit_mmap", "__fput"}
 
-// Classify returns the class of one thread by DESIGN.md 3.3:
+// Classify returns the class of one thread by docs/DESIGN.md §3.3:
 //
 //   - zombie: state Z (or X);
 //   - exit-hang: D with PF_EXITING and do_exit, exit_mmap or __fput in the

@@ -2,7 +2,7 @@
 // gives it on the file system: its cgroup (job-NAME), its epilogue output
 // directory (output/NAME) and its reports (TIME_NAME.json). Every place
 // that turns a job id into a path uses Of, so two ids never share a name
-// and every id the API accepts (api.ValidateJobID: up to 128 bytes) maps
+// and every id the API accepts (request.ValidateJobID: up to 128 bytes) maps
 // to a name the file system holds.
 //
 // It is a package of its own, with no dependencies, because the

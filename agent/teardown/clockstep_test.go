@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
@@ -54,7 +53,7 @@ func TestDeadlineSurvivesWallClockSteps(t *testing.T) {
 			if !tc.running {
 				h.s.EndJob(context.Background(), "1")
 			}
-			d := *h.job("1").Deadline
+			d := h.job("1").Deadline
 			want := t0.Add(grace)
 			if tc.running {
 				want = exp.Add(grace)
@@ -72,7 +71,7 @@ func TestDeadlineSurvivesWallClockSteps(t *testing.T) {
 				if !at.IsZero() {
 					break
 				}
-				if p := h.job("1").Phase; p == api.PhaseOverdue {
+				if p := h.job("1").Phase; p == PhaseOverdue {
 					t.Fatalf("overdue without the event")
 				}
 				h.advance(200 * time.Millisecond)
@@ -95,7 +94,7 @@ func TestDeadlineSurvivesWallClockSteps(t *testing.T) {
 			if late := at.Sub(reached); late > clock.WallRecheck+200*time.Millisecond {
 				t.Fatalf("overdue at wall %v, %v after the wall clock reached D %v", at, late, d)
 			}
-			h.eventually("SIGTERM", func(st api.Status) bool { return st.Jobs[0].Escalation == escTerm })
+			h.eventually("SIGTERM", func(st Status) bool { return st.Jobs[0].Escalation == escTerm })
 			// kill_wait (10 s) is elapsed time: a backward step of the wall
 			// clock during it does not delay SIGKILL, a forward one does
 			// not hasten it.
@@ -121,7 +120,7 @@ func TestReadoptedEscalationAfterAWallClockStep(t *testing.T) {
 	h.cg.SetPopulated("/foreign/1", true)
 	h.s.EndJob(context.Background(), "1")
 	h.advance(60 * time.Second)
-	h.eventually("SIGTERM", func(st api.Status) bool { return st.Jobs[0].Escalation == escTerm })
+	h.eventually("SIGTERM", func(st Status) bool { return st.Jobs[0].Escalation == escTerm })
 	h.stop()
 	h.clk.StepWall(-time.Hour)
 	h.start(nil)

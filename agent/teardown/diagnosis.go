@@ -8,8 +8,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // request builds a diagnostics request for j.
@@ -126,7 +126,7 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 		sort.Strings(ids)
 		if id != "" {
 			if s.jobs[id] == nil {
-				opErr = fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
+				opErr = fmt.Errorf("job %s: %w", id, request.ErrUnknownJob)
 				return
 			}
 			ids = []string{id}
@@ -134,13 +134,13 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 		for _, k := range ids {
 			j := s.jobs[k]
 			it := item{last: j.lastReport, outcome: s.outcomeNow(j)}
-			if it.last != nil && j.Phase == api.PhaseReleased {
+			if it.last != nil && j.Phase == PhaseReleased {
 				// Its processes are gone: what the report says is history.
 				h := *it.last
 				h.History = true
 				it.last = &h
 			}
-			if (j.active() && (j.Cgroup != "" || j.Foreign != "")) || (j.Phase == api.PhaseRunning && j.Foreign != "") {
+			if (j.active() && (j.Cgroup != "" || j.Foreign != "")) || (j.Phase == PhaseRunning && j.Foreign != "") {
 				r := s.request(j, diagnose.StageOnDemand, false)
 				it.req = &r
 			}
@@ -180,9 +180,9 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 // survivors classified (hung), or, released, how it ended.
 func (s *Supervisor) outcomeNow(j *job) string {
 	switch {
-	case j.Phase == api.PhaseReleased:
+	case j.Phase == PhaseReleased:
 		return j.Outcome
-	case j.Phase != api.PhaseOverdue:
+	case j.Phase != PhaseOverdue:
 		return diagnose.OutcomePending
 	case j.Escalation == escNone:
 		return diagnose.OutcomeOverdue
@@ -206,7 +206,7 @@ func (s *Supervisor) armRecheck(j *job) {
 // recheck takes a fresh snapshot of a classified, still overdue job; its
 // summary replaces the reason's when it changed.
 func (s *Supervisor) recheck(j *job) {
-	if j.Phase != api.PhaseOverdue || j.Escalation != escClassified {
+	if j.Phase != PhaseOverdue || j.Escalation != escClassified {
 		return
 	}
 	if !j.snapshotRun {

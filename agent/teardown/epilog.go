@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // tailInterval is how often a running epilogue's output files are read while
@@ -34,12 +34,14 @@ type epilogRun struct {
 }
 
 // RunEpilog runs req.Argv in the job's cgroup (job-<id>/epilog), streams its
-// output to out and returns its exit status. See api.Service.
-func (s *Supervisor) RunEpilog(ctx context.Context, id string, req api.EpilogRequest, out api.OutputSink) (int, error) {
-	if err := api.ValidateJobID(id); err != nil {
+// output to out and returns its exit status (128+signal if killed); if ctx
+// ends first it returns ctx.Err() and the epilogue goes on under
+// supervision.
+func (s *Supervisor) RunEpilog(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
+	if err := request.ValidateJobID(id); err != nil {
 		return 0, err
 	}
-	if err := api.ValidateEpilog(req); err != nil {
+	if err := request.ValidateEpilog(req); err != nil {
 		return 0, err
 	}
 	dir := req.Dir
@@ -48,9 +50,9 @@ func (s *Supervisor) RunEpilog(ctx context.Context, id string, req api.EpilogReq
 	}
 	path, err := lookPath(req.Argv[0], req.Env)
 	if err != nil {
-		return 0, &api.InputError{Field: "argv", Msg: err.Error()}
+		return 0, &request.InputError{Field: "argv", Msg: err.Error()}
 	}
-	peer, hasPeer := api.PeerFrom(ctx)
+	peer, hasPeer := request.PeerFrom(ctx)
 	foreign, err := s.resolveForeign(req.Cgroup)
 	if err != nil {
 		return 0, err
@@ -76,14 +78,14 @@ func (s *Supervisor) RunEpilog(ctx context.Context, id string, req api.EpilogReq
 
 // spawnEpilog runs on the main loop: register or end the job, make the
 // cgroup, watch it, start the process inside it and reap it in a goroutine.
-func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir string, peer api.Peer, hasPeer bool, foreign Foreign) (*epilogRun, error) {
+func (s *Supervisor) spawnEpilog(id, path string, req request.EpilogRequest, dir string, peer request.Peer, hasPeer bool, foreign Foreign) (*epilogRun, error) {
 	now := s.o.Clock.Now()
 	j := s.jobs[id]
 	if j == nil {
 		if n := s.registered(); n >= s.o.MaxJobs {
-			return nil, fmt.Errorf("job %s: %w: %d jobs are registered and not released", id, api.ErrFull, n)
+			return nil, fmt.Errorf("job %s: %w: %d jobs are registered and not released", id, request.ErrFull, n)
 		}
-		j = &job{ID: id, Expiration: now, Grace: s.o.Grace, Registered: now, Phase: api.PhaseRunning}
+		j = &job{ID: id, Expiration: now, Grace: s.o.Grace, Registered: now, Phase: PhaseRunning}
 		s.jobs[id] = j
 		s.log.Info("job registered by its epilogue", "job", id, "expiration", now, "grace", j.Grace)
 		s.emit(Event{Kind: EventRegistered, Job: id})
@@ -100,11 +102,11 @@ func (s *Supervisor) spawnEpilog(id, path string, req api.EpilogRequest, dir str
 		}
 	}
 	switch j.Phase {
-	case api.PhaseRunning:
+	case PhaseRunning:
 		s.startTeardown(j, now, endedByEpilog)
-	case api.PhaseOverdue:
+	case PhaseOverdue:
 		s.endOverdue(j, endedByEpilog)
-	case api.PhaseReleased:
+	case PhaseReleased:
 		s.reopen(j)
 	}
 	if j.Cgroup == "" {
@@ -241,7 +243,7 @@ func signaled(cmd *exec.Cmd) bool {
 // them. If ctx ends first (the client went away) the epilogue goes on. A
 // client slower than the epilogue by more than the kept tail (see
 // output.go) is told how much it missed.
-func tail(ctx context.Context, run *epilogRun, out api.OutputSink) (int, error) {
+func tail(ctx context.Context, run *epilogRun, out request.OutputSink) (int, error) {
 	defer run.close()
 	buf := make([]byte, 32<<10)
 	sinkOK := true

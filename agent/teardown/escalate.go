@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // outcomeUnreported is the outcome of an overdue job whose end was never
@@ -22,7 +22,7 @@ const outcomeUnreported = "unreported"
 // the exec system is asked whether E moved (Options.Expirations) before
 // the job is made overdue.
 func (s *Supervisor) expire(j *job) {
-	if j.Phase != api.PhaseRunning || j.asking {
+	if j.Phase != PhaseRunning || j.asking {
 		return
 	}
 	if s.foreignEmptied(j) {
@@ -49,7 +49,7 @@ func (s *Supervisor) askExpiration(j *job) {
 		out, err := s.o.Expirations.Expiration(ctx, j.ID)
 		s.post(func() {
 			j.asking = false
-			if j.Phase != api.PhaseRunning || !j.Expiration.Equal(was) || j.NoExpiration {
+			if j.Phase != PhaseRunning || !j.Expiration.Equal(was) || j.NoExpiration {
 				return // ended, or updated meanwhile: that word is newer
 			}
 			j.Asked = was
@@ -58,7 +58,7 @@ func (s *Supervisor) askExpiration(j *job) {
 			if err == nil {
 				var e time.Time
 				var none bool
-				e, none, err = api.ParseExpiration(out, now, s.o.MaxExpirationAge)
+				e, none, err = request.ParseExpiration(out, now, s.o.MaxExpirationAge)
 				switch {
 				case err != nil:
 					err = fmt.Errorf("answer %s: %w", clipText(out), err)
@@ -102,10 +102,10 @@ func clipText(s string) string {
 // job's own processes (its observed cgroup) as what is hung, or, with
 // nothing to observe, "no end reported by the deadline".
 func (s *Supervisor) overdueRunning(j *job) {
-	if j.Phase != api.PhaseRunning {
+	if j.Phase != PhaseRunning {
 		return
 	}
-	j.Phase = api.PhaseOverdue
+	j.Phase = PhaseOverdue
 	j.Violated = true
 	j.Summary = diagnose.NoEndSummary(j.ID, j.Grace.String())
 	s.log.Warn("no end reported by the deadline", "job", j.ID, "expiration", j.Expiration, "deadline", j.Deadline,
@@ -116,14 +116,14 @@ func (s *Supervisor) overdueRunning(j *job) {
 // overdue handles the deadline of a teardown: latch the node DOWN,
 // snapshot, then SIGTERM.
 func (s *Supervisor) overdue(j *job) {
-	if j.Phase != api.PhaseTeardown {
+	if j.Phase != PhaseTeardown {
 		return
 	}
 	if len(j.children) == 0 && !s.populated(j) {
 		s.release(j)
 		return
 	}
-	j.Phase = api.PhaseOverdue
+	j.Phase = PhaseOverdue
 	if !j.Violated {
 		// An epilogue that came after the job's violation was judged
 		// (reopen) keeps that judgement: the job is one violation.
@@ -152,7 +152,7 @@ func (s *Supervisor) escalate(j *job) {
 }
 
 func (s *Supervisor) escalateTerm(j *job) {
-	if j.Phase != api.PhaseOverdue || j.Escalation != escNone {
+	if j.Phase != PhaseOverdue || j.Escalation != escNone {
 		return
 	}
 	j.Escalation = escTerm
@@ -168,7 +168,7 @@ func (s *Supervisor) escalateTerm(j *job) {
 }
 
 func (s *Supervisor) escalateKill(j *job) {
-	if j.Phase != api.PhaseOverdue || j.Escalation != escTerm {
+	if j.Phase != PhaseOverdue || j.Escalation != escTerm {
 		return
 	}
 	j.Escalation = escKill
@@ -195,7 +195,7 @@ func (s *Supervisor) escalateKill(j *job) {
 }
 
 func (s *Supervisor) classify(j *job) {
-	if j.Phase != api.PhaseOverdue || j.Escalation != escKill {
+	if j.Phase != PhaseOverdue || j.Escalation != escKill {
 		return
 	}
 	j.Escalation = escClassified

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // eventLog records what OnEvent is told.
@@ -59,7 +59,7 @@ func TestOnEvent(t *testing.T) {
 	h.cg.SetPopulated("/foreign/1", false)
 	h.status()
 	h.advance(2 * time.Second)
-	h.eventually("SIGTERM", func(st api.Status) bool { return st.Jobs[1].Escalation == escTerm })
+	h.eventually("SIGTERM", func(st Status) bool { return st.Jobs[1].Escalation == escTerm })
 	h.advance(10 * time.Second)
 	h.cg.SetPopulated("/foreign/2", false)
 	h.status()
@@ -82,7 +82,7 @@ func TestOnEvent(t *testing.T) {
 func TestOnEventEpilogStartError(t *testing.T) {
 	log := &eventLog{}
 	h := newHarness(t, func(o *Options) { o.OnEvent = log.add })
-	_, err := h.s.RunEpilog(context.Background(), "5", api.EpilogRequest{Argv: []string{"/bin/true"}}, nil)
+	_, err := h.s.RunEpilog(context.Background(), "5", request.EpilogRequest{Argv: []string{"/bin/true"}}, nil)
 	if err == nil {
 		t.Fatal("the fake cgroups started an epilogue")
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/jobname"
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -16,11 +15,11 @@ import (
 
 // job is the supervisor's record of one job. Exported fields are persisted.
 //
-// It is kept apart from the socket API's wire type api.Job on purpose (as
+// It is kept apart from the socket API's wire type Job on purpose (as
 // node-problem-detector keeps its internal types apart from its API's):
 // the state file is this record, free to change with the supervisor's
 // needs (the runtime fields, what is persisted, their names), whereas
-// api.Job is a compatibility promise to exec systems, the CLI and the
+// Job is a compatibility promise to exec systems, the CLI and the
 // mesh. The two meet in one place only, wire. The supervisor takes the
 // API's request types and checks as its input contract: they are the
 // same checks the CLI and the mesh's job registration make.
@@ -33,7 +32,7 @@ type job struct {
 	Registered   time.Time     `json:"registered"`
 	Ended        time.Time     `json:"ended,omitzero"`
 	Deadline     time.Time     `json:"deadline,omitzero"`
-	Phase        string        `json:"phase"`
+	Phase        Phase         `json:"phase"`
 	Cgroup       string        `json:"cgroup,omitempty"`
 	Foreign      string        `json:"foreign,omitempty"`      // observed cgroup's directory
 	ForeignName  string        `json:"foreign_name,omitempty"` // and its /proc/PID/cgroup form
@@ -79,38 +78,29 @@ func (j *job) teardownDeadline() time.Time {
 // pastExpiration reports whether j still runs at now, after its E: no end
 // was reported, but its time is up.
 func (j *job) pastExpiration(now time.Time) bool {
-	return j.Phase == api.PhaseRunning && !j.NoExpiration && !j.Deadline.IsZero() && !now.Before(j.Expiration)
+	return j.Phase == PhaseRunning && !j.NoExpiration && !j.Deadline.IsZero() && !now.Before(j.Expiration)
 }
 
-func (j *job) active() bool { return j.Phase == api.PhaseTeardown || j.Phase == api.PhaseOverdue }
+func (j *job) active() bool { return j.Phase == PhaseTeardown || j.Phase == PhaseOverdue }
 
-func (j *job) wire() api.Job {
-	w := api.Job{ID: j.ID, Phase: j.Phase, Grace: j.Grace.String(), Cgroup: j.Cgroup, Foreign: j.Foreign,
-		Epilogs: j.Epilogs, Escalation: j.Escalation, Outcome: j.Outcome}
+// view is what the supervisor tells of j.
+func (j *job) view() Job {
+	v := Job{ID: j.ID, Phase: j.Phase, Grace: j.Grace, Cgroup: j.Cgroup, Foreign: j.Foreign,
+		Epilogs: j.Epilogs, Escalation: j.Escalation, Outcome: j.Outcome,
+		Ended: j.Ended, Deadline: j.Deadline, Released: j.Released}
 	if !j.NoExpiration {
-		e := j.Expiration
-		w.Expiration = &e
+		v.Expiration = j.Expiration
 	}
 	if !j.Ended.IsZero() {
-		e := j.Ended
-		w.Ended = &e
-		w.EndedBy = j.EndedBy
-	}
-	if !j.Deadline.IsZero() {
-		d := j.Deadline
-		w.Deadline = &d
+		v.EndedBy = j.EndedBy
 	}
 	if j.Foreign != "" {
-		w.ForeignName = j.ForeignName
-		if j.Phase != api.PhaseReleased {
-			w.Processes = slices.Clone(j.pids)
+		v.ForeignName = j.ForeignName
+		if j.Phase != PhaseReleased {
+			v.Processes = slices.Clone(j.pids)
 		}
 	}
-	if !j.Released.IsZero() {
-		r := j.Released
-		w.Released = &r
-	}
-	return w
+	return v
 }
 
 // name is j's name on the file system (jobname.Of): its cgroup is

@@ -8,15 +8,16 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // latchJob latches the node DOWN for overdue job j, once.
 func (s *Supervisor) latchJob(j *job) {
-	if j.Latched || j.Acknowledged || j.Phase != api.PhaseOverdue {
+	if j.Latched || j.Acknowledged || j.Phase != PhaseOverdue {
 		return
 	}
 	j.Latched = true
@@ -60,7 +61,7 @@ func (s *Supervisor) refreshReason() {
 		case "exited":
 			p += "; exited after the deadline"
 		}
-		if j.Phase == api.PhaseReleased && !j.Released.IsZero() {
+		if j.Phase == PhaseReleased && !j.Released.IsZero() {
 			// Only the latch is left: say so, and what clears it.
 			p += fmt.Sprintf("; gone since %s, resume to clear", j.Released.UTC().Format("15:04:05Z"))
 		}
@@ -111,7 +112,7 @@ func (s *Supervisor) maybeAutoResume() {
 		return
 	}
 	for _, id := range l.Jobs {
-		if j := s.jobs[id]; j != nil && j.Phase != api.PhaseReleased {
+		if j := s.jobs[id]; j != nil && j.Phase != PhaseReleased {
 			return
 		}
 	}
@@ -121,22 +122,22 @@ func (s *Supervisor) maybeAutoResume() {
 
 // Resume clears the DOWN latch. Overdue jobs stay supervised but no longer
 // hold the node.
-func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error) {
+func (s *Supervisor) Resume(ctx context.Context, req request.ResumeRequest) (Status, error) {
 	if strings.TrimSpace(req.Reason) == "" {
-		return api.Status{}, &api.InputError{Field: "reason", Msg: "a reason is required"}
+		return Status{}, &request.InputError{Field: "reason", Msg: "a reason is required"}
 	}
 	who := "unknown peer"
-	if p, ok := api.PeerFrom(ctx); ok {
+	if p, ok := request.PeerFrom(ctx); ok {
 		who = fmt.Sprintf("uid %d pid %d", p.UID, p.PID)
 	}
-	var out api.Status
+	var out Status
 	err := s.do(ctx, func() {
 		if s.st.Latch.Down {
 			s.log.Warn("node resumed", "by", who, "reason", req.Reason, "was", s.st.Latch.Reason)
 		}
 		s.st.Latch = latch{}
 		for _, j := range s.jobs {
-			if j.Phase != api.PhaseOverdue {
+			if j.Phase != PhaseOverdue {
 				continue
 			}
 			j.Acknowledged = true
@@ -156,11 +157,11 @@ func (s *Supervisor) Resume(ctx context.Context, req api.ResumeRequest) (api.Sta
 
 // Drain latches the node DOWN on an administrator's word. Like a grace
 // violation it holds until Resume; auto_resume never clears it.
-func (s *Supervisor) Drain(ctx context.Context, reason, by string) (api.Status, error) {
-	if err := api.ValidateReason(reason); err != nil {
-		return api.Status{}, err
+func (s *Supervisor) Drain(ctx context.Context, reason, by string) (Status, error) {
+	if err := request.ValidateReason(reason); err != nil {
+		return Status{}, err
 	}
-	var out api.Status
+	var out Status
 	err := s.do(ctx, func() {
 		l := &s.st.Latch
 		text := "drained"
@@ -193,4 +194,36 @@ func (s *Supervisor) Drain(ctx context.Context, reason, by string) (api.Status, 
 		out = s.status
 	})
 	return out, err
+}
+
+// latchCause returns the cause of the latched violations (the worst of
+// their jobs' latest reports, by class, then the latest) and whether the
+// node is clean: down for grace violations only, each of whose jobs is
+// released (its processes gone) or no longer known.
+func (s *Supervisor) latchCause() (*diagnose.Cause, bool) {
+	l := &s.st.Latch
+	var best *diagnose.Cause
+	var bestTaken time.Time
+	clean := l.Kind == "grace" && len(l.Jobs) > 0
+	for _, id := range l.Jobs {
+		j := s.jobs[id]
+		if j == nil {
+			continue
+		}
+		if j.Phase != PhaseReleased {
+			clean = false
+		}
+		if j.lastReport == nil {
+			continue
+		}
+		c := diagnose.CauseOf(j.lastReport)
+		if c.Empty() {
+			continue
+		}
+		if best == nil || c.Class.Severity() > best.Class.Severity() ||
+			(c.Class.Severity() == best.Class.Severity() && j.lastReport.Taken.After(bestTaken)) {
+			best, bestTaken = &c, j.lastReport.Taken
+		}
+	}
+	return best, clean
 }

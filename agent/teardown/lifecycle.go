@@ -9,7 +9,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
@@ -28,11 +27,11 @@ const (
 // readopt re-arms watches and timers of persisted jobs after a restart.
 func (s *Supervisor) readopt() {
 	for _, j := range s.jobs {
-		if !j.active() && j.Phase != api.PhaseRunning {
+		if !j.active() && j.Phase != PhaseRunning {
 			continue
 		}
 		s.watch(j)
-		if j.Phase == api.PhaseRunning {
+		if j.Phase == PhaseRunning {
 			// A state file of an earlier version has no deadline for a
 			// running job: it holds from registration now.
 			if j.Deadline.IsZero() && !j.NoExpiration {
@@ -50,7 +49,7 @@ func (s *Supervisor) readopt() {
 		}
 		s.log.Info("re-adopted teardown", "job", j.ID, "phase", j.Phase, "deadline", j.Deadline, "escalation", j.Escalation)
 		switch {
-		case j.Phase == api.PhaseTeardown:
+		case j.Phase == PhaseTeardown:
 			s.armAt(j, j.Deadline, func() { s.overdue(j) })
 		case j.Escalation == escNone:
 			s.latchJob(j)
@@ -66,7 +65,7 @@ func (s *Supervisor) readopt() {
 	}
 }
 
-// armRunning arms the deadline E + G of a running job (DESIGN.md 2: D holds
+// armRunning arms the deadline E + G of a running job (docs/DESIGN.md §2: D holds
 // from registration, whether or not an end is ever reported); a job without
 // an expiration has none until it ends.
 func (s *Supervisor) armRunning(j *job) {
@@ -105,25 +104,31 @@ func (s *Supervisor) watch(j *job) {
 		}
 		cancel, err := s.o.Cgroups.Watch(p, func() { s.markDirty(id) })
 		if err != nil {
-			s.log.Warn("cannot watch cgroup", "job", id, "cgroup", p, "err", err)
+			// Without its watch (inotify's limit reached, ENOSPC) the
+			// cgroup's emptying would be seen only at the deadline, as a
+			// violation: poll it as a v1 cgroup instead.
+			s.log.Warn("cannot watch cgroup: polling it once a second instead", "job", id, "cgroup", p, "err", err)
+			if j.poll == nil {
+				s.pollV1(j)
+			}
 			continue
 		}
 		j.cancels = append(j.cancels, cancel)
 	}
 }
 
-// pollV1 arms the next read of j's v1 foreign cgroup; each read re-arms it
-// until the job is released (or the supervisor stops: stopRuntime).
+// pollV1 arms the next read of j's cgroups (a v1 foreign cgroup, or one
+// that could not be watched); each read re-arms it until the job is released (or the supervisor stops: stopRuntime).
 func (s *Supervisor) pollV1(j *job) {
 	j.poll = s.o.Clock.AfterFunc(v1PollInterval, func() {
 		s.post(func() {
 			j.poll = nil
-			if j.Phase == api.PhaseReleased || s.jobs[j.ID] != j {
+			if j.Phase == PhaseReleased || s.jobs[j.ID] != j {
 				return
 			}
 			s.check(j)
 			s.changed()
-			if j.Phase != api.PhaseReleased && j.poll == nil {
+			if j.Phase != PhaseReleased && j.poll == nil {
 				s.pollV1(j)
 			}
 		})
@@ -142,10 +147,10 @@ func (s *Supervisor) observeForeign(j *job) bool {
 	var err error
 	var pids []int
 	if j.ForeignV1 {
-		pids, err = s.o.Cgroups.Procs(j.Foreign, true, api.MaxListedProcesses)
+		pids, err = s.o.Cgroups.Procs(j.Foreign, true, MaxListedProcesses)
 		pop = len(pids) > 0
 	} else if pop, err = s.o.Cgroups.Populated(j.Foreign); err == nil && pop {
-		pids, err = s.o.Cgroups.Procs(j.Foreign, false, api.MaxListedProcesses)
+		pids, err = s.o.Cgroups.Procs(j.Foreign, false, MaxListedProcesses)
 	}
 	if err != nil {
 		// Once per failing streak: a v1 cgroup is read every second.
@@ -196,13 +201,13 @@ func (s *Supervisor) populated(j *job) bool {
 // says that the job's processes are gone.
 func (s *Supervisor) check(j *job) {
 	switch {
-	case j.Phase == api.PhaseRunning:
+	case j.Phase == PhaseRunning:
 		if !s.foreignEmptied(j) {
 			return
 		}
 		s.log.Info("job cgroup emptied without an end report: the job ended", "job", j.ID, "cgroup", j.ForeignName)
 		s.startTeardown(j, s.o.Clock.Now(), endedByCgroup)
-	case j.Phase == api.PhaseOverdue && j.Ended.IsZero():
+	case j.Phase == PhaseOverdue && j.Ended.IsZero():
 		if !s.foreignEmptied(j) {
 			return
 		}
@@ -224,7 +229,7 @@ func (s *Supervisor) startTeardown(j *job, now time.Time, by string) {
 	j.Ended = now
 	j.EndedBy = by
 	j.Deadline = j.teardownDeadline()
-	j.Phase = api.PhaseTeardown
+	j.Phase = PhaseTeardown
 	s.log.Info("teardown started", "job", j.ID, "deadline", j.Deadline, "grace", j.Grace, "ended_by", by)
 	s.persist()
 	s.watch(j)
@@ -234,7 +239,7 @@ func (s *Supervisor) startTeardown(j *job, now time.Time, by string) {
 // endOverdue records the end of an overdue job whose end was not known,
 // when the exec system reports it late (job end, or its epilogue).
 func (s *Supervisor) endOverdue(j *job, by string) {
-	if j.Phase != api.PhaseOverdue || !j.Ended.IsZero() {
+	if j.Phase != PhaseOverdue || !j.Ended.IsZero() {
 		return
 	}
 	j.Ended, j.EndedBy = s.o.Clock.Now(), by
@@ -245,7 +250,7 @@ func (s *Supervisor) endOverdue(j *job, by string) {
 // reopen puts a released job back into teardown with its original deadline
 // (an epilogue that arrived after the job looked done).
 func (s *Supervisor) reopen(j *job) {
-	j.Phase = api.PhaseTeardown
+	j.Phase = PhaseTeardown
 	j.Released = time.Time{}
 	j.Outcome = ""
 	s.watch(j)
@@ -260,13 +265,13 @@ func (s *Supervisor) reopen(j *job) {
 // release ends j's teardown: every process is gone.
 func (s *Supervisor) release(j *job) {
 	now := s.o.Clock.Now()
-	wasOverdue := j.Phase == api.PhaseOverdue
+	wasOverdue := j.Phase == PhaseOverdue
 	if wasOverdue {
 		// Gone while the latch waited for the first snapshot: the grace
 		// was still exceeded.
 		s.latchJob(j)
 	}
-	j.Phase = api.PhaseReleased
+	j.Phase = PhaseReleased
 	j.Released = now
 	s.stopTimers(j)
 	j.pids = nil
@@ -290,11 +295,12 @@ func (s *Supervisor) release(j *job) {
 	j.cancels = nil
 	if j.Cgroup != "" {
 		if err := s.o.Cgroups.Remove(j.Cgroup); err != nil {
-			s.log.Warn("cannot remove job cgroup", "job", j.ID, "cgroup", j.Cgroup, "err", err)
+			s.log.Warn("cannot remove job cgroup: kept, tried again at the next release", "job", j.ID, "cgroup", j.Cgroup, "err", err)
 		} else {
 			j.Cgroup = ""
 		}
 	}
+	s.removeLeftovers(j)
 	s.out.removeDir(s.jobOutDir(j))
 	os.RemoveAll(s.jobOutDir(j))
 	var took time.Duration
@@ -329,10 +335,27 @@ func (s *Supervisor) release(j *job) {
 	s.persist()
 }
 
+// removeLeftovers tries again to remove the cgroups of released jobs (but
+// just) that could not be removed when they were released: a cgroup is
+// busy while the kernel still counts a dying process in it.
+func (s *Supervisor) removeLeftovers(just *job) {
+	for _, k := range s.jobs {
+		if k == just || k.Phase != PhaseReleased || k.Cgroup == "" {
+			continue
+		}
+		if err := s.o.Cgroups.Remove(k.Cgroup); err != nil {
+			s.log.Warn("cannot remove job cgroup", "job", k.ID, "cgroup", k.Cgroup, "err", err)
+			continue
+		}
+		s.log.Info("removed a job cgroup left behind", "job", k.ID, "cgroup", k.Cgroup)
+		k.Cgroup = ""
+	}
+}
+
 func (s *Supervisor) pruneReleased() {
 	var rel []*job
 	for _, j := range s.jobs {
-		if j.Phase == api.PhaseReleased && !slices.Contains(s.st.Latch.Jobs, j.ID) {
+		if j.Phase == PhaseReleased && !slices.Contains(s.st.Latch.Jobs, j.ID) {
 			rel = append(rel, j)
 		}
 	}

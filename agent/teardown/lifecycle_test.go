@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 )
 
@@ -20,8 +19,8 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	h.cg.SetPopulated("/foreign/9", true)
 	h.s.EndJob(context.Background(), "9")
 	h.advance(60 * time.Second)
-	st := h.eventually("down, still running", func(st api.Status) bool {
-		return st.State == api.StateDown && strings.Contains(st.Reason, "1 still running (pid 42 cat")
+	st := h.eventually("down, still running", func(st Status) bool {
+		return st.State == StateDown && strings.Contains(st.Reason, "1 still running (pid 42 cat")
 	})
 	rs, err := h.s.Diagnose(context.Background(), "9")
 	if err != nil || len(rs) != 1 || rs[0].Outcome != diagnose.OutcomeEscalated {
@@ -31,7 +30,7 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	h.diag.setProcs(diagnose.Process{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable})
 	h.advance(10 * time.Second) // SIGKILL
 	h.advance(30 * time.Second) // classification
-	st = h.eventually("unkillable", func(st api.Status) bool { return strings.Contains(st.Reason, "1 unkillable (pid 42 cat") })
+	st = h.eventually("unkillable", func(st Status) bool { return strings.Contains(st.Reason, "1 unkillable (pid 42 cat") })
 	if rs, _ := h.s.Diagnose(context.Background(), "9"); rs[0].Outcome != diagnose.OutcomeHung || rs[0].History {
 		t.Fatalf("classified: outcome %q history %v", rs[0].Outcome, rs[0].History)
 	}
@@ -39,7 +38,7 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	saved := len(h.diag.stages())
 	reportsBefore := h.s.jobs["9"].Report
 	h.advance(recheckInterval)
-	h.eventually("the unchanged recheck", func(api.Status) bool { return len(h.diag.stages()) == saved+1 })
+	h.eventually("the unchanged recheck", func(Status) bool { return len(h.diag.stages()) == saved+1 })
 	if h.status(); h.s.jobs["9"].Report != reportsBefore {
 		t.Fatalf("an unchanged recheck saved a new report")
 	}
@@ -47,18 +46,18 @@ func TestDiagnosisLifecycle(t *testing.T) {
 	h.diag.setProcs(diagnose.Process{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable},
 		diagnose.Process{PID: 43, Comm: "sh", State: "Z", Class: diagnose.Zombie})
 	h.advance(recheckInterval)
-	st = h.eventually("the recheck's change in the reason", func(st api.Status) bool { return strings.Contains(st.Reason, "1 zombie") })
+	st = h.eventually("the recheck's change in the reason", func(st Status) bool { return strings.Contains(st.Reason, "1 zombie") })
 	// Gone: the latch (auto_resume never) is all that is left.
 	h.clk.Advance(5 * time.Second)
 	gone := h.clk.Now()
 	h.cg.SetPopulated("/foreign/9", false)
 	st = h.status()
 	want := "; gone since " + gone.UTC().Format("15:04:05Z") + ", resume to clear"
-	if st.State != api.StateDown || !strings.HasSuffix(st.Reason, want) {
+	if st.State != StateDown || !strings.HasSuffix(st.Reason, want) {
 		t.Fatalf("after the processes went: %s %q, want down ending %q", st.State, st.Reason, want)
 	}
 	rs, _ = h.s.Diagnose(context.Background(), "9")
-	if len(rs) != 1 || !rs[0].History || rs[0].Timeline.Released == nil {
+	if len(rs) != 1 || !rs[0].History || rs[0].Timeline.Released.IsZero() {
 		t.Fatalf("after release: %+v, want the report marked history with its release time", rs)
 	}
 	// No more rechecks after the release.

@@ -4,7 +4,7 @@ package teardown
 //
 // An epilogue writes its stdout and stderr to files under the state dir,
 // not to pipes, so that it outlives a restart of the agent without dying of
-// SIGPIPE (DESIGN.md 3.2). Files give no back-pressure, though: an
+// SIGPIPE (docs/DESIGN.md §3.2). Files give no back-pressure, though: an
 // epilogue printing without end (300 MB in the issue) filled the state
 // dir, which on a diskless node is RAM. So the agent keeps the end of
 // each file only: on every change of a file (inotify IN_MODIFY) it punches

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // The deadline E + G holds from registration (issue 9): these tests step
 // the fake clock to it without any end report.
 
-func (h *harness) job(id string) api.Job {
+func (h *harness) job(id string) Job {
 	h.t.Helper()
 	for _, j := range h.status().Jobs {
 		if j.ID == id {
@@ -24,49 +24,49 @@ func (h *harness) job(id string) api.Job {
 		}
 	}
 	h.t.Fatalf("job %s not in the status", id)
-	return api.Job{}
+	return Job{}
 }
 
 func TestNoEndReported(t *testing.T) {
 	h := newHarness(t, nil) // G = 60s
 	j := h.start1("41", t0.Add(time.Minute).Format(time.RFC3339), "", "")
-	if j.Deadline == nil || !j.Deadline.Equal(t0.Add(2*time.Minute)) {
+	if j.Deadline.IsZero() || !j.Deadline.Equal(t0.Add(2*time.Minute)) {
 		t.Fatalf("running job's deadline = %v, want E + G = %v", j.Deadline, t0.Add(2*time.Minute))
 	}
 	h.advance(time.Minute - time.Millisecond)
-	if st := h.status(); st.State != api.StateUp {
+	if st := h.status(); st.State != StateUp {
 		t.Fatalf("before E: %s, want up", st.State)
 	}
 	// From E on, the job's time is up: the node is served in teardown, free
 	// at E + G at the latest.
 	h.advance(time.Millisecond)
-	if st := h.status(); st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(t0.Add(2*time.Minute)) {
+	if st := h.status(); st.State != StateTeardown || st.FreeAt.IsZero() || !st.FreeAt.Equal(t0.Add(2*time.Minute)) {
 		t.Fatalf("at E: %s free_at %v, want teardown free_at E + G", st.State, st.FreeAt)
 	}
 	h.advance(time.Minute - time.Millisecond)
-	if st := h.status(); st.State != api.StateTeardown || h.job("41").Phase != api.PhaseRunning {
+	if st := h.status(); st.State != StateTeardown || h.job("41").Phase != PhaseRunning {
 		t.Fatalf("before E + G: %s/%s, want teardown/running", st.State, h.job("41").Phase)
 	}
 	h.advance(time.Millisecond)
-	st := h.eventually("down at E + G", func(st api.Status) bool { return st.State == api.StateDown })
+	st := h.eventually("down at E + G", func(st Status) bool { return st.State == StateDown })
 	want := "job 41: no end reported by the deadline (E + 1m0s)"
 	if st.Reason != want {
 		t.Fatalf("reason %q, want %q", st.Reason, want)
 	}
-	if p := h.job("41").Phase; p != api.PhaseOverdue {
+	if p := h.job("41").Phase; p != PhaseOverdue {
 		t.Fatalf("phase %s, want overdue", p)
 	}
 	// Nothing to watch: it stays overdue (never released on no evidence)
 	// until the end is reported or an administrator resumes the node.
 	h.advance(time.Hour)
-	if p := h.job("41").Phase; p != api.PhaseOverdue {
+	if p := h.job("41").Phase; p != PhaseOverdue {
 		t.Fatalf("an hour later: phase %s, want overdue", p)
 	}
-	st, err := h.s.Resume(context.Background(), api.ResumeRequest{Reason: "checked"})
-	if err != nil || st.State != api.StateUp {
+	st, err := h.s.Resume(context.Background(), request.ResumeRequest{Reason: "checked"})
+	if err != nil || st.State != StateUp {
 		t.Fatalf("resume: %v %s", err, st.State)
 	}
-	if j := h.job("41"); j.Phase != api.PhaseReleased || j.Outcome != outcomeUnreported {
+	if j := h.job("41"); j.Phase != PhaseReleased || j.Outcome != outcomeUnreported {
 		t.Fatalf("after resume: %s/%s, want released/%s (no registration stays for ever)", j.Phase, j.Outcome, outcomeUnreported)
 	}
 }
@@ -75,15 +75,15 @@ func TestLateEndReleasesAnOverdueJob(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start1("42", t0.Add(time.Minute).Format(time.RFC3339), "", "")
 	h.advance(2 * time.Minute)
-	h.eventually("down", func(st api.Status) bool { return st.State == api.StateDown })
+	h.eventually("down", func(st Status) bool { return st.State == StateDown })
 	j, err := h.s.EndJob(context.Background(), "42")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Phase != api.PhaseReleased || j.EndedBy != "report" {
+	if j.Phase != PhaseReleased || j.EndedBy != "report" {
 		t.Fatalf("late end: %s ended_by %q, want released by report", j.Phase, j.EndedBy)
 	}
-	if st := h.status(); st.State != api.StateDown {
+	if st := h.status(); st.State != StateDown {
 		t.Fatalf("the latch went with the late end: %s", st.State)
 	}
 }
@@ -98,14 +98,14 @@ func TestObservedCgroupEmptiesBeforeTheDeadline(t *testing.T) {
 	h.advance(time.Minute + 10*time.Second)
 	h.cg.SetPopulated("/slurm/job_5", false)
 	j = h.job("5")
-	if j.Phase != api.PhaseReleased || j.EndedBy != "cgroup" || j.Outcome != "clean" {
+	if j.Phase != PhaseReleased || j.EndedBy != "cgroup" || j.Outcome != "clean" {
 		t.Fatalf("after the cgroup emptied: %s ended_by %q outcome %q, want released/cgroup/clean", j.Phase, j.EndedBy, j.Outcome)
 	}
 	if !j.Ended.Equal(t0.Add(time.Minute + 10*time.Second)) {
 		t.Fatalf("T_end %v, want when it emptied", j.Ended)
 	}
 	h.advance(time.Hour)
-	if st := h.status(); st.State != api.StateUp {
+	if st := h.status(); st.State != StateUp {
 		t.Fatalf("%s after E + G, want up", st.State)
 	}
 	if s := h.cg.Signals(); len(s) != 0 {
@@ -119,12 +119,12 @@ func TestObservedCgroupStaysPopulated(t *testing.T) {
 	h.cg.SetPopulated("/slurm/job_6", true)
 	h.start1("6", t0.Add(time.Minute).Format(time.RFC3339), "2m", "/slurm/job_6")
 	h.advance(3*time.Minute - time.Millisecond)
-	if st := h.status(); st.State != api.StateTeardown {
+	if st := h.status(); st.State != StateTeardown {
 		t.Fatalf("before E + G: %s, want teardown", st.State)
 	}
 	h.advance(time.Millisecond)
-	st := h.eventually("down naming the job's process", func(st api.Status) bool {
-		return st.State == api.StateDown && strings.Contains(st.Reason, "pid 5814")
+	st := h.eventually("down naming the job's process", func(st Status) bool {
+		return st.State == StateDown && strings.Contains(st.Reason, "pid 5814")
 	})
 	want := "job 6 not ended by its deadline (E + 2m0s): 1 unkillable (pid 5814 a.out, D in request_wait_answer)"
 	if st.Reason != want {
@@ -133,12 +133,12 @@ func TestObservedCgroupStaysPopulated(t *testing.T) {
 	if len(st.Hung) != 1 || st.Hung[0].PID != 5814 {
 		t.Fatalf("hung %+v", st.Hung)
 	}
-	h.eventually("SIGTERM to the job's cgroup", func(api.Status) bool {
+	h.eventually("SIGTERM to the job's cgroup", func(Status) bool {
 		return len(h.cg.Signals()) == 1 && h.cg.Signals()[0] == "/slurm/job_6 terminated"
 	})
 	// Its cgroup empties: the job has ended, its release follows.
 	h.cg.SetPopulated("/slurm/job_6", false)
-	if j := h.job("6"); j.Phase != api.PhaseReleased || j.EndedBy != "cgroup" {
+	if j := h.job("6"); j.Phase != PhaseReleased || j.EndedBy != "cgroup" {
 		t.Fatalf("after emptying: %s ended_by %q", j.Phase, j.EndedBy)
 	}
 }
@@ -147,7 +147,7 @@ func TestJobUpdateMovesTheDeadline(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start1("7", t0.Add(time.Minute).Format(time.RFC3339), "", "")
 	h.advance(30 * time.Second)
-	j, err := h.s.UpdateJob(context.Background(), "7", api.JobUpdateRequest{Expiration: t0.Add(10 * time.Minute).Format(time.RFC3339)})
+	j, err := h.s.UpdateJob(context.Background(), "7", request.JobUpdateRequest{Expiration: t0.Add(10 * time.Minute).Format(time.RFC3339)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,27 +155,27 @@ func TestJobUpdateMovesTheDeadline(t *testing.T) {
 		t.Fatalf("deadline %v after the update, want the new E + G", j.Deadline)
 	}
 	h.advance(2 * time.Minute) // past the old E + G
-	if st := h.status(); st.State != api.StateUp {
+	if st := h.status(); st.State != StateUp {
 		t.Fatalf("%s at the old E + G: a false DOWN on an extended job", st.State)
 	}
 	h.clk.Set(t0.Add(10*time.Minute - time.Millisecond))
-	if st := h.status(); st.State != api.StateUp {
+	if st := h.status(); st.State != StateUp {
 		t.Fatalf("%s before the new E", st.State)
 	}
 	h.clk.Set(t0.Add(11*time.Minute - time.Millisecond))
-	if st := h.status(); st.State != api.StateTeardown || !st.FreeAt.Equal(t0.Add(11*time.Minute)) {
+	if st := h.status(); st.State != StateTeardown || !st.FreeAt.Equal(t0.Add(11*time.Minute)) {
 		t.Fatalf("%s free_at %v before the new E + G, want teardown free at it", st.State, st.FreeAt)
 	}
 	h.advance(time.Millisecond)
-	h.eventually("down at the new E + G", func(st api.Status) bool { return st.State == api.StateDown })
+	h.eventually("down at the new E + G", func(st Status) bool { return st.State == StateDown })
 	// An expiration removed: no deadline until the job ends.
 	h2 := newHarness(t, nil)
 	h2.start1("8", t0.Add(time.Minute).Format(time.RFC3339), "", "")
-	if j, err := h2.s.UpdateJob(context.Background(), "8", api.JobUpdateRequest{Expiration: "0"}); err != nil || j.Deadline != nil {
+	if j, err := h2.s.UpdateJob(context.Background(), "8", request.JobUpdateRequest{Expiration: "0"}); err != nil || !j.Deadline.IsZero() {
 		t.Fatalf("update to no expiration: %v, deadline %v", err, j.Deadline)
 	}
 	h2.advance(24 * time.Hour)
-	if st := h2.status(); st.State != api.StateUp {
+	if st := h2.status(); st.State != StateUp {
 		t.Fatalf("%s for a job without an expiration", st.State)
 	}
 }
@@ -188,29 +188,29 @@ func TestJobUpdateBadInput(t *testing.T) {
 	h.s.EndJob(ctx, "rel")
 	h.start1("od", t0.Add(time.Minute).Format(time.RFC3339), "1s", "")
 	h.advance(62 * time.Second)
-	h.eventually("od overdue", func(api.Status) bool { return h.job("od").Phase == api.PhaseOverdue })
+	h.eventually("od overdue", func(Status) bool { return h.job("od").Phase == PhaseOverdue })
 	before := h.status().Jobs
 	future := t0.Add(2 * time.Hour).Format(time.RFC3339)
 	cases := []struct {
 		name, id string
-		req      api.JobUpdateRequest
+		req      request.JobUpdateRequest
 		want     error
 		field    string
 	}{
-		{"unknown", "nope", api.JobUpdateRequest{Expiration: future}, api.ErrUnknownJob, ""},
-		{"released", "rel", api.JobUpdateRequest{Expiration: future}, api.ErrConflict, ""},
-		{"overdue", "od", api.JobUpdateRequest{Expiration: future}, api.ErrConflict, ""},
-		{"into the past", "r", api.JobUpdateRequest{Expiration: t0.Format(time.RFC3339)}, nil, "expiration"},
-		{"not a time", "r", api.JobUpdateRequest{Expiration: "soon"}, nil, "expiration"},
-		{"nothing", "r", api.JobUpdateRequest{}, nil, "expiration"},
-		{"another cgroup", "r", api.JobUpdateRequest{Cgroup: "/cg/other"}, api.ErrConflict, ""},
-		{"cgroup not allowed", "r", api.JobUpdateRequest{Cgroup: "/not-allowed/x"}, nil, "cgroup"},
-		{"bad id", "a/b", api.JobUpdateRequest{Expiration: future}, nil, "job"},
+		{"unknown", "nope", request.JobUpdateRequest{Expiration: future}, request.ErrUnknownJob, ""},
+		{"released", "rel", request.JobUpdateRequest{Expiration: future}, request.ErrConflict, ""},
+		{"overdue", "od", request.JobUpdateRequest{Expiration: future}, request.ErrConflict, ""},
+		{"into the past", "r", request.JobUpdateRequest{Expiration: t0.Format(time.RFC3339)}, nil, "expiration"},
+		{"not a time", "r", request.JobUpdateRequest{Expiration: "soon"}, nil, "expiration"},
+		{"nothing", "r", request.JobUpdateRequest{}, nil, "expiration"},
+		{"another cgroup", "r", request.JobUpdateRequest{Cgroup: "/cg/other"}, request.ErrConflict, ""},
+		{"cgroup not allowed", "r", request.JobUpdateRequest{Cgroup: "/not-allowed/x"}, nil, "cgroup"},
+		{"bad id", "a/b", request.JobUpdateRequest{Expiration: future}, nil, "job"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := h.s.UpdateJob(ctx, c.id, c.req)
-			var ie *api.InputError
+			var ie *request.InputError
 			switch {
 			case err == nil:
 				t.Fatal("accepted")
@@ -233,12 +233,7 @@ func TestJobUpdateBadInput(t *testing.T) {
 	}
 }
 
-func timeEq(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Equal(*b)
-}
+func timeEq(a, b time.Time) bool { return a.Equal(b) }
 
 // fakeExpirations answers the expiration command's questions.
 type fakeExpirations struct {
@@ -273,15 +268,15 @@ func TestExpirationCommandFindsAnExtension(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Expirations = ex })
 	h.start1("9", t0.Add(time.Minute).Format(time.RFC3339), "", "")
 	h.advance(2 * time.Minute) // the old E + G: the exec system is asked
-	h.eventually("asked and re-armed", func(api.Status) bool {
+	h.eventually("asked and re-armed", func(Status) bool {
 		j := h.job("9")
-		return ex.Calls() == 1 && j.Deadline != nil && j.Deadline.Equal(t0.Add(11*time.Minute))
+		return ex.Calls() == 1 && !j.Deadline.IsZero() && j.Deadline.Equal(t0.Add(11*time.Minute))
 	})
-	if st := h.status(); st.State != api.StateUp {
+	if st := h.status(); st.State != StateUp {
 		t.Fatalf("%s after the extension was found: want up until the new E (no false DOWN)", st.State)
 	}
 	h.clk.Set(t0.Add(11 * time.Minute)) // the new E + G: asked once more, same answer
-	st := h.eventually("down at the new E + G", func(st api.Status) bool { return st.State == api.StateDown })
+	st := h.eventually("down at the new E + G", func(st Status) bool { return st.State == StateDown })
 	if ex.Calls() != 2 || !strings.Contains(st.Reason, "no end reported") {
 		t.Fatalf("calls %d, reason %q", ex.Calls(), st.Reason)
 	}
@@ -304,7 +299,7 @@ func TestExpirationCommandFailures(t *testing.T) {
 			h := newHarness(t, func(o *Options) { o.Expirations = ex })
 			h.start1("10", t0.Add(time.Minute).Format(time.RFC3339), "", "")
 			h.advance(2 * time.Minute)
-			st := h.eventually("down at E + G", func(st api.Status) bool { return st.State == api.StateDown })
+			st := h.eventually("down at E + G", func(st Status) bool { return st.State == StateDown })
 			if ex.Calls() != 1 || !strings.Contains(st.Reason, "no end reported") {
 				t.Fatalf("calls %d, reason %q", ex.Calls(), st.Reason)
 			}
@@ -340,7 +335,7 @@ func TestV1CgroupIsPolledOnlyWhileObserved(t *testing.T) {
 	}
 	h.cg.SetPopulated("/v1/slurm/job_b", false) // no event in v1: seen at the next poll
 	h.advance(time.Second)
-	if j := h.job("b"); j.Phase != api.PhaseReleased || j.EndedBy != "cgroup" {
+	if j := h.job("b"); j.Phase != PhaseReleased || j.EndedBy != "cgroup" {
 		t.Fatalf("1 s after the v1 cgroup emptied: %s ended_by %q", j.Phase, j.EndedBy)
 	}
 	after := h.cg.V1Reads()
@@ -360,7 +355,7 @@ func TestRegistrationDeadlineSurvivesARestart(t *testing.T) {
 	h.start(nil)
 	h.status()                  // readopt has armed the deadline, in the past
 	h.advance(time.Millisecond) // the fake clock runs such a timer at its next step
-	st := h.eventually("down after the restart", func(st api.Status) bool { return st.State == api.StateDown })
+	st := h.eventually("down after the restart", func(st Status) bool { return st.State == StateDown })
 	if !strings.Contains(st.Reason, "job 11: no end reported") {
 		t.Fatalf("reason %q", st.Reason)
 	}
@@ -371,12 +366,12 @@ func TestTooManyJobs(t *testing.T) {
 	h.start1("done", "0", "", "")
 	h.s.EndJob(context.Background(), "done") // released: does not count
 	for i := range 50 {
-		if _, err := h.s.StartJob(context.Background(), api.JobStartRequest{Job: "j" + strconv.Itoa(i), Expiration: "0"}); err != nil {
+		if _, err := h.s.StartJob(context.Background(), request.JobStartRequest{Job: "j" + strconv.Itoa(i), Expiration: "0"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err := h.s.StartJob(context.Background(), api.JobStartRequest{Job: "one-more", Expiration: "0"})
-	if !errors.Is(err, api.ErrFull) {
+	_, err := h.s.StartJob(context.Background(), request.JobStartRequest{Job: "one-more", Expiration: "0"})
+	if !errors.Is(err, request.ErrFull) {
 		t.Fatalf("job 51: %v, want ErrFull", err)
 	}
 }

@@ -80,7 +80,7 @@ type Foreign struct {
 // main loop, just before it would latch DOWN a job whose end was never
 // reported, so that a time limit extended in the exec system alone never
 // turns into a false DOWN. Expiration returns the exec system's answer as
-// text that api.ParseExpiration reads; it blocks, bounded by its own
+// text that request.ParseExpiration reads; it blocks, bounded by its own
 // timeout and by ctx.
 type Expirations interface {
 	Expiration(ctx context.Context, job string) (string, error)

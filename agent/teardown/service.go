@@ -1,32 +1,31 @@
 package teardown
 
-// The job registration calls of api.Service.
+// The job registration calls: the supervisor's side of the socket API
+// (agent/api.Service, which package agent adapts it to) and of the mesh.
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
-
-var _ api.Service = (*Supervisor)(nil)
 
 // DefaultMaxJobs is the default of Options.MaxJobs: the registered jobs
 // that are not released. A node runs a few hundred at most; a runaway
-// caller gets api.ErrFull instead of growing the agent's memory and state
+// caller gets request.ErrFull instead of growing the agent's memory and state
 // file (which is written after every change) without a bound.
 const DefaultMaxJobs = 4096
 
 // resolveForeign resolves a cgroup given on the socket API (job start,
-// job update, epilog), as an *api.InputError of field "cgroup".
+// job update, epilog), as an *request.InputError of field "cgroup".
 func (s *Supervisor) resolveForeign(spec string) (Foreign, error) {
 	if spec == "" {
 		return Foreign{}, nil
 	}
 	f, err := s.o.Cgroups.Resolve(spec)
 	if err != nil {
-		return Foreign{}, &api.InputError{Field: "cgroup", Msg: err.Error()}
+		return Foreign{}, &request.InputError{Field: "cgroup", Msg: err.Error()}
 	}
 	return f, nil
 }
@@ -49,11 +48,11 @@ func (s *Supervisor) stopWatches(j *job) {
 
 // onLoop runs fn on the main loop and returns its answer; the error of
 // the loop (stopped, ctx) comes first.
-func (s *Supervisor) onLoop(ctx context.Context, fn func() (api.Job, error)) (api.Job, error) {
-	var out api.Job
+func (s *Supervisor) onLoop(ctx context.Context, fn func() (Job, error)) (Job, error) {
+	var out Job
 	var opErr error
 	if err := s.do(ctx, func() { out, opErr = fn() }); err != nil {
-		return api.Job{}, err
+		return Job{}, err
 	}
 	return out, opErr
 }
@@ -62,7 +61,7 @@ func (s *Supervisor) onLoop(ctx context.Context, fn func() (api.Job, error)) (ap
 func (s *Supervisor) registered() int {
 	n := 0
 	for _, j := range s.jobs {
-		if j.Phase != api.PhaseReleased {
+		if j.Phase != PhaseReleased {
 			n++
 		}
 	}
@@ -71,34 +70,34 @@ func (s *Supervisor) registered() int {
 
 // StartJob registers a job (phase running). Its deadline E + G holds from
 // now on, whether an end is reported or not.
-func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
-	if err := api.ValidateJobID(req.Job); err != nil {
-		return api.Job{}, err
+func (s *Supervisor) StartJob(ctx context.Context, req request.JobStartRequest) (Job, error) {
+	if err := request.ValidateJobID(req.Job); err != nil {
+		return Job{}, err
 	}
 	now := s.o.Clock.Now()
-	exp, none, err := api.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge)
+	exp, none, err := request.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge)
 	if err != nil {
-		return api.Job{}, err
+		return Job{}, err
 	}
 	grace := s.o.Grace
 	if req.Grace != "" {
-		if grace, err = api.ParseGrace(req.Grace); err != nil {
-			return api.Job{}, err
+		if grace, err = request.ParseGrace(req.Grace); err != nil {
+			return Job{}, err
 		}
 	}
 	foreign, err := s.resolveForeign(req.Cgroup)
 	if err != nil {
-		return api.Job{}, err
+		return Job{}, err
 	}
-	return s.onLoop(ctx, func() (api.Job, error) {
+	return s.onLoop(ctx, func() (Job, error) {
 		if _, ok := s.jobs[req.Job]; ok {
-			return api.Job{}, fmt.Errorf("job %s: %w", req.Job, api.ErrDuplicateJob)
+			return Job{}, fmt.Errorf("job %s: %w", req.Job, request.ErrDuplicateJob)
 		}
 		if n := s.registered(); n >= s.o.MaxJobs {
-			return api.Job{}, fmt.Errorf("job %s: %w: %d jobs are registered and not released", req.Job, api.ErrFull, n)
+			return Job{}, fmt.Errorf("job %s: %w: %d jobs are registered and not released", req.Job, request.ErrFull, n)
 		}
 		j := &job{ID: req.Job, Expiration: exp, NoExpiration: none, Grace: grace, Registered: now,
-			Phase: api.PhaseRunning}
+			Phase: PhaseRunning}
 		if !none {
 			j.Deadline = exp.Add(grace)
 		}
@@ -112,7 +111,7 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 		s.persist()
 		s.armRunning(j)
 		s.changed()
-		return j.wire(), nil
+		return j.view(), nil
 	})
 }
 
@@ -120,67 +119,69 @@ func (s *Supervisor) StartJob(ctx context.Context, req api.JobStartRequest) (api
 // is not an error: exec systems may report the end twice. The end of an
 // overdue job whose end was never reported is recorded: from then on, its
 // release waits only for its processes.
-func (s *Supervisor) EndJob(ctx context.Context, id string) (api.Job, error) {
-	if err := api.ValidateJobID(id); err != nil {
-		return api.Job{}, err
+func (s *Supervisor) EndJob(ctx context.Context, id string) (Job, error) {
+	if err := request.ValidateJobID(id); err != nil {
+		return Job{}, err
 	}
-	return s.onLoop(ctx, func() (api.Job, error) {
+	return s.onLoop(ctx, func() (Job, error) {
 		j := s.jobs[id]
 		if j == nil {
-			return api.Job{}, fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
+			return Job{}, fmt.Errorf("job %s: %w", id, request.ErrUnknownJob)
 		}
 		switch j.Phase {
-		case api.PhaseRunning:
+		case PhaseRunning:
 			s.startTeardown(j, s.o.Clock.Now(), endedByReport)
-		case api.PhaseOverdue:
+		case PhaseOverdue:
 			s.endOverdue(j, endedByReport)
 		}
 		s.check(j)
 		s.changed()
-		return j.wire(), nil
+		return j.view(), nil
 	})
 }
 
 // UpdateJob changes the expiration of a job (its time limit moved in the
-// exec system) or adds the cgroup it runs in. See api.Service.
-func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
-	if err := api.ValidateJobID(id); err != nil {
-		return api.Job{}, err
+// exec system) or adds the cgroup it runs in. It fails with
+// request.ErrUnknownJob, request.ErrConflict (released, overdue, another
+// cgroup) or a *request.InputError, and then changes nothing.
+func (s *Supervisor) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (Job, error) {
+	if err := request.ValidateJobID(id); err != nil {
+		return Job{}, err
 	}
 	if req.Expiration == "" && req.Cgroup == "" {
-		return api.Job{}, &api.InputError{Field: "expiration", Msg: "nothing to update: give an expiration or a cgroup"}
+		return Job{}, &request.InputError{Field: "expiration", Msg: "nothing to update: give an expiration or a cgroup"}
 	}
 	now := s.o.Clock.Now()
 	var exp time.Time
 	var none bool
 	if req.Expiration != "" {
 		var err error
-		if exp, none, err = api.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge); err != nil {
-			return api.Job{}, err
+		if exp, none, err = request.ParseExpiration(req.Expiration, now, s.o.MaxExpirationAge); err != nil {
+			return Job{}, err
 		}
 		if !none && exp.Before(now) {
-			return api.Job{}, &api.InputError{Field: "expiration", Msg: fmt.Sprintf(
+			return Job{}, &request.InputError{Field: "expiration", Msg: fmt.Sprintf(
 				"the new expiration %s is %s before now: a time limit can be moved, not into the past",
 				exp.UTC().Format(time.RFC3339Nano), now.Sub(exp).Round(time.Millisecond))}
 		}
 	}
 	foreign, err := s.resolveForeign(req.Cgroup)
 	if err != nil {
-		return api.Job{}, err
+		return Job{}, err
 	}
-	return s.onLoop(ctx, func() (api.Job, error) {
+	return s.onLoop(ctx, func() (Job, error) {
 		j := s.jobs[id]
 		switch {
 		case j == nil:
-			return api.Job{}, fmt.Errorf("job %s: %w", id, api.ErrUnknownJob)
-		case j.Phase == api.PhaseReleased:
-			return api.Job{}, fmt.Errorf("job %s: %w: it is released (its teardown ended %s)", id, api.ErrConflict,
+			return Job{}, fmt.Errorf("job %s: %w", id, request.ErrUnknownJob)
+		case j.Phase == PhaseReleased:
+			return Job{}, fmt.Errorf("job %s: %w: it is released (its teardown ended %s)", id, request.ErrConflict,
 				j.Released.UTC().Format(time.RFC3339))
-		case j.Phase == api.PhaseOverdue:
-			return api.Job{}, fmt.Errorf("job %s: %w: it is overdue since its deadline %s and the node is down; check it and resume the node",
-				id, api.ErrConflict, j.Deadline.UTC().Format(time.RFC3339))
+		case j.Phase == PhaseOverdue:
+			return Job{}, fmt.Errorf("job %s: %w: it is overdue since its deadline %s and the node is down; check it and resume the node",
+				id, request.ErrConflict, j.Deadline.UTC().Format(time.RFC3339))
 		case foreign.Path != "" && j.Foreign != "" && j.Foreign != foreign.Path:
-			return api.Job{}, fmt.Errorf("job %s: %w: it already observes cgroup %s", id, api.ErrConflict, j.ForeignName)
+			return Job{}, fmt.Errorf("job %s: %w: it already observes cgroup %s", id, request.ErrConflict, j.ForeignName)
 		}
 		if foreign.Path != "" && j.Foreign == "" {
 			s.setForeign(j, foreign)
@@ -190,15 +191,15 @@ func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdate
 			was, wasNone := j.Expiration, j.NoExpiration
 			j.Expiration, j.NoExpiration = exp, none
 			switch {
-			case j.Phase == api.PhaseRunning && none:
+			case j.Phase == PhaseRunning && none:
 				j.Deadline = time.Time{}
-			case j.Phase == api.PhaseRunning:
+			case j.Phase == PhaseRunning:
 				j.Deadline = exp.Add(j.Grace)
 			default:
 				j.Deadline = j.teardownDeadline()
 				s.armAt(j, j.Deadline, func() { s.overdue(j) })
 			}
-			if j.Phase == api.PhaseRunning {
+			if j.Phase == PhaseRunning {
 				s.armRunning(j)
 			}
 			s.log.Info("job expiration moved", "job", id, "was", was, "was_none", wasNone, "expiration", exp,
@@ -207,23 +208,23 @@ func (s *Supervisor) UpdateJob(ctx context.Context, id string, req api.JobUpdate
 		s.persist()
 		s.check(j)
 		s.changed()
-		return j.wire(), nil
+		return j.view(), nil
 	})
 }
 
 // Status returns the node status, with the job cgroups' processes as last
 // observed.
-func (s *Supervisor) Status(ctx context.Context) (api.Status, error) {
-	var out api.Status
+func (s *Supervisor) Status(ctx context.Context) (Status, error) {
+	var out Status
 	err := s.do(ctx, func() {
 		out = s.status
 		if len(out.Jobs) == 0 {
 			return
 		}
-		out.Jobs = make([]api.Job, len(s.status.Jobs))
+		out.Jobs = make([]Job, len(s.status.Jobs))
 		for i, w := range s.status.Jobs {
 			if j := s.jobs[w.ID]; j != nil {
-				w.Processes = j.wire().Processes
+				w.Processes = j.view().Processes
 			}
 			out.Jobs[i] = w
 		}

@@ -10,21 +10,20 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/internal/fsutil"
 )
 
 // stateVersion is the version of the persisted state file.
 const stateVersion = 1
 
-// persisted is what survives an agent restart (DESIGN.md 3.4): registrations,
+// persisted is what survives an agent restart (docs/DESIGN.md §3.4): registrations,
 // teardown clocks, the DOWN latch and the sequence number.
 type persisted struct {
 	Version int       `json:"version"`
 	Node    string    `json:"node"`
 	Seq     uint64    `json:"seq"`
 	Boots   uint64    `json:"boots"`
-	State   string    `json:"state"`
+	State   NodeState `json:"state"`
 	Reason  string    `json:"reason"`
 	Since   time.Time `json:"since"`
 	Latch   latch     `json:"latch"`
@@ -132,7 +131,7 @@ func (s *Supervisor) writeFailed(err error) {
 	now := s.o.Clock.Now()
 	e := s.stateErr
 	if e == nil {
-		e = &api.StateFileError{Path: s.statePath, Since: now}
+		e = &StateFileError{Path: s.statePath, Since: now}
 		s.stateErr = e
 		s.stateErrLogged = time.Time{}
 	}

@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
@@ -72,7 +72,7 @@ type Options struct {
 
 	// OnChange, if set, is called on the main loop after every change of the
 	// node's status. It must not block.
-	OnChange func(api.Status)
+	OnChange func(Status)
 	// OnReport, if set, is called on the main loop with every report of a
 	// violating teardown (for the journal, later the mesh). It must not block.
 	OnReport func(*diagnose.Report)
@@ -100,13 +100,13 @@ type Supervisor struct {
 	// Owned by the main loop.
 	st      *persisted
 	jobs    map[string]*job
-	status  api.Status
+	status  Status
 	ctx     context.Context
 	unsaved bool // the state changed since the last write
 	// stateErr is the failing streak of state file writes, nil while
 	// they succeed; stateErrLogged is when it was last logged and
 	// stateRetry the write it will try next (see writeFailed).
-	stateErr       *api.StateFileError
+	stateErr       *StateFileError
 	stateErrLogged time.Time
 	stateRetry     clock.Timer
 }
@@ -164,7 +164,7 @@ func New(o Options) (*Supervisor, error) {
 	}
 	if st.Since.IsZero() {
 		st.Since = o.Clock.Now()
-		st.State = api.StateUp
+		st.State = StateUp
 	}
 	s.st = st
 	for _, j := range st.Jobs {
@@ -325,9 +325,9 @@ func (s *Supervisor) stopRuntime(j *job) {
 // running after its expiration E is being torn down whether the exec
 // system says so or not: the node is free at its deadline E + G at the
 // latest (or DOWN), and is served so.
-func (s *Supervisor) compute() api.Status {
-	st := api.Status{Node: s.o.Node, State: api.StateUp, Seq: s.st.Seq, Incarnation: s.st.Boots, Since: s.st.Since,
-		Jobs: []api.Job{}, Hung: []api.Hung{}}
+func (s *Supervisor) compute() Status {
+	st := Status{Node: s.o.Node, State: StateUp, Seq: s.st.Seq, Incarnation: s.st.Boots, Since: s.st.Since,
+		Jobs: []Job{}, Hung: []Hung{}}
 	var freeAt time.Time
 	ids := make([]string, 0, len(s.jobs))
 	for id := range s.jobs {
@@ -338,16 +338,16 @@ func (s *Supervisor) compute() api.Status {
 	now := s.o.Clock.Now()
 	for _, id := range ids {
 		j := s.jobs[id]
-		st.Jobs = append(st.Jobs, j.wire())
-		if j.Phase == api.PhaseTeardown || (j.Phase == api.PhaseOverdue && !j.Acknowledged) || j.pastExpiration(now) {
+		st.Jobs = append(st.Jobs, j.view())
+		if j.Phase == PhaseTeardown || (j.Phase == PhaseOverdue && !j.Acknowledged) || j.pastExpiration(now) {
 			tearing = true
 			if j.Deadline.After(freeAt) {
 				freeAt = j.Deadline
 			}
 		}
-		if j.Phase == api.PhaseOverdue && j.lastReport != nil {
+		if j.Phase == PhaseOverdue && j.lastReport != nil {
 			for _, p := range j.lastReport.Processes {
-				st.Hung = append(st.Hung, api.Hung{Job: j.ID, PID: p.PID, Comm: p.Comm, Class: string(p.Class), State: p.State, Wchan: p.Wchan})
+				st.Hung = append(st.Hung, Hung{Job: j.ID, PID: p.PID, Comm: p.Comm, Class: string(p.Class), State: p.State, Wchan: p.Wchan})
 			}
 		}
 	}
@@ -357,11 +357,13 @@ func (s *Supervisor) compute() api.Status {
 	}
 	switch {
 	case s.st.Latch.Down:
-		st.State = api.StateDown
+		st.State = StateDown
 		st.Reason = s.st.Latch.Reason
+		st.Cause, st.Clean = s.latchCause()
+		st.AdminDrain = s.st.Latch.Kind == "drain"
 	case tearing:
-		st.State = api.StateTeardown
-		st.FreeAt = &freeAt
+		st.State = StateTeardown
+		st.FreeAt = freeAt
 	}
 	return st
 }
@@ -371,8 +373,9 @@ func (s *Supervisor) compute() api.Status {
 func (s *Supervisor) changed() {
 	next := s.compute()
 	prev := s.status
-	same := next.State == prev.State && next.Reason == prev.Reason && timesEqual(next.FreeAt, prev.FreeAt)
-	if same && jobsEqual(next.Jobs, prev.Jobs) && len(next.Hung) == len(prev.Hung) {
+	same := next.State == prev.State && next.Reason == prev.Reason && next.FreeAt.Equal(prev.FreeAt)
+	if same && jobsEqual(next.Jobs, prev.Jobs) && len(next.Hung) == len(prev.Hung) && next.Clean == prev.Clean &&
+		next.AdminDrain == prev.AdminDrain && reflect.DeepEqual(next.Cause, prev.Cause) {
 		return
 	}
 	if next.State != prev.State {
@@ -391,20 +394,13 @@ func (s *Supervisor) changed() {
 	}
 }
 
-func timesEqual(a, b *time.Time) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Equal(*b)
-}
-
-func jobsEqual(a, b []api.Job) bool {
+func jobsEqual(a, b []Job) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
 		if a[i].ID != b[i].ID || a[i].Phase != b[i].Phase || a[i].Escalation != b[i].Escalation || a[i].Epilogs != b[i].Epilogs ||
-			a[i].Outcome != b[i].Outcome || !timesEqual(a[i].Deadline, b[i].Deadline) || !timesEqual(a[i].Expiration, b[i].Expiration) ||
+			a[i].Outcome != b[i].Outcome || !a[i].Deadline.Equal(b[i].Deadline) || !a[i].Expiration.Equal(b[i].Expiration) ||
 			a[i].ForeignName != b[i].ForeignName {
 			return false
 		}

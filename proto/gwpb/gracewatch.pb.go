@@ -144,6 +144,12 @@ const (
 	// system's controller tells the aggregator once per job (Slurm's
 	// PrologSlurmctld), instead of every node asking the controller.
 	Action_ACTION_REGISTER_JOB Action = 3
+	// Ask the agent for its state, changing nothing: an aggregator asks
+	// before it serves a node down or unreachable on what gossip or its own
+	// deadline says. The agent answers with a ControlAck (ok, meta) and sends
+	// its whole StateUpdate again. An agent that does not know the action
+	// still answers, with ok false and its meta.
+	Action_ACTION_PROBE Action = 4
 )
 
 // Enum value maps for Action.
@@ -153,12 +159,14 @@ var (
 		1: "ACTION_RESUME",
 		2: "ACTION_DRAIN",
 		3: "ACTION_REGISTER_JOB",
+		4: "ACTION_PROBE",
 	}
 	Action_value = map[string]int32{
 		"ACTION_UNSPECIFIED":  0,
 		"ACTION_RESUME":       1,
 		"ACTION_DRAIN":        2,
 		"ACTION_REGISTER_JOB": 3,
+		"ACTION_PROBE":        4,
 	}
 )
 
@@ -194,16 +202,20 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 // and never exceed memberlist's 512-byte limit (the reason is truncated with
 // a marker to fit).
 type Meta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Schema        uint32                 `protobuf:"varint,1,opt,name=schema,proto3" json:"schema,omitempty"` // schema version of the sender
-	Role          Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=gracewatch.v1.Role" json:"role,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // agent boots: a restarted agent never goes backwards
-	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`                 // state changes within the incarnation
-	State         State                  `protobuf:"varint,5,opt,name=state,proto3,enum=gracewatch.v1.State" json:"state,omitempty"`
-	FreeAtMs      int64                  `protobuf:"varint,6,opt,name=free_at_ms,json=freeAtMs,proto3" json:"free_at_ms,omitempty"`     // Unix milliseconds; 0 unless state is TEARDOWN
-	DeadlineMs    int64                  `protobuf:"varint,7,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"` // deadline D of the latest teardown; 0 if none
-	SinceMs       int64                  `protobuf:"varint,8,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`          // when state last changed; 0 in an up node's gossiped meta
-	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`                            // short reason; empty when up
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Schema      uint32                 `protobuf:"varint,1,opt,name=schema,proto3" json:"schema,omitempty"` // schema version of the sender
+	Role        Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=gracewatch.v1.Role" json:"role,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // agent boots: a restarted agent never goes backwards
+	Seq         uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`                 // state changes within the incarnation
+	State       State                  `protobuf:"varint,5,opt,name=state,proto3,enum=gracewatch.v1.State" json:"state,omitempty"`
+	FreeAtMs    int64                  `protobuf:"varint,6,opt,name=free_at_ms,json=freeAtMs,proto3" json:"free_at_ms,omitempty"`     // Unix milliseconds; 0 unless state is TEARDOWN
+	DeadlineMs  int64                  `protobuf:"varint,7,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"` // deadline D of the latest teardown; 0 if none
+	SinceMs     int64                  `protobuf:"varint,8,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`          // when state last changed; 0 in an up node's gossiped meta
+	Reason      string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`                            // short reason; empty when up
+	// An aggregator's own mesh address (IP:port), covered by its meta's
+	// signature: a member that copies the signed meta cannot announce it
+	// from another address. Empty in an agent's meta.
+	Addr          string `protobuf:"bytes,10,opt,name=addr,proto3" json:"addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +309,13 @@ func (x *Meta) GetSinceMs() int64 {
 func (x *Meta) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *Meta) GetAddr() string {
+	if x != nil {
+		return x.Addr
 	}
 	return ""
 }
@@ -495,7 +514,19 @@ type StateUpdate struct {
 	// first by (incarnation, seq); a later start also wins, so that an agent
 	// that lost its state file (a diskless node's reboot: incarnation 1
 	// again) is not refused as a replay.
-	StartedMs     int64 `protobuf:"varint,5,opt,name=started_ms,json=startedMs,proto3" json:"started_ms,omitempty"`
+	StartedMs int64 `protobuf:"varint,5,opt,name=started_ms,json=startedMs,proto3" json:"started_ms,omitempty"`
+	// Fields 40-59 describe the node's DOWN latch for incidents
+	// (docs/DESIGN.md §5b). cause: what the latched violation's processes
+	// wait on; absent when the node is not down for a violation, or its
+	// diagnosis named nothing.
+	Cause *Cause `protobuf:"bytes,40,opt,name=cause,proto3" json:"cause,omitempty"`
+	// clean: the node is down only for grace violations, and every process
+	// of those teardowns is gone (what auto_resume = "when-clean" waits
+	// for): the agent has verified it clean.
+	Clean bool `protobuf:"varint,41,opt,name=clean,proto3" json:"clean,omitempty"`
+	// admin_drain: an administrator's drain holds the latch (nodeagent
+	// drain, or an aggregator's drain), alone or on top of a violation.
+	AdminDrain    bool `protobuf:"varint,42,opt,name=admin_drain,json=adminDrain,proto3" json:"admin_drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +596,186 @@ func (x *StateUpdate) GetStartedMs() int64 {
 	return 0
 }
 
+func (x *StateUpdate) GetCause() *Cause {
+	if x != nil {
+		return x.Cause
+	}
+	return nil
+}
+
+func (x *StateUpdate) GetClean() bool {
+	if x != nil {
+		return x.Clean
+	}
+	return false
+}
+
+func (x *StateUpdate) GetAdminDrain() bool {
+	if x != nil {
+		return x.AdminDrain
+	}
+	return false
+}
+
+// Cause is what a node's violating teardown waits on, derived by the agent
+// from its diagnosis (agent/diagnose.CauseOf), in bounded structured fields
+// that are never parsed out of a free-text reason: the file system that the
+// processes of the worst class hold open (fstype, source, mountpoint), else
+// the wait channel of the worst process. Aggregators group the DOWN nodes
+// that share one into an incident. Bounds (checked by the agent, and again by
+// every aggregator, which drops a cause that breaks one): every string is
+// printable UTF-8; fstype at most 32 bytes, source and mountpoint 256, wchan
+// 64, class 16, example_comm 64, job 128.
+type Cause struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Fstype     string                 `protobuf:"bytes,1,opt,name=fstype,proto3" json:"fstype,omitempty"`         // "lustre", "nfs4", "fuse.hangfs"; empty: no file system named
+	Source     string                 `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`         // the mount's source: "mds1@o2ib:/scratch"
+	Mountpoint string                 `protobuf:"bytes,3,opt,name=mountpoint,proto3" json:"mountpoint,omitempty"` // "/scratch"
+	Wchan      string                 `protobuf:"bytes,4,opt,name=wchan,proto3" json:"wchan,omitempty"`           // the worst process's kernel wait channel
+	Class      string                 `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`           // the worst class (docs/DESIGN.md §3.3)
+	// Processes of the report by class.
+	Unkillable uint32 `protobuf:"varint,6,opt,name=unkillable,proto3" json:"unkillable,omitempty"`
+	ExitHang   uint32 `protobuf:"varint,7,opt,name=exit_hang,json=exitHang,proto3" json:"exit_hang,omitempty"`
+	KillableD  uint32 `protobuf:"varint,8,opt,name=killable_d,json=killableD,proto3" json:"killable_d,omitempty"`
+	Missed     uint32 `protobuf:"varint,9,opt,name=missed,proto3" json:"missed,omitempty"`
+	Dying      uint32 `protobuf:"varint,10,opt,name=dying,proto3" json:"dying,omitempty"`
+	Zombie     uint32 `protobuf:"varint,11,opt,name=zombie,proto3" json:"zombie,omitempty"`
+	// An example: the worst process and its job.
+	ExamplePid    int32  `protobuf:"varint,12,opt,name=example_pid,json=examplePid,proto3" json:"example_pid,omitempty"`
+	ExampleComm   string `protobuf:"bytes,13,opt,name=example_comm,json=exampleComm,proto3" json:"example_comm,omitempty"`
+	Job           string `protobuf:"bytes,14,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cause) Reset() {
+	*x = Cause{}
+	mi := &file_gracewatch_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cause) ProtoMessage() {}
+
+func (x *Cause) ProtoReflect() protoreflect.Message {
+	mi := &file_gracewatch_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cause.ProtoReflect.Descriptor instead.
+func (*Cause) Descriptor() ([]byte, []int) {
+	return file_gracewatch_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Cause) GetFstype() string {
+	if x != nil {
+		return x.Fstype
+	}
+	return ""
+}
+
+func (x *Cause) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Cause) GetMountpoint() string {
+	if x != nil {
+		return x.Mountpoint
+	}
+	return ""
+}
+
+func (x *Cause) GetWchan() string {
+	if x != nil {
+		return x.Wchan
+	}
+	return ""
+}
+
+func (x *Cause) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *Cause) GetUnkillable() uint32 {
+	if x != nil {
+		return x.Unkillable
+	}
+	return 0
+}
+
+func (x *Cause) GetExitHang() uint32 {
+	if x != nil {
+		return x.ExitHang
+	}
+	return 0
+}
+
+func (x *Cause) GetKillableD() uint32 {
+	if x != nil {
+		return x.KillableD
+	}
+	return 0
+}
+
+func (x *Cause) GetMissed() uint32 {
+	if x != nil {
+		return x.Missed
+	}
+	return 0
+}
+
+func (x *Cause) GetDying() uint32 {
+	if x != nil {
+		return x.Dying
+	}
+	return 0
+}
+
+func (x *Cause) GetZombie() uint32 {
+	if x != nil {
+		return x.Zombie
+	}
+	return 0
+}
+
+func (x *Cause) GetExamplePid() int32 {
+	if x != nil {
+		return x.ExamplePid
+	}
+	return 0
+}
+
+func (x *Cause) GetExampleComm() string {
+	if x != nil {
+		return x.ExampleComm
+	}
+	return ""
+}
+
+func (x *Cause) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
 // JobRegistration is the job of an ACTION_REGISTER_JOB, in the agent's
 // socket API's terms (nodeagent job start).
 type JobRegistration struct {
@@ -578,7 +789,7 @@ type JobRegistration struct {
 
 func (x *JobRegistration) Reset() {
 	*x = JobRegistration{}
-	mi := &file_gracewatch_proto_msgTypes[4]
+	mi := &file_gracewatch_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +801,7 @@ func (x *JobRegistration) String() string {
 func (*JobRegistration) ProtoMessage() {}
 
 func (x *JobRegistration) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[4]
+	mi := &file_gracewatch_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +814,7 @@ func (x *JobRegistration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRegistration.ProtoReflect.Descriptor instead.
 func (*JobRegistration) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{4}
+	return file_gracewatch_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JobRegistration) GetJob() string {
@@ -647,7 +858,7 @@ type Control struct {
 
 func (x *Control) Reset() {
 	*x = Control{}
-	mi := &file_gracewatch_proto_msgTypes[5]
+	mi := &file_gracewatch_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +870,7 @@ func (x *Control) String() string {
 func (*Control) ProtoMessage() {}
 
 func (x *Control) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[5]
+	mi := &file_gracewatch_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +883,7 @@ func (x *Control) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Control.ProtoReflect.Descriptor instead.
 func (*Control) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{5}
+	return file_gracewatch_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Control) GetId() string {
@@ -737,7 +948,7 @@ type ControlAck struct {
 
 func (x *ControlAck) Reset() {
 	*x = ControlAck{}
-	mi := &file_gracewatch_proto_msgTypes[6]
+	mi := &file_gracewatch_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +960,7 @@ func (x *ControlAck) String() string {
 func (*ControlAck) ProtoMessage() {}
 
 func (x *ControlAck) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[6]
+	mi := &file_gracewatch_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +973,7 @@ func (x *ControlAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlAck.ProtoReflect.Descriptor instead.
 func (*ControlAck) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{6}
+	return file_gracewatch_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ControlAck) GetId() string {
@@ -810,7 +1021,7 @@ type GoneMember struct {
 
 func (x *GoneMember) Reset() {
 	*x = GoneMember{}
-	mi := &file_gracewatch_proto_msgTypes[7]
+	mi := &file_gracewatch_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +1033,7 @@ func (x *GoneMember) String() string {
 func (*GoneMember) ProtoMessage() {}
 
 func (x *GoneMember) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[7]
+	mi := &file_gracewatch_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +1046,7 @@ func (x *GoneMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GoneMember.ProtoReflect.Descriptor instead.
 func (*GoneMember) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{7}
+	return file_gracewatch_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GoneMember) GetName() string {
@@ -884,7 +1095,7 @@ type Handover struct {
 
 func (x *Handover) Reset() {
 	*x = Handover{}
-	mi := &file_gracewatch_proto_msgTypes[8]
+	mi := &file_gracewatch_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1107,7 @@ func (x *Handover) String() string {
 func (*Handover) ProtoMessage() {}
 
 func (x *Handover) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[8]
+	mi := &file_gracewatch_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1120,7 @@ func (x *Handover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handover.ProtoReflect.Descriptor instead.
 func (*Handover) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{8}
+	return file_gracewatch_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Handover) GetGone() []*GoneMember {
@@ -931,7 +1142,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_gracewatch_proto_msgTypes[9]
+	mi := &file_gracewatch_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1154,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[9]
+	mi := &file_gracewatch_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1167,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{9}
+	return file_gracewatch_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Forget) GetNames() []string {
@@ -996,7 +1207,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_gracewatch_proto_msgTypes[10]
+	mi := &file_gracewatch_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1219,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_gracewatch_proto_msgTypes[10]
+	mi := &file_gracewatch_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1232,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_gracewatch_proto_rawDescGZIP(), []int{10}
+	return file_gracewatch_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Envelope) GetSchema() uint32 {
@@ -1142,7 +1353,7 @@ var File_gracewatch_proto protoreflect.FileDescriptor
 
 const file_gracewatch_proto_rawDesc = "" +
 	"\n" +
-	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xa9\x02\n" +
+	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xbd\x02\n" +
 	"\x04Meta\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12'\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x13.gracewatch.v1.RoleR\x04role\x12 \n" +
@@ -1154,7 +1365,9 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\vdeadline_ms\x18\a \x01(\x03R\n" +
 	"deadlineMs\x12\x19\n" +
 	"\bsince_ms\x18\b \x01(\x03R\asinceMs\x12\x16\n" +
-	"\x06reason\x18\t \x01(\tR\x06reasonJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\xc8\x01\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x12\n" +
+	"\x04addr\x18\n" +
+	" \x01(\tR\x04addrJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\xc8\x01\n" +
 	"\bTeardown\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x19\n" +
@@ -1171,14 +1384,40 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\asummary\x18\x04 \x01(\tR\asummary\x12\x19\n" +
 	"\btaken_ms\x18\x05 \x01(\x03R\atakenMs\x12\x1f\n" +
 	"\vdetail_json\x18\x06 \x01(\fR\n" +
-	"detailJson\"\xd5\x01\n" +
+	"detailJson\"\xb8\x02\n" +
 	"\vStateUpdate\x12'\n" +
 	"\x04meta\x18\x01 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x125\n" +
 	"\tteardowns\x18\x03 \x03(\v2\x17.gracewatch.v1.TeardownR\tteardowns\x12/\n" +
 	"\areports\x18\x04 \x03(\v2\x15.gracewatch.v1.ReportR\areports\x12\x1d\n" +
 	"\n" +
-	"started_ms\x18\x05 \x01(\x03R\tstartedMs\"Y\n" +
+	"started_ms\x18\x05 \x01(\x03R\tstartedMs\x12*\n" +
+	"\x05cause\x18( \x01(\v2\x14.gracewatch.v1.CauseR\x05cause\x12\x14\n" +
+	"\x05clean\x18) \x01(\bR\x05clean\x12\x1f\n" +
+	"\vadmin_drain\x18* \x01(\bR\n" +
+	"adminDrain\"\xfb\x02\n" +
+	"\x05Cause\x12\x16\n" +
+	"\x06fstype\x18\x01 \x01(\tR\x06fstype\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1e\n" +
+	"\n" +
+	"mountpoint\x18\x03 \x01(\tR\n" +
+	"mountpoint\x12\x14\n" +
+	"\x05wchan\x18\x04 \x01(\tR\x05wchan\x12\x14\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\x12\x1e\n" +
+	"\n" +
+	"unkillable\x18\x06 \x01(\rR\n" +
+	"unkillable\x12\x1b\n" +
+	"\texit_hang\x18\a \x01(\rR\bexitHang\x12\x1d\n" +
+	"\n" +
+	"killable_d\x18\b \x01(\rR\tkillableD\x12\x16\n" +
+	"\x06missed\x18\t \x01(\rR\x06missed\x12\x14\n" +
+	"\x05dying\x18\n" +
+	" \x01(\rR\x05dying\x12\x16\n" +
+	"\x06zombie\x18\v \x01(\rR\x06zombie\x12\x1f\n" +
+	"\vexample_pid\x18\f \x01(\x05R\n" +
+	"examplePid\x12!\n" +
+	"\fexample_comm\x18\r \x01(\tR\vexampleComm\x12\x10\n" +
+	"\x03job\x18\x0e \x01(\tR\x03job\"Y\n" +
 	"\x0fJobRegistration\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1e\n" +
 	"\n" +
@@ -1234,12 +1473,13 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\bSTATE_UP\x10\x01\x12\x12\n" +
 	"\x0eSTATE_TEARDOWN\x10\x02\x12\x0e\n" +
 	"\n" +
-	"STATE_DOWN\x10\x03*^\n" +
+	"STATE_DOWN\x10\x03*p\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACTION_RESUME\x10\x01\x12\x10\n" +
 	"\fACTION_DRAIN\x10\x02\x12\x17\n" +
-	"\x13ACTION_REGISTER_JOB\x10\x03B-Z+github.com/gracewatch/gracewatch/proto/gwpbb\x06proto3"
+	"\x13ACTION_REGISTER_JOB\x10\x03\x12\x10\n" +
+	"\fACTION_PROBE\x10\x04B-Z+github.com/gracewatch/gracewatch/proto/gwpbb\x06proto3"
 
 var (
 	file_gracewatch_proto_rawDescOnce sync.Once
@@ -1254,7 +1494,7 @@ func file_gracewatch_proto_rawDescGZIP() []byte {
 }
 
 var file_gracewatch_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_gracewatch_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_gracewatch_proto_goTypes = []any{
 	(Role)(0),               // 0: gracewatch.v1.Role
 	(State)(0),              // 1: gracewatch.v1.State
@@ -1263,13 +1503,14 @@ var file_gracewatch_proto_goTypes = []any{
 	(*Teardown)(nil),        // 4: gracewatch.v1.Teardown
 	(*Report)(nil),          // 5: gracewatch.v1.Report
 	(*StateUpdate)(nil),     // 6: gracewatch.v1.StateUpdate
-	(*JobRegistration)(nil), // 7: gracewatch.v1.JobRegistration
-	(*Control)(nil),         // 8: gracewatch.v1.Control
-	(*ControlAck)(nil),      // 9: gracewatch.v1.ControlAck
-	(*GoneMember)(nil),      // 10: gracewatch.v1.GoneMember
-	(*Handover)(nil),        // 11: gracewatch.v1.Handover
-	(*Forget)(nil),          // 12: gracewatch.v1.Forget
-	(*Envelope)(nil),        // 13: gracewatch.v1.Envelope
+	(*Cause)(nil),           // 7: gracewatch.v1.Cause
+	(*JobRegistration)(nil), // 8: gracewatch.v1.JobRegistration
+	(*Control)(nil),         // 9: gracewatch.v1.Control
+	(*ControlAck)(nil),      // 10: gracewatch.v1.ControlAck
+	(*GoneMember)(nil),      // 11: gracewatch.v1.GoneMember
+	(*Handover)(nil),        // 12: gracewatch.v1.Handover
+	(*Forget)(nil),          // 13: gracewatch.v1.Forget
+	(*Envelope)(nil),        // 14: gracewatch.v1.Envelope
 }
 var file_gracewatch_proto_depIdxs = []int32{
 	0,  // 0: gracewatch.v1.Meta.role:type_name -> gracewatch.v1.Role
@@ -1277,22 +1518,23 @@ var file_gracewatch_proto_depIdxs = []int32{
 	3,  // 2: gracewatch.v1.StateUpdate.meta:type_name -> gracewatch.v1.Meta
 	4,  // 3: gracewatch.v1.StateUpdate.teardowns:type_name -> gracewatch.v1.Teardown
 	5,  // 4: gracewatch.v1.StateUpdate.reports:type_name -> gracewatch.v1.Report
-	2,  // 5: gracewatch.v1.Control.action:type_name -> gracewatch.v1.Action
-	7,  // 6: gracewatch.v1.Control.job:type_name -> gracewatch.v1.JobRegistration
-	3,  // 7: gracewatch.v1.ControlAck.meta:type_name -> gracewatch.v1.Meta
-	3,  // 8: gracewatch.v1.GoneMember.meta:type_name -> gracewatch.v1.Meta
-	6,  // 9: gracewatch.v1.GoneMember.update:type_name -> gracewatch.v1.StateUpdate
-	10, // 10: gracewatch.v1.Handover.gone:type_name -> gracewatch.v1.GoneMember
-	6,  // 11: gracewatch.v1.Envelope.state:type_name -> gracewatch.v1.StateUpdate
-	8,  // 12: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
-	9,  // 13: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
-	11, // 14: gracewatch.v1.Envelope.handover:type_name -> gracewatch.v1.Handover
-	12, // 15: gracewatch.v1.Envelope.forget:type_name -> gracewatch.v1.Forget
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	7,  // 5: gracewatch.v1.StateUpdate.cause:type_name -> gracewatch.v1.Cause
+	2,  // 6: gracewatch.v1.Control.action:type_name -> gracewatch.v1.Action
+	8,  // 7: gracewatch.v1.Control.job:type_name -> gracewatch.v1.JobRegistration
+	3,  // 8: gracewatch.v1.ControlAck.meta:type_name -> gracewatch.v1.Meta
+	3,  // 9: gracewatch.v1.GoneMember.meta:type_name -> gracewatch.v1.Meta
+	6,  // 10: gracewatch.v1.GoneMember.update:type_name -> gracewatch.v1.StateUpdate
+	11, // 11: gracewatch.v1.Handover.gone:type_name -> gracewatch.v1.GoneMember
+	6,  // 12: gracewatch.v1.Envelope.state:type_name -> gracewatch.v1.StateUpdate
+	9,  // 13: gracewatch.v1.Envelope.control:type_name -> gracewatch.v1.Control
+	10, // 14: gracewatch.v1.Envelope.ack:type_name -> gracewatch.v1.ControlAck
+	12, // 15: gracewatch.v1.Envelope.handover:type_name -> gracewatch.v1.Handover
+	13, // 16: gracewatch.v1.Envelope.forget:type_name -> gracewatch.v1.Forget
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_gracewatch_proto_init() }
@@ -1300,7 +1542,7 @@ func file_gracewatch_proto_init() {
 	if File_gracewatch_proto != nil {
 		return
 	}
-	file_gracewatch_proto_msgTypes[10].OneofWrappers = []any{
+	file_gracewatch_proto_msgTypes[11].OneofWrappers = []any{
 		(*Envelope_State)(nil),
 		(*Envelope_Control)(nil),
 		(*Envelope_Ack)(nil),
@@ -1313,7 +1555,7 @@ func file_gracewatch_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gracewatch_proto_rawDesc), len(file_gracewatch_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

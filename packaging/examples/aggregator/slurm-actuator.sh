@@ -4,7 +4,7 @@
 # never touches a drain that is not gracewatch's own.
 #
 #   slurm-actuator.sh drain NODE REASON    (on = "down")
-#   slurm-actuator.sh resume NODE          (on = "up")
+#   slurm-actuator.sh resume HOSTLIST      (on = "up"; "{nodes}": n[1-20,33])
 #   slurm-actuator.sh reason NODE REASON   (on = "reason")
 #
 # Install on the aggregator hosts:
@@ -27,10 +27,12 @@
 # the node's current reason is gracewatch's: the diagnosis changed while the
 # node stays drained, and Slurm's reason (sinfo -R) says what is true now.
 #
-# resume sets State=RESUME only if the node's current reason starts with
-# "gracewatch:". An administrator who drains the node again after gracewatch
-# did (scontrol update ... State=DRAIN Reason="...") replaces the reason, and
-# gracewatch then leaves the node drained.
+# resume sets State=RESUME only on the nodes whose current reason starts
+# with "gracewatch:", in one scontrol call for the whole hostlist (the
+# aggregator gathers the nodes that come up within 2 s: an incident's
+# hundreds of nodes resume in one run). An administrator who drains a node
+# again after gracewatch did (scontrol update ... State=DRAIN Reason="...")
+# replaces the reason, and gracewatch then leaves that node drained.
 #
 # Slurm has no compare-and-set for a node's state: an administrator's drain
 # that lands between this script's read of the reason and its update (a few
@@ -41,7 +43,7 @@ set -eu
 PREFIX="gracewatch:"
 
 usage() {
-	echo "usage: $0 drain NODE REASON | resume NODE | reason NODE REASON" >&2
+	echo "usage: $0 drain NODE REASON | resume HOSTLIST | reason NODE REASON" >&2
 	exit 2
 }
 
@@ -86,13 +88,18 @@ reason)
 	;;
 resume)
 	[ $# -eq 2 ] || usage
-	current=$(reason "$node")
-	case $current in
-	"$PREFIX"*) exec scontrol update NodeName="$node" State=RESUME ;;
-	esac
-	if [ -n "$current" ]; then
-		echo "gracewatch: $node keeps its reason \"$current\"; not resumed by gracewatch" >&2
-	fi
+	hosts=$(scontrol show hostnames "$node") || exit 1
+	ours=""
+	for host in $hosts; do
+		current=$(reason "$host")
+		case $current in
+		"$PREFIX"*) ours="$ours${ours:+,}$host" ;;
+		"") ;;
+		*) echo "gracewatch: $host keeps its reason \"$current\"; not resumed by gracewatch" >&2 ;;
+		esac
+	done
+	[ -n "$ours" ] || exit 0
+	exec scontrol update NodeName="$(scontrol show hostlist "$ours")" State=RESUME
 	;;
 *)
 	usage

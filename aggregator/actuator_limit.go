@@ -1,0 +1,220 @@
+package aggregator
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gracewatch/gracewatch/aggregator/incident"
+)
+
+// The blast-radius limit in front of the on="down" actuators
+// (docs/DESIGN.md §5b): at most limit.Of(known) nodes drained within
+// limit.Window without an administrator. Past it a node is still served
+// down (the truth), but its drain waits: it is held until a slot frees (a
+// drained node comes back, or its drain leaves the window) or an
+// administrator confirms its incident. The limit never delays the first
+// drains, only those past it; an administrator's own drain (the agent's
+// admin_drain) is not limited, and neither is the reservation planner,
+// which drains nothing. Everything here runs under a.mu.
+
+// heldLogEvery spaces the log lines that count the held drains: one line
+// when drains start to be held, then at most one a minute while the number
+// changes, never one per node.
+const heldLogEvery = time.Minute
+
+// setLimit sets the limit (before Run; the zero Limit limits nothing).
+func (a *actuators) setLimit(l incident.Limit) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.limit = l
+}
+
+// setKnown tells the number of nodes the limit is a fraction of; a larger
+// number may let held drains through.
+func (a *actuators) setKnown(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n == a.known {
+		return
+	}
+	grew := n > a.known
+	a.known = n
+	if grew {
+		a.kickHeldLocked()
+	}
+}
+
+// admitLocked reports whether n's drain may run now: it already took its
+// slot for this down, it is not limited, its incident was confirmed, or a
+// slot is free (taken here). Otherwise it holds n and returns false.
+func (a *actuators) admitLocked(name string, n *actNode) bool {
+	if n.admitted == n.epDown {
+		return true
+	}
+	now := a.clock.Now()
+	free := !a.limit.Enabled() || !n.info.Limited || (n.info.Incident != 0 && a.confirmed[n.info.Incident])
+	if !free && a.budget.Used(now, a.limit.Window) < a.limit.Of(a.known) {
+		a.budget.Take(name, now)
+		free = true
+	}
+	if free {
+		if n.held {
+			a.log.Info("held drain let through", "node", name, "incident", n.info.Incident, "held_for", now.Sub(n.heldAt).Round(time.Second))
+		}
+		n.admitted = n.epDown
+		a.setHeldLocked(n, false, now)
+		return true
+	}
+	a.setHeldLocked(n, true, now)
+	a.armLimitTimerLocked(now)
+	return false
+}
+
+// setHeldLocked marks n held or not, and keeps the count and its log.
+func (a *actuators) setHeldLocked(n *actNode, held bool, now time.Time) {
+	if n.held == held {
+		return
+	}
+	n.held = held
+	if held {
+		n.heldAt = now
+		a.heldCount++
+		if a.heldCount == 1 || now.Sub(a.heldLogged) >= heldLogEvery {
+			a.heldLogged = now
+			a.log.Warn("drains held by the blast-radius limit: the nodes are served down, their drains wait for a slot or an administrator (aggregator incidents; aggregator incident confirm ID)",
+				"held", a.heldCount, "limit", a.limit.Of(a.known), "window", a.limit.Window, "known_nodes", a.known)
+		}
+	} else {
+		a.heldCount--
+	}
+	if a.onHeld != nil {
+		a.onHeld(a.heldCount)
+	}
+}
+
+// releaseLocked gives node's slot back: its drain failed, or it came back.
+func (a *actuators) releaseLocked(node string) {
+	a.budget.Release(node)
+	a.kickHeldLocked()
+}
+
+// leaveDownLocked: n leaves down. Its drain, if held, is no longer wanted;
+// if it is back (schedulable again), its slot is free again. A node that
+// goes from down to unreachable is not back: it keeps its slot, so that
+// nodes flapping between the two (a mesh under load) never let more drains
+// through than the limit.
+func (a *actuators) leaveDownLocked(name string, n *actNode, back bool) {
+	a.setHeldLocked(n, false, a.clock.Now())
+	if back {
+		a.releaseLocked(name)
+	}
+}
+
+// kickHeldLocked tries the held drains again, oldest first.
+func (a *actuators) kickHeldLocked() {
+	if a.heldCount == 0 || !a.leader {
+		return
+	}
+	type h struct {
+		name string
+		at   time.Time
+	}
+	var held []h
+	for name, n := range a.nodes {
+		if n.held {
+			held = append(held, h{name, n.heldAt})
+		}
+	}
+	slices.SortFunc(held, func(x, y h) int {
+		if c := x.at.Compare(y.at); c != 0 {
+			return c
+		}
+		return strings.Compare(x.name, y.name)
+	})
+	for _, x := range held {
+		a.kickLocked(x.name, a.nodes[x.name])
+	}
+}
+
+// armLimitTimerLocked arms the timer that tries the held drains again when
+// the oldest slot leaves the window.
+func (a *actuators) armLimitTimerLocked(now time.Time) {
+	next := a.budget.NextFree(a.limit.Window)
+	if next.IsZero() || a.ctx.Err() != nil {
+		return
+	}
+	if a.limitTimer != nil {
+		a.limitTimer.Stop()
+	}
+	a.limitTimer = a.clock.AfterFunc(max(next.Sub(now), 0), func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.limitTimer = nil
+		a.kickHeldLocked()
+	})
+}
+
+// confirm records an administrator's confirmation of incident id: its
+// held drains, and those of the nodes that join it while it is open, run
+// past the limit (and take no slot). It returns how many drains it let
+// through.
+func (a *actuators) confirm(id uint64) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.confirmed[id] = true
+	before := a.heldCount
+	for name, n := range a.nodes {
+		if n.held && n.info.Incident == id {
+			a.kickLocked(name, n)
+		}
+	}
+	return before - a.heldCount
+}
+
+// forgetIncident drops the confirmation of an incident that closed.
+func (a *actuators) forgetIncident(id uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.confirmed, id)
+}
+
+// limitStatus is the limit's state as /v1/incidents and /readyz show it.
+type limitStatus struct {
+	Enabled bool
+	Limit   int
+	Used    int
+	Window  time.Duration
+	Known   int
+	// Held are the held drains by incident (0: none), sorted.
+	Held      map[uint64][]string
+	HeldCount int
+	Confirmed map[uint64]bool
+}
+
+// status returns the limit's state.
+func (a *actuators) limitStatus() limitStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.clock.Now()
+	st := limitStatus{Enabled: a.limit.Enabled(), Window: a.limit.Window, Known: a.known, HeldCount: a.heldCount,
+		Held: map[uint64][]string{}, Confirmed: map[uint64]bool{}}
+	if st.Enabled {
+		st.Limit = a.limit.Of(a.known)
+		st.Used = a.budget.Used(now, a.limit.Window)
+	}
+	if a.heldCount > 0 {
+		for name, n := range a.nodes {
+			if n.held {
+				st.Held[n.info.Incident] = append(st.Held[n.info.Incident], name)
+			}
+		}
+		for _, names := range st.Held {
+			slices.Sort(names)
+		}
+	}
+	for id := range a.confirmed {
+		st.Confirmed[id] = true
+	}
+	return st
+}

@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/api"
+)
+
+// runIncidents ("incidents") lists the incidents and the blast-radius
+// limit.
+func runIncidents(c *cli, name string, args []string) int {
+	f := c.newFlags(name)
+	asJSON := f.Bool("json", false, "print the incidents as JSON")
+	if code, ok := f.ParseN(args, 0, ""); !ok {
+		return code
+	}
+	return call(c, f, false, *asJSON, func(ctx context.Context, cl *api.Client) (api.IncidentList, error) {
+		return cl.Incidents(ctx)
+	}, writeIncidents)
+}
+
+// writeIncidents prints the incidents as a table for people, after a line
+// on the limit.
+func writeIncidents(w io.Writer, il api.IncidentList) {
+	l := il.Limit
+	switch {
+	case !l.Enabled:
+		fmt.Fprintln(w, "drain limit: none")
+	default:
+		fmt.Fprintf(w, "drain limit: %d of %d nodes within %v, %d used, %d held", l.Limit, l.KnownNodes,
+			time.Duration(l.Window*float64(time.Second)), l.Used, l.Held)
+		if !il.Leader {
+			fmt.Fprint(w, " (this aggregator does not lead: the leader holds the drains)")
+		}
+		fmt.Fprintln(w)
+	}
+	if len(il.Incidents) == 0 {
+		fmt.Fprintln(w, "no incidents")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tCAUSE\tNODES\tCOUNT\tCLEAN\tHELD\tSINCE\tDURATION")
+	for _, inc := range il.Incidents {
+		held := strconv.Itoa(inc.HeldCount)
+		if inc.Confirmed {
+			held += " (confirmed)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", inc.ID, inc.State, inc.Cause, inc.Nodes, inc.Count, inc.CleanCount,
+			held, inc.FirstSeen.UTC().Format(time.RFC3339), (time.Duration(inc.Duration) * time.Second).String())
+	}
+	tw.Flush()
+}
+
+// runIncident ("incident confirm ID") lets an incident's held drains
+// through.
+func runIncident(c *cli, name string, args []string) int {
+	f := c.newFlags(name)
+	reason := f.String("reason", "", "why (required, logged)")
+	asJSON := f.Bool("json", false, "print the answer as JSON")
+	f.Required = []string{"reason"}
+	if code, ok := f.ParseN(args, 2, "confirm ID"); !ok {
+		return code
+	}
+	if f.Args()[0] != "confirm" {
+		return f.UsageErrorf("unknown incident subcommand %q (want confirm)", f.Args()[0])
+	}
+	id, err := strconv.ParseUint(f.Args()[1], 10, 64)
+	if err != nil || id == 0 {
+		return f.UsageErrorf("incident id %q: want a positive integer (aggregator incidents lists them)", f.Args()[1])
+	}
+	if len(*reason) > aggregator.MaxReasonBytes || strings.TrimSpace(*reason) == "" {
+		return f.UsageErrorf("--reason: want 1 to %d bytes", aggregator.MaxReasonBytes)
+	}
+	return call(c, f, true, *asJSON, func(ctx context.Context, cl *api.Client) (api.IncidentConfirmation, error) {
+		return cl.ConfirmIncident(ctx, id, *reason)
+	}, func(w io.Writer, ic api.IncidentConfirmation) {
+		fmt.Fprintf(w, "incident %d confirmed: %d held drains let through; its nodes' drains run past the limit while it is open\n",
+			ic.ID, ic.Released)
+	})
+}

@@ -1,0 +1,90 @@
+package aggregator
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
+)
+
+// The incidents' HTTP API (proto/openapi.yaml): GET /v1/incidents (read)
+// and POST /v1/incidents/{id}/confirm (admin).
+
+// Type names of the API's incident types, as the server serves them.
+type (
+	IncidentList         = api.IncidentList
+	IncidentConfirmation = api.IncidentConfirmation
+)
+
+func (s *Server) handleIncidents(w http.ResponseWriter, r *http.Request) {
+	incs, lim := s.svc.Incidents()
+	now := s.svc.clock.Now()
+	out := api.IncidentList{Incidents: make([]api.Incident, 0, len(incs)), AutoResume: s.svc.opts.Incidents.AutoResume,
+		Leader: s.svc.act.stillLeading(),
+		Limit: api.DrainLimit{Enabled: lim.Enabled, Limit: lim.Limit, Used: lim.Used, Window: lim.Window.Seconds(),
+			KnownNodes: lim.Known, Held: lim.HeldCount}}
+	for _, inc := range incs {
+		out.Incidents = append(out.Incidents, wireIncident(inc, lim, now))
+	}
+	s.writeJSON(w, http.StatusOK, out)
+}
+
+// wireIncident is inc as the HTTP API serves it.
+func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Incident {
+	held := lim.Held[inc.ID]
+	w := api.Incident{ID: inc.ID, State: "open", Kind: string(inc.Cause.Kind), Cause: inc.Cause.String(),
+		FSType: inc.Cause.FSType, Source: inc.Cause.Source, Mountpoint: inc.Cause.Mountpoint, Wchan: inc.Cause.Wchan,
+		Nodes: apiHostlist(inc.Nodes), Count: len(inc.Nodes), Peak: inc.Peak,
+		Clean: apiHostlist(inc.Clean), CleanCount: len(inc.Clean),
+		Held: apiHostlist(held), HeldCount: len(held), Confirmed: lim.Confirmed[inc.ID],
+		Classes: inc.Counts.Map(), FirstSeen: servedTime(inc.FirstSeen), LastSeen: servedTime(inc.LastSeen),
+		Duration: inc.Duration(now).Seconds()}
+	if !inc.Open() {
+		w.State = "closed"
+		w.Closed = wireTime(servedTime(inc.Closed))
+	}
+	if e := inc.Example; e.Node != "" {
+		w.Example = &api.IncidentExample{Node: e.Node, Job: e.Job, PID: e.PID, Comm: e.Comm, Class: e.Class, Wchan: e.Wchan}
+	}
+	return w
+}
+
+// apiHostlist is names as a hostlist; names that make none (they are all
+// valid node names, so never) are listed with commas.
+func apiHostlist(names []string) string {
+	hl, err := hostlist.Compress(names)
+	if err != nil {
+		return fmt.Sprint(names)
+	}
+	return hl
+}
+
+func (s *Server) handleConfirmIncident(w http.ResponseWriter, r *http.Request) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil || id == 0 {
+		s.writeError(w, http.StatusBadRequest, "path %s: incident id %q is not a positive integer", r.URL.EscapedPath(), raw)
+		return
+	}
+	req, ok := s.readAction(w, r)
+	if !ok {
+		return
+	}
+	by := fmt.Sprintf("%s (HTTP from %s)", s.svc.Name(), r.RemoteAddr)
+	released, err := s.svc.ConfirmIncident(id, req.Reason, by)
+	switch {
+	case err == nil:
+		s.writeJSON(w, http.StatusOK, api.IncidentConfirmation{ID: id, Released: released})
+	case errors.Is(err, ErrUnknownIncident):
+		s.writeError(w, http.StatusNotFound, "unknown incident %d (GET /v1/incidents lists them; ids are each aggregator's own)", id)
+	case errors.Is(err, ErrIncidentClosed), errors.Is(err, ErrNotLeader):
+		s.writeError(w, http.StatusConflict, "%v", err)
+	default:
+		s.writeError(w, http.StatusInternalServerError, "%v", err)
+	}
+}

@@ -1,0 +1,70 @@
+package aggregator
+
+import (
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// FuzzIntakeCause feeds arbitrary StateUpdate bytes (with their cause,
+// clean and admin_drain, fields 40-42) and a send time through the intake's
+// bounds and checks, the view and the grouping: nothing panics; a cause
+// that passes is within agent/report's bounds and printable; and a node
+// lands in at most one incident, its own.
+func FuzzIntakeCause(f *testing.F) {
+	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
+	f.Add(seed(hung(2, "/mnt/a", false)), int64(0))
+	f.Add(seed(hung(3, "/mnt/a", true)), int64(300_000))
+	f.Add(seed(&gwpb.StateUpdate{Meta: downMeta(1, 2, "x"), Cause: &gwpb.Cause{Wchan: "a\x00b", Class: "worst"}, AdminDrain: true}), int64(-5))
+	f.Add(seed(&gwpb.StateUpdate{Meta: downMeta(1, 2, "x"), Cause: &gwpb.Cause{Mountpoint: "/x"}}), int64(1))
+	f.Fuzz(func(t *testing.T, updateBytes []byte, skewMs int64) {
+		var raw gwpb.StateUpdate
+		if proto.Unmarshal(updateBytes, &raw) != nil || raw.Meta == nil {
+			return
+		}
+		u := boundUpdate(&raw)
+		valid := checkCause(u.GetCause()) == nil
+		if !valid {
+			u.Cause = nil
+		}
+		if c := u.GetCause(); c != nil {
+			for _, f := range []struct {
+				v   string
+				max int
+			}{{c.GetFstype(), 32}, {c.GetSource(), 256}, {c.GetMountpoint(), 256}, {c.GetWchan(), 64}, {c.GetClass(), 16},
+				{c.GetExampleComm(), 64}, {c.GetJob(), 128}} {
+				if len(f.v) > f.max || !utf8.ValidString(f.v) {
+					t.Fatalf("accepted a field out of bounds: %q", f.v)
+				}
+				for _, r := range f.v {
+					if !unicode.IsPrint(r) {
+						t.Fatalf("accepted an unprintable field: %q", f.v)
+					}
+				}
+			}
+		}
+		in := NodeInput{Name: "n1", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, StatusSince: t0, Update: u, Direct: u.Meta,
+			ClockOffset: time.Duration(skewMs) * time.Millisecond}
+		n, rule := computeNodeCause(&in, t0, defaultPolicy)
+		down := []incident.Node{incidentNode(n, rule)}
+		if n.State != StateDown {
+			down = nil
+		}
+		s, _ := incident.Group(incident.State{}, down, t0, incident.Config{})
+		if len(s.Open) > 1 {
+			t.Fatalf("one node opened %d incidents", len(s.Open))
+		}
+		for name := range s.Member {
+			if name != "n1" {
+				t.Fatalf("node n1 put %q into an incident", name)
+			}
+		}
+	})
+}

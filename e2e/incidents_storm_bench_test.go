@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
+	"github.com/gracewatch/gracewatch/internal/testutil/looptransport"
+	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// BenchmarkIncidentStorm is issue 16's storm: GW_BENCH_STORM_NODES (default
+// 1,000) light simulated agents (memberlist members in this process on
+// looptransport, as BenchmarkDownLatency with GW_BENCH_LIGHT=1, each with
+// its own node key) joined to a real aggregator process with its default
+// [incidents] (the blast-radius limit at 10 % of the known nodes within 10
+// minutes, at least 5) and an on="down" actuator (a shell appending to a
+// file). Once they are all up and the gossip has calmed, every agent latches
+// DOWN within one second, as agents do when one file system dies under
+// them: 90 % hung on one Lustre mount, 10 % on a wait channel. It measures
+// and checks, from the storm's start until 10 s after the aggregator served
+// the last node down:
+//
+//   - the aggregator's CPU time (/proc/PID/stat) and its peak RSS (VmHWM);
+//   - the bytes it logged (info level, JSON), per node;
+//   - GET /v1/nodes, polled every 200 ms: its worst latency, and no failure;
+//   - the on="down" actuator runs: at most the limit (100 of 1,000), the
+//     others held (GET /v1/incidents), in two incidents.
+//
+// Run with -benchtime 1x; it takes about 5 minutes (most of it the joins).
+// BENCHMARKS.md, "Incident storm", has the figures.
+func BenchmarkIncidentStorm(b *testing.B) {
+	defer benchGC(b)()
+	n := benchenv.Ints(b, "GW_BENCH_STORM_NODES", []int{1000})[0]
+	for range b.N {
+		incidentStorm(b, n)
+	}
+}
+
+func incidentStorm(b *testing.B, n int) {
+	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17962})[0]
+	bm := newBenchMesh(b, "storm-")
+	dir, keyfile, keys, label, seed := bm.dir, bm.keyfile, bm.keys, bm.label, bm.seed
+	hport := freePort(b)
+	actions := filepath.Join(dir, "actions.log")
+	cfg := filepath.Join(dir, "aggregator.toml")
+	text := fmt.Sprintf(`name = "agg-1"
+log_format = "json"
+log_level = "info"
+
+[mesh]
+bind = %q
+label = %q
+keyring = %q
+site_key_file = %q
+
+[http]
+listen = "127.0.0.1:%d"
+
+[[actuator]]
+on = "down"
+command = ["sh", "-c", "echo \"$0\" >> %s", "{node}"]
+timeout = "10s"
+`, seed, label, keyfile, keys.site, hport, actions)
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	g := &aggregator{proc: &proc{t: b, name: "agg-1", args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &testutil.SyncBuffer{}},
+		url: fmt.Sprintf("http://127.0.0.1:%d", hport), config: cfg}
+	g.start()
+	b.Cleanup(func() { g.stop(); g.dumpIfFailed() })
+	g.waitReady()
+
+	agents := make([]*simAgent, n)
+	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
+		a, meta, m, err := bm.simAgent(i, addr, true, false)
+		if err != nil {
+			return nil, err
+		}
+		a.m = m
+		agents[i] = a
+		go a.announce(meta)
+		return m, nil
+	}, func() error {
+		ns, err := fetchNodes(g.url + "/v1/nodes?state=up")
+		switch {
+		case err != nil:
+			return err
+		case len(ns) != n:
+			return fmt.Errorf("the aggregator serves %d of %d nodes up", len(ns), n)
+		}
+		return nil
+	})
+	time.Sleep(benchenv.Duration(b, "GW_BENCH_SETTLE", max(10*time.Second, time.Duration(n)*30*time.Millisecond)))
+
+	pid := g.cmd.Process.Pid
+	logs0, cpu0, begin := len(g.logs.String()), procCPU(pid), time.Now()
+
+	// GET /v1/nodes keeps answering: polled every 200 ms by curl, a
+	// process of its own (this one is saturated by the members' gossip,
+	// and would measure its own scheduling delays).
+	stop := make(chan struct{})
+	var pollMu sync.Mutex
+	var worst time.Duration
+	polls, failures := 0, 0
+	var pollWG sync.WaitGroup
+	pollWG.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			out, err := exec.Command("curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", g.url+"/v1/nodes").Output()
+			f := strings.Fields(string(out))
+			var d time.Duration
+			ok := err == nil && len(f) == 2 && f[0] == "200"
+			if ok {
+				sec, perr := strconv.ParseFloat(f[1], 64)
+				ok, d = perr == nil, time.Duration(sec*float64(time.Second))
+			}
+			pollMu.Lock()
+			polls++
+			worst = max(worst, d)
+			if !ok {
+				failures++
+			}
+			pollMu.Unlock()
+		}
+	})
+
+	// The storm: every agent latches DOWN within one second.
+	d := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	var wg sync.WaitGroup
+	for i, a := range agents {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * time.Second / time.Duration(n))
+			cause := &gwpb.Cause{Fstype: "lustre", Source: "mds1@o2ib:/scratch", Mountpoint: "/scratch", Wchan: "ptlrpc_set_wait",
+				Class: "unkillable", Unkillable: 1, ExamplePid: int32(1000 + i), ExampleComm: "cp", Job: strconv.Itoa(i)}
+			if i%10 == 9 {
+				cause = &gwpb.Cause{Wchan: "io_schedule", Class: "killable-d", KillableD: 1, ExamplePid: int32(1000 + i), ExampleComm: "dd", Job: strconv.Itoa(i)}
+			}
+			reason := fmt.Sprintf("job %d teardown exceeded grace 2m0s: 1 %s (pid %d %s, D in %s)", i, cause.Class, cause.ExamplePid, cause.ExampleComm, cause.Wchan)
+			meta := a.meta(gwpb.State_STATE_DOWN, time.Now(), reason, d)
+			td := &gwpb.Teardown{Job: strconv.Itoa(i), Phase: "overdue", DeadlineMs: d.UnixMilli(), GraceMs: 120000}
+			a.publish("agent", meta, &gwpb.StateUpdate{Meta: meta, Reason: reason, Teardowns: []*gwpb.Teardown{td},
+				StartedMs: a.started.UnixMilli(), Cause: cause})
+		})
+	}
+	wg.Wait()
+	sent := time.Since(begin)
+	var allDown time.Duration
+	for {
+		ns, err := fetchNodes(g.url + "/v1/nodes?state=down")
+		if err == nil && len(ns) == n {
+			allDown = time.Since(begin)
+			break
+		}
+		if time.Since(begin) > 2*time.Minute {
+			b.Fatalf("after 2 min the aggregator serves %d of %d nodes down (%v)", len(ns), n, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(10 * time.Second) // the actuators' runs, and what follows
+	close(stop)
+	pollWG.Wait()
+	for _, a := range agents {
+		a.metas.Wait()
+	}
+	window := time.Since(begin)
+	cpu := procCPU(pid) - cpu0
+	logBytes := len(g.logs.String()) - logs0
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	hwm := ""
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			hwm = strings.TrimSpace(strings.TrimPrefix(l, "VmHWM:"))
+		}
+	}
+	hwmKB, _ := strconv.Atoi(strings.TrimSuffix(hwm, " kB"))
+	data, _ := os.ReadFile(actions)
+	runs := len(strings.Fields(string(data)))
+	var il api.IncidentList
+	if err := json.Unmarshal([]byte(get(b, g.url+"/v1/incidents", "")), &il); err != nil {
+		b.Fatal(err)
+	}
+	logs := g.logs.String()[logs0:]
+	incidentLines := strings.Count(logs, `"msg":"incident `)
+	lines := strings.Count(logs, "\n")
+	counts := []string{}
+	for _, inc := range il.Incidents {
+		counts = append(counts, fmt.Sprintf("%d: %s %d nodes, %d held", inc.ID, inc.Cause, inc.Count, inc.HeldCount))
+	}
+	slices.Sort(counts)
+
+	progress(b, "%d DOWN sent in %v; all served down %v after the first; the aggregator used %.2f s of CPU in %v (%.2f cores), peak RSS %s",
+		n, ms(sent), ms(allDown), cpu.Seconds(), ms(window), cpu.Seconds()/window.Seconds(), hwm)
+	progress(b, "logged %d bytes in %d lines (%.0f bytes per node), %d incident lines; GET /v1/nodes: %d polls, worst %v, %d failed",
+		logBytes, lines, float64(logBytes)/float64(n), incidentLines, polls, ms(worst), failures)
+	progress(b, "actuator runs %d (limit %d of %d known), held %d; incidents: %s", runs, il.Limit.Limit, il.Limit.KnownNodes, il.Limit.Held,
+		strings.Join(counts, "; "))
+	// This process: the n members (their tables grow as n²).
+	runtime.GC()
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	progress(b, "the members' process: live heap %d MiB (%.0f KiB per member), RSS %d MiB",
+		mem.HeapAlloc>>20, float64(mem.HeapAlloc)/1024/float64(n), procRSS(os.Getpid())>>20)
+	b.ReportMetric(float64(mem.HeapAlloc)/float64(n), "heap-B/member")
+	b.ReportMetric(cpu.Seconds(), "agg-cpu-s")
+	b.ReportMetric(float64(hwmKB)/1024, "agg-peak-rss-MiB")
+	b.ReportMetric(float64(logBytes)/float64(n), "log-bytes/node")
+	b.ReportMetric(float64(worst)/1e6, "nodes-worst-ms")
+	b.ReportMetric(float64(runs), "actuator-runs")
+	b.ReportMetric(allDown.Seconds(), "all-down-s")
+
+	// The bounds (BENCHMARKS.md says why these).
+	limit := max(5, n/10)
+	switch {
+	case runs > limit || runs < limit:
+		b.Errorf("%d actuator runs, want the limit, %d", runs, limit)
+	case il.Limit.Held != n-limit:
+		b.Errorf("%d drains held, want %d", il.Limit.Held, n-limit)
+	case len(il.Incidents) != 2:
+		b.Errorf("incidents %q, want 2", counts)
+	}
+	if failures > 0 || worst > 2*time.Second {
+		b.Errorf("GET /v1/nodes: %d of %d polls failed, worst %v (want none, under 2 s)", failures, polls, worst)
+	}
+	if per := float64(logBytes) / float64(n); per > 1024 || incidentLines > 6 {
+		b.Errorf("%.0f log bytes per node, %d incident lines: want under 1 KiB per node (its one state line, its drain's) and a few incident lines", per, incidentLines)
+	}
+	if cpu > 30*time.Second || hwmKB > 512<<10 {
+		b.Errorf("the aggregator used %v of CPU and %s at its peak: want under 30 s and 512 MiB", cpu, hwm)
+	}
+}
+
+// benchMesh is a benchmark's mesh as deployed: a mesh key made by
+// `aggregator keygen`, the site's keys (node restriction), a label of its
+// own, and the aggregator's seed address.
+type benchMesh struct {
+	b                         *testing.B
+	dir, keyfile, label, seed string
+	keys                      *siteKeys
+	site                      [][]byte
+	aggKeys                   *mesh.Keys
+}
+
+func newBenchMesh(b *testing.B, prefix string) *benchMesh {
+	b.Helper()
+	bm := &benchMesh{b: b, dir: b.TempDir()}
+	bm.keyfile = filepath.Join(bm.dir, "mesh.key")
+	if out, err := exec.Command(bins.aggregator, "keygen", bm.keyfile).CombinedOutput(); err != nil {
+		b.Fatalf("keygen: %v %s", err, out)
+	}
+	bm.keys = newSiteKeys(b, bm.dir)
+	var err error
+	if bm.site, err = mesh.LoadSiteKeys(bm.keys.site); err != nil {
+		b.Fatal(err)
+	}
+	if bm.aggKeys, err = mesh.AggregatorKeys(bm.site); err != nil {
+		b.Fatal(err)
+	}
+	bm.label = prefix + filepath.Base(bm.dir)
+	bm.seed = fmt.Sprintf("127.0.0.1:%d", freePort(b))
+	return bm
+}
+
+// simAgent starts simulated agent i (node%04d) at addr, up, joined to the
+// seed: it proves itself with its own node key, as a real one does (the
+// aggregator checks every meta and update), unless unsigned (then it runs
+// with allow_unsigned and no keys); light puts it on looptransport
+// without compression. The caller announces its meta.
+func (bm *benchMesh) simAgent(i int, addr string, light, unsigned bool) (*simAgent, *gwpb.Meta, *mesh.Mesh, error) {
+	mc := mesh.DefaultConfig()
+	mc.Bind, mc.Label, mc.Keyring, mc.Join = addr, bm.label, bm.keyfile, []string{bm.seed}
+	a := &simAgent{name: fmt.Sprintf("node%04d", i), started: time.Now()}
+	meta := a.meta(gwpb.State_STATE_UP, time.Now(), "", time.Time{})
+	ak, err := mesh.AgentKeys(mesh.NodeKey(bm.site[0], a.name), bm.aggKeys.PublicKeys())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o := mesh.Options{Name: a.name, Role: gwpb.Role_ROLE_AGENT, Config: mc, Meta: meta, Profile: "lan", Keys: ak}
+	if unsigned {
+		o.Keys, o.Config.AllowUnsigned = nil, true
+	}
+	var t *looptransport.Transport
+	if light {
+		if t, err = looptransport.New(addr); err != nil {
+			return nil, nil, nil, err
+		}
+		o.Tune = func(c *memberlist.Config) { c.Transport, c.EnableCompression = t, false }
+	}
+	m, err := mesh.New(o)
+	if err != nil {
+		if t != nil {
+			t.Shutdown()
+		}
+		return nil, nil, nil, err
+	}
+	return a, meta, m, nil
+}
