@@ -177,10 +177,14 @@ func TestJobCgroupV2(t *testing.T) {
 func TestJobCgroupV2CreatedLater(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		levels []string
+		levels []string // to the job's cgroup, as registered
+		task   []string // below it, where the task runs
 	}{
-		{"slurm cgroup/v2", []string{"system.slice", "slurmstepd.scope", "job_52"}},
-		{"flux sdexec", []string{"user.slice", "user-981.slice", "user@981.service", "app.slice", "imp-shell-0-f2wpPL3uC9.service"}},
+		// slurmstepd makes job_<id>, then the step's task cgroup in it.
+		{"slurm cgroup/v2", []string{"system.slice", "slurmstepd.scope", "job_52"}, []string{"step_0", "user", "task_0"}},
+		// The job shell is the unit's process (flux-core's bulk-exec names
+		// the unit <imp-shell|shell>-<rank>-<f58 id>.service).
+		{"flux sdexec", []string{"user.slice", "user-981.slice", "user@981.service", "app.slice", "imp-shell-0-f2wpPL3uC9.service"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := foreignNode(t, "")
@@ -194,14 +198,17 @@ func TestJobCgroupV2CreatedLater(t *testing.T) {
 				t.Fatalf("registered: %+v, want running, observing %s, no process", j, cg)
 			}
 			dir := base
-			for _, l := range tc.levels {
+			var created time.Time
+			for i, l := range append(slices.Clone(tc.levels), tc.task...) {
 				dir = filepath.Join(dir, l)
 				if err := os.Mkdir(dir, 0o755); err != nil {
 					t.Fatal(err)
 				}
+				if i == len(tc.levels)-1 {
+					created = time.Now()
+				}
 			}
-			created := time.Now()
-			task := startIn(t, cg, "sleep", "300")
+			task := startIn(t, dir, "sleep", "300")
 			n.waitFor("the job's task listed", 5*time.Second, func(st api.Status) bool {
 				return len(st.Jobs) == 1 && slices.Contains(st.Jobs[0].Processes, task.Process.Pid)
 			})
@@ -209,6 +216,11 @@ func TestJobCgroupV2CreatedLater(t *testing.T) {
 				t.Errorf("the job's cgroup observed %v after its creation, want within 1 s", d)
 			}
 			t.Logf("observed %v after the creation", time.Since(created).Round(time.Millisecond))
+			// Watched, not polled: the poll that stands in for a watch
+			// that cannot be made would also see it, within a second.
+			if strings.Contains(n.logs.String(), "cannot watch cgroup") {
+				t.Errorf("the agent polls the job's cgroup instead of watching it:\n%s", n.logs)
+			}
 			task.Process.Kill()
 			st := n.waitFor("released by its cgroup's emptying", 5*time.Second, func(st api.Status) bool { return st.Jobs[0].Phase == api.PhaseReleased })
 			if j := st.Jobs[0]; j.EndedBy != "cgroup" || j.Outcome != "clean" {
@@ -216,6 +228,38 @@ func TestJobCgroupV2CreatedLater(t *testing.T) {
 			}
 		})
 	}
+	// Bounded: jobs whose cgroups wait in the same directory share one
+	// inotify watch (the registered jobs are capped), and a job released
+	// before its cgroup ever appeared leaves no watch behind.
+	t.Run("bounded", func(t *testing.T) {
+		n := foreignNode(t, "")
+		scope := filepath.Join(cgrouptest.TempRoot(t), "system.slice", "slurmstepd.scope")
+		if err := os.MkdirAll(scope, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		before := inotifyWatches(t, n.cmd.Process.Pid)
+		ids := []string{"61", "62", "63"}
+		for _, id := range ids {
+			name := "0::" + strings.TrimPrefix(filepath.Join(scope, "job_"+id), cgrouptest.Mount(t))
+			if _, stderr, code := n.cli("job", "start", "--job", id, "--expiration", unixArg(time.Now().Add(time.Hour)), "--cgroup", name); code != 0 {
+				t.Fatalf("job start %s: exit %d %s", id, code, stderr)
+			}
+		}
+		if got := inotifyWatches(t, n.cmd.Process.Pid) - before; got != 1 {
+			t.Errorf("three jobs awaiting their cgroups in one directory hold %d more inotify watches, want 1", got)
+		}
+		for _, id := range ids {
+			if _, stderr, code := n.cli("job", "end", "--job", id); code != 0 {
+				t.Fatalf("job end %s: exit %d %s", id, code, stderr)
+			}
+		}
+		n.waitFor("all three released", 5*time.Second, func(st api.Status) bool {
+			return len(st.Jobs) == 3 && !slices.ContainsFunc(st.Jobs, func(j api.Job) bool { return j.Phase != api.PhaseReleased })
+		})
+		if got := inotifyWatches(t, n.cmd.Process.Pid); got != before {
+			t.Errorf("%d inotify watches after the jobs were released, %d before they were registered", got, before)
+		}
+	})
 	t.Run("not allowed", func(t *testing.T) {
 		n := startNode(t, nodeOpts{}) // the default allow-list: Slurm's cgroups only
 		cg := filepath.Join(cgrouptest.TempRoot(t), "system.slice", "job_53")
@@ -346,4 +390,27 @@ func TestAgentCrashWhileJobRuns(t *testing.T) {
 	if !strings.Contains(st.Reason, "job 6: no end reported") {
 		t.Fatalf("reason %q", st.Reason)
 	}
+}
+
+// inotifyWatches counts the inotify watches that process pid holds, over
+// all its inotify instances (/proc/PID/fdinfo).
+func inotifyWatches(t *testing.T, pid int) int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join(dir, fd.Name())); target != "anon_inode:inotify" {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += strings.Count(string(data), "inotify wd:")
+	}
+	return n
 }

@@ -357,6 +357,17 @@ func (w *watcher) collect(buf []byte) []*watchEntry {
 			for _, fw := range w.files {
 				addAll(fw.entries)
 			}
+			// A creation may be among the lost events: every pending
+			// watch looks again.
+			var pending []*pendingWatch
+			for _, dw := range w.dirs {
+				for pw := range dw.waiters {
+					pending = append(pending, pw)
+				}
+			}
+			for _, pw := range pending {
+				addAll(w.reawait(pw))
+			}
 		case mask&unix.IN_IGNORED != 0:
 			if _, ok := w.files[wd]; ok {
 				addAll(w.drop(wd))

@@ -222,4 +222,3 @@ func startIn(t *testing.T, dir string) *exec.Cmd {
 	}
 	return cmd
 }
-
