@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,6 +26,8 @@ import (
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
+
+	"golang.org/x/sys/unix"
 )
 
 var nodeagentBin string
@@ -568,34 +571,66 @@ func TestSystemdNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	msgs := make(chan string, 256)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, _, err := conn.ReadFromUnix(buf)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			for _, line := range strings.Split(string(buf[:n]), "\n") {
-				if line != "" {
-					msgs <- line
-				}
+	// The datagrams are read here, on the test goroutine, with deadlines:
+	// what the agent sent is in the socket's queue until then, so "nothing
+	// more" is a read that times out, not a guess about a reader's lag.
+	var seen []string
+	buf := make([]byte, 4096)
+	add := func(n int) {
+		for _, line := range strings.Split(string(buf[:n]), "\n") {
+			if line != "" {
+				seen = append(seen, line)
 			}
 		}
-	}()
-	var seen []string
+	}
+	// recv appends the lines of the next datagram to seen; false when none
+	// comes before deadline.
+	recv := func(deadline time.Time) bool {
+		t.Helper()
+		conn.SetReadDeadline(deadline)
+		n, _, err := conn.ReadFromUnix(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("read the notify socket: %v", err)
+		}
+		add(n)
+		return true
+	}
+	// queued appends the lines of a datagram already queued, without
+	// waiting; false when the queue is empty.
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() bool {
+		t.Helper()
+		var n int
+		var rerr error
+		if err := raw.Read(func(fd uintptr) bool {
+			n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if errors.Is(rerr, unix.EAGAIN) {
+			return false
+		}
+		if rerr != nil {
+			t.Fatalf("read the notify socket: %v", rerr)
+		}
+		add(n)
+		return true
+	}
 	// expect returns the first message since index from with the prefix,
 	// waiting for it at most within.
 	expect := func(from int, prefix string, within time.Duration) int {
 		t.Helper()
-		deadline := time.After(within)
+		deadline := time.Now().Add(within)
 		for i := from; ; i++ {
 			for i >= len(seen) {
-				select {
-				case m := <-msgs:
-					seen = append(seen, m)
-				case <-deadline:
+				if !recv(deadline) {
 					t.Fatalf("no %q from the agent within %v; got %q", prefix, within, seen[from:])
 				}
 			}
@@ -617,15 +652,14 @@ func TestSystemdNotify(t *testing.T) {
 	// A frozen main loop stops the pings: freeze the whole agent and see
 	// that nothing comes while it is stopped.
 	n.cmd.Process.Signal(syscall.SIGSTOP)
-	// Stopped: what it sent before is in the socket's queue.
+	// Stopped, it sends nothing more: what it sent before is in the
+	// socket's queue (a unix datagram is queued when send returns), read
+	// up to the queue's end.
 	testutil.Eventually(t, 5*time.Second, "the agent stopped", func() bool { return procState(n.cmd.Process.Pid) == "T" })
-	for len(msgs) > 0 {
-		seen = append(seen, <-msgs)
+	for queued() {
 	}
-	select {
-	case m := <-msgs:
-		t.Fatalf("message %q from a stopped agent", m)
-	case <-time.After(time.Second):
+	if from := len(seen); recv(time.Now().Add(time.Second)) {
+		t.Fatalf("message %q from a stopped agent", seen[from:])
 	}
 	n.cmd.Process.Signal(syscall.SIGCONT)
 	mark := expect(len(seen), "WATCHDOG=1", 2*time.Second)
