@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,32 +73,13 @@ func foreignNode(t *testing.T, extra string) *node {
 		teardown: fmt.Sprintf("foreign_cgroups = [%q, \"freezer:/gwtest-*\"]\n", filepath.Join(cgrouptest.Mount(t), "gwtest-*")) + extra})
 }
 
-// startIn starts argv as the exec system would start a job's task: then
-// moved into cg (a v2 or v1 cgroup the test plays the exec system for).
-func startIn(t *testing.T, cg string, argv ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	return cmd
-}
-
 // 2. An observed v2 cgroup that empties before E + G: released, no DOWN, no
 // signal. One that stays populated: DOWN at E + G naming its process.
 func TestJobCgroupV2(t *testing.T) {
 	t.Run("empties", func(t *testing.T) {
 		n := foreignNode(t, "")
 		cg := cgrouptest.TempRoot(t)
-		task := startIn(t, cg, "sleep", "1")
+		task := cgrouptest.StartIn(t, cg, "sleep", "1")
 		e := time.Now().Add(time.Second)
 		if _, stderr, code := n.cli("job", "start", "--job", "2", "--expiration", unixArg(e), "--cgroup", cg); code != 0 {
 			t.Fatalf("job start: %d %s", code, stderr)
@@ -123,7 +103,7 @@ func TestJobCgroupV2(t *testing.T) {
 		n := foreignNode(t, "")
 		fs := hangfs.Start(t)
 		cg := cgrouptest.TempRoot(t)
-		task := startIn(t, cg, "cat", fs.Path("hang"))
+		task := cgrouptest.StartIn(t, cg, "cat", fs.Path("hang"))
 		if err := fs.WaitHungReads(1); err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +188,7 @@ func TestJobCgroupV2CreatedLater(t *testing.T) {
 					created = time.Now()
 				}
 			}
-			task := startIn(t, dir, "sleep", "300")
+			task := cgrouptest.StartIn(t, dir, "sleep", "300")
 			n.waitFor("the job's task listed", 5*time.Second, func(st api.Status) bool {
 				return len(st.Jobs) == 1 && slices.Contains(st.Jobs[0].Processes, task.Process.Pid)
 			})

@@ -3,7 +3,6 @@ package cgroup_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -77,7 +76,7 @@ func TestWatchAwaitsCgroup(t *testing.T) {
 				t.Errorf("%d inotify watches on the created cgroup, want 2", got)
 			}
 
-			sleep := startIn(t, target)
+			sleep := cgrouptest.StartIn(t, target, "sleep", "300")
 			waitCalledUntil(t, calls, "populated", func() bool { pop, _ := cgroup.Populated(target); return pop })
 			if err := sleep.Process.Kill(); err != nil {
 				t.Fatal(err)
@@ -204,21 +203,4 @@ func waitCalledUntil(t *testing.T, calls chan time.Time, what string, cond func(
 			t.Fatalf("no callback after which the cgroup is %s", what)
 		}
 	}
-}
-
-// startIn starts sleep and moves it into the foreign cgroup dir, as an exec
-// system does with a job's task; it is killed and reaped at cleanup.
-func startIn(t *testing.T, dir string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command("sleep", "300")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -279,4 +280,25 @@ func destroyV1(dir string) error {
 // JoinV1 moves pid into the v1 cgroup dir (its cgroup.procs).
 func JoinV1(dir string, pid int) error {
 	return writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid))
+}
+
+// StartIn starts argv and then moves it into the cgroup at dir (a v2 or v1
+// cgroup: its cgroup.procs), as an exec system starts a job's task in a
+// cgroup the agent does not own. A t.Cleanup kills and reaps it. Call it
+// from the test goroutine.
+func StartIn(t testing.TB, dir string, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	return cmd
 }
