@@ -16,12 +16,15 @@ func TestPoll(t *testing.T) {
 	if Poll(50*time.Millisecond, func() bool { calls++; return false }) {
 		t.Fatal("Poll of a condition that never holds returned true")
 	}
-	if d := time.Since(start); d < 50*time.Millisecond || d > time.Second {
+	// At least its timeout; the upper bound only catches a Poll that
+	// ignores it (a loaded machine may deschedule the poller for long).
+	if d := time.Since(start); d < 50*time.Millisecond || d > 10*time.Second {
 		t.Errorf("Poll of a false condition took %v, want its 50 ms timeout", d)
 	}
 	// 1, 2, 4, 8, 16, 32 ms... and the last call after the deadline: a
-	// handful of calls, not one a millisecond.
-	if calls < 3 || calls > 12 {
+	// handful of calls, not one a millisecond. (At least the first and the
+	// last: a descheduled poller may make no other.)
+	if calls < 2 || calls > 12 {
 		t.Errorf("Poll called the condition %d times in 50 ms", calls)
 	}
 	// Called once more after the deadline.
