@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,6 +26,8 @@ import (
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
+
+	"golang.org/x/sys/unix"
 )
 
 var nodeagentBin string
@@ -134,18 +137,14 @@ func (n *node) start() {
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var err error
+	if !testutil.Poll(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := n.client.Status(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("agent did not answer within 10s: %v\nlogs:\n%s", err, n.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer cancel()
+		_, err = n.client.Status(ctx)
+		return err == nil
+	}) {
+		n.t.Fatalf("agent did not answer within 10s: %v\nlogs:\n%s", err, n.logs)
 	}
 }
 
@@ -189,17 +188,11 @@ func (n *node) status() api.Status {
 // waitFor polls the status (bounded) until cond holds.
 func (n *node) waitFor(what string, timeout time.Duration, cond func(api.Status) bool) api.Status {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st := n.status()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("timed out after %v waiting for %s; status: %+v\nlogs:\n%s", timeout, what, st, n.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var st api.Status
+	if !testutil.Poll(timeout, func() bool { st = n.status(); return cond(st) }) {
+		n.t.Fatalf("timed out after %v waiting for %s; status: %+v\nlogs:\n%s", timeout, what, st, n.logs)
 	}
+	return st
 }
 
 // cli runs the nodeagent CLI against this node.
@@ -269,14 +262,10 @@ func waitExit(t *testing.T, cmd *exec.Cmd, timeout time.Duration) int {
 	}
 }
 
+// alive reports whether pid runs (a zombie has exited).
 func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie has exited.
-	i := bytes.LastIndexByte(data, ')')
-	return i > 0 && len(data) > i+2 && data[i+2] != 'Z'
+	st := procState(pid)
+	return st != "" && st != "Z"
 }
 
 // 1. An epilogue that finishes within grace: teardown with free_at = D, then
@@ -326,7 +315,9 @@ func TestDaemonLeftBehind(t *testing.T) {
 		t.Fatalf("processes left in the job cgroups: %v %v", procs, err)
 	}
 	daemon := procs[0]
-	time.Sleep(500 * time.Millisecond)
+	// The agent reaped the epilogue before it answered the wrapper: its
+	// decision on the teardown is made. (Were it wrongly released, the
+	// DOWN below could not name the daemon either.)
 	if st := n.status(); st.State != api.StateTeardown {
 		t.Fatalf("state %s with the daemon alive, want teardown", st.State)
 	}
@@ -420,7 +411,8 @@ func TestUnkillableFUSE(t *testing.T) {
 				n.waitFor("up", 5*time.Second, func(st api.Status) bool { return st.State == api.StateUp })
 				return
 			}
-			time.Sleep(300 * time.Millisecond)
+			// The release and the auto-resume decision are one step of
+			// the supervisor: released, the latch is what it stays.
 			if st := n.status(); st.State != api.StateDown {
 				t.Fatalf("never: state %s, want down until resume", st.State)
 			}
@@ -514,8 +506,7 @@ func TestAgentCrashDuringTeardown(t *testing.T) {
 		return fi.Size()
 	}
 	before := size()
-	time.Sleep(700 * time.Millisecond)
-	if !alive(shell) || size() <= before {
+	if !testutil.Poll(5*time.Second, func() bool { return alive(shell) && size() > before }) {
 		t.Fatalf("epilogue %d died with the agent (alive %v, output %d → %d bytes)", shell, alive(shell), before, size())
 	}
 	n.start()
@@ -584,34 +575,66 @@ func TestSystemdNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	msgs := make(chan string, 256)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, _, err := conn.ReadFromUnix(buf)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			for _, line := range strings.Split(string(buf[:n]), "\n") {
-				if line != "" {
-					msgs <- line
-				}
+	// The datagrams are read here, on the test goroutine, with deadlines:
+	// what the agent sent is in the socket's queue until then, so "nothing
+	// more" is a read that times out, not a guess about a reader's lag.
+	var seen []string
+	buf := make([]byte, 4096)
+	add := func(n int) {
+		for _, line := range strings.Split(string(buf[:n]), "\n") {
+			if line != "" {
+				seen = append(seen, line)
 			}
 		}
-	}()
-	var seen []string
+	}
+	// recv appends the lines of the next datagram to seen; false when none
+	// comes before deadline.
+	recv := func(deadline time.Time) bool {
+		t.Helper()
+		conn.SetReadDeadline(deadline)
+		n, _, err := conn.ReadFromUnix(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("read the notify socket: %v", err)
+		}
+		add(n)
+		return true
+	}
+	// queued appends the lines of a datagram already queued, without
+	// waiting; false when the queue is empty.
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() bool {
+		t.Helper()
+		var n int
+		var rerr error
+		if err := raw.Read(func(fd uintptr) bool {
+			n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if errors.Is(rerr, unix.EAGAIN) {
+			return false
+		}
+		if rerr != nil {
+			t.Fatalf("read the notify socket: %v", rerr)
+		}
+		add(n)
+		return true
+	}
 	// expect returns the first message since index from with the prefix,
 	// waiting for it at most within.
 	expect := func(from int, prefix string, within time.Duration) int {
 		t.Helper()
-		deadline := time.After(within)
+		deadline := time.Now().Add(within)
 		for i := from; ; i++ {
 			for i >= len(seen) {
-				select {
-				case m := <-msgs:
-					seen = append(seen, m)
-				case <-deadline:
+				if !recv(deadline) {
 					t.Fatalf("no %q from the agent within %v; got %q", prefix, within, seen[from:])
 				}
 			}
@@ -633,14 +656,14 @@ func TestSystemdNotify(t *testing.T) {
 	// A frozen main loop stops the pings: freeze the whole agent and see
 	// that nothing comes while it is stopped.
 	n.cmd.Process.Signal(syscall.SIGSTOP)
-	time.Sleep(100 * time.Millisecond)
-	for len(msgs) > 0 {
-		seen = append(seen, <-msgs)
+	// Stopped, it sends nothing more: what it sent before is in the
+	// socket's queue (a unix datagram is queued when send returns), read
+	// up to the queue's end.
+	testutil.Eventually(t, 5*time.Second, "the agent stopped", func() bool { return procState(n.cmd.Process.Pid) == "T" })
+	for queued() {
 	}
-	select {
-	case m := <-msgs:
-		t.Fatalf("message %q from a stopped agent", m)
-	case <-time.After(time.Second):
+	if from := len(seen); recv(time.Now().Add(time.Second)) {
+		t.Fatalf("message %q from a stopped agent", seen[from:])
 	}
 	n.cmd.Process.Signal(syscall.SIGCONT)
 	mark := expect(len(seen), "WATCHDOG=1", 2*time.Second)
@@ -673,8 +696,14 @@ func TestAgentRestartDuringEpilog(t *testing.T) {
 	n.waitFor("teardown", 5*time.Second, func(st api.Status) bool { return st.State == api.StateTeardown })
 	stopAt := time.Now()
 	n.cmd.Process.Signal(syscall.SIGTERM)
-	time.Sleep(200 * time.Millisecond)
 	// No agent listens now (it drains): this wrapper waits for the next one.
+	testutil.Eventually(t, 5*time.Second, "the stopping agent refusing connections", func() bool {
+		c, err := net.Dial("unix", n.socket)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
 	late := n.epilog("302", "sh", "-c", "echo late; exit 0")
 	if code := waitExit(t, ep, 10*time.Second); code != 3 {
 		t.Fatalf("the wrapper of the epilogue running across the stop exited %d, want its status 3\nstdout %q stderr %q\nagent logs:\n%s",
@@ -701,4 +730,17 @@ func TestAgentRestartDuringEpilog(t *testing.T) {
 	if out := late.Stdout.(*bytes.Buffer).String(); !strings.Contains(out, "late") {
 		t.Fatalf("late wrapper output %q", out)
 	}
+}
+
+// procState is the state letter of /proc/PID/stat ("" when gone).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return ""
+	}
+	return string(b[i+2])
 }

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -61,7 +62,7 @@ func TestV1ReadsOnlyWhileObserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mgr.Close()
-	allow, _ := cgroup.ParseAllowList([]string{"freezer:/gwtest-*", "/sys/fs/cgroup/unified/gwtest-*"})
+	allow, _ := cgroup.ParseAllowList([]string{"freezer:/gwtest-*", filepath.Join(cgrouptest.Mount(t), "gwtest-*")})
 	sup, err := teardown.New(teardown.Options{Node: "n", StateDir: t.TempDir(), Cgroups: cgroups{mgr, allow},
 		Grace: time.Minute, KillWait: time.Second, UnkillableAfter: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

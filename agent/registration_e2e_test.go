@@ -5,7 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,26 +70,7 @@ func TestNoEndReportedByTheDeadline(t *testing.T) {
 // exec system's (foreign_cgroups).
 func foreignNode(t *testing.T, extra string) *node {
 	return startNode(t, nodeOpts{grace: "2s", killWait: "1s", unkillableAfter: "1s",
-		teardown: `foreign_cgroups = ["/sys/fs/cgroup/unified/gwtest-*", "freezer:/gwtest-*"]` + "\n" + extra})
-}
-
-// startIn starts argv as the exec system would start a job's task: then
-// moved into cg (a v2 or v1 cgroup the test plays the exec system for).
-func startIn(t *testing.T, cg string, argv ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	return cmd
+		teardown: fmt.Sprintf("foreign_cgroups = [%q, \"freezer:/gwtest-*\"]\n", filepath.Join(cgrouptest.Mount(t), "gwtest-*")) + extra})
 }
 
 // 2. An observed v2 cgroup that empties before E + G: released, no DOWN, no
@@ -98,7 +79,7 @@ func TestJobCgroupV2(t *testing.T) {
 	t.Run("empties", func(t *testing.T) {
 		n := foreignNode(t, "")
 		cg := cgrouptest.TempRoot(t)
-		task := startIn(t, cg, "sleep", "1")
+		task := cgrouptest.StartIn(t, cg, "sleep", "1")
 		e := time.Now().Add(time.Second)
 		if _, stderr, code := n.cli("job", "start", "--job", "2", "--expiration", unixArg(e), "--cgroup", cg); code != 0 {
 			t.Fatalf("job start: %d %s", code, stderr)
@@ -122,12 +103,12 @@ func TestJobCgroupV2(t *testing.T) {
 		n := foreignNode(t, "")
 		fs := hangfs.Start(t)
 		cg := cgrouptest.TempRoot(t)
-		task := startIn(t, cg, "cat", fs.Path("hang"))
+		task := cgrouptest.StartIn(t, cg, "cat", fs.Path("hang"))
 		if err := fs.WaitHungReads(1); err != nil {
 			t.Fatal(err)
 		}
 		e := time.Now().Add(time.Second)
-		if _, stderr, code := n.cli("job", "start", "--job", "41", "--expiration", unixArg(e), "--cgroup", "0::"+strings.TrimPrefix(cg, "/sys/fs/cgroup/unified")); code != 0 {
+		if _, stderr, code := n.cli("job", "start", "--job", "41", "--expiration", unixArg(e), "--cgroup", "0::"+strings.TrimPrefix(cg, cgrouptest.Mount(t))); code != 0 {
 			t.Fatalf("job start: %d %s", code, stderr)
 		}
 		d := e.Add(2 * time.Second)
@@ -161,6 +142,110 @@ func TestJobCgroupV2(t *testing.T) {
 		}
 		if st := n.status(); len(st.Jobs) != 0 {
 			t.Fatalf("refused registration left %+v", st.Jobs)
+		}
+	})
+}
+
+// 3b. On pure cgroup v2 an exec system creates the job's cgroup after the
+// registration: Slurm's cgroup/v2 plugin makes
+// system.slice/slurmstepd.scope/job_<id> when the first step starts, after
+// the Prolog that registers the job; Flux's sdexec starts the job shell as a
+// transient unit of the flux user's systemd, every level of whose cgroup may
+// be new. The registration is accepted (the allow-list still applies), the
+// agent observes the cgroup within a second of its creation (inotify on
+// the nearest existing ancestor, no polling), and its emptying ends the job.
+func TestJobCgroupV2CreatedLater(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		levels []string // to the job's cgroup, as registered
+		task   []string // below it, where the task runs
+	}{
+		// slurmstepd makes job_<id>, then the step's task cgroup in it.
+		{"slurm cgroup/v2", []string{"system.slice", "slurmstepd.scope", "job_52"}, []string{"step_0", "user", "task_0"}},
+		// The job shell is the unit's process (flux-core's bulk-exec names
+		// the unit <imp-shell|shell>-<rank>-<f58 id>.service).
+		{"flux sdexec", []string{"user.slice", "user-981.slice", "user@981.service", "app.slice", "imp-shell-0-f2wpPL3uC9.service"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := foreignNode(t, "")
+			base := cgrouptest.TempRoot(t)
+			cg := filepath.Join(append([]string{base}, tc.levels...)...)
+			name := "0::" + strings.TrimPrefix(cg, cgrouptest.Mount(t))
+			if _, stderr, code := n.cli("job", "start", "--job", "52", "--expiration", unixArg(time.Now().Add(time.Hour)), "--cgroup", name); code != 0 {
+				t.Fatalf("job start with a cgroup not created yet: exit %d %s", code, stderr)
+			}
+			if j := n.status().Jobs[0]; j.Phase != api.PhaseRunning || j.Foreign != cg || len(j.Processes) != 0 {
+				t.Fatalf("registered: %+v, want running, observing %s, no process", j, cg)
+			}
+			dir := base
+			var created time.Time
+			for i, l := range append(slices.Clone(tc.levels), tc.task...) {
+				dir = filepath.Join(dir, l)
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if i == len(tc.levels)-1 {
+					created = time.Now()
+				}
+			}
+			task := cgrouptest.StartIn(t, dir, "sleep", "300")
+			n.waitFor("the job's task listed", 5*time.Second, func(st api.Status) bool {
+				return len(st.Jobs) == 1 && slices.Contains(st.Jobs[0].Processes, task.Process.Pid)
+			})
+			if d := time.Since(created); d > time.Second {
+				t.Errorf("the job's cgroup observed %v after its creation, want within 1 s", d)
+			}
+			t.Logf("observed %v after the creation", time.Since(created).Round(time.Millisecond))
+			// Watched, not polled: the poll that stands in for a watch
+			// that cannot be made would also see it, within a second.
+			if strings.Contains(n.logs.String(), "cannot watch cgroup") {
+				t.Errorf("the agent polls the job's cgroup instead of watching it:\n%s", n.logs)
+			}
+			task.Process.Kill()
+			st := n.waitFor("released by its cgroup's emptying", 5*time.Second, func(st api.Status) bool { return st.Jobs[0].Phase == api.PhaseReleased })
+			if j := st.Jobs[0]; j.EndedBy != "cgroup" || j.Outcome != "clean" {
+				t.Fatalf("released: %+v, want ended by its cgroup, clean", j)
+			}
+		})
+	}
+	// Bounded: jobs whose cgroups wait in the same directory share one
+	// inotify watch (the registered jobs are capped), and a job released
+	// before its cgroup ever appeared leaves no watch behind.
+	t.Run("bounded", func(t *testing.T) {
+		n := foreignNode(t, "")
+		scope := filepath.Join(cgrouptest.TempRoot(t), "system.slice", "slurmstepd.scope")
+		if err := os.MkdirAll(scope, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		before := inotifyWatches(t, n.cmd.Process.Pid)
+		ids := []string{"61", "62", "63"}
+		for _, id := range ids {
+			name := "0::" + strings.TrimPrefix(filepath.Join(scope, "job_"+id), cgrouptest.Mount(t))
+			if _, stderr, code := n.cli("job", "start", "--job", id, "--expiration", unixArg(time.Now().Add(time.Hour)), "--cgroup", name); code != 0 {
+				t.Fatalf("job start %s: exit %d %s", id, code, stderr)
+			}
+		}
+		if got := inotifyWatches(t, n.cmd.Process.Pid) - before; got != 1 {
+			t.Errorf("three jobs awaiting their cgroups in one directory hold %d more inotify watches, want 1", got)
+		}
+		for _, id := range ids {
+			if _, stderr, code := n.cli("job", "end", "--job", id); code != 0 {
+				t.Fatalf("job end %s: exit %d %s", id, code, stderr)
+			}
+		}
+		n.waitFor("all three released", 5*time.Second, func(st api.Status) bool {
+			return len(st.Jobs) == 3 && !slices.ContainsFunc(st.Jobs, func(j api.Job) bool { return j.Phase != api.PhaseReleased })
+		})
+		if got := inotifyWatches(t, n.cmd.Process.Pid); got != before {
+			t.Errorf("%d inotify watches after the jobs were released, %d before they were registered", got, before)
+		}
+	})
+	t.Run("not allowed", func(t *testing.T) {
+		n := startNode(t, nodeOpts{}) // the default allow-list: Slurm's cgroups only
+		cg := filepath.Join(cgrouptest.TempRoot(t), "system.slice", "job_53")
+		_, stderr, code := n.cli("job", "start", "--job", "53", "--expiration", "0", "--cgroup", cg)
+		if code != 1 || !strings.Contains(stderr, "not in the allow-list") {
+			t.Fatalf("exit %d stderr %q; want a refusal naming the allow-list", code, stderr)
 		}
 	})
 }
@@ -285,4 +370,27 @@ func TestAgentCrashWhileJobRuns(t *testing.T) {
 	if !strings.Contains(st.Reason, "job 6: no end reported") {
 		t.Fatalf("reason %q", st.Reason)
 	}
+}
+
+// inotifyWatches counts the inotify watches that process pid holds, over
+// all its inotify instances (/proc/PID/fdinfo).
+func inotifyWatches(t *testing.T, pid int) int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join(dir, fd.Name())); target != "anon_inode:inotify" {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += strings.Count(string(data), "inotify wd:")
+	}
+	return n
 }

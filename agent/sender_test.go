@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -65,7 +66,7 @@ func (f *fakeSends) send(ctx context.Context, node string, u *gwpb.StateUpdate) 
 func (f *fakeSends) call(t *testing.T, i int) *fakeCall {
 	t.Helper()
 	var c *fakeCall
-	waitUntil(t, fmt.Sprintf("send call %d", i), func() bool {
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("send call %d", i), func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if len(f.calls) > i {
@@ -95,22 +96,11 @@ func (f *fakeSends) seqs() []uint64 {
 // waitDelivered waits (bounded) until node got seq.
 func (f *fakeSends) waitDelivered(t *testing.T, node string, seq uint64) {
 	t.Helper()
-	waitUntil(t, fmt.Sprintf("seq %d delivered to %s", seq, node), func() bool {
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("seq %d delivered to %s", seq, node), func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return slices.Contains(f.delivered[node], seq)
 	})
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 10 s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func stateUpdate(seq uint64) *gwpb.StateUpdate {
@@ -133,7 +123,7 @@ func newTestSender(t *testing.T) (*stateSender, *fakeSends, *clock.Fake, context
 // armed.
 func settled(t *testing.T, s *stateSender, clk *clock.Fake) {
 	t.Helper()
-	waitUntil(t, "no attempt in flight", func() bool {
+	testutil.Eventually(t, 10*time.Second, "no attempt in flight", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, tg := range s.targets {
@@ -205,7 +195,7 @@ func TestStateSenderStartsAFreshAttemptWhileOneHangs(t *testing.T) {
 	}
 	fresh.answer <- nil
 	f.waitDelivered(t, "agg", 3)
-	waitUntil(t, "the retry disarmed", func() bool { return clk.Pending() == 0 })
+	testutil.Eventually(t, 10*time.Second, "the retry disarmed", func() bool { return clk.Pending() == 0 })
 	hung.answer <- errors.New("i/o timeout")
 	settled(t, s, clk)
 }
@@ -252,7 +242,7 @@ func TestStateSenderStopsForMembersThatAreGone(t *testing.T) {
 		}
 	}
 	// agg-2 left the member list before its retry.
-	waitUntil(t, "both attempts returned", func() bool { return f.numCalls() == 2 && f.inFlightNow() == 0 })
+	testutil.Eventually(t, 10*time.Second, "both attempts returned", func() bool { return f.numCalls() == 2 && f.inFlightNow() == 0 })
 	s.publish(stateUpdate(2), []string{"agg-3"})
 	f.call(t, 2).answer <- nil
 	f.waitDelivered(t, "agg-3", 2)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -275,15 +276,10 @@ func TestWatchStalledClient(t *testing.T) {
 	waitFor(t, "the stalled watcher dropped", func() bool { return h.svc.numSubscribers() == 1 })
 }
 
+// waitFor is testutil.Eventually with this package's timeout.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, testTimeout, what, cond)
 }
 
 func TestWatchRejectsQuery(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // TestCluster runs one mesh of two aggregators and three agents on loopback
@@ -225,14 +227,20 @@ func TestGossipNeedsKeyAndLabel(t *testing.T) {
 	}
 	key := c.keyfile
 	c.keyfile = otherKey
-	c.addAgent("wrongkey")
+	wrongKey := c.addAgent("wrongkey")
 	c.keyfile = key
 	label := c.label
 	c.label = "another-cluster"
-	c.addAgent("wronglabel")
+	wrongLabel := c.addAgent("wronglabel")
 	c.label = label
 
-	time.Sleep(4 * time.Second)
+	// Not a window of time that passes as well when they never started:
+	// each has tried to join the aggregator and been refused.
+	for _, a := range []*agent{wrongKey, wrongLabel} {
+		testutil.Eventually(t, 20*time.Second, a.node+" refused by the seed", func() bool {
+			return a.running() && strings.Contains(a.logs.String(), "cannot join any seed")
+		})
+	}
 	for _, name := range []string{"wrongkey", "wronglabel"} {
 		if n, ok := agg.node(t, name); ok {
 			t.Fatalf("%s joined the mesh: %+v", name, n)
@@ -257,9 +265,16 @@ func TestLateAggregatorKnowsGoneNodes(t *testing.T) {
 	}
 	n2.crash()
 	gone := agg1.waitNode(t, "n2", "unreachable", 20*time.Second, func(n node) bool { return n.State == "unreachable" })
-	// Past GossipToTheDeadTime and the next probe round, by which time no
-	// member's memberlist lists n2 any more.
-	time.Sleep(40 * time.Second)
+	// A member that joins later learns from memberlist's push-pull only of
+	// members its peers hold alive: a dead or suspect member it has never
+	// seen is ignored (memberlist's mergeState). So once every live member
+	// holds n2 dead (agg-1 serves it unreachable; n1 logs it gone), agg-2
+	// can learn of n2 only from agg-1's handover, whether or not
+	// GossipToTheDeadTime has passed.
+	n1 := c.agents[0]
+	testutil.Eventually(t, 20*time.Second, "n1 holding n2 dead", func() bool {
+		return logged(n1.proc, `"msg":"member gone"`, `"node":"n2"`, `"status":"dead"`)
+	})
 
 	agg2 := c.addAggregator("agg-2")
 	start := time.Now()
@@ -304,4 +319,18 @@ func TestLateAggregatorKnowsGoneNodes(t *testing.T) {
 		"--url", agg1.url, "--token-file", filepath.Join(c.dir, "token")); err == nil || !strings.Contains(out, "409") && !strings.Contains(out, "alive") {
 		t.Fatalf("forget of a live node: %v\n%s", err, out)
 	}
+}
+
+// logged reports whether one line of p's log holds every part.
+func logged(p *proc, parts ...string) bool {
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		all := true
+		for _, part := range parts {
+			all = all && strings.Contains(line, part)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }

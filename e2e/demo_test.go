@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -36,6 +37,19 @@ func TestDemoCleansUpOnSignals(t *testing.T) {
 	script, err := filepath.Abs(filepath.Join("..", "scripts", "demo.sh"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// bash cannot trap a signal that was ignored when it started (POSIX:
+	// it stays ignored), and the demo inherits this process's ignored
+	// signals: run under nohup, or in the background of a script (which
+	// ignores SIGINT), the test would send signals the demo never sees.
+	// A Go handler is reset to the default action in a child: catch them
+	// here meanwhile.
+	for _, sig := range []os.Signal{syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM} {
+		if signal.Ignored(sig) {
+			c := make(chan os.Signal, 1)
+			signal.Notify(c, sig)
+			defer signal.Stop(c)
+		}
 	}
 	const hold, hang = "Press Ctrl-C to stop", "== jobs 1001"
 	tests := []struct {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -140,12 +141,40 @@ func (p *proc) crash() {
 
 func (p *proc) dumpIfFailed() {
 	if p.t.Failed() {
-		logs := p.logs.String()
-		if len(logs) > 20000 {
-			logs = "...\n" + logs[len(logs)-20000:]
-		}
-		p.t.Logf("=== logs of %s:\n%s", p.name, logs)
+		p.t.Logf("=== logs of %s:\n%s", p.name, trimLog(p.logs.String(), strings.HasPrefix(p.name, "agg")))
 	}
+}
+
+// memberlistNoise are log lines of every member about every other: the
+// first to go when a failed test's log is trimmed.
+var memberlistNoise = []string{`"msg":"member joined"`, `"msg":"member gone"`, `push/pull sync`, `"msg":"Stream connection`}
+
+// trimLog keeps the end of a process's log for a failed test's output: up
+// to 20 kB of an agent's, 200 kB of an aggregator's (what it decided about
+// every node is what a failure of a large cluster test is read from), the
+// mesh's membership lines dropped first.
+func trimLog(logs string, aggregator bool) string {
+	limit := 20000
+	if aggregator {
+		limit = 200000
+	}
+	if len(logs) <= limit {
+		return logs
+	}
+	var kept []string
+	dropped := 0
+	for _, line := range strings.Split(logs, "\n") {
+		if slices.ContainsFunc(memberlistNoise, func(n string) bool { return strings.Contains(line, n) }) {
+			dropped++
+			continue
+		}
+		kept = append(kept, line)
+	}
+	logs = strings.Join(kept, "\n")
+	if len(logs) > limit {
+		logs = "...\n" + logs[len(logs)-limit:]
+	}
+	return fmt.Sprintf("(%d membership lines left out)\n%s", dropped, logs)
 }
 
 // cluster is a mesh of aggregators and agents on loopback.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // TestIncidents is issue 16's proof with real parts: 30 node agents and an
@@ -301,14 +302,8 @@ func actionLines(t testing.TB, path, prefix string) []string {
 	return slices.Clip(out)
 }
 
-// waitFor polls cond (bounded by timeout) every 100 ms.
+// waitFor is testutil.Eventually.
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, cond)
 }

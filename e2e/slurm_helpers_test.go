@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
 )
@@ -251,8 +252,11 @@ func (s *slurmSite) start(cfg slurmConfig) {
 	t := s.t
 	t.Helper()
 	if cfg.Cgroup {
-		// Slurm reads cgroup.conf beside slurm.conf.
-		text := "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nCgroupMountpoint=/sys/fs/cgroup\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n"
+		// Slurm reads cgroup.conf beside slurm.conf. Its cgroup/v1 plugin
+		// needs the v1 freezer hierarchy: skipped with that reason (failed
+		// in CI) on a pure cgroup v2 host.
+		root := filepath.Dir(cgrouptest.V1Mount(t, "freezer"))
+		text := "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nCgroupMountpoint=" + root + "\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n"
 		if err := os.WriteFile(s.path("cgroup.conf"), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // A job's own task hung at its time limit (issue 9): Slurm's proctrack/
@@ -22,8 +23,8 @@ import (
 // (up to 30 s to slurmctld's time-limit check + 5 s: the task has SIGKILL
 // pending at D), shorter than its UnkillableStepTimeout of 60 s after that
 // (Slurm's "Kill task failed" comes later).
-// aggReasonWait is longer than the aggregator's ReasonEvery (5 s) plus an
-// actuator run: a reason update that was going to happen has happened.
+// aggReasonWait bounds the wait for an on=reason actuator run: the
+// aggregator's ReasonEvery (5 s) plus an actuator run.
 const aggReasonWait = 7 * time.Second
 
 const (
@@ -246,7 +247,11 @@ func TestSlurmJobOverdue(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.agg.waitNode(t, s.host, "its reason saying gone", 30*time.Second, func(n node) bool { return strings.Contains(n.Reason, "; gone since ") })
-	time.Sleep(aggReasonWait)
+	// The on=reason actuator has run with that reason (it ran to its end:
+	// the aggregator logs a run once its command has exited).
+	testutil.Eventually(t, aggReasonWait+5*time.Second, "the on=reason actuator run with the reason saying gone", func() bool {
+		return logged(j.agg.proc, `"msg":"actuator ran"`, `"transition":"reason"`, "; gone since ")
+	})
 	if state, reason, err := s.node(); err != nil || !strings.HasPrefix(state, "drain") || reason != admin {
 		t.Fatalf("after gracewatch's reason changed Slurm has %q %q (%v), want the administrator's drain", state, reason, err)
 	}
@@ -258,9 +263,10 @@ func TestSlurmJobOverdue(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// gracewatch's resume leaves the administrator's drain too.
+	ups := actuatorRuns(j.agg, "up")
 	aggregatorCLI(t, j.c, j.agg, "resume", s.host, "--reason", "FUSE server restarted")
 	j.agg.waitNode(t, s.host, "up", 10*time.Second, func(n node) bool { return n.State == "up" })
-	time.Sleep(time.Second)
+	waitActuatorRuns(t, j.agg, "up", ups+1, 10*time.Second)
 	if state, reason, err := s.node(); err != nil || !strings.HasPrefix(state, "drain") || reason != admin {
 		t.Fatalf("after gracewatch's resume Slurm has %q %q (%v), want the administrator's drain", state, reason, err)
 	}

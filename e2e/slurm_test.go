@@ -160,8 +160,8 @@ func TestSlurm(t *testing.T) {
 		}
 		aggregatorCLI(t, c, agg, "resume", host, "--reason", "maintenance done")
 		agg.waitNode(t, host, "up", 10*time.Second, func(n node) bool { return n.State == "up" })
+		// Logged once the command has exited: Slurm's state is final.
 		waitActuatorRuns(t, agg, "up", ups+1, 10*time.Second)
-		time.Sleep(time.Second)
 		if state, reason, err := s.node(); err != nil || !adminDrained(state, reason) {
 			t.Fatalf("after gracewatch's resume Slurm has %q %q (%v), want the admin's drain", state, reason, err)
 		}
@@ -183,8 +183,8 @@ func TestSlurm(t *testing.T) {
 		s.waitNode("drained by the admin", 5*time.Second, adminDrained)
 		ups := actuatorRuns(agg, "up")
 		aggregatorCLI(t, c, agg, "resume", host, "--reason", "node checked")
+		// Logged once the command has exited: Slurm's state is final.
 		waitActuatorRuns(t, agg, "up", ups+1, 10*time.Second)
-		time.Sleep(time.Second)
 		if state, reason, err := s.node(); err != nil || !adminDrained(state, reason) {
 			t.Fatalf("after gracewatch's resume Slurm has %q %q (%v), want the admin's drain", state, reason, err)
 		}

@@ -167,18 +167,11 @@ func joining(seeds ...string) func(*Options) {
 	return func(o *Options) { o.Config.Join = seeds }
 }
 
-// waitFor polls cond every 10 ms until it holds, failing the test after
-// limit. It returns how long it took.
+// waitFor is testutil.Eventually: cond polled until it holds, the test
+// failed after limit. It returns how long it took.
 func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	begin := time.Now()
-	for !cond() {
-		if time.Since(begin) > limit {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(begin)
+	return testutil.Eventually(t, limit, what, cond)
 }
 
 // never fails the test if cond holds at any poll during d.

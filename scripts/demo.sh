@@ -22,6 +22,10 @@
 # process that does not end is reported, never waited for. e2e/demo_test.go
 # checks it.
 #
+# A signal that was ignored when the demo started (nohup ignores SIGHUP, a
+# script's background job SIGINT) cannot be trapped by bash: it stays
+# ignored, and does not stop the demo.
+#
 # DEMO_HOLD=1 (the default when standard input is a terminal) keeps the
 # cluster running for you to explore until Ctrl-C; DEMO_HOLD=0 (the default
 # without a terminal, as in CI or a pipe) stops after the diagnosis.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 func TestListen(t *testing.T) {
@@ -30,9 +32,7 @@ func TestListen(t *testing.T) {
 		}
 	})
 	t.Run("group by name", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("chgrp to another group needs root")
-		}
+		testutil.Require(t, os.Geteuid() == 0, "chgrp to another group needs root")
 		socket := filepath.Join(shortTempDir(t), "agent.sock")
 		l, err := Listen(socket, "root")
 		if err != nil {

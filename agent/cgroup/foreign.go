@@ -149,10 +149,13 @@ func (m *Manager) V1Mounts() []V1Mount { return slices.Clone(m.v1) }
 //     hierarchy;
 //   - a path relative to the cgroup2 mount.
 //
-// A v2 cgroup must exist (have a cgroup.events). A v1 cgroup may not exist
-// yet: exec systems create it when the job's first step starts, which can
-// be after the job is registered. The hierarchy root itself is refused. It
-// only reads and is safe for concurrent use.
+// A cgroup may not exist yet, v2 as v1: exec systems create it when the
+// job's first step starts, which can be after the job is registered
+// (Slurm's cgroup/v1 and cgroup/v2 plugins alike). A v2 cgroup that exists
+// must be one (have a cgroup.events); one that does not must lie below an
+// existing cgroup directory, not a file (Watch awaits it there). The
+// hierarchy root itself is refused. It only reads and is safe for
+// concurrent use.
 func (m *Manager) ResolveForeign(spec string) (Foreign, error) {
 	s := strings.TrimSpace(spec)
 	if s == "" {
@@ -208,11 +211,39 @@ func (m *Manager) ResolveForeign(spec string) (Foreign, error) {
 		return Foreign{}, fmt.Errorf("resolve cgroup %s: refusing the root of the hierarchy", spec)
 	}
 	if !f.V1() {
-		if _, err := os.Stat(filepath.Join(f.Path, "cgroup.events")); err != nil {
+		if err := m.checkV2(f.Path); err != nil {
 			return Foreign{}, fmt.Errorf("resolve cgroup %s: %w", spec, err)
 		}
 	}
 	return f, nil
+}
+
+// checkV2 accepts the v2 cgroup at p when it exists (has a cgroup.events)
+// or when its nearest existing ancestor is a directory: a cgroup yet to be
+// created there.
+func (m *Manager) checkV2(p string) error {
+	_, err := os.Stat(filepath.Join(p, "cgroup.events"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if _, serr := os.Stat(p); !errors.Is(serr, fs.ErrNotExist) {
+		return err // there, but no cgroup (or unreadable)
+	}
+	a := filepath.Dir(p)
+	for ; a != m.mount; a = filepath.Dir(a) {
+		st, serr := os.Stat(a)
+		if errors.Is(serr, fs.ErrNotExist) {
+			continue
+		}
+		if serr != nil {
+			return serr
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("%s is not a cgroup, so nothing can be created below it", a)
+		}
+		break
+	}
+	return nil
 }
 
 func (m *Manager) v1Names() string {

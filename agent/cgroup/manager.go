@@ -209,7 +209,7 @@ func New(opts Options) (*Manager, error) {
 		}
 	}
 
-	w, err := newWatcher(log)
+	w, err := newWatcher(log, mount)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -23,7 +25,16 @@ import (
 // file (ReadEvents). Changes before Watch returns are not replayed, so read
 // the file once after Watch (and add the watch before starting processes).
 // Several Watch calls on one path each get their callbacks, in registration
-// order. When the cgroup is removed (rmdir), fn is called one last time and
+// order.
+//
+// A cgroup below the cgroup2 mount that does not exist yet is awaited
+// (exec systems create a job's cgroup when its first step starts, after the
+// job is registered): the manager watches the nearest existing ancestor
+// directory for IN_CREATE, moves down as the levels appear, and once the
+// cgroup exists watches it as any other and calls fn, without polling. A
+// cgroup awaited holds one inotify watch at a time (on the directory it
+// waits in, shared with other watches of that directory); cancel removes
+// it. When the cgroup is removed (rmdir), fn is called one last time and
 // the watch ends (cgroupfs sends nothing on the removed file itself, so the
 // manager also watches the parent directory for IN_DELETE; an IN_IGNORED on
 // the file does the same). On an inotify queue overflow every callback is
@@ -61,7 +72,8 @@ type watcher struct {
 	mu     sync.Mutex
 	closed bool
 	files  map[int32]*fileWatch // by wd of cgroup.events
-	dirs   map[int32]*dirWatch  // by wd of a watched cgroup's parent directory
+	dirs   map[int32]*dirWatch  // by wd of a watched cgroup's parent, or of a directory a pending watch waits in
+	mount  string               // the cgroup2 mount: pending watches wait below it
 
 	closeOnce sync.Once
 	closeErr  error
@@ -75,18 +87,28 @@ type fileWatch struct {
 	entries []*watchEntry
 }
 
-// dirWatch is the watch of a parent directory: its watched children by name.
+// dirWatch is the watch of a directory (mask dirMask): its watched children
+// by name, whose removal it tells, and the pending watches waiting in it for
+// their next level to be created.
 type dirWatch struct {
+	path     string
 	children map[string]int32
+	waiters  map[*pendingWatch]bool
 }
+
+// dirMask is the mask of every directory watch: one inode has one wd, and a
+// second inotify_add_watch would replace the first one's mask.
+const dirMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_ONLYDIR
 
 type watchEntry struct {
 	fn       func()
-	canceled atomic.Bool // set by cancel; read by the watcher goroutine
-	dropped  bool        // the watch ended (cgroup removed); guarded by mu
+	canceled atomic.Bool   // set by cancel; read by the watcher goroutine
+	dropped  bool          // the watch ended (cgroup removed); guarded by mu
+	wd       int32         // its file watch, once the cgroup exists; guarded by mu
+	pending  *pendingWatch // while the cgroup does not exist; guarded by mu
 }
 
-func newWatcher(log *slog.Logger) (*watcher, error) {
+func newWatcher(log *slog.Logger, mount string) (*watcher, error) {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("inotify_init1: %w", err)
@@ -95,6 +117,7 @@ func newWatcher(log *slog.Logger) (*watcher, error) {
 	// so Read parks the goroutine and Close wakes it with os.ErrClosed.
 	w := &watcher{
 		log:   log,
+		mount: mount,
 		file:  os.NewFile(uintptr(fd), "inotify"),
 		fd:    fd,
 		done:  make(chan struct{}),
@@ -112,22 +135,44 @@ func (w *watcher) add(dir string, fn func()) (func(), error) {
 	if w.closed {
 		return nil, fmt.Errorf("watch %s: %w", file, ErrClosed)
 	}
+	e := &watchEntry{fn: fn}
+	err := w.addFile(dir, e)
+	if errors.Is(err, unix.ENOENT) && within(dir, w.mount) && dir != w.mount {
+		pw := &pendingWatch{dir: dir, entries: []*watchEntry{e}}
+		e.pending = pw
+		var ready bool
+		if ready, err = w.await(pw); err == nil && ready {
+			// Created meanwhile: the caller reads it after Watch returns.
+			err = w.settle(pw)
+		}
+	}
+	if err != nil {
+		w.forget(e)
+		return nil, err
+	}
+	return func() { w.cancel(e) }, nil
+}
+
+// addFile adds e to the file watch of dir's cgroup.events, made if needed.
+// Called under mu; the error wraps ENOENT when the cgroup does not exist.
+func (w *watcher) addFile(dir string, e *watchEntry) error {
+	file := filepath.Join(dir, "cgroup.events")
 	// The same inode gives the same wd: the entries are kept per wd.
 	wd, err := unix.InotifyAddWatch(w.fd, file, unix.IN_MODIFY)
 	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", file, err)
+		return fmt.Errorf("watch %s: %w", file, err)
 	}
 	fw := w.files[int32(wd)]
 	if fw == nil {
 		fw, err = w.newFileWatch(int32(wd), dir, file)
 		if err != nil {
 			w.rmWatch(int32(wd))
-			return nil, err
+			return err
 		}
 	}
-	e := &watchEntry{fn: fn}
+	e.wd, e.pending = int32(wd), nil
 	fw.entries = append(fw.entries, e)
-	return func() { w.cancel(int32(wd), e) }, nil
+	return nil
 }
 
 // newFileWatch registers the file watch wd and the watch of its parent.
@@ -137,29 +182,67 @@ func (w *watcher) newFileWatch(wd int32, dir, file string) (*fileWatch, error) {
 		return nil, fmt.Errorf("watch %s: %w", file, err)
 	}
 	parent := filepath.Dir(dir)
-	pwd, err := unix.InotifyAddWatch(w.fd, parent, unix.IN_DELETE|unix.IN_ONLYDIR)
+	pwd, dw, err := w.watchDir(parent)
 	if err != nil {
 		return nil, fmt.Errorf("watch %s for removals: %w", parent, err)
-	}
-	dw := w.dirs[int32(pwd)]
-	if dw == nil {
-		dw = &dirWatch{children: make(map[string]int32)}
-		w.dirs[int32(pwd)] = dw
 	}
 	// A stale wd under the same name (a removed cgroup whose IN_DELETE is
 	// still queued) is replaced: the inode check in collect sorts them out.
 	dw.children[filepath.Base(dir)] = wd
-	fw := &fileWatch{dir: dir, ino: st.Ino, parent: int32(pwd)}
+	fw := &fileWatch{dir: dir, ino: st.Ino, parent: pwd}
 	w.files[wd] = fw
 	return fw, nil
 }
 
-func (w *watcher) cancel(wd int32, e *watchEntry) {
+// watchDir adds (or finds) the watch of directory dir. Called under mu.
+func (w *watcher) watchDir(dir string) (int32, *dirWatch, error) {
+	wd, err := unix.InotifyAddWatch(w.fd, dir, dirMask)
+	if err != nil {
+		return 0, nil, err
+	}
+	dw := w.dirs[int32(wd)]
+	if dw == nil {
+		dw = &dirWatch{path: dir, children: make(map[string]int32), waiters: make(map[*pendingWatch]bool)}
+		w.dirs[int32(wd)] = dw
+	}
+	return int32(wd), dw, nil
+}
+
+// unwatchDir removes directory watch wd once nothing uses it. Called under
+// mu.
+func (w *watcher) unwatchDir(wd int32) {
+	if dw := w.dirs[wd]; dw != nil && len(dw.children) == 0 && len(dw.waiters) == 0 {
+		delete(w.dirs, wd)
+		w.rmWatch(wd)
+	}
+}
+
+func (w *watcher) cancel(e *watchEntry) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if e.canceled.Swap(true) || w.closed || e.dropped {
 		return
 	}
+	w.forget(e)
+}
+
+// forget removes e from its file watch or pending watch, and the inotify
+// watches nothing uses any more. Called under mu.
+func (w *watcher) forget(e *watchEntry) {
+	if pw := e.pending; pw != nil {
+		e.pending = nil
+		pw.entries = slices.DeleteFunc(pw.entries, func(x *watchEntry) bool { return x == e })
+		if len(pw.entries) == 0 {
+			w.leave(pw)
+		}
+		return
+	}
+	w.forgetFile(e)
+}
+
+// forgetFile removes e from its file watch. Called under mu.
+func (w *watcher) forgetFile(e *watchEntry) {
+	wd := e.wd
 	fw := w.files[wd]
 	if fw == nil {
 		return
@@ -189,10 +272,7 @@ func (w *watcher) drop(wd int32) []*watchEntry {
 		if dw.children[name] == wd {
 			delete(dw.children, name)
 		}
-		if len(dw.children) == 0 {
-			delete(w.dirs, fw.parent)
-			w.rmWatch(fw.parent)
-		}
+		w.unwatchDir(fw.parent)
 	}
 	for _, e := range fw.entries {
 		e.dropped = true
@@ -277,11 +357,34 @@ func (w *watcher) collect(buf []byte) []*watchEntry {
 			for _, fw := range w.files {
 				addAll(fw.entries)
 			}
+			// A creation may be among the lost events: every pending
+			// watch looks again.
+			var pending []*pendingWatch
+			for _, dw := range w.dirs {
+				for pw := range dw.waiters {
+					pending = append(pending, pw)
+				}
+			}
+			for _, pw := range pending {
+				addAll(w.reawait(pw))
+			}
 		case mask&unix.IN_IGNORED != 0:
 			if _, ok := w.files[wd]; ok {
 				addAll(w.drop(wd))
-			} else {
-				delete(w.dirs, wd) // the parent went (unmount): no removal events
+			} else if dw := w.dirs[wd]; dw != nil {
+				delete(w.dirs, wd) // the directory went (unmount): no removal events
+				// Its waiters wait higher up, or their cgroup is there.
+				for pw := range dw.waiters {
+					addAll(w.reawait(pw))
+				}
+			}
+		case mask&unix.IN_CREATE != 0:
+			if dw := w.dirs[wd]; dw != nil {
+				for pw := range dw.waiters {
+					if next, _, _ := strings.Cut(strings.TrimPrefix(pw.dir, dw.path+"/"), "/"); next == string(name) {
+						addAll(w.reawait(pw))
+					}
+				}
 			}
 		case mask&unix.IN_MODIFY != 0:
 			if fw := w.files[wd]; fw != nil {

@@ -163,17 +163,6 @@ func (p *proc) waitExit(d time.Duration) bool {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func taskFile(pid, tid int, name string) string {
 	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/%s", pid, tid, name))
 	return string(data)
@@ -244,7 +233,7 @@ func TestRealFuseAbortAsPrinted(t *testing.T) {
 	if err := cat.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "cat in D after SIGKILL", func() bool { return taskState(pid, pid) == "D" })
+	testutil.Eventually(t, 10*time.Second, "cat in D after SIGKILL", func() bool { return taskState(pid, pid) == "D" })
 	kill := time.Now()
 	r := realSnapshotter(t).Snapshot(context.Background(), Request{
 		Job: "44", Grace: time.Second, Stage: StageAfterEscalation, Timeline: Timeline{Kill: &kill},
@@ -292,13 +281,13 @@ func TestRealUnkillable(t *testing.T) {
 	if err := srv.WaitHungReads(1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "cat blocked in request_wait_answer", func() bool {
+	testutil.Eventually(t, 10*time.Second, "cat blocked in request_wait_answer", func() bool {
 		return strings.Contains(taskFile(pid, pid, "stack"), "request_wait_answer")
 	})
 	if err := cat.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "cat in D after SIGKILL", func() bool { return taskState(pid, pid) == "D" })
+	testutil.Eventually(t, 10*time.Second, "cat in D after SIGKILL", func() bool { return taskState(pid, pid) == "D" })
 
 	s := realSnapshotter(t)
 	kill := time.Now()
@@ -364,7 +353,7 @@ func TestRealUnkillable(t *testing.T) {
 	if !cat.waitExit(10 * time.Second) {
 		t.Fatalf("cat pid %d still there 10s after the server stopped", pid)
 	}
-	waitFor(t, "populated 0", func() bool {
+	testutil.Eventually(t, 10*time.Second, "populated 0", func() bool {
 		ev, err := cgroup.ReadEvents(cg)
 		return err == nil && !ev.Populated
 	})
@@ -378,7 +367,7 @@ func TestRealMissedSleep(t *testing.T) {
 	cg := newCgroup(t)
 	sl := start(t, cg, nil, "sleep", "1000")
 	pid := sl.pid()
-	waitFor(t, "sleep in S", func() bool { return taskState(pid, pid) == "S" })
+	testutil.Eventually(t, 10*time.Second, "sleep in S", func() bool { return taskState(pid, pid) == "S" })
 
 	r := realSnapshotter(t).Snapshot(context.Background(), Request{
 		Job: "43", Grace: time.Second, Stage: StageAfterEscalation,
@@ -406,7 +395,7 @@ func TestRealZombie(t *testing.T) {
 	cg := newCgroup(t)
 	z := start(t, cg, nil, "true")
 	pid := z.pid()
-	waitFor(t, "an unreaped zombie", func() bool { return taskState(pid, pid) == "Z" })
+	testutil.Eventually(t, 10*time.Second, "an unreaped zombie", func() bool { return taskState(pid, pid) == "Z" })
 	// A zombie has left its cgroup: only req.PIDs brings it into the report.
 	if pids, err := cgroup.Procs(cg); err != nil || len(pids) != 0 {
 		t.Errorf("cgroup.procs with a zombie = %v, %v; want empty", pids, err)
@@ -437,7 +426,7 @@ func TestRealZombieLeader(t *testing.T) {
 	cg := newCgroup(t)
 	h := start(t, cg, []string{helperEnv + "=leader-exit"}, os.Args[0], "-test.run=^$")
 	pid := h.pid()
-	waitFor(t, "a zombie leader with live threads", func() bool {
+	testutil.Eventually(t, 10*time.Second, "a zombie leader with live threads", func() bool {
 		if taskState(pid, pid) != "Z" {
 			return false
 		}

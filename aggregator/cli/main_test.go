@@ -275,15 +275,10 @@ func (s *server) stop(t *testing.T) int {
 	return s.cmd.ProcessState.ExitCode()
 }
 
+// waitFor is testutil.Eventually with this package's timeout.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, testTimeout, what, cond)
 }
 
 func getJSON(url string, v any) int {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/config"
+	gwtestutil "github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // commaLists are hostlists without compression, for the tests.
@@ -262,15 +263,10 @@ func TestPlannerRun(t *testing.T) {
 	})
 }
 
+// waitFor is testutil.Eventually with 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 10 s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	gwtestutil.Eventually(t, 10*time.Second, what, cond)
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,14 +27,12 @@ import (
 // killed processes to leave the cgroup.
 const CleanupTimeout = 5 * time.Second
 
-// TempRoot creates <cgroup2 mount>/gwtest-<random> and returns its absolute
-// path. A t.Cleanup kills every process still in that subtree (only the pids
-// listed in its cgroup.procs files, through pidfds, plus cgroup.kill), waits
-// up to CleanupTimeout for "populated 0" (on inotify, not by polling), and
-// removes the cgroups deepest first; a failure there fails the test. Without
-// root or cgroup v2 the test is skipped, or failed when CI=true. Call it from
-// the test goroutine.
-func TempRoot(t testing.TB) string {
+// Mount returns where the cgroup v2 hierarchy is mounted on this host, as
+// the agent finds it in /proc/self/mountinfo (/sys/fs/cgroup on a pure v2
+// host, /sys/fs/cgroup/unified on a hybrid one): tests derive their paths
+// from it, never from one host's layout. Without root or cgroup v2 the test
+// is skipped, or failed when CI=true.
+func Mount(t testing.TB) string {
 	t.Helper()
 	testutil.RequireRoot(t)
 	f, err := os.Open("/proc/self/mountinfo")
@@ -49,6 +48,19 @@ func TempRoot(t testing.TB) string {
 	if err := unix.Statfs(mount, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
 		testutil.Require(t, false, fmt.Sprintf("%s is not a cgroup2 file system (statfs: %v)", mount, err))
 	}
+	return mount
+}
+
+// TempRoot creates <cgroup2 mount>/gwtest-<random> and returns its absolute
+// path. A t.Cleanup kills every process still in that subtree (only the pids
+// listed in its cgroup.procs files, through pidfds, plus cgroup.kill), waits
+// up to CleanupTimeout for "populated 0" (on inotify, not by polling), and
+// removes the cgroups deepest first; a failure there fails the test. Without
+// root or cgroup v2 the test is skipped, or failed when CI=true. Call it from
+// the test goroutine.
+func TempRoot(t testing.TB) string {
+	t.Helper()
+	mount := Mount(t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	dir := filepath.Join(mount, "gwtest-"+hex.EncodeToString(b[:]))
@@ -188,15 +200,11 @@ func writeFile(file, s string) error {
 	return werr
 }
 
-// TempV1 creates <mount of the v1 hierarchy controller>/gwtest-<random> (a
-// hybrid host's freezer, say) and returns its absolute path and its path
-// within the hierarchy ("/gwtest-..."). A t.Cleanup SIGKILLs every process
-// listed in the subtree's cgroup.procs (by pidfd, after checking each is
-// still there), waits up to CleanupTimeout for the lists to empty (v1 has
-// no populated flag: polled every 10 ms), and removes the cgroups deepest
-// first. Without root or that hierarchy the test is skipped, or failed when
-// CI=true. Call it from the test goroutine.
-func TempV1(t testing.TB, controller string) (dir, rel string) {
+// V1Mount returns where the cgroup v1 hierarchy of controller (a hybrid
+// host's "freezer", say) is mounted, from /proc/self/mountinfo. Without
+// root or that hierarchy (every pure cgroup v2 host) the test is skipped
+// with that reason, or failed when CI=true.
+func V1Mount(t testing.TB, controller string) string {
 	t.Helper()
 	testutil.RequireRoot(t)
 	f, err := os.Open("/proc/self/mountinfo")
@@ -208,13 +216,26 @@ func TempV1(t testing.TB, controller string) (dir, rel string) {
 	if err != nil {
 		testutil.Require(t, false, fmt.Sprintf("read cgroup v1 mounts: %v", err))
 	}
-	var mp string
 	for _, m := range mounts {
 		if slices.Contains(strings.Split(m.Controllers, ","), controller) {
-			mp = m.Mountpoint
+			return m.Mountpoint
 		}
 	}
-	testutil.Require(t, mp != "", fmt.Sprintf("no cgroup v1 %s hierarchy mounted", controller))
+	testutil.Require(t, false, fmt.Sprintf("needs the cgroup v1 %s hierarchy (a hybrid host; a pure cgroup v2 host has none)", controller))
+	return ""
+}
+
+// TempV1 creates <mount of the v1 hierarchy controller>/gwtest-<random> (a
+// hybrid host's freezer, say) and returns its absolute path and its path
+// within the hierarchy ("/gwtest-..."). A t.Cleanup SIGKILLs every process
+// listed in the subtree's cgroup.procs (by pidfd, after checking each is
+// still there), waits up to CleanupTimeout for the lists to empty (v1 has
+// no populated flag: polled), and removes the cgroups deepest
+// first. Without root or that hierarchy the test is skipped, or failed when
+// CI=true. Call it from the test goroutine.
+func TempV1(t testing.TB, controller string) (dir, rel string) {
+	t.Helper()
+	mp := V1Mount(t, controller)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	rel = "/gwtest-" + hex.EncodeToString(b[:])
@@ -231,17 +252,11 @@ func TempV1(t testing.TB, controller string) (dir, rel string) {
 }
 
 func destroyV1(dir string) error {
-	deadline := time.Now().Add(CleanupTimeout)
-	for {
-		pids, err := cgroup.Procs(dir)
-		if err != nil {
-			return err
-		}
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("v1 cgroup %s still lists %v after SIGKILL", dir, pids)
+	var pids []int
+	var err error
+	emptied := testutil.Poll(CleanupTimeout, func() bool {
+		if pids, err = cgroup.Procs(dir); err != nil || len(pids) == 0 {
+			return true
 		}
 		for _, pid := range pids {
 			fd, err := unix.PidfdOpen(pid, 0)
@@ -251,7 +266,13 @@ func destroyV1(dir string) error {
 			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 			unix.Close(fd)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	})
+	if err != nil {
+		return err
+	}
+	if !emptied {
+		return fmt.Errorf("v1 cgroup %s still lists %v after SIGKILL", dir, pids)
 	}
 	return removeTree(dir)
 }
@@ -259,4 +280,25 @@ func destroyV1(dir string) error {
 // JoinV1 moves pid into the v1 cgroup dir (its cgroup.procs).
 func JoinV1(dir string, pid int) error {
 	return writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid))
+}
+
+// StartIn starts argv and then moves it into the cgroup at dir (a v2 or v1
+// cgroup: its cgroup.procs), as an exec system starts a job's task in a
+// cgroup the agent does not own. A t.Cleanup kills and reaps it. Call it
+// from the test goroutine.
+func StartIn(t testing.TB, dir string, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	return cmd
 }

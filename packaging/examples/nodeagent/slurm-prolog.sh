@@ -18,8 +18,8 @@
 # job's tasks in freezer:/slurm_<node>/uid_<uid>/job_<id> (or /slurm/...,
 # by how slurmd was built); with CgroupPlugin=cgroup/v2 in
 # 0::/system.slice/slurmstepd.scope/job_<id>. Slurm makes it when the
-# job's first step starts, after this Prolog: the agent accepts a v1
-# cgroup that does not exist yet and looks for it while the job runs. The
+# job's first step starts, after this Prolog: the agent accepts a cgroup
+# (v1 or v2) that does not exist yet and looks for it while the job runs. The
 # agent's [teardown] foreign_cgroups must admit it (its default does).
 #
 # The Prolog runs as root; it never fails (a failing Prolog drains the

@@ -1,0 +1,71 @@
+package testutil
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestPoll(t *testing.T) {
+	n := 0
+	if !Poll(time.Second, func() bool { n++; return n == 3 }) || n != 3 {
+		t.Fatalf("Poll stopped after %d calls, want 3", n)
+	}
+	start := time.Now()
+	calls := 0
+	if Poll(50*time.Millisecond, func() bool { calls++; return false }) {
+		t.Fatal("Poll of a condition that never holds returned true")
+	}
+	// At least its timeout; the upper bound only catches a Poll that
+	// ignores it (a loaded machine may deschedule the poller for long).
+	if d := time.Since(start); d < 50*time.Millisecond || d > 10*time.Second {
+		t.Errorf("Poll of a false condition took %v, want its 50 ms timeout", d)
+	}
+	// 1, 2, 4, 8, 16, 32 ms... and the last call after the deadline: a
+	// handful of calls, not one a millisecond. (At least the first and the
+	// last: a descheduled poller may make no other.)
+	if calls < 2 || calls > 12 {
+		t.Errorf("Poll called the condition %d times in 50 ms", calls)
+	}
+	// Called once more after the deadline.
+	var at time.Time
+	deadline := time.Now().Add(20 * time.Millisecond)
+	if !Poll(20*time.Millisecond, func() bool { at = time.Now(); return at.After(deadline) }) {
+		t.Errorf("Poll did not look again after its deadline")
+	}
+}
+
+func TestEventually(t *testing.T) {
+	flag := make(chan struct{})
+	go func() { time.Sleep(20 * time.Millisecond); close(flag) }()
+	d := Eventually(t, 5*time.Second, "the flag", func() bool {
+		select {
+		case <-flag:
+			return true
+		default:
+			return false
+		}
+	})
+	if d < 15*time.Millisecond || d > 5*time.Second {
+		t.Errorf("Eventually took %v for a condition that holds after 20 ms", d)
+	}
+}
+
+// fatalRecorder records Fatalf instead of ending the test.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Helper() {}
+func (f *fatalRecorder) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+}
+
+func TestEventuallyFails(t *testing.T) {
+	r := &fatalRecorder{TB: t}
+	Eventually(r, 10*time.Millisecond, "a condition that never holds", func() bool { return false })
+	if want := "timed out after 10ms waiting for a condition that never holds"; r.msg != want {
+		t.Errorf("Fatalf(%q), want %q", r.msg, want)
+	}
+}
