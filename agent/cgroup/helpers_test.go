@@ -98,6 +98,12 @@ func (p *proc) exited() bool {
 // (bounded) for the next line the process writes.
 func readyPipe(t testing.TB, cmd *exec.Cmd) (afterStart func(), next func() string) {
 	t.Helper()
+	return readyPipeWithin(t, cmd, bound)
+}
+
+// readyPipeWithin is readyPipe with next waiting up to within for a line.
+func readyPipeWithin(t testing.TB, cmd *exec.Cmd, within time.Duration) (afterStart func(), next func() string) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +121,8 @@ func readyPipe(t testing.TB, cmd *exec.Cmd) (afterStart func(), next func() stri
 		select {
 		case s := <-lines:
 			return s
-		case <-time.After(bound):
-			t.Fatalf("no line from %v after %v", cmd.Args, bound)
+		case <-time.After(within):
+			t.Fatalf("no line from %v after %v", cmd.Args, within)
 			return ""
 		}
 	}
