@@ -26,13 +26,7 @@ func TestStateUpdatesFreshAndPlausible(t *testing.T) {
 	})
 	allowance := defaultPolicy.ClockSkewAllowance
 	now := h.clk.Now()
-	meta := func(seq uint64, st gwpb.State) *gwpb.Meta {
-		return &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: seq, State: st, SinceMs: now.UnixMilli(), Reason: "x"}
-	}
-	send := func(sent time.Time, u *gwpb.StateUpdate) {
-		h.mesh.Deliver("node1", &gwpb.Envelope{SentMs: sent.UnixMilli(), Body: &gwpb.Envelope_State{State: u}})
-		h.sync()
-	}
+	meta, send := freshHelpers(h, now)
 	// Sent 700 ms ago by a node whose clock is right (the delivery took
 	// that long): taken, and the offset measured.
 	send(now.Add(-700*time.Millisecond), &gwpb.StateUpdate{Meta: meta(1, gwpb.State_STATE_UP), StartedMs: now.Add(-time.Hour).UnixMilli()})
@@ -88,13 +82,7 @@ func TestStateUpdateDelayedInDeliveryIsTaken(t *testing.T) {
 	h := newHarness(t, provenOnly)
 	allowance := h.svc.clockAllowance()
 	now := h.clk.Now()
-	meta := func(seq uint64, st gwpb.State) *gwpb.Meta {
-		return &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: seq, State: st, SinceMs: now.UnixMilli(), Reason: "x"}
-	}
-	send := func(sent time.Time, u *gwpb.StateUpdate) {
-		h.mesh.Deliver("node1", &gwpb.Envelope{SentMs: sent.UnixMilli(), Body: &gwpb.Envelope_State{State: u}})
-		h.sync()
-	}
+	meta, send := freshHelpers(h, now)
 	started := now.Add(-time.Hour).UnixMilli()
 	delayed := allowance + mesh.MaxDelivery - 500*time.Millisecond
 	send(now.Add(-delayed), &gwpb.StateUpdate{Meta: meta(1, gwpb.State_STATE_DOWN), Reason: "delayed", StartedMs: started})
@@ -113,4 +101,17 @@ func TestStateUpdateDelayedInDeliveryIsTaken(t *testing.T) {
 	if got := promtest.ToFloat64(h.svc.met.refused.WithLabelValues("stale")); got != 1 {
 		t.Errorf("refused stale %v, want 1", got)
 	}
+}
+
+// freshHelpers returns, for the fresh tests, node1's meta of seq in state
+// st, and the delivery of an update with send time sent.
+func freshHelpers(h *harness, now time.Time) (func(uint64, gwpb.State) *gwpb.Meta, func(time.Time, *gwpb.StateUpdate)) {
+	meta := func(seq uint64, st gwpb.State) *gwpb.Meta {
+		return &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: seq, State: st, SinceMs: now.UnixMilli(), Reason: "x"}
+	}
+	send := func(sent time.Time, u *gwpb.StateUpdate) {
+		h.mesh.Deliver("node1", &gwpb.Envelope{SentMs: sent.UnixMilli(), Body: &gwpb.Envelope_State{State: u}})
+		h.sync()
+	}
+	return meta, send
 }
