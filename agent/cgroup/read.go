@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Events is the content of a cgroup's cgroup.events.
@@ -66,6 +67,13 @@ func Populated(path string) (bool, error) {
 	return ev.Populated, err
 }
 
+// vanished reports whether err says a cgroup was removed while it was
+// read: ENOENT, or ENODEV from a file of a cgroup being removed (its
+// processes are gone with it).
+func vanished(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
+}
+
 // Procs lists the pids of the cgroup at path and all its descendants, sorted
 // and without duplicates. A cgroup that vanishes during the walk is skipped.
 // The list is a snapshot: processes fork and exit meanwhile, and an empty
@@ -75,7 +83,7 @@ func Procs(path string) ([]int, error) {
 	var pids []int
 	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && p != path {
+			if vanished(err) && p != path {
 				return nil
 			}
 			return err
@@ -85,7 +93,7 @@ func Procs(path string) ([]int, error) {
 		}
 		data, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, os.ErrNotExist) {
+			if vanished(err) {
 				return nil
 			}
 			return err
