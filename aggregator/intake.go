@@ -254,10 +254,6 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 
 // Bounds of fresh.
 const (
-	// minFreshness is the least window a node's send time is checked
-	// within, when clock_skew_allowance is smaller (0): the delivery itself
-	// takes some of it.
-	minFreshness = time.Second
 	// staleLogEvery spaces the log lines of refused stale or implausible
 	// messages of one node.
 	staleLogEvery = time.Minute
@@ -283,7 +279,7 @@ const (
 const maxClockAhead = time.Hour
 
 func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Duration, bool) {
-	window := max(s.opts.Policy.ClockSkewAllowance, minFreshness) + mesh.MaxDelivery
+	window := s.clockAllowance() + mesh.MaxDelivery
 	sentMs := env.GetSentMs()
 	if sentMs == 0 {
 		if !s.opts.ProvenOnly {

@@ -92,26 +92,7 @@ timeout = "10s"
 	// (default) they probe and gossip five times slower, which is what
 	// lets 1,000 of them and their n² gossip fit on 2 cores.
 	quiet := os.Getenv("GW_BENCH_STORM_QUIET") != "0"
-	agents := make([]*simAgent, n)
-	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
-		a, meta, m, err := bm.simAgent(i, addr, true, false, quiet)
-		if err != nil {
-			return nil, err
-		}
-		a.m = m
-		agents[i] = a
-		go a.announce(meta)
-		return m, nil
-	}, func() error {
-		ns, err := fetchNodes(g.url + "/v1/nodes?state=up")
-		switch {
-		case err != nil:
-			return err
-		case len(ns) != n:
-			return fmt.Errorf("the aggregator serves %d of %d nodes up", len(ns), n)
-		}
-		return nil
-	})
+	agents := bm.startAgents(n, port, g.url, true, false, quiet)
 	time.Sleep(benchenv.Duration(b, "GW_BENCH_SETTLE", max(10*time.Second, time.Duration(n)*30*time.Millisecond)))
 
 	pid := g.cmd.Process.Pid
@@ -297,6 +278,34 @@ func newBenchMesh(b *testing.B, prefix string) *benchMesh {
 	bm.label = prefix + filepath.Base(bm.dir)
 	bm.seed = fmt.Sprintf("127.0.0.1:%d", freePort(b))
 	return bm
+}
+
+// startAgents starts n simulated agents (simAgent) on startSwarm's
+// addresses from port, each announcing its state to the aggregators as a
+// real agent does when it sees one (with node restriction the only way
+// in), and returns them once the aggregator at aggURL serves all n up.
+func (bm *benchMesh) startAgents(n, port int, aggURL string, light, unsigned, quiet bool) []*simAgent {
+	agents := make([]*simAgent, n)
+	startSwarm(bm.b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
+		a, meta, m, err := bm.simAgent(i, addr, light, unsigned, quiet)
+		if err != nil {
+			return nil, err
+		}
+		a.m = m
+		agents[i] = a
+		go a.announce(meta)
+		return m, nil
+	}, func() error {
+		ns, err := fetchNodes(aggURL + "/v1/nodes?state=up")
+		switch {
+		case err != nil:
+			return err
+		case len(ns) != n:
+			return fmt.Errorf("the aggregator serves %d of %d nodes up", len(ns), n)
+		}
+		return nil
+	})
+	return agents
 }
 
 // simAgent starts simulated agent i (node%04d) at addr, up, joined to the

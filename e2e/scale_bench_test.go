@@ -257,28 +257,7 @@ grace = %q
 	b.Cleanup(func() { g.stop(); g.dumpIfFailed() })
 	g.waitReady()
 
-	agents := make([]*simAgent, n)
-	startSwarm(b, n, port, func(i int, addr string) (*mesh.Mesh, error) {
-		a, meta, m, err := bm.simAgent(i, addr, light, unsigned, false)
-		if err != nil {
-			return nil, err
-		}
-		a.m = m
-		agents[i] = a
-		// As a real agent does when it sees an aggregator: its whole
-		// state, straight to it (with node restriction the only way in).
-		go a.announce(meta)
-		return m, nil
-	}, func() error {
-		ns, err := fetchNodes(g.url + "/v1/nodes?state=up")
-		switch {
-		case err != nil:
-			return err
-		case len(ns) != n:
-			return fmt.Errorf("the aggregator serves %d of %d nodes up", len(ns), n)
-		}
-		return nil
-	})
+	agents := bm.startAgents(n, port, g.url, light, unsigned, false)
 	// The joins' gossip must die down, and the process must not be stuck
 	// in the overload that many memberlists on 2 cores can fall into
 	// (late probes, suspicion, refutations, more gossip): then it would
