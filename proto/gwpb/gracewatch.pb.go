@@ -373,14 +373,30 @@ func (x *Meta) GetAddr() string {
 
 // Teardown is one job's teardown clock on a node.
 type Teardown struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Phase         string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`                                    // teardown, overdue, released
-	EndedMs       int64                  `protobuf:"varint,3,opt,name=ended_ms,json=endedMs,proto3" json:"ended_ms,omitempty"`                // T_end
-	DeadlineMs    int64                  `protobuf:"varint,4,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`       // D
-	ExpirationMs  int64                  `protobuf:"varint,5,opt,name=expiration_ms,json=expirationMs,proto3" json:"expiration_ms,omitempty"` // E; 0 = none
-	GraceMs       int64                  `protobuf:"varint,6,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`                // G
-	Outcome       string                 `protobuf:"bytes,7,opt,name=outcome,proto3" json:"outcome,omitempty"`                                // released: clean, terminated, killed, hung, exited
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Job          string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Phase        string                 `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`                                    // teardown, overdue, released
+	EndedMs      int64                  `protobuf:"varint,3,opt,name=ended_ms,json=endedMs,proto3" json:"ended_ms,omitempty"`                // T_end
+	DeadlineMs   int64                  `protobuf:"varint,4,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`       // D
+	ExpirationMs int64                  `protobuf:"varint,5,opt,name=expiration_ms,json=expirationMs,proto3" json:"expiration_ms,omitempty"` // E; 0 = none
+	GraceMs      int64                  `protobuf:"varint,6,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`                // G
+	Outcome      string                 `protobuf:"bytes,7,opt,name=outcome,proto3" json:"outcome,omitempty"`                                // released: clean, terminated, killed, hung, exited
+	// Fields 8-15 make a teardown a record of the cluster's teardown history
+	// (docs/DESIGN.md §5d, the grace advisor). Absent from older agents.
+	// released_ms: when its teardown finished (every process gone); 0 while
+	// it runs. Its duration is released_ms - (deadline_ms - grace_ms), the
+	// time since min(T_end, E), so "overdue for G" is duration > G.
+	ReleasedMs int64 `protobuf:"varint,8,opt,name=released_ms,json=releasedMs,proto3" json:"released_ms,omitempty"`
+	// user: the job's user as its registration named it (Slurm's
+	// SLURM_JOB_USER, Flux's job owner); empty when not named. At most 64
+	// bytes of [A-Za-z0-9._-] with an optional trailing $ (a POSIX portable
+	// user name); an aggregator drops a user that breaks the rule.
+	User string `protobuf:"bytes,9,opt,name=user,proto3" json:"user,omitempty"`
+	// command: what kept the teardown running longest: the worst process's
+	// name (comm) of its latest diagnosis, else the epilogue's program name
+	// (its basename); empty when neither is known. Printable UTF-8, at most
+	// 64 bytes.
+	Command       string `protobuf:"bytes,10,opt,name=command,proto3" json:"command,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +476,27 @@ func (x *Teardown) GetGraceMs() int64 {
 func (x *Teardown) GetOutcome() string {
 	if x != nil {
 		return x.Outcome
+	}
+	return ""
+}
+
+func (x *Teardown) GetReleasedMs() int64 {
+	if x != nil {
+		return x.ReleasedMs
+	}
+	return 0
+}
+
+func (x *Teardown) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Teardown) GetCommand() string {
+	if x != nil {
+		return x.Command
 	}
 	return ""
 }
@@ -1441,7 +1478,7 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\bsince_ms\x18\b \x01(\x03R\asinceMs\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12\x12\n" +
 	"\x04addr\x18\n" +
-	" \x01(\tR\x04addrJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\xc8\x01\n" +
+	" \x01(\tR\x04addrJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\x97\x02\n" +
 	"\bTeardown\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x19\n" +
@@ -1450,7 +1487,12 @@ const file_gracewatch_proto_rawDesc = "" +
 	"deadlineMs\x12#\n" +
 	"\rexpiration_ms\x18\x05 \x01(\x03R\fexpirationMs\x12\x19\n" +
 	"\bgrace_ms\x18\x06 \x01(\x03R\agraceMs\x12\x18\n" +
-	"\aoutcome\x18\a \x01(\tR\aoutcome\"\xa0\x01\n" +
+	"\aoutcome\x18\a \x01(\tR\aoutcome\x12\x1f\n" +
+	"\vreleased_ms\x18\b \x01(\x03R\n" +
+	"releasedMs\x12\x12\n" +
+	"\x04user\x18\t \x01(\tR\x04user\x12\x18\n" +
+	"\acommand\x18\n" +
+	" \x01(\tR\acommand\"\xa0\x01\n" +
 	"\x06Report\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05stage\x18\x02 \x01(\tR\x05stage\x12\x18\n" +
