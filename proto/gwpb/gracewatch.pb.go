@@ -624,8 +624,16 @@ type StateUpdate struct {
 	// on, the worst of their latest reports; bounded as Cause. Absent when
 	// none is overdue or the diagnosis named nothing.
 	ObservedCause *Cause `protobuf:"bytes,61,opt,name=observed_cause,json=observedCause,proto3" json:"observed_cause,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Fields 70-79 feed the grace advisor (docs/DESIGN.md §5d).
+	// kill_path_floor_ms: the smallest G that does not latch this node before
+	// its exec system's own SIGKILL reached a job at its time limit (what
+	// `nodeagent config check` computes from Slurm's or Flux's settings); 0
+	// when the agent could not read them. kill_path says how, in one line
+	// (printable UTF-8, at most 256 bytes).
+	KillPathFloorMs int64  `protobuf:"varint,70,opt,name=kill_path_floor_ms,json=killPathFloorMs,proto3" json:"kill_path_floor_ms,omitempty"`
+	KillPath        string `protobuf:"bytes,71,opt,name=kill_path,json=killPath,proto3" json:"kill_path,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StateUpdate) Reset() {
@@ -726,6 +734,20 @@ func (x *StateUpdate) GetObservedCause() *Cause {
 		return x.ObservedCause
 	}
 	return nil
+}
+
+func (x *StateUpdate) GetKillPathFloorMs() int64 {
+	if x != nil {
+		return x.KillPathFloorMs
+	}
+	return 0
+}
+
+func (x *StateUpdate) GetKillPath() string {
+	if x != nil {
+		return x.KillPath
+	}
+	return ""
 }
 
 // Cause is what a node's violating teardown waits on, derived by the agent
@@ -1500,7 +1522,7 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\asummary\x18\x04 \x01(\tR\asummary\x12\x19\n" +
 	"\btaken_ms\x18\x05 \x01(\x03R\atakenMs\x12\x1f\n" +
 	"\vdetail_json\x18\x06 \x01(\fR\n" +
-	"detailJson\"\x9e\x03\n" +
+	"detailJson\"\xe8\x03\n" +
 	"\vStateUpdate\x12'\n" +
 	"\x04meta\x18\x01 \x01(\v2\x13.gracewatch.v1.MetaR\x04meta\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x125\n" +
@@ -1513,7 +1535,9 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\vadmin_drain\x18* \x01(\bR\n" +
 	"adminDrain\x12'\n" +
 	"\x04mode\x18< \x01(\x0e2\x13.gracewatch.v1.ModeR\x04mode\x12;\n" +
-	"\x0eobserved_cause\x18= \x01(\v2\x14.gracewatch.v1.CauseR\robservedCause\"\xfb\x02\n" +
+	"\x0eobserved_cause\x18= \x01(\v2\x14.gracewatch.v1.CauseR\robservedCause\x12+\n" +
+	"\x12kill_path_floor_ms\x18F \x01(\x03R\x0fkillPathFloorMs\x12\x1b\n" +
+	"\tkill_path\x18G \x01(\tR\bkillPath\"\xfb\x02\n" +
 	"\x05Cause\x12\x16\n" +
 	"\x06fstype\x18\x01 \x01(\tR\x06fstype\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1e\n" +
