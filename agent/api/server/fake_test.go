@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"github.com/gracewatch/gracewatch/agent/api"
 	"net"
 	"net/http"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/agent/request"
 )

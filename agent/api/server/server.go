@@ -1,14 +1,14 @@
+// Package server is the server of the node agent's local API (package
+// agent/api holds its wire types and client): net/http over a Unix socket,
+// peers checked with SO_PEERCRED, every request handed to a Service (the
+// supervisor).
 package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gracewatch/gracewatch/agent/api"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,10 +20,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -403,290 +403,6 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
-}
-
-func (s *Server) handleEpilog(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := request.ValidateJobID(id); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	var req request.EpilogRequest
-	if err := decodeBody(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes), &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := request.ValidateEpilog(req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stopWatch := context.AfterFunc(s.stopping, cancel)
-	defer stopWatch()
-
-	fw := &frameWriter{w: w, rc: http.NewResponseController(w), ctx: ctx}
-	defer fw.close()
-	status, err := s.svc.RunEpilog(ctx, id, req, fw)
-	switch {
-	case r.Context().Err() != nil:
-		// The client went away (killed wrapper, --timeout): nothing to
-		// write to; the Service keeps supervising.
-		s.log.Info("epilog client went away; supervision continues", "job", id)
-	case s.stopping.Err() != nil && err != nil:
-		s.log.Info("epilog stream ended by shutdown; supervision continues", "job", id)
-		fw.frame(api.Frame{Stream: "error", Error: fmt.Sprintf("the agent is shutting down; it keeps supervising the epilog of job %s", id)}, true)
-	case err != nil && !fw.started():
-		// Nothing was streamed yet: a normal error response.
-		s.writeError(w, r, err)
-	case err != nil:
-		s.log.Warn("epilog failed after it started", "job", id, "err", err)
-		fw.frame(api.Frame{Stream: "error", Error: err.Error()}, true)
-	default:
-		fw.frame(api.Frame{Stream: "exit", Status: &status}, true)
-	}
-}
-
-// frameWriter is the request.OutputSink of one epilog request. It sends the
-// response header with the first frame, so that a Service error before any
-// output becomes an ordinary error response; writes after the client left,
-// or after the handler returned, fail instead of touching the response.
-type frameWriter struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	ctx context.Context
-
-	mu     sync.Mutex
-	header bool
-	closed bool
-	err    error
-}
-
-var _ request.OutputSink = (*frameWriter)(nil)
-
-var errStreamClosed = errors.New("epilog stream closed")
-
-func (f *frameWriter) Stdout(p []byte) error { return f.data("stdout", p) }
-func (f *frameWriter) Stderr(p []byte) error { return f.data("stderr", p) }
-
-func (f *frameWriter) data(stream string, p []byte) error {
-	for len(p) > 0 {
-		n := min(len(p), maxChunk)
-		if err := f.frame(api.Frame{Stream: stream, Data: p[:n]}, false); err != nil {
-			return err
-		}
-		p = p[n:]
-	}
-	return nil
-}
-
-func (f *frameWriter) started() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.header
-}
-
-// frame writes one line and flushes it. final frames are written even when
-// the request's (derived) context has ended for a shutdown.
-func (f *frameWriter) frame(fr api.Frame, final bool) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	switch {
-	case f.closed:
-		return errStreamClosed
-	case f.err != nil:
-		return f.err
-	case !final && f.ctx.Err() != nil:
-		return f.ctx.Err()
-	}
-	line, err := json.Marshal(fr)
-	if err != nil {
-		return err
-	}
-	line = append(line, '\n')
-	if !f.header {
-		f.w.Header().Set("Content-Type", "application/x-ndjson")
-		f.w.Header().Set("X-Content-Type-Options", "nosniff")
-		f.w.WriteHeader(http.StatusOK)
-		f.header = true
-	}
-	if _, err := f.w.Write(line); err != nil {
-		f.err = err
-		return err
-	}
-	if err := f.rc.Flush(); err != nil {
-		f.err = err
-		return err
-	}
-	return nil
-}
-
-func (f *frameWriter) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-}
-
-// Decoding.
-
-// decodeBody decodes exactly one JSON object from r into v, refusing
-// unknown fields and trailing data. Its errors are *request.InputError (400) or
-// *http.MaxBytesError (413).
-func decodeBody(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return bodyError(err, dec.InputOffset())
-	}
-	// Only white space may follow.
-	if _, err := dec.Token(); err != io.EOF {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return request.Invalid("body", "trailing data after the JSON object at offset %d", dec.InputOffset())
-	}
-	return nil
-}
-
-// bodyError explains a decoding error of a request body.
-func bodyError(err error, offset int64) error {
-	var mbe *http.MaxBytesError
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &mbe):
-		return err
-	case errors.Is(err, io.EOF):
-		return request.Invalid("body", "empty request body: want a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return request.Invalid("body", "truncated JSON at offset %d", offset)
-	case errors.As(err, &syn):
-		return request.Invalid("body", "invalid JSON at offset %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
-	case errors.As(err, &typ):
-		if typ.Field == "" {
-			return request.Invalid("body", "want a JSON object, got %s", typ.Value)
-		}
-		return request.Invalid(typ.Field, "want %s, got %s at offset %d", request.JSONKind(typ.Type.String()), typ.Value, typ.Offset)
-	}
-	// DisallowUnknownFields has no typed error: `json: unknown field "x"`.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if uq, err := strconv.Unquote(name); err == nil {
-			name = uq
-		}
-		return request.Invalid(fieldName(name), "unknown field %s", request.Quote(name))
-	}
-	return request.Invalid("body", "%s", strings.TrimPrefix(err.Error(), "json: "))
-}
-
-// fieldName returns name for ErrorBody.Field when it is usable there, else
-// "body": a client-chosen name may be empty, huge or not UTF-8.
-func fieldName(name string) string {
-	if name == "" || len(name) > 64 || !utf8.ValidString(name) {
-		return "body"
-	}
-	return name
-}
-
-// decodeJobStart decodes and checks a POST /v1/jobs body. The checks need no
-// configuration (the Service checks the expiration's age against its
-// max_expiration_age).
-func decodeJobStart(r io.Reader, now time.Time) (request.JobStartRequest, error) {
-	var req request.JobStartRequest
-	if err := decodeBody(r, &req); err != nil {
-		return req, err
-	}
-	if err := request.ValidateJobID(req.Job); err != nil {
-		return req, err
-	}
-	if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
-		return req, err
-	}
-	if req.Grace != "" {
-		if _, err := request.ParseGrace(req.Grace); err != nil {
-			return req, err
-		}
-	}
-	if err := request.ValidateCgroup(req.Cgroup); err != nil {
-		return req, err
-	}
-	return req, nil
-}
-
-// decodeJobUpdate reads and checks the body of POST /v1/jobs/{id}/update:
-// at least one field, each well formed. Whether the new expiration lies
-// before now is the Service's check, against its own clock.
-func decodeJobUpdate(r io.Reader, now time.Time) (request.JobUpdateRequest, error) {
-	var req request.JobUpdateRequest
-	if err := decodeBody(r, &req); err != nil {
-		return req, err
-	}
-	if req.Expiration == "" && req.Cgroup == "" {
-		return req, request.Invalid("expiration", "nothing to update: give an expiration or a cgroup")
-	}
-	if req.Expiration != "" {
-		if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
-			return req, err
-		}
-	}
-	if err := request.ValidateCgroup(req.Cgroup); err != nil {
-		return req, err
-	}
-	return req, nil
-}
-
-// Responses.
-
-// errorResponse maps an error of decoding or of the Service to an HTTP
-// status and body.
-func errorResponse(err error) (int, api.ErrorBody) {
-	var ie *request.InputError
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &ie):
-		return http.StatusBadRequest, api.ErrorBody{Error: ie.Error(), Field: ie.Field}
-	case errors.As(err, &mbe):
-		return http.StatusRequestEntityTooLarge, api.ErrorBody{Error: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
-	case errors.Is(err, request.ErrUnknownJob):
-		return http.StatusNotFound, api.ErrorBody{Error: err.Error()}
-	case errors.Is(err, request.ErrDuplicateJob), errors.Is(err, request.ErrConflict):
-		return http.StatusConflict, api.ErrorBody{Error: err.Error()}
-	case errors.Is(err, request.ErrForbidden):
-		return http.StatusForbidden, api.ErrorBody{Error: err.Error()}
-	case errors.Is(err, request.ErrFull):
-		return http.StatusServiceUnavailable, api.ErrorBody{Error: err.Error()}
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, api.ErrorBody{Error: err.Error()}
-	}
-	return http.StatusInternalServerError, api.ErrorBody{Error: err.Error()}
-}
-
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status, body := errorResponse(err)
-	if status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	} else {
-		s.log.Debug("request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
-	}
-	writeJSONError(w, status, body)
-}
-
-func writeJSONError(w http.ResponseWriter, status int, body api.ErrorBody) {
-	writeJSON(w, status, body)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	if err := enc.Encode(v); err != nil {
-		status = http.StatusInternalServerError
-		buf.Reset()
-		_ = json.NewEncoder(&buf).Encode(api.ErrorBody{Error: "encode response: " + err.Error()})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
 }
 
 // Service is what the server needs from the supervisor. Every method may be
