@@ -2,7 +2,8 @@
 # Runs the tests whose setup and cleanup depend on timing (the demo's
 # signal handling, the hangfs FUSE server) many times in a row and checks,
 # after every run, that nothing is left behind: cgroups, mounts, FUSE
-# connections, processes in D state, files in the run's temporary folder.
+# connections, processes (in D state or any other), mounts and files in the
+# run's temporary folder.
 # Root. Usage: scripts/soak-cleanup.sh [RUNS] (default 20); SOAK_TESTS
 # overrides the list ("package:regexp" words). Exit status 1 at the first
 # run that fails or leaves something.
@@ -14,22 +15,41 @@ go=${GO:-go}
 cd "$(dirname "$0")/.."
 
 cgmount=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
+# Other tests may run on the machine at the same time: what counts is what
+# these tests made. Each run gets its own TMPDIR, which every process it
+# starts inherits, and in which its folders and mounts live.
 cgroups() {
-	# Every cgroup directory of the v2 hierarchy and of the v1 freezer (the
-	# ones tests make), depth-bounded.
+	# The cgroups these tests name (the demo's), in the v2 hierarchy and
+	# the v1 freezer.
 	for root in "$cgmount" /sys/fs/cgroup/freezer; do
-		[ -d "$root" ] && find "$root" -maxdepth 4 -type d 2>/dev/null
+		[ -d "$root" ] && find "$root" -maxdepth 4 -type d -name "${SOAK_CGROUPS:-gracewatch-demo-*}" 2>/dev/null
 	done | sort
 }
-mounts() { awk '$9 ~ /^fuse/ || $5 ~ /gracewatch|gwtest|hangfs/ { print $5, $9 }' /proc/self/mountinfo | sort; }
-fuseconns() { ls /sys/fs/fuse/connections 2>/dev/null | sort; }
+procs() {
+	# Processes started by the run, in any state (D included): their
+	# environment holds its TMPDIR.
+	local tmp=$1 p
+	for p in /proc/[0-9]*; do
+		if { tr "\0" "\n" <"$p/environ"; } 2>/dev/null | grep -qxF "TMPDIR=$tmp"; then
+			echo "${p#/proc/} $(cat "$p/comm" 2>/dev/null) state $(awk '{print $3}' "$p/stat" 2>/dev/null)"
+		fi
+	done
+}
+mounts() { awk -v t="$1" 'index($5, t) == 1 { print $5, $9 }' /proc/self/mountinfo; }
+fuseconns() {
+	# FUSE connections that no mount holds (an aborted or stuck one).
+	local c
+	for c in $(ls /sys/fs/fuse/connections 2>/dev/null); do
+		awk -v d="0:$c" '$3 == d { found = 1 } END { exit !found }' /proc/self/mountinfo || echo "$c"
+	done | sort
+}
 dstate() { ps -eo stat=,pid=,comm= | awk '$1 ~ /^D/ { print $2, $3 }' | sort; }
 
-snapshot() { { echo "## cgroups"; cgroups; echo "## mounts"; mounts; echo "## fuse"; fuseconns; echo "## D"; dstate; } >"$1"; }
+snapshot() { { echo "## cgroups"; cgroups; echo "## fuse connections without a mount"; fuseconns; echo "## processes"; procs "$2"; echo "## mounts"; mounts "$2"; } >"$1"; }
 
 work=$(mktemp -d /tmp/gw-soak.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-snapshot "$work/before"
+snapshot "$work/before" "$work/none"
 if grep -q . <(dstate); then
 	echo "soak: processes in D state before the first run (not ours, but they would hide ours):" >&2
 	dstate >&2
@@ -58,7 +78,7 @@ for i in $(seq 1 "$runs"); do
 		# moment, bounded, before anything counts as left behind.
 		ok=0
 		for _ in $(seq 1 50); do
-			snapshot "$work/after"
+			snapshot "$work/after" "$tmp"
 			if diff -q "$work/before" "$work/after" >/dev/null && [ -z "$(ls -A "$tmp")" ]; then
 				ok=1
 				break
