@@ -48,7 +48,20 @@ dstate() { ps -eo stat=,pid=,comm= | awk '$1 ~ /^D/ { print $2, $3 }' | sort; }
 snapshot() { { echo "## cgroups"; cgroups; echo "## fuse connections without a mount"; fuseconns; echo "## processes"; procs "$2"; echo "## mounts"; mounts "$2"; } >"$1"; }
 
 work=$(mktemp -d /tmp/gw-soak.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+test_pid=
+# Stopped, the soak stops its running test first (SIGINT, then waits: a
+# test binary ends its own runs and cleans up) and removes its folder only
+# then, never the binaries under a test that still runs.
+finish() {
+	trap '' INT TERM HUP
+	if [ -n "$test_pid" ]; then
+		kill -INT "$test_pid" 2>/dev/null
+		wait "$test_pid" 2>/dev/null
+	fi
+	rm -rf "$work"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM HUP
 snapshot "$work/before" "$work/none"
 if grep -q . <(dstate); then
 	echo "soak: processes in D state before the first run (not ours, but they would hide ours):" >&2
@@ -68,7 +81,12 @@ for i in $(seq 1 "$runs"); do
 		tmp="$work/tmp-$i-$name"
 		mkdir "$tmp"
 		t0=$(date +%s.%N)
-		if ! (cd "$pkg" && TMPDIR=$tmp CI=${CI:-} "$work/$name.test" -test.run "$re" -test.count 1 -test.timeout 10m >"$work/out" 2>&1); then
+		(cd "$pkg" && TMPDIR=$tmp CI=${CI:-} exec "$work/$name.test" -test.run "$re" -test.count 1 -test.timeout 10m >"$work/out" 2>&1) &
+		test_pid=$!
+		rc=0
+		wait "$test_pid" || rc=$?
+		test_pid=
+		if [ "$rc" != 0 ]; then
 			echo "soak: run $i of $pkg $re FAILED:" >&2
 			tail -50 "$work/out" >&2
 			exit 1
