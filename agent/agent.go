@@ -299,7 +299,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		a.log.Warn("sd_notify", "err", err)
 	}
-	attrs := []any{"node", a.cfg.NodeName, "socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
+	attrs := []any{"socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
 		"state_dir", a.cfg.StateDir, "mode", a.cfg.Mode, "pid", os.Getpid()}
 	if ml != nil {
 		attrs = append(attrs, "metrics", ml.Addr().String())
