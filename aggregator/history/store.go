@@ -298,7 +298,12 @@ func (s *Store) reopen(sg *segment, d *decoder) {
 }
 
 // last returns the newest segment.
-func (s *Store) last() *segment { return s.segs[len(s.segs)-1] }
+func (s *Store) last() *segment {
+	if len(s.segs) == 0 {
+		return nil
+	}
+	return s.segs[len(s.segs)-1]
+}
 
 // note adds r to sg's metadata.
 func (sg *segment) note(r *Record) {
@@ -414,7 +419,7 @@ func (e *every) allow(now time.Time) (bool, time.Time) {
 // write appends r's frames to the current segment, rotating and dropping
 // segments first as the bounds require.
 func (s *Store) write(r *Record, now time.Time) error {
-	if sg := s.last(); s.cur != nil && (sg.size >= s.segmentBytes() ||
+	if sg := s.last(); s.cur != nil && sg != nil && (sg.size >= s.segmentBytes() ||
 		(sg.records > 0 && now.UnixMilli()-sg.minStart >= s.segmentAge().Milliseconds()) || len(s.curStrs) > maxStringsPerSegment-8) {
 		s.closeCur()
 	}
