@@ -517,17 +517,19 @@ func (s *Store) closeCur() {
 	s.cur, s.curBuf, s.curStrs = nil, nil, nil
 }
 
-// dropOld drops the segments past the age bound (never the current one
-// while it is open; it rotates by age first).
+// dropOld drops the segments past the age bound, oldest first.
 func (s *Store) dropOld(now time.Time) {
 	cutoff := now.Add(-s.o.MaxAge).UnixMilli()
 	for len(s.segs) > 0 {
 		sg := s.segs[0]
-		if s.cur != nil && len(s.segs) == 1 {
-			return
-		}
 		if sg.records > 0 && sg.maxStart >= cutoff {
 			return
+		}
+		if len(s.segs) == 1 && s.cur != nil {
+			if sg.records == 0 {
+				return // the current one, new
+			}
+			s.closeCur() // the current one, all past the bound: a new one starts
 		}
 		s.dropFirst("age")
 	}
