@@ -136,8 +136,8 @@ type Store struct {
 // 1 MiB to 64 MiB.
 func (s *Store) segmentBytes() int64 { return min(max(s.o.MaxBytes/32, 256<<10), 64<<20) }
 
-// segmentAge is the age at which a segment rotates: 1/32 of MaxAge, so a
-// segment is dropped by age at most that late.
+// segmentAge is the span of starts at which a segment rotates: 1/32 of
+// MaxAge, so a segment is dropped by age at most that late.
 func (s *Store) segmentAge() time.Duration { return s.o.MaxAge / 32 }
 
 // Open opens (or creates) the history in o.Dir: it reads every segment,
@@ -420,7 +420,7 @@ func (e *every) allow(now time.Time) (bool, time.Time) {
 // segments first as the bounds require.
 func (s *Store) write(r *Record, now time.Time) error {
 	if sg := s.last(); s.cur != nil && sg != nil && (sg.size >= s.segmentBytes() ||
-		(sg.records > 0 && now.UnixMilli()-sg.minStart >= s.segmentAge().Milliseconds()) || len(s.curStrs) > maxStringsPerSegment-8) {
+		(sg.records > 0 && max(sg.maxStart, r.StartMs)-min(sg.minStart, r.StartMs) >= s.segmentAge().Milliseconds()) || len(s.curStrs) > maxStringsPerSegment-8) {
 		s.closeCur()
 	}
 	s.dropOld(now)
