@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -181,8 +180,9 @@ func Open(o Options, now time.Time) (*Store, error) {
 		s.nextSeq = max(s.nextSeq, seq+1)
 	}
 	slices.SortFunc(s.segs, func(a, b *segment) int { return cmpU64(a.seq, b.seq) })
+	rdr := newReader()
 	for i, sg := range s.segs {
-		s.load(sg, i == len(s.segs)-1)
+		s.load(rdr, sg, i == len(s.segs)-1)
 		s.total += sg.size
 	}
 	s.dropOld(now)
@@ -204,7 +204,7 @@ func cmpU64(a, b uint64) int {
 // torn write: it is truncated there, and appended to again no more (a new
 // segment starts). Any other damage is reported and the segment kept, read
 // up to it.
-func (s *Store) load(sg *segment, last bool) {
+func (s *Store) load(rdr *reader, sg *segment, last bool) {
 	f, err := os.Open(sg.path)
 	if err != nil {
 		sg.corrupt = err.Error()
@@ -219,10 +219,10 @@ func (s *Store) load(sg *segment, last bool) {
 		s.corrupt++
 		return
 	}
-	var d *decoder
-	n, rerr := readSegmentWith(f, fi.Size(), func(dd *decoder) { d = dd }, func(r *Record) bool {
-		sg.note(r)
-		s.remember(s.node(r.Node), key(r))
+	d := &decoder{}
+	n, rerr := rdr.read(f, fi.Size(), d, func(r *Raw) bool {
+		sg.note(r.StartMs)
+		s.remember(s.node(r.Str(r.Node)), key(r.Job, r.StartMs))
 		return true
 	})
 	sg.size = n
@@ -305,26 +305,28 @@ func (s *Store) last() *segment {
 	return s.segs[len(s.segs)-1]
 }
 
-// note adds r to sg's metadata.
-func (sg *segment) note(r *Record) {
+// note adds a record that started at startMs to sg's metadata.
+func (sg *segment) note(startMs int64) {
 	sg.records++
-	if sg.minStart == 0 || r.StartMs < sg.minStart {
-		sg.minStart = r.StartMs
+	if sg.minStart == 0 || startMs < sg.minStart {
+		sg.minStart = startMs
 	}
-	sg.maxStart = max(sg.maxStart, r.StartMs)
+	sg.maxStart = max(sg.maxStart, startMs)
 }
 
-// key is a record's identity: its node, job and start (an agent resends a
-// released teardown with the same three).
-func key(r *Record) uint64 {
-	h := fnv.New64a()
-	h.Write(r.Job)
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(r.StartMs >> (8 * i))
+// key is a record's identity within its node: its job and start (an agent
+// resends a released teardown with the same three). FNV-1a of the job's
+// bytes and the start's 8 little-endian bytes.
+func key(job []byte, startMs int64) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for _, c := range job {
+		h = (h ^ uint64(c)) * prime
 	}
-	h.Write(b[:])
-	return h.Sum64() | 1 // 0 is an empty slot
+	for i := range 8 {
+		h = (h ^ uint64(byte(startMs>>(8*i)))) * prime
+	}
+	return h | 1 // 0 is an empty slot
 }
 
 func (s *Store) node(name string) *nodeState {
@@ -372,7 +374,7 @@ func (s *Store) add(r Record, now time.Time) Refusal {
 		return RefusedOld
 	}
 	ns := s.node(r.Node)
-	k := key(&r)
+	k := key(r.Job, r.StartMs)
 	if ns.has(k) {
 		return RefusedDuplicate
 	}
@@ -462,7 +464,7 @@ func (s *Store) write(r *Record, now time.Time) error {
 	}
 	sg.size += int64(len(b))
 	s.total += int64(len(b))
-	sg.note(r)
+	sg.note(r.StartMs)
 	s.dirty = true
 	return nil
 }
@@ -608,11 +610,26 @@ func (s *Store) Stats() Stats {
 
 // Scan calls fn for every record whose start lies in [fromMs, toMs), in
 // the order they were stored, until fn returns false. The Record and its
-// Job are valid during the call only. It reads the files without holding
-// the writer up: records added during the scan may or may not be seen. A
-// segment dropped meanwhile is still read whole (its file stays open) or,
-// removed before it was opened, skipped.
+// Job are valid during the call only. It is ScanRaw with the strings
+// looked up.
 func (s *Store) Scan(fromMs, toMs int64, fn func(r *Record) bool) error {
+	var rec Record
+	return s.ScanRaw(fromMs, toMs, func(r *Raw) bool {
+		r.fill(&rec)
+		return fn(&rec)
+	})
+}
+
+// ScanRaw calls fn for every record whose start lies in [fromMs, toMs), in
+// the order they were stored, until fn returns false; it reads only the
+// segments whose span of starts (kept in memory) meets the window, through
+// one buffer, and allocates only for the segments' strings. The Raw is
+// valid during the call only. It reads the files without holding the
+// writer up: records added during the scan may or may not be seen. A
+// segment dropped meanwhile is still read whole (its file stays open) or,
+// removed before it was opened, skipped. A segment's damage (found at Open
+// or since) ends its reading there, as at Open.
+func (s *Store) ScanRaw(fromMs, toMs int64, fn func(r *Raw) bool) error {
 	s.mu.Lock()
 	if s.cur != nil {
 		if err := s.curBuf.Flush(); err != nil {
@@ -631,8 +648,9 @@ func (s *Store) Scan(fromMs, toMs int64, fn func(r *Record) bool) error {
 		parts = append(parts, part{sg.path, sg.size})
 	}
 	s.mu.Unlock()
+	rdr := newReader()
 	stop := false
-	for _, p := range parts {
+	for i, p := range parts {
 		f, err := os.Open(p.path)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -640,10 +658,13 @@ func (s *Store) Scan(fromMs, toMs int64, fn func(r *Record) bool) error {
 		if err != nil {
 			return fmt.Errorf("history: %w", err)
 		}
-		_, err = readSegment(f, p.size, func(r *Record) bool {
-			if r.StartMs >= fromMs && r.StartMs < toMs && !fn(r) {
-				stop = true
-				return false
+		_, err = rdr.read(f, p.size, nil, func(r *Raw) bool {
+			if r.StartMs >= fromMs && r.StartMs < toMs {
+				r.Seg = i
+				if !fn(r) {
+					stop = true
+					return false
+				}
 			}
 			return true
 		})
