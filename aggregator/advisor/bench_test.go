@@ -67,7 +67,7 @@ func BenchmarkHistory10M(b *testing.B) {
 	stats := st.Stats()
 	b.ResetTimer()
 	for range b.N {
-		a, err := Advise(Query{FromMs: start.UnixMilli(), ToMs: now.UnixMilli(), NowMs: now.UnixMilli(), InForce: 120 * time.Second}, st.Scan, nil,
+		a, err := Advise(Query{FromMs: start.UnixMilli(), ToMs: now.UnixMilli(), NowMs: now.UnixMilli(), InForce: 120 * time.Second}, st.ScanRaw, nil,
 			[]Floor{{Node: "node00001", Ms: 95000, Path: "slurm"}})
 		if err != nil {
 			b.Fatal(err)
