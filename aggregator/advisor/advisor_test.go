@@ -42,7 +42,7 @@ func randomStore(t *testing.T, rng *rand.Rand, n int) *history.Store {
 			o = history.OutcomeClean
 		}
 		// Starts in order (as nodes report them), over 60 days.
-		s := t0.Add(-60*24*time.Hour + time.Duration(i)*(60*24*time.Hour)/time.Duration(n)).UnixMilli()
+		s := t0.Add(-60*24*time.Hour).UnixMilli() + int64(i)*(60*24*3600*1000)/int64(n)
 		d = min(d, t0.UnixMilli()-s)
 		r := history.Record{Node: fmt.Sprintf("n%d", rng.IntN(30)), Job: fmt.Appendf(nil, "%d", i), User: users[rng.IntN(len(users))],
 			Command: cmds[rng.IntN(len(cmds))], Cause: "wchan x", StartMs: s, ReleasedMs: s + d, GraceMs: 60000, Outcome: o}
