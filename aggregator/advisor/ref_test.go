@@ -333,14 +333,6 @@ func (t *refTops) top(n int) []Top {
 	for _, e := range t.m {
 		out = append(out, *e)
 	}
-	slices.SortFunc(out, func(a, b Top) int {
-		if c := cmp.Compare(b.Long+b.Hung, a.Long+a.Hung); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.Hung, a.Hung); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(out, topOrder)
 	return out[:min(len(out), n)]
 }

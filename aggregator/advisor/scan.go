@@ -358,14 +358,18 @@ func (t *tops) top(n int) []Top {
 			out = append(out, Top{Name: t.names.list[i], Long: t.long[i], Hung: t.hung[i]})
 		}
 	}
-	slices.SortFunc(out, func(a, b Top) int {
-		if c := cmp.Compare(b.Long+b.Hung, a.Long+a.Hung); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.Hung, a.Hung); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(out, topOrder)
 	return out[:min(len(out), n)]
+}
+
+// topOrder sorts the top lists: most long and hung, then most hung, then
+// by name.
+func topOrder(a, b Top) int {
+	if c := cmp.Compare(b.Long+b.Hung, a.Long+a.Hung); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.Hung, a.Hung); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Name, b.Name)
 }
