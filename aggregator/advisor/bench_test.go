@@ -22,6 +22,16 @@ type benchFixture struct {
 	write               time.Duration
 	heapBefore, heapAft uint64
 	stats               history.Stats
+	dir                 string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bench.st != nil {
+		bench.st.Close()
+		os.RemoveAll(bench.dir)
+	}
+	os.Exit(code)
 }
 
 var (
@@ -110,7 +120,7 @@ func BenchmarkHistory10M(b *testing.B) {
 		bench.heapAft = m.HeapInuse
 		bench.disk = diskBytes(dir)
 		bench.stats = bench.st.Stats()
-		b.Cleanup(func() { bench.st.Close(); os.RemoveAll(dir) })
+		bench.dir = dir // removed by TestMain: Go runs the benchmark more than once
 	})
 	f := &bench
 	set := map[string]bool{}
