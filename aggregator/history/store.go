@@ -75,6 +75,9 @@ type segment struct {
 	records  int64
 	minStart int64 // 0: no record
 	maxStart int64
+	// firstStart is the start of its first record: a segment rotates once
+	// a record starts segmentAge after it.
+	firstStart int64
 	corrupt  string // why reading stopped early; "" whole
 }
 
@@ -135,8 +138,14 @@ type Store struct {
 // 1 MiB to 64 MiB.
 func (s *Store) segmentBytes() int64 { return min(max(s.o.MaxBytes/32, 256<<10), 64<<20) }
 
-// segmentAge is the span of starts at which a segment rotates: 1/32 of
-// MaxAge, so a segment is dropped by age at most that late.
+// segmentAge is the span of starts at which a segment rotates: a record
+// that starts this long after the segment's first one starts a new
+// segment (1/32 of MaxAge, so a segment is dropped by age at most that
+// late). A record that starts before it (a teardown released after days
+// of hanging, a node's late resend) joins the current segment: rotating
+// for it would cost two segments each time and, at maxSegments, drop the
+// oldest history for nothing. It is kept until the segment's newest start
+// passes MaxAge.
 func (s *Store) segmentAge() time.Duration { return s.o.MaxAge / 32 }
 
 // Open opens (or creates) the history in o.Dir: it reads every segment,
@@ -307,6 +316,9 @@ func (s *Store) last() *segment {
 
 // note adds a record that started at startMs to sg's metadata.
 func (sg *segment) note(startMs int64) {
+	if sg.records == 0 {
+		sg.firstStart = startMs
+	}
 	sg.records++
 	if sg.minStart == 0 || startMs < sg.minStart {
 		sg.minStart = startMs
@@ -422,7 +434,7 @@ func (e *every) allow(now time.Time) (bool, time.Time) {
 // segments first as the bounds require.
 func (s *Store) write(r *Record, now time.Time) error {
 	if sg := s.last(); s.cur != nil && sg != nil && (sg.size >= s.segmentBytes() ||
-		(sg.records > 0 && max(sg.maxStart, r.StartMs)-min(sg.minStart, r.StartMs) >= s.segmentAge().Milliseconds()) || len(s.curStrs) > maxStringsPerSegment-8) {
+		(sg.records > 0 && r.StartMs-sg.firstStart >= s.segmentAge().Milliseconds()) || len(s.curStrs) > maxStringsPerSegment-8) {
 		s.closeCur()
 	}
 	s.dropOld(now)
