@@ -78,7 +78,7 @@ type segment struct {
 	// firstStart is the start of its first record: a segment rotates once
 	// a record starts segmentAge after it.
 	firstStart int64
-	corrupt  string // why reading stopped early; "" whole
+	corrupt    string // why reading stopped early; "" whole
 }
 
 // nodeState is what the store keeps of one node: its latest records' keys
