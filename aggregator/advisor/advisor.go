@@ -208,7 +208,7 @@ func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, er
 	if err := src(q.FromMs, q.ToMs, a.record); err != nil {
 		return nil, fmt.Errorf("advisor: %w", err)
 	}
-	out.Records = len(a.durs)
+	out.Records = a.durs.n
 	for _, rt := range running {
 		if !keep(rt.Node) || rt.StartMs < q.FromMs || rt.StartMs >= q.ToMs {
 			continue
@@ -229,7 +229,7 @@ func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, er
 			out.Outcomes[history.Outcome(o).String()] = n
 		}
 	}
-	out.Durations = distribution(a.durs)
+	out.Durations = distribution(&a.durs)
 	a.table(out, cs, q)
 	if err := a.recommend(out, src); err != nil {
 		return nil, err

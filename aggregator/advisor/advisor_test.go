@@ -116,7 +116,7 @@ func TestAdviseMatchesReference(t *testing.T) {
 // share blocks, straddle them, repeat, and reach the 32-bit bound.
 func TestDistribution(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{1, 2, 3, 999, 1000, 1001, 54321} {
+	for _, n := range []int{1, 2, 3, 999, 1000, 1001, 54321, 200_000} { // past a block of 64 Ki
 		for _, spread := range []uint32{1, 3, 70_000, 1 << 20, 1<<32 - 1} {
 			d := make([]uint32, n)
 			for i := range d {
@@ -132,7 +132,11 @@ func TestDistribution(t *testing.T) {
 				return ms(int64(s[max(r, 1)-1]))
 			}
 			want := Distribution{Count: n, P50: at(0.5), P99: at(0.99), P999: at(0.999), Max: ms(int64(s[n-1]))}
-			if got := distribution(d); got != want {
+			var dd durations
+			for _, v := range d {
+				dd.add(v)
+			}
+			if got := distribution(&dd); got != want {
 				t.Errorf("n %d spread %d: got %+v, want %+v", n, spread, got, want)
 			}
 		}

@@ -118,7 +118,7 @@ type acc struct {
 	nodeID, userID *segIDs
 	cmdID          *segIDs
 
-	durs        []uint32
+	durs        durations
 	outcomes    [8]int
 	longestSelf *kept
 	// lb is a lower bound of the recommended G so far: the floor and the
@@ -208,7 +208,7 @@ func (a *acc) record(r *history.Raw) bool {
 	}
 	d := r.DurationMs
 	a.add(node, d, r.Outcome, false)
-	a.durs = append(a.durs, uint32(d)) // stored in 32 bits
+	a.durs.add(uint32(d)) // stored in 32 bits
 	a.outcomes[r.Outcome]++
 	self, hung := r.Outcome.SelfEnded(), r.Outcome == history.OutcomeHung
 	if self && (a.longestSelf == nil || d > a.longestSelf.d) {
