@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -108,7 +109,8 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 	}
 	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
 		Cause: boundCause(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(),
-		Mode: boundMode(u.GetMode()), ObservedCause: boundCause(u.GetObservedCause())}
+		Mode: boundMode(u.GetMode()), ObservedCause: boundCause(u.GetObservedCause()),
+		KillPathFloorMs: u.GetKillPathFloorMs(), KillPath: cutText(u.GetKillPath(), maxKillPathBytes)}
 	tds := u.GetTeardowns()
 	for _, td := range tds[:min(len(tds), maxTeardownsKept)] {
 		c.Teardowns = append(c.Teardowns, &gwpb.Teardown{
@@ -119,6 +121,9 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 			ExpirationMs: td.GetExpirationMs(),
 			GraceMs:      td.GetGraceMs(),
 			Outcome:      cutText(td.GetOutcome(), maxFieldBytes),
+			ReleasedMs:   td.GetReleasedMs(),
+			User:         cutText(td.GetUser(), history.MaxUserBytes),
+			Command:      cutText(td.GetCommand(), history.MaxCommandBytes),
 		})
 	}
 	reps := slices.Clone(u.GetReports())

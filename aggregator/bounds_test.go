@@ -135,9 +135,9 @@ func TestBoundCopiesEveryField(t *testing.T) {
 	fill(observed.ProtoReflect())
 	observed.Fstype = "observed"
 	u := &gwpb.StateUpdate{Meta: meta, Reason: "r", Teardowns: []*gwpb.Teardown{td}, Reports: []*gwpb.Report{rep}, StartedMs: 7,
-		Cause: cause, Clean: true, AdminDrain: true, Mode: gwpb.Mode_MODE_OBSERVE, ObservedCause: observed}
-	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 10 {
-		t.Errorf("StateUpdate has %d fields; boundUpdate copies 10", n)
+		Cause: cause, Clean: true, AdminDrain: true, Mode: gwpb.Mode_MODE_OBSERVE, ObservedCause: observed, KillPathFloorMs: 1, KillPath: "x"}
+	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 12 {
+		t.Errorf("StateUpdate has %d fields; boundUpdate copies 12", n)
 	}
 	if b := boundUpdate(u); !proto.Equal(b, u) {
 		t.Errorf("boundUpdate lost a field:\n got %v\nwant %v", b, u)
@@ -270,8 +270,8 @@ func TestWatchersCap(t *testing.T) {
 
 // memoryBound is what an aggregator of memNodes nodes may hold in heap
 // after it was fed maximal messages: per node what bounds.go lets it keep
-// (a bounded update ≈ 180 KB: 128 KiB of detail, 8 summaries of 4 KiB, 64
-// teardowns, the reasons) once as the update and once as the view's node,
+// (a bounded update ≈ 190 KB: 128 KiB of detail, 8 summaries of 4 KiB, 64
+// teardowns with their users and commands, the reasons) once as the update and once as the view's node,
 // the event history (DefaultHistoryBytes), the adopted gone members
 // (maxAdoptedBytes and their nodes), and 32 MiB for the rest of the
 // process.
