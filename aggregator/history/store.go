@@ -110,8 +110,12 @@ type Stats struct {
 }
 
 // Store is the history. Add, Flush and Close are for one writer (the
-// aggregator's loop); Scan and Stats may run concurrently with it and
-// with each other.
+// aggregator's loop); Scan, ScanRaw and Stats may run concurrently with it
+// and with each other. Its memory does not grow with the records: per
+// segment file its metadata (about 100 bytes, at most maxSegments), per
+// node its dedupe ring and rate bucket (about 1 KiB), and the current
+// segment's string ids; a scan adds one read buffer and the string table
+// of the segment it reads.
 type Store struct {
 	o   Options
 	log *slog.Logger
