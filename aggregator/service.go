@@ -354,6 +354,7 @@ func New(o Options) (*Service, error) {
 		}
 		for _, c := range cs {
 			if err := o.Registry.Register(c); err != nil {
+				s.closeHistory() // opened above: its files are not left open
 				return nil, fmt.Errorf("aggregator: metrics: %w", err)
 			}
 		}

@@ -201,7 +201,7 @@ func (s *Service) Advise(q advisor.Query) (*advisor.Advice, error) {
 	sort.Slice(floors, func(i, j int) bool { return floors[i].Node < floors[j].Node })
 	h.advising.Lock()
 	defer h.advising.Unlock()
-	return advisor.Advise(q, h.store.Scan, running, floors)
+	return advisor.Advise(q, h.store.ScanRaw, running, floors)
 }
 
 // closeHistory closes the store (Run's end).

@@ -7,9 +7,7 @@
 package advisor
 
 import (
-	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -57,8 +55,8 @@ type Floor struct {
 }
 
 // Source scans the stored records whose start lies in [fromMs, toMs)
-// (history.Store.Scan).
-type Source func(fromMs, toMs int64, fn func(r *history.Record) bool) error
+// (history.Store.ScanRaw).
+type Source func(fromMs, toMs int64, fn func(r *history.Raw) bool) error
 
 // Query is one question to the advisor.
 type Query struct {
@@ -189,50 +187,11 @@ func candidates(q Query) []time.Duration {
 	return slices.Compact(c)
 }
 
-// acc is the scan's accumulator.
-type acc struct {
-	q     Query
-	cands []int64 // ms, ascending
-	// Per bucket j (the number of candidates shorter than a duration):
-	// counts and duration sums of every teardown, of the self-ended ones,
-	// and the count of the signalled ones.
-	n, self, sig []int
-	sum          []int64
-	nodeMax      map[string]int64
-	durs         []uint32
-	outcomes     [8]int
-	longestSelf  *Evidence
-	longestSelfD int64
-	hung         []Evidence // hung or running: candidates for Caught
-	hungD        []int64
-	// The durations of the terminated or killed and of the unreported
-	// ones (few: the overdue under enforcement).
-	sigD, unrepD []int64
-}
-
-func (a *acc) bucket(d int64) int {
-	j, _ := slices.BinarySearch(a.cands, d) // first candidate ≥ d: those before it are < d
-	return j
-}
-
-func (a *acc) add(node string, d int64, o history.Outcome, running bool) {
-	j := a.bucket(d)
-	a.n[j]++
-	a.sum[j] += d
-	switch {
-	case running:
-	case o.SelfEnded():
-		a.self[j]++
-	case o.Signalled():
-		a.sig[j]++
-	}
-	if m, ok := a.nodeMax[node]; !ok || d > m {
-		a.nodeMax[node] = d
-	}
-}
-
 // Advise answers q over the records of src and the running teardowns, with
-// the nodes' kill-path floors.
+// the nodes' kill-path floors. It reads the window once (twice when more
+// than maxPending teardowns may be long: see acc) and holds, besides its
+// fixed tables, 4 bytes per released teardown in the window (for the exact
+// percentiles) and a few words per distinct node, user and command.
 func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, error) {
 	if q.ToMs <= q.FromMs {
 		return nil, fmt.Errorf("advisor: empty window [%d, %d)", q.FromMs, q.ToMs)
@@ -241,102 +200,62 @@ func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, er
 		q.TopN = DefaultTopN
 	}
 	q.TopN = min(q.TopN, MaxTopN)
-	cs := candidates(q)
-	a := &acc{q: q, nodeMax: map[string]int64{}}
-	for _, c := range cs {
-		a.cands = append(a.cands, c.Milliseconds())
-	}
-	k := len(cs) + 1
-	a.n, a.self, a.sig, a.sum = make([]int, k), make([]int, k), make([]int, k), make([]int64, k)
-	out := &Advice{FromMs: q.FromMs, ToMs: q.ToMs, NowMs: q.NowMs, Outcomes: map[string]int{}}
-	users, cmds := newTops(), newTops()
-	topG := q.TopG.Milliseconds()
-	countTop := func(user, cmd string, d int64, hung bool, g int64) {
-		if d > g || hung {
-			users.add(user, d > g, hung)
-			cmds.add(cmd, d > g, hung)
-		}
-	}
 	keep := func(node string) bool { return q.Nodes == nil || q.Nodes(node) }
-	err := src(q.FromMs, q.ToMs, func(r *history.Record) bool {
-		if !keep(r.Node) {
-			return true
-		}
-		d := r.DurationMs()
-		a.add(r.Node, d, r.Outcome, false)
-		a.durs = append(a.durs, uint32(min(max(d, 0), math.MaxUint32)))
-		a.outcomes[r.Outcome]++
-		if r.Outcome.SelfEnded() && (a.longestSelf == nil || d > a.longestSelfD) {
-			a.longestSelf, a.longestSelfD = evidence(r), d
-		}
-		switch r.Outcome {
-		case history.OutcomeHung:
-			a.hung = append(a.hung, *evidence(r))
-			a.hungD = append(a.hungD, d)
-		case history.OutcomeTerminated, history.OutcomeKilled:
-			a.sigD = append(a.sigD, d)
-		case history.OutcomeUnreported:
-			a.unrepD = append(a.unrepD, d)
-		}
-		if topG > 0 {
-			countTop(r.User, r.Command, d, r.Outcome == history.OutcomeHung, topG)
-		}
-		return true
-	})
-	if err != nil {
+	cs := candidates(q)
+	out := &Advice{FromMs: q.FromMs, ToMs: q.ToMs, NowMs: q.NowMs, Outcomes: map[string]int{}}
+	out.Floor, out.FloorKnown = floorOf(floors, keep)
+	a := newAcc(q, cs, out)
+	if err := src(q.FromMs, q.ToMs, a.record); err != nil {
 		return nil, fmt.Errorf("advisor: %w", err)
 	}
-	out.Records = len(a.durs)
+	out.Records = a.durs.n
 	for _, rt := range running {
 		if !keep(rt.Node) || rt.StartMs < q.FromMs || rt.StartMs >= q.ToMs {
 			continue
 		}
 		d := max(q.NowMs-rt.StartMs, 0)
 		out.Running++
-		a.add(rt.Node, d, history.OutcomeUnreported, true)
+		a.add(a.nodes.of(rt.Node), d, history.OutcomeUnreported, true)
 		ev := Evidence{Node: rt.Node, Job: rt.Job, User: orUnknown(rt.User), Command: orUnknown(rt.Command), Duration: ms(d), Outcome: "running"}
-		a.hung = append(a.hung, ev)
-		a.hungD = append(a.hungD, d)
+		a.running = append(a.running, ev)
 		if out.LongestRunning == nil || ms(d) > out.LongestRunning.Duration {
 			e := ev
 			out.LongestRunning = &e
 		}
 	}
-	out.Nodes = len(a.nodeMax)
+	out.Nodes = a.nodesSeen()
 	for o, n := range a.outcomes {
 		if n > 0 {
 			out.Outcomes[history.Outcome(o).String()] = n
 		}
 	}
-	out.Durations = distribution(a.durs)
+	out.Durations = distribution(&a.durs)
 	a.table(out, cs, q)
-	out.Floor, out.FloorKnown = floorOf(floors, keep)
-	a.recommend(out)
+	if err := a.recommend(out, src); err != nil {
+		return nil, err
+	}
 
-	// The top lists.
+	// The top lists: counted during the scan over a given G or the G in
+	// force; over the recommended G from what the scan kept (or a second
+	// scan when it kept too much).
+	topG := q.TopG.Milliseconds()
+	users, cmds := a.users, a.cmds
 	switch {
 	case topG > 0:
 	case out.Recommendation != nil:
 		topG = out.Recommendation.G.Milliseconds()
+		users, cmds = a.longUsers, a.longCmds
 	default:
 		topG = q.InForce.Milliseconds()
 	}
 	out.TopG = ms(topG)
-	if q.TopG <= 0 {
-		err := src(q.FromMs, q.ToMs, func(r *history.Record) bool {
-			if keep(r.Node) {
-				countTop(r.User, r.Command, r.DurationMs(), r.Outcome == history.OutcomeHung, topG)
-			}
-			return true
-		})
-		if err != nil {
-			return nil, fmt.Errorf("advisor: %w", err)
-		}
-	}
 	for _, rt := range running {
 		if keep(rt.Node) && rt.StartMs >= q.FromMs && rt.StartMs < q.ToMs {
 			d := max(q.NowMs-rt.StartMs, 0)
-			countTop(rt.User, rt.Command, d, d > topG, topG)
+			if d > topG {
+				users.add(users.names.of(orUnknown(rt.User)), true, true)
+				cmds.add(cmds.names.of(orUnknown(rt.Command)), true, true)
+			}
 		}
 	}
 	out.TopUsers, out.TopCommand = users.top(q.TopN), cmds.top(q.TopN)
@@ -354,7 +273,9 @@ func (a *acc) table(out *Advice, cs []time.Duration, q Query) {
 	}
 	nodeB := make([]int, k)
 	for _, m := range a.nodeMax {
-		nodeB[a.bucket(m)]++
+		if m >= 0 {
+			nodeB[a.bucket(m)]++
+		}
 	}
 	sig := 0
 	for i, g := range cs {
@@ -367,48 +288,6 @@ func (a *acc) table(out *Advice, cs []time.Duration, q Query) {
 		out.Candidates = append(out.Candidates, Candidate{G: g, InForce: g == q.InForce, Overdue: sufN[i+1], Nodes: nodes,
 			PlannedWrong: ms(sufSum[i+1] - gm*int64(sufN[i+1])), FalseDrains: sufSelf[i+1], Unknown: sig})
 	}
-}
-
-// recommend fills out.Recommendation, or out.Thin with why not.
-func (a *acc) recommend(out *Advice) {
-	switch {
-	case out.Records == 0:
-		out.Thin = "no released teardowns in the window for these nodes"
-		return
-	case out.Records < MinRecords:
-		out.Thin = fmt.Sprintf("too thin: %d released teardowns in the window, the advisor recommends from %d", out.Records, MinRecords)
-		return
-	case a.longestSelf == nil:
-		out.Thin = "no teardown in the window ended by itself (every one was signalled or unreported): nothing bounds G from below"
-		return
-	}
-	g := a.longestSelfD
-	if out.FloorKnown {
-		g = max(g, out.Floor.Ms)
-	}
-	g = (g + 999) / 1000 * 1000 // a whole second, at or above both
-	r := &Recommendation{G: ms(g), LongestSelfEnded: a.longestSelf}
-	for i, d := range a.hungD {
-		if d > g {
-			r.Caught++
-			r.CaughtExamples = append(r.CaughtExamples, a.hung[i])
-		} else if a.hung[i].Outcome != "running" {
-			r.Missed++
-		}
-	}
-	slices.SortStableFunc(r.CaughtExamples, func(x, y Evidence) int { return cmp.Compare(y.Duration, x.Duration) })
-	r.CaughtExamples = r.CaughtExamples[:min(len(r.CaughtExamples), MaxEvidence)]
-	for _, d := range a.sigD {
-		if d > g {
-			r.Signalled++
-		}
-	}
-	for _, d := range a.unrepD {
-		if d > g {
-			r.Unreported++
-		}
-	}
-	out.Recommendation = r
 }
 
 // notes adds the answer's caveats.
@@ -441,11 +320,6 @@ func floorOf(floors []Floor, keep func(string) bool) (Floor, bool) {
 	return best, known
 }
 
-func evidence(r *history.Record) *Evidence {
-	return &Evidence{Node: r.Node, Job: r.JobString(), User: orUnknown(r.User), Command: orUnknown(r.Command), Cause: r.Cause,
-		Duration: ms(r.DurationMs()), Outcome: r.Outcome.String()}
-}
-
 func orUnknown(s string) string {
 	if s == "" {
 		return Unknown
@@ -454,104 +328,3 @@ func orUnknown(s string) string {
 }
 
 func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
-
-// distribution computes the nearest-rank percentiles of d (reordering it).
-func distribution(d []uint32) Distribution {
-	n := len(d)
-	if n == 0 {
-		return Distribution{}
-	}
-	rank := func(p float64) int { return max(int(math.Ceil(p*float64(n))), 1) - 1 }
-	out := Distribution{Count: n}
-	// Select the highest rank first: each selection leaves the elements
-	// below its rank below it, so the next one selects in that prefix.
-	hi := n
-	for _, v := range []struct {
-		r int
-		p *time.Duration
-	}{{n - 1, &out.Max}, {rank(0.999), &out.P999}, {rank(0.99), &out.P99}, {rank(0.5), &out.P50}} {
-		sel(d[:hi], v.r)
-		*v.p = ms(int64(d[v.r]))
-		hi = v.r + 1
-	}
-	return out
-}
-
-// sel reorders d so that d[k] is the k-th smallest, everything before it
-// no larger (Hoare's quickselect, median of three).
-func sel(d []uint32, k int) {
-	lo, hi := 0, len(d)-1
-	for hi > lo {
-		mid := lo + (hi-lo)/2
-		if d[mid] < d[lo] {
-			d[mid], d[lo] = d[lo], d[mid]
-		}
-		if d[hi] < d[lo] {
-			d[hi], d[lo] = d[lo], d[hi]
-		}
-		if d[hi] < d[mid] {
-			d[hi], d[mid] = d[mid], d[hi]
-		}
-		p := d[mid]
-		i, j := lo, hi
-		for i <= j {
-			for d[i] < p {
-				i++
-			}
-			for d[j] > p {
-				j--
-			}
-			if i <= j {
-				d[i], d[j] = d[j], d[i]
-				i++
-				j--
-			}
-		}
-		switch {
-		case k <= j:
-			hi = j
-		case k >= i:
-			lo = i
-		default:
-			return
-		}
-	}
-}
-
-// tops counts long and hung teardowns by name.
-type tops struct{ m map[string]*Top }
-
-func newTops() *tops { return &tops{m: map[string]*Top{}} }
-
-func (t *tops) add(name string, long, hung bool) {
-	name = orUnknown(name)
-	e := t.m[name]
-	if e == nil {
-		e = &Top{Name: name}
-		t.m[name] = e
-	}
-	if long {
-		e.Long++
-	}
-	if hung {
-		e.Hung++
-	}
-}
-
-// top returns the n names with the most long (then hung) teardowns.
-func (t *tops) top(n int) []Top {
-	out := make([]Top, 0, len(t.m))
-	for _, e := range t.m {
-		out = append(out, *e)
-	}
-	slices.SortFunc(out, func(a, b Top) int {
-		if c := cmp.Compare(b.Long+b.Hung, a.Long+a.Hung); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.Hung, a.Hung); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Name, b.Name)
-	})
-	return out[:min(len(out), n)]
-}

@@ -1,7 +1,6 @@
 package history
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -74,23 +73,14 @@ type decoder struct {
 	strs []string // id-1 → string
 }
 
-// str returns the string of id, or false for an id not defined yet.
-func (d *decoder) str(id uint32) (string, bool) {
-	if id == 0 {
-		return "", true
-	}
-	if int(id) > len(d.strs) {
-		return "", false
-	}
-	return d.strs[id-1], true
-}
-
 // frame decodes the frame at the start of b (at most maxFrameSize bytes
 // are looked at). It returns its size; a string frame adds to d's strings,
-// a record frame fills r (r.Node set) and returns rec true. Node is the
-// only field whose string must be defined (and non-empty). A frame that
-// does not fit in b, fails its CRC, or is not well formed is errCorrupt.
-func (d *decoder) frame(b []byte, r *Record) (size int, rec bool, err error) {
+// a record frame fills r (its ids, not strings) and returns rec true. The
+// node is the only string a record must name (defined and non-empty); every
+// id it names must be defined. A frame that does not fit in b, fails its
+// CRC, or is not well formed is errCorrupt. It allocates only for a string
+// frame.
+func (d *decoder) frame(b []byte, r *Raw) (size int, rec bool, err error) {
 	if len(b) < frameOver {
 		return 0, false, fmt.Errorf("%w: %d bytes left, a frame takes at least %d", errCorrupt, len(b), frameOver)
 	}
@@ -114,19 +104,20 @@ func (d *decoder) frame(b []byte, r *Record) (size int, rec bool, err error) {
 		if n < recordFixed+1 {
 			return 0, false, fmt.Errorf("%w: record of %d bytes, want at least %d", errCorrupt, n, recordFixed+1)
 		}
-		var ok [4]bool
 		r.Outcome = Outcome(p[0])
-		r.Node, ok[0] = d.str(binary.LittleEndian.Uint32(p[1:]))
-		r.User, ok[1] = d.str(binary.LittleEndian.Uint32(p[5:]))
-		r.Command, ok[2] = d.str(binary.LittleEndian.Uint32(p[9:]))
-		r.Cause, ok[3] = d.str(binary.LittleEndian.Uint32(p[13:]))
-		if ok != [4]bool{true, true, true, true} || r.Node == "" || r.Outcome >= numOutcomes {
+		r.Node = binary.LittleEndian.Uint32(p[1:])
+		r.User = binary.LittleEndian.Uint32(p[5:])
+		r.Command = binary.LittleEndian.Uint32(p[9:])
+		r.Cause = binary.LittleEndian.Uint32(p[13:])
+		ns := uint32(len(d.strs))
+		if r.Node == 0 || r.Node > ns || r.User > ns || r.Command > ns || r.Cause > ns || d.strs[r.Node-1] == "" || r.Outcome >= numOutcomes {
 			return 0, false, fmt.Errorf("%w: record names an undefined string or outcome", errCorrupt)
 		}
 		r.StartMs = int64(binary.LittleEndian.Uint64(p[17:]))
-		r.ReleasedMs = r.StartMs + int64(binary.LittleEndian.Uint32(p[25:]))
+		r.DurationMs = int64(binary.LittleEndian.Uint32(p[25:]))
 		r.GraceMs = int64(binary.LittleEndian.Uint32(p[29:]))
 		r.Job = p[recordFixed:]
+		r.Strs = d.strs
 		return size, true, nil
 	}
 	return 0, false, fmt.Errorf("%w: unknown kind %#x", errCorrupt, b[0])
@@ -136,48 +127,89 @@ func (d *decoder) frame(b []byte, r *Record) (size int, rec bool, err error) {
 // decoder's memory. A segment rotates before it reaches it.
 const maxStringsPerSegment = 1 << 20
 
+// readBufSize is the reader's buffer: one per scan, reused for every
+// segment it reads.
+const readBufSize = 256 << 10
+
+// reader reads segments through one reusable buffer.
+type reader struct{ buf []byte }
+
+func newReader() *reader { return &reader{buf: make([]byte, readBufSize)} }
+
 // readSegment reads the frames of a segment from rd (header included) up
 // to limit bytes, calling fn for each record until it returns false. It
 // returns the bytes of whole valid frames read (the header included) and
 // the first error: errCorrupt (wrapped, with the offset) where a frame
 // does not decode, or the reader's.
 func readSegment(rd io.Reader, limit int64, fn func(r *Record) bool) (int64, error) {
-	return readSegmentWith(rd, limit, nil, fn)
+	var r Record
+	return newReader().read(rd, limit, nil, func(raw *Raw) bool {
+		raw.fill(&r)
+		return fn(&r)
+	})
 }
 
-// readSegmentWith is readSegment that also hands its decoder (the
-// segment's strings) to got, before the first frame.
-func readSegmentWith(rd io.Reader, limit int64, got func(*decoder), fn func(r *Record) bool) (int64, error) {
-	br := bufio.NewReaderSize(io.LimitReader(rd, limit), 1<<20)
-	hdr := make([]byte, headerSize)
-	if _, err := io.ReadFull(br, hdr); err != nil {
-		return 0, fmt.Errorf("%w at offset 0: header: %v", errCorrupt, err)
+// read is readSegment over raw records; d, when not nil, receives the
+// segment's strings (for a writer that appends to it).
+func (rdr *reader) read(rd io.Reader, limit int64, d *decoder, fn func(r *Raw) bool) (int64, error) {
+	if d == nil {
+		d = &decoder{}
 	}
-	if string(hdr) != magic {
-		return 0, fmt.Errorf("%w at offset 0: not a history segment (header %q)", errCorrupt, hdr)
+	lr := io.LimitReader(rd, limit)
+	buf := rdr.buf
+	// buf[lo:hi] holds the bytes read and not yet decoded; eof: lr is done.
+	lo, hi, eof := 0, 0, false
+	fill := func() error {
+		if eof {
+			return nil
+		}
+		hi = copy(buf, buf[lo:hi])
+		lo = 0
+		for hi < len(buf) {
+			k, err := lr.Read(buf[hi:])
+			hi += k
+			if err == io.EOF {
+				eof = true
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				break
+			}
+		}
+		return nil
 	}
-	var d decoder
-	if got != nil {
-		got(&d)
+	if err := fill(); err != nil {
+		return 0, err
 	}
-	var r Record
+	if hi < headerSize {
+		return 0, fmt.Errorf("%w at offset 0: header: %d bytes", errCorrupt, hi)
+	}
+	if string(buf[:headerSize]) != magic {
+		return 0, fmt.Errorf("%w at offset 0: not a history segment (header %q)", errCorrupt, buf[:headerSize])
+	}
+	lo = headerSize
+	var r Raw
 	off := int64(headerSize)
 	for {
-		b, err := br.Peek(maxFrameSize)
-		if len(b) == 0 {
-			if err == io.EOF {
-				return off, nil
+		if hi-lo < maxFrameSize && !eof {
+			if err := fill(); err != nil {
+				return off, err
 			}
-			return off, err
 		}
-		size, rec, ferr := d.frame(b, &r)
+		if lo == hi {
+			return off, nil
+		}
+		size, rec, ferr := d.frame(buf[lo:min(hi, lo+maxFrameSize)], &r)
 		if ferr != nil {
 			return off, fmt.Errorf("%w at offset %d", ferr, off)
 		}
-		if rec && !fn(&r) {
-			return off + int64(size), nil
-		}
-		br.Discard(size)
+		lo += size
 		off += int64(size)
+		if rec && !fn(&r) {
+			return off, nil
+		}
 	}
 }

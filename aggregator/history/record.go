@@ -129,6 +129,37 @@ func (r *Record) DurationMs() int64 { return r.ReleasedMs - r.StartMs }
 // JobString returns a copy of Job.
 func (r *Record) JobString() string { return string(r.Job) }
 
+// Raw is a record as its segment stores it, decoded without allocating:
+// its strings are ids into its segment's table Strs (id i is Strs[i-1], 0
+// the empty string; every id a Raw names is defined). A Raw, its Job and
+// Strs are valid during a ScanRaw callback only; Seg tells the segments of
+// one scan apart (ids of two segments are unrelated), and a segment's Strs
+// only grow while it is read, so what an id names never changes within it.
+type Raw struct {
+	Outcome                    Outcome
+	Node, User, Command, Cause uint32
+	StartMs, DurationMs        int64
+	GraceMs                    int64
+	Job                        []byte
+	Strs                       []string
+	// Seg counts the segments of the scan, from 0.
+	Seg int
+}
+
+// Str returns the string of id (0 is "").
+func (r *Raw) Str(id uint32) string {
+	if id == 0 {
+		return ""
+	}
+	return r.Strs[id-1]
+}
+
+// fill sets rec from r (Job shared).
+func (r *Raw) fill(rec *Record) {
+	*rec = Record{Node: r.Str(r.Node), Job: r.Job, User: r.Str(r.User), Command: r.Str(r.Command), Cause: r.Str(r.Cause),
+		StartMs: r.StartMs, ReleasedMs: r.StartMs + r.DurationMs, GraceMs: r.GraceMs, Outcome: r.Outcome}
+}
+
 // Refusal is why a record was not stored.
 type Refusal string
 

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -76,7 +74,10 @@ type segment struct {
 	records  int64
 	minStart int64 // 0: no record
 	maxStart int64
-	corrupt  string // why reading stopped early; "" whole
+	// firstStart is the start of its first record: a segment rotates once
+	// a record starts segmentAge after it.
+	firstStart int64
+	corrupt    string // why reading stopped early; "" whole
 }
 
 // nodeState is what the store keeps of one node: its latest records' keys
@@ -108,8 +109,12 @@ type Stats struct {
 }
 
 // Store is the history. Add, Flush and Close are for one writer (the
-// aggregator's loop); Scan and Stats may run concurrently with it and
-// with each other.
+// aggregator's loop); Scan, ScanRaw and Stats may run concurrently with it
+// and with each other. Its memory does not grow with the records: per
+// segment file its metadata (about 100 bytes, at most maxSegments), per
+// node its dedupe ring and rate bucket (about 1 KiB), and the current
+// segment's string ids; a scan adds one read buffer and the string table
+// of the segment it reads.
 type Store struct {
 	o   Options
 	log *slog.Logger
@@ -136,8 +141,14 @@ type Store struct {
 // 1 MiB to 64 MiB.
 func (s *Store) segmentBytes() int64 { return min(max(s.o.MaxBytes/32, 256<<10), 64<<20) }
 
-// segmentAge is the span of starts at which a segment rotates: 1/32 of
-// MaxAge, so a segment is dropped by age at most that late.
+// segmentAge is the span of starts at which a segment rotates: a record
+// that starts this long after the segment's first one starts a new
+// segment (1/32 of MaxAge, so a segment is dropped by age at most that
+// late). A record that starts before it (a teardown released after days
+// of hanging, a node's late resend) joins the current segment: rotating
+// for it would cost two segments each time and, at maxSegments, drop the
+// oldest history for nothing. It is kept until the segment's newest start
+// passes MaxAge.
 func (s *Store) segmentAge() time.Duration { return s.o.MaxAge / 32 }
 
 // Open opens (or creates) the history in o.Dir: it reads every segment,
@@ -181,8 +192,9 @@ func Open(o Options, now time.Time) (*Store, error) {
 		s.nextSeq = max(s.nextSeq, seq+1)
 	}
 	slices.SortFunc(s.segs, func(a, b *segment) int { return cmpU64(a.seq, b.seq) })
+	rdr := newReader()
 	for i, sg := range s.segs {
-		s.load(sg, i == len(s.segs)-1)
+		s.load(rdr, sg, i == len(s.segs)-1)
 		s.total += sg.size
 	}
 	s.dropOld(now)
@@ -204,7 +216,7 @@ func cmpU64(a, b uint64) int {
 // torn write: it is truncated there, and appended to again no more (a new
 // segment starts). Any other damage is reported and the segment kept, read
 // up to it.
-func (s *Store) load(sg *segment, last bool) {
+func (s *Store) load(rdr *reader, sg *segment, last bool) {
 	f, err := os.Open(sg.path)
 	if err != nil {
 		sg.corrupt = err.Error()
@@ -219,10 +231,10 @@ func (s *Store) load(sg *segment, last bool) {
 		s.corrupt++
 		return
 	}
-	var d *decoder
-	n, rerr := readSegmentWith(f, fi.Size(), func(dd *decoder) { d = dd }, func(r *Record) bool {
-		sg.note(r)
-		s.remember(s.node(r.Node), key(r))
+	d := &decoder{}
+	n, rerr := rdr.read(f, fi.Size(), d, func(r *Raw) bool {
+		sg.note(r.StartMs)
+		s.remember(s.node(r.Str(r.Node)), key(r.Job, r.StartMs))
 		return true
 	})
 	sg.size = n
@@ -305,26 +317,31 @@ func (s *Store) last() *segment {
 	return s.segs[len(s.segs)-1]
 }
 
-// note adds r to sg's metadata.
-func (sg *segment) note(r *Record) {
-	sg.records++
-	if sg.minStart == 0 || r.StartMs < sg.minStart {
-		sg.minStart = r.StartMs
+// note adds a record that started at startMs to sg's metadata.
+func (sg *segment) note(startMs int64) {
+	if sg.records == 0 {
+		sg.firstStart = startMs
 	}
-	sg.maxStart = max(sg.maxStart, r.StartMs)
+	sg.records++
+	if sg.minStart == 0 || startMs < sg.minStart {
+		sg.minStart = startMs
+	}
+	sg.maxStart = max(sg.maxStart, startMs)
 }
 
-// key is a record's identity: its node, job and start (an agent resends a
-// released teardown with the same three).
-func key(r *Record) uint64 {
-	h := fnv.New64a()
-	h.Write(r.Job)
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(r.StartMs >> (8 * i))
+// key is a record's identity within its node: its job and start (an agent
+// resends a released teardown with the same three). FNV-1a of the job's
+// bytes and the start's 8 little-endian bytes.
+func key(job []byte, startMs int64) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for _, c := range job {
+		h = (h ^ uint64(c)) * prime
 	}
-	h.Write(b[:])
-	return h.Sum64() | 1 // 0 is an empty slot
+	for i := range 8 {
+		h = (h ^ uint64(byte(startMs>>(8*i)))) * prime
+	}
+	return h | 1 // 0 is an empty slot
 }
 
 func (s *Store) node(name string) *nodeState {
@@ -372,7 +389,7 @@ func (s *Store) add(r Record, now time.Time) Refusal {
 		return RefusedOld
 	}
 	ns := s.node(r.Node)
-	k := key(&r)
+	k := key(r.Job, r.StartMs)
 	if ns.has(k) {
 		return RefusedDuplicate
 	}
@@ -420,7 +437,7 @@ func (e *every) allow(now time.Time) (bool, time.Time) {
 // segments first as the bounds require.
 func (s *Store) write(r *Record, now time.Time) error {
 	if sg := s.last(); s.cur != nil && sg != nil && (sg.size >= s.segmentBytes() ||
-		(sg.records > 0 && max(sg.maxStart, r.StartMs)-min(sg.minStart, r.StartMs) >= s.segmentAge().Milliseconds()) || len(s.curStrs) > maxStringsPerSegment-8) {
+		(sg.records > 0 && r.StartMs-sg.firstStart >= s.segmentAge().Milliseconds()) || len(s.curStrs) > maxStringsPerSegment-8) {
 		s.closeCur()
 	}
 	s.dropOld(now)
@@ -462,7 +479,7 @@ func (s *Store) write(r *Record, now time.Time) error {
 	}
 	sg.size += int64(len(b))
 	s.total += int64(len(b))
-	sg.note(r)
+	sg.note(r.StartMs)
 	s.dirty = true
 	return nil
 }
@@ -604,56 +621,4 @@ func (s *Store) Stats() Stats {
 		st.Refused[k] = v
 	}
 	return st
-}
-
-// Scan calls fn for every record whose start lies in [fromMs, toMs), in
-// the order they were stored, until fn returns false. The Record and its
-// Job are valid during the call only. It reads the files without holding
-// the writer up: records added during the scan may or may not be seen. A
-// segment dropped meanwhile is still read whole (its file stays open) or,
-// removed before it was opened, skipped.
-func (s *Store) Scan(fromMs, toMs int64, fn func(r *Record) bool) error {
-	s.mu.Lock()
-	if s.cur != nil {
-		if err := s.curBuf.Flush(); err != nil {
-			s.closeCur()
-		}
-	}
-	type part struct {
-		path string
-		size int64
-	}
-	var parts []part
-	for _, sg := range s.segs {
-		if sg.records == 0 || sg.maxStart < fromMs || sg.minStart >= toMs {
-			continue
-		}
-		parts = append(parts, part{sg.path, sg.size})
-	}
-	s.mu.Unlock()
-	stop := false
-	for _, p := range parts {
-		f, err := os.Open(p.path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("history: %w", err)
-		}
-		_, err = readSegment(f, p.size, func(r *Record) bool {
-			if r.StartMs >= fromMs && r.StartMs < toMs && !fn(r) {
-				stop = true
-				return false
-			}
-			return true
-		})
-		f.Close()
-		if err != nil && !errors.Is(err, errCorrupt) && !errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("history: %s: %w", p.path, err)
-		}
-		if stop {
-			return nil
-		}
-	}
-	return nil
 }

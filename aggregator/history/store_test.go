@@ -255,3 +255,28 @@ func FuzzSegment(f *testing.F) {
 		}
 	})
 }
+
+// TestStoreLateStarts: releases of teardowns that hung for days (their
+// start far behind the others') join the current segment instead of
+// rotating it twice each (at 64 segments, the oldest history would be
+// dropped for nothing); in-order starts still rotate at 1/32 of max_age.
+func TestStoreLateStarts(t *testing.T) {
+	s := open(t, t.TempDir(), Options{NodeBurst: 1 << 20, NodeRate: 1e9}, t0)
+	for i := range 100 {
+		s.Add(rec("n1", i, t0.Add(-time.Hour+time.Duration(i)*time.Second), time.Second), t0)
+		if i%10 == 0 {
+			s.Add(rec(fmt.Sprintf("h%d", i), i, t0.Add(-3*24*time.Hour), 3*24*time.Hour-time.Minute), t0)
+		}
+	}
+	if st := s.Stats(); st.Segments != 1 || st.Records != 110 {
+		t.Errorf("%d segments, %d records: want 1 and 110", st.Segments, st.Records)
+	}
+	// Starts in order over 10 days: 90 days / 32 = 2.8 days a segment.
+	s2 := open(t, t.TempDir(), Options{NodeBurst: 1 << 20, NodeRate: 1e9}, t0)
+	for i := range 240 {
+		s2.Add(rec("n1", i, t0.Add(-10*24*time.Hour+time.Duration(i)*time.Hour), time.Second), t0)
+	}
+	if st := s2.Stats(); st.Segments != 4 {
+		t.Errorf("in-order starts over 10 days: %d segments, want 4", st.Segments)
+	}
+}
