@@ -314,17 +314,18 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleStartJob(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeJobStart(http.MaxBytesReader(w, r.Body, MaxBodyBytes), s.clock.Now())
+	req, warn, err := decodeJobStart(http.MaxBytesReader(w, r.Body, MaxBodyBytes), s.clock.Now())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	s.warnUser(req.Job, warn)
 	job, err := s.svc.StartJob(r.Context(), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, job)
+	writeJSON(w, http.StatusCreated, withWarning(job, req.Job, warn))
 }
 
 func (s *Server) handleEndJob(w http.ResponseWriter, r *http.Request) {
@@ -347,17 +348,18 @@ func (s *Server) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	req, err := decodeJobUpdate(http.MaxBytesReader(w, r.Body, MaxBodyBytes), s.clock.Now())
+	req, warn, err := decodeJobUpdate(http.MaxBytesReader(w, r.Body, MaxBodyBytes), s.clock.Now())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	s.warnUser(id, warn)
 	job, err := s.svc.UpdateJob(r.Context(), id, req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, job)
+	writeJSON(w, http.StatusOK, withWarning(job, id, warn))
 }
 
 func (s *Server) handleDiagnose(w http.ResponseWriter, r *http.Request) {
@@ -419,6 +421,11 @@ func (s *Server) handleEpilog(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// A bad user name never fails an epilogue: it is dropped and logged
+	// (the wrapper, nodeagent epilog, checked and said it already).
+	var warn error
+	req.User, warn = request.CheckUser(req.User)
+	s.warnUser(id, warn)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stopWatch := context.AfterFunc(s.stopping, cancel)
@@ -590,48 +597,73 @@ func fieldName(name string) string {
 // decodeJobStart decodes and checks a POST /v1/jobs body. The checks need no
 // configuration (the Service checks the expiration's age against its
 // max_expiration_age).
-func decodeJobStart(r io.Reader, now time.Time) (request.JobStartRequest, error) {
-	var req request.JobStartRequest
+//
+// A user name that request.ValidateUser refuses does not fail the
+// registration (request.CheckUser): it is dropped from req and returned as
+// warn, for the log and the answer.
+func decodeJobStart(r io.Reader, now time.Time) (req request.JobStartRequest, warn, err error) {
 	if err := decodeBody(r, &req); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	if err := request.ValidateJobID(req.Job); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	if req.Grace != "" {
 		if _, err := request.ParseGrace(req.Grace); err != nil {
-			return req, err
+			return req, nil, err
 		}
 	}
 	if err := request.ValidateCgroup(req.Cgroup); err != nil {
-		return req, err
+		return req, nil, err
 	}
-	return req, nil
+	req.User, warn = request.CheckUser(req.User)
+	return req, warn, nil
+}
+
+// warnUser logs a user name dropped from job's registration.
+func (s *Server) warnUser(job string, warn error) {
+	if warn != nil {
+		s.log.Warn("job user name refused, the job is supervised without one", "job", job, "err", warn)
+	}
+}
+
+// withWarning is job with the warning of a dropped user name, if any.
+func withWarning(job Job, id string, warn error) Job {
+	if warn != nil {
+		job.Warnings = append(job.Warnings, request.UserWarning(id, warn))
+	}
+	return job
 }
 
 // decodeJobUpdate reads and checks the body of POST /v1/jobs/{id}/update:
 // at least one field, each well formed. Whether the new expiration lies
 // before now is the Service's check, against its own clock.
-func decodeJobUpdate(r io.Reader, now time.Time) (request.JobUpdateRequest, error) {
-	var req request.JobUpdateRequest
+//
+// A user name that request.ValidateUser refuses is dropped with a warning
+// (as in decodeJobStart) when the update changes something else, and
+// refused when it is all the update holds.
+func decodeJobUpdate(r io.Reader, now time.Time) (req request.JobUpdateRequest, warn, err error) {
 	if err := decodeBody(r, &req); err != nil {
-		return req, err
+		return req, nil, err
 	}
-	if req.Expiration == "" && req.Cgroup == "" {
-		return req, request.Invalid("expiration", "nothing to update: give an expiration or a cgroup")
+	if req.Expiration == "" && req.Cgroup == "" && req.User == "" {
+		return req, nil, request.Invalid("expiration", "nothing to update: give an expiration, a cgroup or a user")
 	}
 	if req.Expiration != "" {
 		if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
-			return req, err
+			return req, nil, err
 		}
 	}
 	if err := request.ValidateCgroup(req.Cgroup); err != nil {
-		return req, err
+		return req, nil, err
 	}
-	return req, nil
+	if req.User, warn = request.CheckUser(req.User); warn != nil && req.Expiration == "" && req.Cgroup == "" {
+		return req, nil, warn
+	}
+	return req, warn, nil
 }
 
 // Responses.
