@@ -45,20 +45,20 @@ type meshLink struct {
 	sup latcher
 	m   *mesh.Mesh
 
-	mu       sync.Mutex
-	latest   *teardown.Status
-	reports  map[string]*diagnose.Report // latest report of each job, for StateUpdate
-	out      *outbox                     // released teardowns not yet delivered everywhere
+	mu      sync.Mutex
+	latest  *teardown.Status
+	reports map[string]*diagnose.Report // latest report of each job, for StateUpdate
+	out     *outbox                     // released teardowns not yet delivered everywhere
 	// killPath is the exec system's kill path (StateUpdate 70-71), set
 	// once it is known (killPathCheck).
 	killPathFloor time.Duration
 	killPath      string
-	wake     chan struct{}               // the direct sender's
-	wakeMeta chan struct{}               // the meta updater's
-	ctrl     chan ctrlMsg
-	probes   chan ctrlMsg // ACTION_PROBE, answered apart
-	sender   *stateSender // the direct sends; set by run
-	started  time.Time    // this process's start: StateUpdate.started_ms
+	wake          chan struct{} // the direct sender's
+	wakeMeta      chan struct{} // the meta updater's
+	ctrl          chan ctrlMsg
+	probes        chan ctrlMsg // ACTION_PROBE, answered apart
+	sender        *stateSender // the direct sends; set by run
+	started       time.Time    // this process's start: StateUpdate.started_ms
 	// aggregators are the alive aggregators seen (MemberChanged), so that
 	// only a new one triggers a full send.
 	aggregators map[string]bool
