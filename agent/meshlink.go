@@ -68,6 +68,9 @@ type meshLink struct {
 	now  func() time.Time
 	// targetsOf is targets (tests replace it).
 	targetsOf func() []string
+	// execCheck asks the exec systems for their kill path
+	// (CheckExecSystems; tests replace it).
+	execCheck func(ctx context.Context) ([]ExecCheck, []error)
 }
 
 type ctrlMsg struct {
@@ -89,6 +92,7 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 		now:      time.Now,
 	}
 	l.targetsOf = l.targets
+	l.execCheck = CheckExecSystems
 	return l
 }
 
@@ -200,6 +204,12 @@ func (l *meshLink) run(ctx context.Context) {
 		}
 	}()
 	defer func() { <-probed }()
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		l.checkKillPath(ctx)
+	}()
+	defer func() { <-checked }()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
@@ -222,6 +232,32 @@ func (l *meshLink) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// checkKillPath asks the exec systems found on this node for their kill
+// path (what `nodeagent config check` computes), once, in the background
+// of the agent's start and bounded by killPathTimeout, so that neither the
+// start nor a deadline ever waits for a slow scontrol; the floor goes to
+// the aggregators with the next StateUpdate (fields 70-71).
+func (l *meshLink) checkKillPath(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, killPathTimeout)
+	defer cancel()
+	checks, errs := l.execCheck(ctx)
+	if ctx.Err() != nil && len(checks) == 0 {
+		return
+	}
+	floor, path := killPathOf(checks)
+	for _, err := range errs {
+		l.log.Info("exec system's kill path not read", "err", err)
+	}
+	if floor == 0 {
+		return
+	}
+	l.log.Info("exec system's kill path", "floor", floor, "path", path)
+	l.mu.Lock()
+	l.killPathFloor, l.killPath = floor, path
+	l.mu.Unlock()
+	l.kick()
 }
 
 // targets are the aggregators the state goes to: those of the mesh's book
