@@ -56,10 +56,10 @@ func TestDocumentedPromQL(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	testutil.Require(t, err == nil, "needs promtool (apt-get install prometheus)")
 	want := map[string]string{
-		`sum(increase(gracewatch_agent_teardown_duration_seconds_count[30d])) - sum(increase(gracewatch_agent_teardown_duration_seconds_bucket{le="45"}[30d]))`:                                                                      "5",
-		`sum(increase(gracewatch_agent_teardown_duration_seconds_count{instance="node17:9470"}[30d])) - sum(increase(gracewatch_agent_teardown_duration_seconds_bucket{instance="node17:9470",le="45"}[30d]))`:                        "3",
-		`histogram_quantile(0.99, sum by (le) (increase(gracewatch_agent_teardown_duration_seconds_bucket[30d])))`:                                                                                                                     "7038",
-		`sum(gracewatch_agent_teardown_running_seconds_count) - sum(gracewatch_agent_teardown_running_seconds_bucket{le="45"})`:                                                                                                       "2",
+		`sum(increase(gracewatch_agent_teardown_duration_seconds_count[30d])) - sum(increase(gracewatch_agent_teardown_duration_seconds_bucket{le="45"}[30d]))`:                                                                                                                             "5",
+		`sum(increase(gracewatch_agent_teardown_duration_seconds_count{instance="node17:9470"}[30d])) - sum(increase(gracewatch_agent_teardown_duration_seconds_bucket{instance="node17:9470",le="45"}[30d]))`:                                                                              "3",
+		`histogram_quantile(0.99, sum by (le) (increase(gracewatch_agent_teardown_duration_seconds_bucket[30d])))`:                                                                                                                                                                          "7038",
+		`sum(gracewatch_agent_teardown_running_seconds_count) - sum(gracewatch_agent_teardown_running_seconds_bucket{le="45"})`:                                                                                                                                                             "2",
 		`(sum(increase(gracewatch_agent_teardown_duration_seconds_count[30d])) - sum(increase(gracewatch_agent_teardown_duration_seconds_bucket{le="45"}[30d]))) + (sum(gracewatch_agent_teardown_running_seconds_count) - sum(gracewatch_agent_teardown_running_seconds_bucket{le="45"}))`: "7",
 	}
 	docs := documentedQueries(t)
