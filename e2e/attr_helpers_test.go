@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/user"
+	"testing"
+	"time"
+
+	aggapi "github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/internal/testutil"
+)
+
+// Attribution (issue 17): the shipped prologs name the job's user with its
+// registration; the agent keeps it in the job, its reports and what it
+// sends the aggregators.
+
+// jobOwner is the user the tests' Slurm and Flux jobs run as: this
+// process's (root in CI), as the prologs resolve it.
+func jobOwner(t testing.TB) string {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username
+}
+
+// checkJobUser fails unless the agent's job names user.
+func checkJobUser(t testing.TB, a *agent, job, user string) {
+	t.Helper()
+	for _, j := range agentStatus(t, a).Jobs {
+		if j.ID == job {
+			if j.User != user {
+				t.Errorf("agent %s: job %s has user %q, want %q (from the shipped prolog)", a.node, job, j.User, user)
+			}
+			return
+		}
+	}
+	t.Errorf("agent %s: no job %s", a.node, job)
+}
+
+// servedReport is the agent's report of node that the aggregator serves
+// (GET /v1/nodes/{name}: last_report.detail), decoded as far as attribution
+// needs it.
+func servedReport(g *aggregator, name string) (job, user string, err error) {
+	resp, err := http.Get(g.url + "/v1/nodes/" + name)
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return "", "", fmt.Errorf("GET /v1/nodes/%s: %d %s", name, resp.StatusCode, body)
+	}
+	var n aggapi.Node
+	if err := json.Unmarshal(body, &n); err != nil {
+		return "", "", err
+	}
+	if n.LastReport == nil || len(n.LastReport.Detail) == 0 {
+		return "", "", fmt.Errorf("node %s has no report with its detail", name)
+	}
+	var d struct {
+		Job  string `json:"job"`
+		User string `json:"user"`
+	}
+	err = json.Unmarshal(n.LastReport.Detail, &d)
+	return d.Job, d.User, err
+}
+
+// checkServedUser waits until the aggregator serves node's report of job
+// and fails unless it names user.
+func checkServedUser(t testing.TB, g *aggregator, name, job, user string) {
+	t.Helper()
+	var got string
+	var err error
+	testutil.Eventually(t, 10*time.Second, "the aggregator serving "+name+"'s report of job "+job, func() bool {
+		var j string
+		j, got, err = servedReport(g, name)
+		return err == nil && j == job
+	})
+	if got != user {
+		t.Errorf("the aggregator serves %s's report of job %s with user %q, want %q", name, job, got, user)
+	}
+}
