@@ -18,7 +18,7 @@ import (
 	"github.com/coreos/go-systemd/v22/journal"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gracewatch/gracewatch/agent/api"
+	apiserver "github.com/gracewatch/gracewatch/agent/api/server"
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/procfs"
@@ -74,7 +74,7 @@ type Agent struct {
 	log  *slog.Logger
 	cg   *cgroup.Manager
 	sup  *teardown.Supervisor
-	srv  *api.Server
+	srv  *apiserver.Server
 	proc *procfs.Reader
 	link *meshLink
 	reg  *prometheus.Registry
@@ -98,7 +98,7 @@ func Preflight(cfg Config) error {
 		}
 	}
 	if g := cfg.API.SocketGroup; g != "" {
-		if err := api.CheckSocketGroup(g); err != nil {
+		if err := apiserver.CheckSocketGroup(g); err != nil {
 			errs = append(errs, config.KeyErr("api.socket_group", "%v", err))
 		}
 	}
@@ -202,7 +202,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		link.sup = sup
 		a.link = link
 	}
-	a.srv = api.NewServer(socketService{sup}, api.ServerOptions{
+	a.srv = apiserver.NewServer(socketService{sup}, apiserver.ServerOptions{
 		AllowedUIDs: cfg.API.AllowedUIDs,
 		AllowedGIDs: cfg.API.AllowedGIDs,
 		ProcRoot:    cfg.Diagnostics.ProcRoot,
@@ -218,7 +218,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 // re-adopts them.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.cg.Close()
-	l, err := api.Listen(a.cfg.Socket, a.cfg.API.SocketGroup)
+	l, err := apiserver.Listen(a.cfg.Socket, a.cfg.API.SocketGroup)
 	if err != nil {
 		return err
 	}
@@ -299,7 +299,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		a.log.Warn("sd_notify", "err", err)
 	}
-	attrs := []any{"node", a.cfg.NodeName, "socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
+	attrs := []any{"socket", a.cfg.Socket, "cgroup_root", a.cg.Root(),
 		"state_dir", a.cfg.StateDir, "mode", a.cfg.Mode, "pid", os.Getpid()}
 	if ml != nil {
 		attrs = append(attrs, "metrics", ml.Addr().String())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	apiserver "github.com/gracewatch/gracewatch/agent/api/server"
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/agent/teardown"
@@ -18,7 +19,7 @@ import (
 // concurrent use, as the supervisor is.
 type socketService struct{ sup *teardown.Supervisor }
 
-var _ api.Service = socketService{}
+var _ apiserver.Service = socketService{}
 
 func (s socketService) StartJob(ctx context.Context, req request.JobStartRequest) (api.Job, error) {
 	j, err := s.sup.StartJob(ctx, req)

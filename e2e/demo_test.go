@@ -103,7 +103,7 @@ func TestDemoCleansUpOnSignals(t *testing.T) {
 					t.Fatalf("no %q after 2 minutes:\n%s", tt.when, output())
 				}
 			}
-			m := regexp.MustCompile(`\(state in (/tmp/gracewatch-demo\.[A-Za-z0-9]+)\)`).FindStringSubmatch(output())
+			m := regexp.MustCompile(`\(state in (\S*/gracewatch-demo\.[A-Za-z0-9]+)\)`).FindStringSubmatch(output())
 			if m == nil {
 				t.Fatalf("the demo did not say its folder:\n%s", output())
 			}

@@ -306,7 +306,7 @@ done
 
 fg go build -o "$BIN/hangfs-serve" ./internal/testutil/hangfs/hangfs-serve
 
-T=$(mktemp -d /tmp/gracewatch-demo.XXXXXX)
+T=$(mktemp -d "${TMPDIR:-/tmp}/gracewatch-demo.XXXXXX")
 chmod 755 "$T"
 
 free_port() {

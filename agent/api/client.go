@@ -8,9 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -60,30 +58,21 @@ func (e *ServerError) Error() string {
 	if e.Body.Error != "" {
 		return e.Body.Error
 	}
-	return fmt.Sprintf("agent answered %d %s", e.Status, http.StatusText(e.Status))
+	return fmt.Sprintf("agent answered HTTP status %d", e.Status)
 }
 
-// Client talks to the agent over its Unix socket. It is safe for concurrent
-// use. Every call blocks until the answer arrives or ctx ends; there is no
-// other timeout.
+// Client talks to the agent over its Unix socket, one connection per call
+// (transport.go). It is safe for concurrent use. Every call blocks until the
+// answer arrives or ctx ends; there is no other timeout.
 type Client struct {
 	socket      string
-	hc          *http.Client
 	connectWait time.Duration
 }
 
 // NewClient returns a client of the agent listening at socket. It connects
-// lazily, on the first call.
+// on each call.
 func NewClient(socket string) *Client {
-	c := &Client{socket: socket}
-	tr := &http.Transport{
-		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dial(ctx) },
-		DisableCompression: true,
-		MaxIdleConns:       2,
-		IdleConnTimeout:    30 * time.Second,
-	}
-	c.hc = &http.Client{Transport: tr}
-	return c
+	return &Client{socket: socket}
 }
 
 // SetConnectWait makes every call wait up to d for the agent to accept
@@ -97,11 +86,10 @@ func (c *Client) SetConnectWait(d time.Duration) { c.connectWait = d }
 // dial connects to the socket, retrying for c.connectWait while the agent
 // is not there.
 func (c *Client) dial(ctx context.Context) (net.Conn, error) {
-	var d net.Dialer
 	start := time.Now()
 	pause := 50 * time.Millisecond
 	for {
-		conn, err := d.DialContext(ctx, "unix", c.socket)
+		conn, err := dialUnix(ctx, c.socket)
 		if err == nil || !agentAbsent(err) {
 			return conn, err
 		}
@@ -130,20 +118,21 @@ func agentAbsent(err error) bool {
 // Socket returns the socket path the client connects to.
 func (c *Client) Socket() string { return c.socket }
 
-// Close closes idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+// Close releases nothing today (no connection outlives its call); it is
+// kept so that callers need not know.
+func (c *Client) Close() {}
 
 // StartJob registers a job (POST /v1/jobs).
 func (c *Client) StartJob(ctx context.Context, req request.JobStartRequest) (Job, error) {
 	var job Job
-	err := c.call(ctx, http.MethodPost, "/v1/jobs", req, &job)
+	err := c.call(ctx, methodPost, "/v1/jobs", req, &job)
 	return job, err
 }
 
 // EndJob records that a job's tasks ended (POST /v1/jobs/{id}/end).
 func (c *Client) EndJob(ctx context.Context, id string) (Job, error) {
 	var job Job
-	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/end", nil, &job)
+	err := c.call(ctx, methodPost, "/v1/jobs/"+url.PathEscape(id)+"/end", nil, &job)
 	return job, err
 }
 
@@ -151,14 +140,14 @@ func (c *Client) EndJob(ctx context.Context, id string) (Job, error) {
 // (POST /v1/jobs/{id}/update).
 func (c *Client) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (Job, error) {
 	var job Job
-	err := c.call(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/update", req, &job)
+	err := c.call(ctx, methodPost, "/v1/jobs/"+url.PathEscape(id)+"/update", req, &job)
 	return job, err
 }
 
 // Status returns the node's state (GET /v1/status).
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var st Status
-	err := c.call(ctx, http.MethodGet, "/v1/status", nil, &st)
+	err := c.call(ctx, methodGet, "/v1/status", nil, &st)
 	return st, err
 }
 
@@ -170,14 +159,14 @@ func (c *Client) Diagnose(ctx context.Context, job string) ([]*report.Report, er
 		path += "?" + url.Values{"job": {job}}.Encode()
 	}
 	var reports []*report.Report
-	err := c.call(ctx, http.MethodGet, path, nil, &reports)
+	err := c.call(ctx, methodGet, path, nil, &reports)
 	return reports, err
 }
 
 // Resume clears the node's DOWN latch (POST /v1/resume).
 func (c *Client) Resume(ctx context.Context, req request.ResumeRequest) (Status, error) {
 	var st Status
-	err := c.call(ctx, http.MethodPost, "/v1/resume", req, &st)
+	err := c.call(ctx, methodPost, "/v1/resume", req, &st)
 	return st, err
 }
 
@@ -191,15 +180,15 @@ func (c *Client) Resume(ctx context.Context, req request.ResumeRequest) (Status,
 // ErrStreamBroken means the connection ended mid-stream. In both cases the
 // agent keeps supervising the epilogue.
 func (c *Client) Epilog(ctx context.Context, id string, req request.EpilogRequest, stdout, stderr io.Writer) (status int, err error) {
-	resp, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/epilog", req)
+	resp, err := c.do(ctx, methodPost, "/v1/jobs/"+url.PathEscape(id)+"/epilog", req)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != statusOK {
 		return 0, readServerError(resp)
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/x-ndjson" {
+	if mt := resp.ContentType; mt != "application/x-ndjson" {
 		return 0, fmt.Errorf("agent at %s: epilog answered with content type %q, not application/x-ndjson", c.socket, mt)
 	}
 	status, err = readFrames(resp.Body, stdout, stderr)
@@ -270,7 +259,7 @@ func readFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {
 			if msg == "" {
 				msg = "epilog failed (no message)"
 			}
-			return 0, &ServerError{Status: http.StatusOK, Body: ErrorBody{Error: msg}}
+			return 0, &ServerError{Status: statusOK, Body: ErrorBody{Error: msg}}
 		}
 	}
 }
@@ -292,31 +281,18 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	return nil
 }
 
-func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
+func (c *Client) do(ctx context.Context, method, path string, body any) (*response, error) {
+	var b []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
 			return nil, err
 		}
-		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://nodeagent"+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json, application/x-ndjson")
-	resp, err := c.hc.Do(req)
+	resp, err := c.roundTrip(ctx, method, path, b)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
 		}
 		return nil, fmt.Errorf("agent at %s: %w", c.socket, err)
 	}
@@ -324,13 +300,13 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 }
 
 // readServerError reads an error response into a *ServerError.
-func readServerError(resp *http.Response) error {
+func readServerError(resp *response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes))
 	se := &ServerError{Status: resp.StatusCode}
 	if err := json.Unmarshal(data, &se.Body); err != nil || se.Body.Error == "" {
 		se.Body = ErrorBody{Error: strings.TrimSpace(string(data))}
 		if se.Body.Error == "" {
-			se.Body.Error = fmt.Sprintf("agent answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+			se.Body.Error = fmt.Sprintf("agent answered HTTP status %d", resp.StatusCode)
 		}
 	}
 	return se

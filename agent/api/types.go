@@ -1,6 +1,8 @@
-// Package api is the node agent's local API: HTTP/1.1 over a Unix socket,
-// JSON bodies, peers checked with SO_PEERCRED. It holds the wire types, the
-// server (which calls a Service) and the client used by the CLI.
+// Package api is the node agent's local API as its clients see it: HTTP/1.1
+// over a Unix socket, JSON bodies. It holds the wire types and the client
+// used by the CLI, which speaks HTTP itself (transport.go) so that the
+// client, started by an exec system for every job, links no server library.
+// The server is package agent/api/server.
 //
 // The wire types here are kept apart from the supervisor's internal state on
 // purpose: the socket API is a compatibility promise to exec systems (Flux's
@@ -8,11 +10,7 @@
 package api
 
 import (
-	"context"
 	"time"
-
-	"github.com/gracewatch/gracewatch/agent/report"
-	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // Node states.
@@ -110,34 +108,6 @@ type StateFileError struct {
 	Error    string    `json:"error"` // the latest failure
 	Since    time.Time `json:"since"` // the first failure of the streak
 	Failures int       `json:"failures"`
-}
-
-// Service is what the server needs from the supervisor. Every method may be
-// called concurrently; none holds the supervisor's state across a call.
-type Service interface {
-	// StartJob registers a job. It fails with request.ErrDuplicateJob or an
-	// *request.InputError, and then changes nothing.
-	StartJob(ctx context.Context, req request.JobStartRequest) (Job, error)
-	// EndJob records T_end=now for a running job and starts its teardown
-	// (or for an overdue job whose end was never reported).
-	EndJob(ctx context.Context, id string) (Job, error)
-	// UpdateJob changes the expiration or adds the cgroup of a job that is
-	// running or tearing down. It fails with request.ErrUnknownJob, request.ErrConflict
-	// (released, overdue, another cgroup) or an *request.InputError, and then
-	// changes nothing.
-	UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (Job, error)
-	// RunEpilog runs an epilogue for the job (registering it with E=now if
-	// unknown, ending it if running), streams its output to out and blocks
-	// until it exits, returning its status (128+signal if killed). If ctx ends
-	// first it returns ctx.Err() and the epilogue goes on under supervision.
-	RunEpilog(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error)
-	// Status returns the node's state.
-	Status(ctx context.Context) (Status, error)
-	// Diagnose returns the latest report of every job (job == "") or of one
-	// job, taking a fresh snapshot of a job that is still tearing down.
-	Diagnose(ctx context.Context, job string) ([]*report.Report, error)
-	// Resume clears the DOWN latch.
-	Resume(ctx context.Context, req request.ResumeRequest) (Status, error)
 }
 
 // MaxListedProcesses bounds Job.Processes.

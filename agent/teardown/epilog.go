@@ -203,11 +203,15 @@ func (s *Supervisor) spawnEpilog(id, path string, req request.EpilogRequest, dir
 		err := cmd.Wait()
 		status := exitStatus(cmd, err)
 		sig := signaled(cmd)
+		// The caller (the exec system's epilog, waiting on the stream) has
+		// its status now, not after the loop gets to it: the loop may be
+		// writing the state file, and what it does with the exit (a check,
+		// a release) does not change the status.
+		run.exit <- status
 		s.post(func() {
 			delete(j.children, pid)
 			s.log.Info("epilogue exited", "job", id, "pid", pid, "status", status)
 			s.emit(Event{Kind: EventEpilogExited, Job: id, Status: status, Signaled: sig})
-			run.exit <- status
 			s.check(j)
 			s.changed()
 		})

@@ -1,7 +1,7 @@
 package teardown
 
 // The job registration calls: the supervisor's side of the socket API
-// (agent/api.Service, which package agent adapts it to) and of the mesh.
+// (agent/api/server.Service, which package agent adapts it to) and of the mesh.
 
 import (
 	"context"

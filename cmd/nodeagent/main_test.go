@@ -20,6 +20,7 @@ import (
 	"github.com/gracewatch/gracewatch/mesh"
 
 	"github.com/gracewatch/gracewatch/agent/api"
+	apiserver "github.com/gracewatch/gracewatch/agent/api/server"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/request"
 )
@@ -196,11 +197,11 @@ func serve(t *testing.T, svc *fakeService) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	socket := filepath.Join(dir, "agent.sock")
-	l, err := api.Listen(socket, "")
+	l, err := apiserver.Listen(socket, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewServer(svc, api.ServerOptions{})
+	srv := apiserver.NewServer(svc, apiserver.ServerOptions{})
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	t.Cleanup(func() {

@@ -26,6 +26,9 @@ type Allow struct {
 	// Module; listing one of them in Packages is itself an error, so that
 	// widening the allowlist cannot let them in quietly.
 	Never []string
+	// NeverStd are standard library packages it must never link
+	// ("net/http": its initialisation and size are a client's start time).
+	NeverStd []string
 }
 
 // Check runs `go list -deps` on the package in dir (".": the test's own)
@@ -71,6 +74,20 @@ func Check(t *testing.T, dir string, a Allow) {
 	}
 	if seen == 0 && len(a.Packages)+len(a.Modules) > 0 {
 		t.Fatal("go list -deps listed nothing")
+	}
+	if len(a.NeverStd) == 0 {
+		return
+	}
+	std := exec.Command(goTool(), "list", "-deps", "-f", "{{if .Standard}}{{.ImportPath}}{{end}}", ".")
+	std.Dir = dir
+	stdOut, err := std.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(stdOut)) {
+		if slices.Contains(a.NeverStd, pkg) {
+			t.Errorf("links the standard library's %s, which it must never link", pkg)
+		}
 	}
 }
 

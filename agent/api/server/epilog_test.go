@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/request"
 )
 
@@ -109,7 +110,7 @@ func TestEpilogErrors(t *testing.T) {
 		}}
 		ts := startServer(t, svc, ServerOptions{}, "")
 		_, err := ts.client.Epilog(context.Background(), "42", request.EpilogRequest{Argv: []string{"nosuch"}}, nil, nil)
-		var se *ServerError
+		var se *api.ServerError
 		if !errors.As(err, &se) || se.Status != 400 || se.Body.Field != "argv" || !strings.Contains(se.Error(), "not found") {
 			t.Fatalf("error = %#v; want a 400 ServerError for argv", err)
 		}
@@ -122,7 +123,7 @@ func TestEpilogErrors(t *testing.T) {
 		ts := startServer(t, svc, ServerOptions{}, "")
 		var stderr bytes.Buffer
 		_, err := ts.client.Epilog(context.Background(), "42", request.EpilogRequest{Argv: []string{"x"}}, nil, &stderr)
-		var se *ServerError
+		var se *api.ServerError
 		if !errors.As(err, &se) || se.Status != http.StatusOK || se.Error() != "wait: state lost" {
 			t.Fatalf("error = %#v; want the error frame's message", err)
 		}
@@ -137,7 +138,7 @@ func TestEpilogErrors(t *testing.T) {
 		}}
 		ts := startServer(t, svc, ServerOptions{}, "")
 		_, err := ts.client.Epilog(context.Background(), "42", request.EpilogRequest{Argv: []string{"x"}}, nil, nil)
-		if !errors.Is(err, ErrStreamBroken) {
+		if !errors.Is(err, api.ErrStreamBroken) {
 			t.Fatalf("error = %v; want ErrStreamBroken", err)
 		}
 	})
@@ -168,43 +169,6 @@ func TestEpilogShutdown(t *testing.T) {
 	err := <-errc
 	if err == nil || !strings.Contains(err.Error(), "keeps supervising the epilog of job 42") {
 		t.Fatalf("Epilog error = %v; want the shutdown frame", err)
-	}
-}
-
-func TestReadFrames(t *testing.T) {
-	tests := []struct {
-		name       string
-		in         string
-		wantStatus int
-		wantOut    string
-		wantErr    string
-	}{
-		{"exit", `{"stream":"stdout","data":"aGk="}` + "\n" + `{"stream":"exit","status":7}` + "\n", 7, "hi", ""},
-		{"blank lines and unknown streams skipped", "\n" + `{"stream":"progress"}` + "\n" + `{"stream":"exit","status":0}` + "\n", 0, "", ""},
-		{"error frame", `{"stream":"error","error":"boom"}` + "\n", 0, "", "boom"},
-		{"eof before exit", `{"stream":"stdout","data":"aGk="}` + "\n", 0, "hi", "stream ended before the exit status"},
-		{"eof inside frame", `{"stream":"exit","sta`, 0, "", "stream ended inside frame 1"},
-		{"exit without status", `{"stream":"exit"}` + "\n", 0, "", "without a status"},
-		{"status out of range", `{"stream":"exit","status":300}` + "\n", 0, "", "out of range"},
-		{"bad json", "{x}\n", 0, "", "frame 1 from the agent: frame: invalid JSON at offset 2"},
-		{"bad base64", `{"stream":"stdout","data":"!!"}` + "\n", 0, "", "frame 1"},
-		{"too long", `{"stream":"stdout","data":"` + strings.Repeat("A", maxFrameLine) + `"}` + "\n", 0, "", "longer than"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var out bytes.Buffer
-			status, err := readFrames(strings.NewReader(tt.in), &out, &out)
-			if tt.wantErr == "" {
-				if err != nil || status != tt.wantStatus {
-					t.Fatalf("readFrames = %d, %v; want %d", status, err, tt.wantStatus)
-				}
-			} else if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("readFrames error = %v; want %q", err, tt.wantErr)
-			}
-			if out.String() != tt.wantOut {
-				t.Errorf("output %q; want %q", out.String(), tt.wantOut)
-			}
-		})
 	}
 }
 
@@ -241,7 +205,7 @@ func TestEpilogDrain(t *testing.T) {
 	// Draining: the listener is closed, the stream goes on.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		_, err := NewClient(ts.socket).Status(context.Background())
+		_, err := api.NewClient(ts.socket).Status(context.Background())
 		if err != nil {
 			break
 		}
@@ -272,17 +236,17 @@ func TestClientConnectWait(t *testing.T) {
 	dir := shortTempDir(t)
 	socket := dir + "/agent.sock"
 	start := time.Now()
-	if _, err := NewClient(socket).Status(context.Background()); err == nil || time.Since(start) > time.Second {
+	if _, err := api.NewClient(socket).Status(context.Background()); err == nil || time.Since(start) > time.Second {
 		t.Fatalf("no agent, no wait: err %v after %v; want an error at once", err, time.Since(start))
 	}
-	c := NewClient(socket)
+	c := api.NewClient(socket)
 	c.SetConnectWait(300 * time.Millisecond)
 	start = time.Now()
 	if _, err := c.Status(context.Background()); err == nil || time.Since(start) < 200*time.Millisecond {
 		t.Fatalf("no agent, wait 300ms: err %v after %v; want an error after about 300ms", err, time.Since(start))
 	}
 
-	c = NewClient(socket)
+	c = api.NewClient(socket)
 	c.SetConnectWait(20 * time.Second)
 	defer c.Close()
 	go func() {

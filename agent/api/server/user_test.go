@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/request"
 )
 
@@ -17,7 +18,7 @@ import (
 // warning naming the field and what was wrong; an epilog runs without it;
 // an update of nothing but a bad user is refused with field "user".
 func TestUserPolicy(t *testing.T) {
-	svc := &fakeService{Job: Job{ID: "42", Phase: PhaseRunning, Grace: "2m0s"}}
+	svc := &fakeService{Job: api.Job{ID: "42", Phase: api.PhaseRunning, Grace: "2m0s"}}
 	ts := startServer(t, svc, ServerOptions{Logger: testLogger(t)}, "")
 	ctx := context.Background()
 	c := ts.client
@@ -39,7 +40,7 @@ func TestUserPolicy(t *testing.T) {
 		t.Errorf("UpdateJob with a cgroup and a too long user failed: %v", err)
 	}
 	_, err = c.UpdateJob(ctx, "43", request.JobUpdateRequest{User: "a b"})
-	var se *ServerError
+	var se *api.ServerError
 	if !errors.As(err, &se) || se.Status != 400 || se.Body.Field != "user" || !strings.Contains(se.Body.Error, "a space at byte 1") {
 		t.Errorf("UpdateJob(user only, bad) = %v; want an input error of field user", err)
 	}

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 )
@@ -38,8 +39,8 @@ func TestMain(m *testing.M) {
 // helperClient calls Status on socket and prints a helperResult.
 func helperClient(socket string) int {
 	res := helperResult{UID: os.Getuid(), Status: 200}
-	_, err := NewClient(socket).Status(context.Background())
-	var se *ServerError
+	_, err := api.NewClient(socket).Status(context.Background())
+	var se *api.ServerError
 	switch {
 	case errors.As(err, &se):
 		res.Status, res.Error = se.Status, se.Error()
@@ -75,7 +76,7 @@ func TestPeerCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svc := &fakeService{Status_: Status{Node: "n1", State: StateUp}}
+			svc := &fakeService{Status_: api.Status{Node: "n1", State: api.StateUp}}
 			ts := startServer(t, svc, tt.opts, fmt.Sprint(tt.socketGroup))
 			fi, err := os.Stat(ts.socket)
 			if err != nil {

@@ -1,13 +1,15 @@
-package api
+package server
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/agent/request"
 )
@@ -27,8 +29,8 @@ type fakeService struct {
 	calls []call
 
 	Err     error
-	Job     Job
-	Status_ Status
+	Job     api.Job
+	Status_ api.Status
 	Reports []*report.Report
 	Epilog  func(ctx context.Context, id string, req request.EpilogRequest, out request.OutputSink) (int, error)
 }
@@ -48,17 +50,17 @@ func (f *fakeService) Calls() []call {
 	return append([]call(nil), f.calls...)
 }
 
-func (f *fakeService) StartJob(ctx context.Context, req request.JobStartRequest) (Job, error) {
+func (f *fakeService) StartJob(ctx context.Context, req request.JobStartRequest) (api.Job, error) {
 	f.record(ctx, "StartJob", req)
 	return f.Job, f.Err
 }
 
-func (f *fakeService) EndJob(ctx context.Context, id string) (Job, error) {
+func (f *fakeService) EndJob(ctx context.Context, id string) (api.Job, error) {
 	f.record(ctx, "EndJob", id)
 	return f.Job, f.Err
 }
 
-func (f *fakeService) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (Job, error) {
+func (f *fakeService) UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (api.Job, error) {
 	f.record(ctx, "UpdateJob", req)
 	return f.Job, f.Err
 }
@@ -74,7 +76,7 @@ func (f *fakeService) RunEpilog(ctx context.Context, id string, req request.Epil
 	return f.Epilog(ctx, id, req, out)
 }
 
-func (f *fakeService) Status(ctx context.Context) (Status, error) {
+func (f *fakeService) Status(ctx context.Context) (api.Status, error) {
 	f.record(ctx, "Status", nil)
 	return f.Status_, f.Err
 }
@@ -84,7 +86,7 @@ func (f *fakeService) Diagnose(ctx context.Context, job string) ([]*report.Repor
 	return f.Reports, f.Err
 }
 
-func (f *fakeService) Resume(ctx context.Context, req request.ResumeRequest) (Status, error) {
+func (f *fakeService) Resume(ctx context.Context, req request.ResumeRequest) (api.Status, error) {
 	f.record(ctx, "Resume", req)
 	return f.Status_, f.Err
 }
@@ -109,7 +111,7 @@ func shortTempDir(t testing.TB) string {
 type testServer struct {
 	srv    *Server
 	socket string
-	client *Client
+	client *api.Client
 	done   chan error
 }
 
@@ -126,7 +128,7 @@ func startServer(t *testing.T, svc Service, opts ServerOptions, group string) *t
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
-	ts := &testServer{srv: NewServer(svc, opts), socket: socket, client: NewClient(socket), done: make(chan error, 1)}
+	ts := &testServer{srv: NewServer(svc, opts), socket: socket, client: api.NewClient(socket), done: make(chan error, 1)}
 	go func() { ts.done <- ts.srv.Serve(l) }()
 	t.Cleanup(func() {
 		ts.client.Close()
@@ -145,7 +147,10 @@ func startServer(t *testing.T, svc Service, opts ServerOptions, group string) *t
 // rawClient returns a plain HTTP client of the socket, for requests the
 // Client would never send.
 func rawClient(socket string) *http.Client {
-	return NewClient(socket).hc
+	var d net.Dialer
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "unix", socket) },
+	}}
 }
 
 // testNow is the time the decoding tests check expirations against.

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/agent/request"
@@ -49,8 +50,8 @@ func (w *tWriter) Write(p []byte) (int, error) {
 
 func TestRoutes(t *testing.T) {
 	exp := time.Date(2024, 5, 1, 13, 0, 0, 0, time.UTC)
-	job := Job{ID: "42", Phase: PhaseRunning, Expiration: &exp, Grace: "2m0s"}
-	st := Status{Node: "n1", State: StateUp, Since: exp, Jobs: []Job{job}, Hung: []Hung{}}
+	job := api.Job{ID: "42", Phase: api.PhaseRunning, Expiration: &exp, Grace: "2m0s"}
+	st := api.Status{Node: "n1", State: api.StateUp, Since: exp, Jobs: []api.Job{job}, Hung: []api.Hung{}}
 	reports := []*report.Report{{Version: 1, Node: "n1", Job: "42", Stage: diagnose.StageOnDemand, Summary: "nothing hung"}}
 	svc := &fakeService{Job: job, Status_: st, Reports: reports}
 	ts := startServer(t, svc, ServerOptions{}, "")
@@ -193,8 +194,8 @@ func TestStatusCodes(t *testing.T) {
 			wantStatus: 400, wantField: "job", wantMsg: "contains '/'"},
 		{name: "epilog without argv", method: "POST", path: "/v1/jobs/42/epilog", body: `{"argv":[]}`,
 			wantStatus: 400, wantField: "argv", wantMsg: "command is required"},
-		{name: "epilog unknown field", method: "POST", path: "/v1/jobs/42/epilog", body: `{"argv":["true"],"user":"root"}`,
-			wantStatus: 400, wantField: "user", wantMsg: `unknown field "user"`},
+		{name: "epilog unknown field", method: "POST", path: "/v1/jobs/42/epilog", body: `{"argv":["true"],"uid":0}`,
+			wantStatus: 400, wantField: "uid", wantMsg: `unknown field "uid"`},
 		{name: "resume without reason", method: "POST", path: "/v1/resume", body: `{}`,
 			wantStatus: 400, wantField: "reason", wantMsg: "reason is required"},
 		{name: "resume reason too long", method: "POST", path: "/v1/resume", body: `{"reason":"` + strings.Repeat("r", 257) + `"}`,
@@ -228,7 +229,7 @@ func TestStatusCodes(t *testing.T) {
 				t.Errorf("405 without an Allow header")
 			}
 			if tt.wantStatus >= 400 {
-				var body ErrorBody
+				var body api.ErrorBody
 				dec := json.NewDecoder(bytes.NewReader(data))
 				dec.DisallowUnknownFields()
 				if err := dec.Decode(&body); err != nil {
@@ -249,7 +250,7 @@ func TestClientServerError(t *testing.T) {
 	svc := &fakeService{Err: fmt.Errorf("job 7: %w", request.ErrUnknownJob)}
 	ts := startServer(t, svc, ServerOptions{}, "")
 	_, err := ts.client.EndJob(context.Background(), "7")
-	var se *ServerError
+	var se *api.ServerError
 	if !errors.As(err, &se) || se.Status != 404 || se.Error() != "job 7: unknown job" {
 		t.Fatalf("EndJob error = %#v; want a ServerError 404 \"job 7: unknown job\"", err)
 	}
@@ -262,7 +263,7 @@ func TestClientServerError(t *testing.T) {
 }
 
 func TestClientConnectionError(t *testing.T) {
-	c := NewClient(shortTempDir(t) + "/none.sock")
+	c := api.NewClient(shortTempDir(t) + "/none.sock")
 	_, err := c.Status(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "none.sock") || !strings.Contains(err.Error(), "no such file") {
 		t.Fatalf("Status error = %v; want one naming the socket and the cause", err)
@@ -270,12 +271,12 @@ func TestClientConnectionError(t *testing.T) {
 }
 
 func TestDefaultSocket(t *testing.T) {
-	t.Setenv(SocketEnv, "")
-	if got := DefaultSocket(); got != DefaultSocketPath {
-		t.Errorf("DefaultSocket() = %q; want %q", got, DefaultSocketPath)
+	t.Setenv(api.SocketEnv, "")
+	if got := api.DefaultSocket(); got != api.DefaultSocketPath {
+		t.Errorf("DefaultSocket() = %q; want %q", got, api.DefaultSocketPath)
 	}
-	t.Setenv(SocketEnv, "/tmp/x.sock")
-	if got := DefaultSocket(); got != "/tmp/x.sock" {
-		t.Errorf("DefaultSocket() = %q with %s set", got, SocketEnv)
+	t.Setenv(api.SocketEnv, "/tmp/x.sock")
+	if got := api.DefaultSocket(); got != "/tmp/x.sock" {
+		t.Errorf("DefaultSocket() = %q with %s set", got, api.SocketEnv)
 	}
 }
