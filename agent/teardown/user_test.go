@@ -25,8 +25,14 @@ func TestUserAndCommand(t *testing.T) {
 	if j, err := h.s.StartJob(ctx, request.JobStartRequest{Job: "2", Expiration: exp, User: "x\n$(id)"}); err != nil || j.User != "" {
 		t.Fatalf("a hostile user: %+v, %v; want the job registered without a user", j, err)
 	}
+	seq := h.status().Seq
 	if j, err := h.s.UpdateJob(ctx, "2", request.JobUpdateRequest{User: "bob"}); err != nil || j.User != "bob" {
 		t.Fatalf("update names the user: %+v, %v", j, err)
+	}
+	// A change the aggregators hear of (OnChange): the user goes in the
+	// next StateUpdate.
+	if st := h.status(); st.Seq == seq {
+		t.Errorf("naming the user of job 2 changed no status (seq %d)", seq)
 	}
 	if j, err := h.s.UpdateJob(ctx, "2", request.JobUpdateRequest{User: "mallory"}); err != nil || j.User != "bob" {
 		t.Fatalf("a second user replaced the first: %+v, %v", j, err)
