@@ -43,10 +43,15 @@ func checkJobUser(t testing.TB, a *agent, job, user string) {
 }
 
 // servedReport is the agent's report of node that the aggregator serves
-// (GET /v1/nodes/{name}: last_report.detail), decoded as far as attribution
-// needs it.
-func servedReport(g *aggregator, name string) (job, user string, err error) {
-	resp, err := http.Get(g.url + "/v1/nodes/" + name)
+// (GET /v1/nodes/{name}: last_report.detail, served with a token), decoded
+// as far as attribution needs it.
+func servedReport(g *aggregator, token, name string) (job, user string, err error) {
+	req, err := http.NewRequest("GET", g.url+"/v1/nodes/"+name, nil)
+	if err != nil {
+		return "", "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return "", "", err
 	}
@@ -60,7 +65,7 @@ func servedReport(g *aggregator, name string) (job, user string, err error) {
 		return "", "", err
 	}
 	if n.LastReport == nil || len(n.LastReport.Detail) == 0 {
-		return "", "", fmt.Errorf("node %s has no report with its detail", name)
+		return "", "", fmt.Errorf("node %s has no report with its detail: %s", name, body)
 	}
 	var d struct {
 		Job  string `json:"job"`
@@ -72,15 +77,17 @@ func servedReport(g *aggregator, name string) (job, user string, err error) {
 
 // checkServedUser waits until the aggregator serves node's report of job
 // and fails unless it names user.
-func checkServedUser(t testing.TB, g *aggregator, name, job, user string) {
+func checkServedUser(t testing.TB, c *cluster, g *aggregator, name, job, user string) {
 	t.Helper()
 	var got string
 	var err error
-	testutil.Eventually(t, 10*time.Second, "the aggregator serving "+name+"'s report of job "+job, func() bool {
+	if !testutil.Poll(10*time.Second, func() bool {
 		var j string
-		j, got, err = servedReport(g, name)
+		j, got, err = servedReport(g, c.token, name)
 		return err == nil && j == job
-	})
+	}) {
+		t.Fatalf("the aggregator serves no report of job %s on %s after 10 s: %v", job, name, err)
+	}
 	if got != user {
 		t.Errorf("the aggregator serves %s's report of job %s with user %q, want %q", name, job, got, user)
 	}

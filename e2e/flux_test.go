@@ -131,7 +131,7 @@ func TestFlux(t *testing.T) {
 			t.Fatalf("Flux's drain reason %q, want %q... naming pid %d cat (the hung reader)", r.reason, want, cat)
 		}
 		// The agent's report names the user; the aggregator serves it.
-		checkServedUser(t, agg, "fake0", r.hung.dec, owner)
+		checkServedUser(t, c, agg, "fake0", r.hung.dec, owner)
 		state, reason := s.waitNode("fake0", "drained", 5*time.Second, func(st, _ string) bool { return drainedState(st) })
 		if reason != r.reason || state != "draining" {
 			t.Errorf("flux resource status: fake0 %q %q, want draining (housekeeping still runs) with %q", state, reason, r.reason)

@@ -242,7 +242,7 @@ func TestSlurmJobOverdue(t *testing.T) {
 		t.Fatalf("Slurm's reason %q, want %q...", reason, want)
 	}
 	// The agent's report names the user; the aggregator serves it.
-	checkServedUser(t, j.agg, s.host, job, owner)
+	checkServedUser(t, j.c, j.agg, s.host, job, owner)
 	if _, after := w.next(t, s.host, "down", 5*time.Second); after.At.Before(d) {
 		t.Fatalf("down served at %v, before E + G %v", after.At, d)
 	}
