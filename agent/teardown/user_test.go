@@ -2,6 +2,8 @@ package teardown
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +18,16 @@ import (
 // teardown's command is the worst process of its latest diagnosis; its
 // duration runs from min(T_end, E).
 func TestUserAndCommand(t *testing.T) {
-	h := newHarness(t, nil) // G = 60s
+	var mu sync.Mutex
+	var reported []string // the users of the reports the mesh gets (OnReport)
+	onReport := func(o *Options) {
+		o.OnReport = func(r *diagnose.Report) {
+			mu.Lock()
+			reported = append(reported, r.Job+":"+r.User)
+			mu.Unlock()
+		}
+	}
+	h := newHarness(t, onReport) // G = 60s
 	ctx := context.Background()
 	exp := t0.Add(time.Minute).Format(time.RFC3339)
 	if _, err := h.s.StartJob(ctx, request.JobStartRequest{Job: "1", Expiration: exp, User: "alice", Cgroup: "/foreign/1"}); err != nil {
@@ -38,7 +49,7 @@ func TestUserAndCommand(t *testing.T) {
 		t.Fatalf("a second user replaced the first: %+v, %v", j, err)
 	}
 	h.stop()
-	h.start(nil)
+	h.start(onReport)
 	if u1, u2 := h.job("1").User, h.job("2").User; u1 != "alice" || u2 != "bob" {
 		t.Fatalf("after a restart: users %q, %q; want alice, bob", u1, u2)
 	}
@@ -61,6 +72,11 @@ func TestUserAndCommand(t *testing.T) {
 		}
 		return false
 	})
+	mu.Lock()
+	if !slices.Contains(reported, "1:alice") || !slices.Contains(reported, "2:bob") {
+		t.Errorf("reports sent = %q; want job 1's naming alice, job 2's bob", reported)
+	}
+	mu.Unlock()
 	reps, err := h.s.Diagnose(ctx, "1")
 	if err != nil || len(reps) == 0 || reps[0].User != "alice" {
 		t.Fatalf("reports of job 1: %+v, %v; want its user alice", reps, err)
