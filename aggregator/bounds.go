@@ -108,7 +108,8 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 	}
 	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
 		Cause: boundCause(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(),
-		Mode: boundMode(u.GetMode()), ObservedCause: boundCause(u.GetObservedCause())}
+		Mode: boundMode(u.GetMode()), ObservedCause: boundCause(u.GetObservedCause()),
+		KillPathFloorMs: u.GetKillPathFloorMs(), KillPath: cutText(u.GetKillPath(), maxKillPathBytes)}
 	tds := u.GetTeardowns()
 	for _, td := range tds[:min(len(tds), maxTeardownsKept)] {
 		c.Teardowns = append(c.Teardowns, &gwpb.Teardown{
@@ -119,6 +120,12 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 			ExpirationMs: td.GetExpirationMs(),
 			GraceMs:      td.GetGraceMs(),
 			Outcome:      cutText(td.GetOutcome(), maxFieldBytes),
+			ReleasedMs:   td.GetReleasedMs(),
+			// Cut at maxFieldBytes, past their own bound of 64: the
+			// history refuses a user or command longer than that (a cut
+			// one would look valid).
+			User:    cutText(td.GetUser(), maxFieldBytes),
+			Command: cutText(td.GetCommand(), maxFieldBytes),
 		})
 	}
 	reps := slices.Clone(u.GetReports())

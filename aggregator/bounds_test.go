@@ -135,9 +135,10 @@ func TestBoundCopiesEveryField(t *testing.T) {
 	fill(observed.ProtoReflect())
 	observed.Fstype = "observed"
 	u := &gwpb.StateUpdate{Meta: meta, Reason: "r", Teardowns: []*gwpb.Teardown{td}, Reports: []*gwpb.Report{rep}, StartedMs: 7,
-		Cause: cause, Clean: true, AdminDrain: true, Mode: gwpb.Mode_MODE_OBSERVE, ObservedCause: observed}
-	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 10 {
-		t.Errorf("StateUpdate has %d fields; boundUpdate copies 10", n)
+		Cause: cause, Clean: true, AdminDrain: true, Mode: gwpb.Mode_MODE_OBSERVE, ObservedCause: observed,
+		KillPathFloorMs: 9, KillPath: "k"}
+	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 12 {
+		t.Errorf("StateUpdate has %d fields; boundUpdate copies 12", n)
 	}
 	if b := boundUpdate(u); !proto.Equal(b, u) {
 		t.Errorf("boundUpdate lost a field:\n got %v\nwant %v", b, u)

@@ -95,6 +95,9 @@ type Config struct {
 	// resumes an incident's nodes when its cause clears
 	// (aggregator/incident; packaging/README.md, "Incidents").
 	Incidents incident.Config `toml:"incidents"`
+	// History keeps every released teardown for the grace advisor
+	// (teardown_history.go; packaging/README.md, "Choosing G").
+	History HistoryConfig `toml:"history"`
 }
 
 // HTTPConfig is the [http] table: the scheduler-facing API.
@@ -184,6 +187,7 @@ func DefaultConfig() Config {
 		},
 		Reservations: reservation.DefaultConfig(),
 		Incidents:    incident.DefaultConfig(),
+		History:      DefaultHistoryConfig(),
 	}
 }
 
@@ -273,6 +277,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Incidents.Validate("incidents"); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.History.validate("history"); err != nil {
 		errs = append(errs, err)
 	}
 

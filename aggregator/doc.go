@@ -17,6 +17,9 @@
 //     share, the blast-radius limit in front of the on="down" actuators
 //     (actuator_limit.go), clock sanity (latch.go) and the recovery of an
 //     incident's nodes when its cause clears (docs/DESIGN.md §5b).
+//   - The teardown history and the grace advisor (teardown_history.go,
+//     http_grace.go, over packages aggregator/history and
+//     aggregator/advisor; docs/DESIGN.md §5d).
 //   - Server, the HTTP API described in proto/openapi.yaml, which converts
 //     the view's nodes to the API's (wire.go). The API's types and its Go
 //     client are package aggregator/api; the command line is

@@ -241,6 +241,7 @@ func (s *Server) routes() {
 		{"GET", "/v1/config", read, s.handleConfig},
 		{"GET", "/v1/reservations", read, s.handleReservations},
 		{"GET", "/v1/incidents", read, s.handleIncidents},
+		{"GET", "/v1/grace", read, s.handleGrace},
 		{"POST", "/v1/incidents/{id}/confirm", admin, s.handleConfirmIncident},
 		{"GET", "/healthz", public, s.handleHealth},
 		{"GET", "/readyz", public, s.handleReady},

@@ -73,9 +73,11 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 		Reservations: cfg.Reservations,
 		Incidents:    cfg.Incidents,
 		StateDir:     stateDir,
-		MeshInsecure: cfg.Mesh.Insecure,
-		ProvenOnly:   !cfg.Mesh.AcceptsUnsigned(gwpb.Role_ROLE_AGGREGATOR),
-		Logger:       logger,
+		// The grace advisor's history (docs/DESIGN.md §5d).
+		TeardownHistory: cfg.History.Options(stateDir),
+		MeshInsecure:    cfg.Mesh.Insecure,
+		ProvenOnly:      !cfg.Mesh.AcceptsUnsigned(gwpb.Role_ROLE_AGGREGATOR),
+		Logger:          logger,
 		// The machine's facts through gopsutil, for /readyz and the
 		// state dir metrics; a statfs that hangs costs /readyz 1 s.
 		Host: hostinfo.NewReader(hostinfo.Options{StateDir: stateDir, Timeout: time.Second}).Read,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -113,6 +114,10 @@ type Options struct {
 	// drained (drained.json), so that a restarted aggregator still
 	// undrains them. Empty: in memory only.
 	StateDir string
+	// TeardownHistory, with a Dir, keeps every released teardown the
+	// nodes report, for the grace advisor (teardown_history.go,
+	// docs/DESIGN.md §5d). No Dir: off.
+	TeardownHistory history.Options
 	// Registry, if set, receives the Service's metrics
 	// (gracewatch_aggregator_*; see metrics.go). Nil keeps them
 	// unregistered.
@@ -143,6 +148,7 @@ type Service struct {
 	plan  *reservation.Planner // nil: reservations off
 	met   *serviceMetrics
 	inc   *incidents
+	hist  *teardownHistory // nil: off
 	// runCtx is Run's context (set before the loop starts).
 	runCtx context.Context
 
@@ -332,11 +338,21 @@ func New(o Options) (*Service, error) {
 			return nil, fmt.Errorf("aggregator: reservations: %w", err)
 		}
 	}
+	if o.TeardownHistory.Logger == nil {
+		o.TeardownHistory.Logger = log
+	}
+	if s.hist, err = openHistory(o.TeardownHistory, o.Clock.Now()); err != nil {
+		return nil, fmt.Errorf("aggregator: %w", err)
+	}
 	s.met = newServiceMetrics(s)
 	s.act.onSaveError = s.met.stateWrites.Inc
 	s.act.onRun = s.met.actuatorRun
 	if o.Registry != nil {
-		for _, c := range s.met.collectors() {
+		cs := s.met.collectors()
+		if s.hist != nil {
+			cs = append(cs, newHistoryCollector(s.hist.store, o.Clock.Now))
+		}
+		for _, c := range cs {
 			if err := o.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("aggregator: metrics: %w", err)
 			}
@@ -400,6 +416,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	}
 	defer func() {
 		close(s.done)
+		defer s.closeHistory()
 		s.act.stop()
 		<-planDone
 		if s.timer != nil {

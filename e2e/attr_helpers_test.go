@@ -92,3 +92,39 @@ func checkServedUser(t testing.TB, c *cluster, g *aggregator, name, job, user st
 		t.Errorf("the aggregator serves %s's report of job %s with user %q, want %q", name, job, got, user)
 	}
 }
+
+// checkGraceTopUser waits until the aggregator's grace advisor (GET
+// /v1/grace, its teardowns over top_g counted as long) lists user among its
+// top users, and fails if it does not within 15 s: the released teardown's
+// record reaches the aggregator's history with the user its prolog named.
+func checkGraceTopUser(t testing.TB, c *cluster, g *aggregator, topG, user string) {
+	t.Helper()
+	var last string
+	if !testutil.Poll(15*time.Second, func() bool {
+		req, err := http.NewRequest("GET", g.url+"/v1/grace?top_g="+topG, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		last = string(body)
+		var adv aggapi.GraceAdvice
+		if resp.StatusCode != 200 || json.Unmarshal(body, &adv) != nil {
+			return false
+		}
+		for _, u := range adv.TopUsers {
+			if u.Name == user && u.Long+u.Hung > 0 {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Errorf("the grace advisor does not list user %q among its top users after 15 s: %s", user, last)
+	}
+}

@@ -164,6 +164,10 @@ func TestFlux(t *testing.T) {
 		if reason != r.reason {
 			t.Fatalf("after the housekeeping ended Flux's reason is %q, was %q", reason, r.reason)
 		}
+		// The released teardown is in the aggregator's history: the grace
+		// advisor lists the prolog's user among those whose teardowns ran
+		// long.
+		checkGraceTopUser(t, c, agg, "1s", owner)
 	})
 	if !ok {
 		return

@@ -275,6 +275,9 @@ func TestSlurmJobOverdue(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// The released teardown is in the aggregator's history: the grace
+	// advisor lists the Prolog's user among those whose teardowns ran long.
+	checkGraceTopUser(t, j.c, j.agg, "1s", owner)
 	// gracewatch's resume leaves the administrator's drain too.
 	ups := actuatorRuns(j.agg, "up")
 	aggregatorCLI(t, j.c, j.agg, "resume", s.host, "--reason", "FUSE server restarted")

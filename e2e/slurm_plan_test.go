@@ -285,7 +285,7 @@ type planRun struct {
 // actuators either way, without and with its reservations. It logs the
 // 4-node job's planned start over time, when the short jobs started and
 // the idle node-seconds of n2..n4 until the 4-node job started:
-// BENCHMARKS.md, "The scheduler's plan".
+// BENCHMARKS.md, "The scheduler's plan: Slurm reservations until free_at".
 func TestSlurmPlanCompare(t *testing.T) {
 	if os.Getenv("GRACEWATCH_SLURM_COMPARE") == "" {
 		t.Skip("opt-in comparison (about 3 minutes): set GRACEWATCH_SLURM_COMPARE=1")

@@ -46,6 +46,8 @@ func init() {
 			Summary: "list the incidents (DOWN nodes grouped by cause) and the drains the blast-radius limit holds", Run: runIncidents, Client: true},
 		{Name: "incident", Args: "confirm ID --reason TEXT [--json] [--url URL] [--token-file FILE]",
 			Summary: "let an incident's drains held by the blast-radius limit through", Run: runIncident, Client: true},
+		{Name: "grace", Args: "[--from WHEN] [--to WHEN] [--nodes HOSTLIST] [--g LIST] [--top-g G] [--top N] [--json] [--url URL] [--token-file FILE]",
+			Summary: "the grace advisor: what each G would have done over the teardown history, and the smallest G that drains only really hung nodes", Run: runGrace, Client: true},
 		{Name: "resume", Args: "NODE --reason TEXT [--json] [--url URL] [--token-file FILE]",
 			Summary: "ask a node's agent to clear its DOWN latch", Run: runAction, Client: true},
 		{Name: "drain", Args: "NODE --reason TEXT [--json] [--url URL] [--token-file FILE]",

@@ -1,0 +1,228 @@
+// Package history is the aggregator's bounded, persistent record of the
+// cluster's released teardowns (docs/DESIGN.md §5d): one Record per
+// teardown that a node reported released, kept in a directory of
+// append-only segment files, bounded in bytes and in age (the oldest
+// segment is dropped first), deduplicated and rate-bounded per node, and
+// scanned by time window for the grace advisor (package
+// aggregator/advisor).
+package history
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Outcome is how a released teardown ended (the agent's outcome, proto
+// Teardown.outcome).
+type Outcome uint8
+
+// Outcomes. The order is the file format's: never renumber.
+const (
+	// OutcomeUnreported: the agent named none, or one this build does
+	// not know (an older or newer agent); or it was released by a resume
+	// with no end ever known.
+	OutcomeUnreported Outcome = iota
+	// OutcomeClean: released by its deadline, no signal.
+	OutcomeClean
+	// OutcomeExited: ended by itself after its deadline, before any
+	// signal (in observe mode every overdue teardown that ends does so).
+	OutcomeExited
+	// OutcomeTerminated: ended by the SIGTERM sent at the deadline.
+	OutcomeTerminated
+	// OutcomeKilled: ended by SIGKILL.
+	OutcomeKilled
+	// OutcomeHung: survived SIGKILL (classified hung); released when its
+	// processes finally went.
+	OutcomeHung
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"unreported", "clean", "exited", "terminated", "killed", "hung"}
+
+// String returns the outcome's name as the agent spells it.
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return "unreported"
+}
+
+// ParseOutcome returns the outcome the agent named; an empty or unknown
+// name is OutcomeUnreported.
+func ParseOutcome(s string) Outcome {
+	for i, n := range outcomeNames {
+		if s == n {
+			return Outcome(i)
+		}
+	}
+	return OutcomeUnreported
+}
+
+// SelfEnded reports whether the teardown's processes ended by themselves
+// (no signal ended them): clean or exited.
+func (o Outcome) SelfEnded() bool { return o == OutcomeClean || o == OutcomeExited }
+
+// Signalled reports whether enforcement ended it by a signal (terminated,
+// killed) or it survived one (hung): how long it would have run by itself
+// is not known, only that it ran at least as long as it did.
+func (o Outcome) Signalled() bool {
+	return o == OutcomeTerminated || o == OutcomeKilled || o == OutcomeHung
+}
+
+// Bounds of a Record's fields (the proto's, checked again here: the file
+// format relies on them).
+const (
+	// MaxJobBytes is the agent's bound of a job id (agent/api).
+	MaxJobBytes = 128
+	// MaxUserBytes is the proto's bound of Teardown.user.
+	MaxUserBytes = 64
+	// MaxCommandBytes is the proto's bound of Teardown.command.
+	MaxCommandBytes = 64
+	// MaxCauseBytes bounds the cause ("fstype mountpoint" or "wchan
+	// NAME"); a longer one is cut.
+	MaxCauseBytes = 200
+	// MaxNodeBytes is a node name's bound (internal/nodename).
+	MaxNodeBytes = 253
+	// maxDurationMs is the longest duration stored (49.7 days, the file's
+	// 32 bits of milliseconds); a longer one is stored as this, a lower
+	// bound.
+	maxDurationMs = 1<<32 - 1
+)
+
+// Record is one released teardown of one node. Times are Unix
+// milliseconds on the node's clock (both ends of a duration are the
+// node's).
+//
+// In a Scan callback the strings are the segment's own (shared by every
+// record of the segment) and Job is only valid during the callback: copy
+// it (JobString) to keep it.
+type Record struct {
+	// Node is the node that reported it (a node speaks only for itself).
+	Node string
+	// Job is the job id (bytes, see above).
+	Job []byte
+	// User is the job's user; "" when none was named or it broke the
+	// proto's rule.
+	User string
+	// Command is what kept the teardown running longest; "" unknown.
+	Command string
+	// Cause is what the teardown waited on when it was overdue
+	// ("fuse.hangfs /scratch", "wchan request_wait_answer"); "" none.
+	Cause string
+	// StartMs is the start of the teardown clock, min(T_end, E) = D - G.
+	StartMs int64
+	// ReleasedMs is when every process of it was gone.
+	ReleasedMs int64
+	// GraceMs is the G in force for it.
+	GraceMs int64
+	// Outcome is how it ended.
+	Outcome Outcome
+}
+
+// DurationMs is ReleasedMs - StartMs: the teardown's length, which is
+// overdue for a G when greater than G.
+func (r *Record) DurationMs() int64 { return r.ReleasedMs - r.StartMs }
+
+// JobString returns a copy of Job.
+func (r *Record) JobString() string { return string(r.Job) }
+
+// Refusal is why a record was not stored.
+type Refusal string
+
+// The reasons a record is not stored (the metric's label values).
+const (
+	RefusedDuplicate Refusal = "duplicate"   // already stored (an agent resends recent ones)
+	RefusedRate      Refusal = "rate"        // over its node's rate bound
+	RefusedClock     Refusal = "clock_step"  // released before it started: the node's clock stepped back
+	RefusedFuture    Refusal = "future"      // released more than MaxAhead after now
+	RefusedOld       Refusal = "too_old"     // started before the age bound: it would be dropped at once
+	RefusedInvalid   Refusal = "invalid"     // no job, no start, a negative grace, a bad node name
+	RefusedWrite     Refusal = "write_error" // the disk refused it
+)
+
+// Refusals lists every Refusal, for metrics.
+var Refusals = []Refusal{RefusedDuplicate, RefusedRate, RefusedClock, RefusedFuture, RefusedOld, RefusedInvalid, RefusedWrite}
+
+// MaxAhead is how far after the aggregator's now a record's release may
+// lie (the intake's bound of a node's clock ahead).
+const MaxAhead = time.Hour
+
+// validUser reports whether u is a user name by the proto's rule: at most
+// MaxUserBytes of [A-Za-z0-9._-], an optional trailing $, not starting
+// with "-".
+func validUser(u string) bool {
+	if u == "" || len(u) > MaxUserBytes || u[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		c := u[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		case c == '$' && i == len(u)-1 && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// printable reports whether s is valid UTF-8 of printable characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// cut returns s cut to at most n bytes on a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// errInvalid is a record that cannot be stored.
+var errInvalid = errors.New("invalid record")
+
+// Clean checks r against the bounds and returns what is stored of it: a
+// user that breaks the proto's rule becomes "" (userDropped true), a
+// command or cause that is not printable UTF-8 becomes "", a long cause is
+// cut. A record without a job or a start, with a job that breaks the
+// bound, a negative grace or a bad node name is refused (errInvalid).
+func Clean(r Record) (_ Record, userDropped bool, err error) {
+	if len(r.Job) == 0 || len(r.Job) > MaxJobBytes || !printable(string(r.Job)) {
+		return r, false, fmt.Errorf("%w: job id %q: want 1 to %d bytes of printable UTF-8", errInvalid, cut(string(r.Job), 64), MaxJobBytes)
+	}
+	if r.Node == "" || len(r.Node) > MaxNodeBytes || !printable(r.Node) {
+		return r, false, fmt.Errorf("%w: node name", errInvalid)
+	}
+	if r.StartMs <= 0 || r.GraceMs < 0 || r.GraceMs > maxDurationMs {
+		return r, false, fmt.Errorf("%w: start %d, grace %d ms", errInvalid, r.StartMs, r.GraceMs)
+	}
+	if r.User != "" && !validUser(r.User) {
+		r.User, userDropped = "", true
+	}
+	if len(r.Command) > MaxCommandBytes || !printable(r.Command) {
+		r.Command = ""
+	}
+	if !printable(r.Cause) {
+		r.Cause = ""
+	}
+	r.Cause = cut(r.Cause, MaxCauseBytes)
+	if r.Outcome >= numOutcomes {
+		r.Outcome = OutcomeUnreported
+	}
+	return r, userDropped, nil
+}

@@ -1,0 +1,659 @@
+package history
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of Options (docs/DESIGN.md §5d says why).
+const (
+	// DefaultMaxBytes bounds the files: 1 GiB holds about 22 million
+	// teardowns (47 bytes each), 90 days of a 10,000-node cluster that
+	// ends a job per node every hour.
+	DefaultMaxBytes = 1 << 30
+	// DefaultMaxAge: a quarter, long enough to see a file system's bad
+	// weeks and a maintenance's effect, short enough that the advice
+	// follows the site's present.
+	DefaultMaxAge = 90 * 24 * time.Hour
+	// DefaultNodeRate and DefaultNodeBurst bound the records one node
+	// adds: a token bucket of DefaultNodeBurst refilled at DefaultNodeRate
+	// per second. One a second sustained is far above a node's real jobs
+	// (even high-throughput Flux runs a few per node a minute) and keeps a
+	// broken or hostile node to 86,400 records (4 MB) a day; the burst
+	// takes an agent's resend of its last 64 after a restart, many times.
+	DefaultNodeRate  = 1.0
+	DefaultNodeBurst = 600
+	// MinMaxBytes is the smallest MaxBytes: a few segments.
+	MinMaxBytes = 1 << 20
+	// dedupeDepth is how many of a node's latest records are remembered
+	// to refuse a resend (the agent resends its last 64 released
+	// teardowns in every update: twice that).
+	dedupeDepth = 128
+	// syncEvery spaces the fsyncs: what a crash loses since the last one
+	// is resent by the agents (their last 64 releases) and the torn tail
+	// is truncated at the next start.
+	syncEvery = 5 * time.Second
+	// maxSegments bounds the segment files (the rotation by age and size
+	// makes about 32).
+	maxSegments = 64
+	// segmentSuffix names segment files: 16 decimal digits of a sequence.
+	segmentSuffix = ".seg"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Dir holds the segment files; created if missing.
+	Dir string
+	// MaxBytes bounds the segment files' total size; 0: DefaultMaxBytes.
+	MaxBytes int64
+	// MaxAge: a segment whose newest record started longer ago is
+	// dropped; 0: DefaultMaxAge.
+	MaxAge time.Duration
+	// NodeRate and NodeBurst bound each node's records (a token bucket);
+	// 0: the defaults.
+	NodeRate  float64
+	NodeBurst int
+	// Logger receives the store's events; nil discards them.
+	Logger *slog.Logger
+}
+
+// segment is one file's metadata.
+type segment struct {
+	seq      uint64
+	path     string
+	size     int64 // bytes of whole valid frames (what is read)
+	records  int64
+	minStart int64 // 0: no record
+	maxStart int64
+	corrupt  string // why reading stopped early; "" whole
+}
+
+// nodeState is what the store keeps of one node: its latest records' keys
+// (a ring) and its rate bucket.
+type nodeState struct {
+	keys   [dedupeDepth]uint64
+	next   int
+	tokens float64
+	last   time.Time
+}
+
+// Stats is what the store holds and what it refused.
+type Stats struct {
+	Records  int64
+	Bytes    int64
+	Segments int
+	// OldestStartMs is the start of the oldest record kept; 0 none.
+	OldestStartMs int64
+	// Corrupt counts the segments found damaged at Open (read up to the
+	// damage, never appended to).
+	Corrupt int
+	// Refused counts the records not stored, by reason.
+	Refused map[Refusal]uint64
+	// UsersDropped counts the user names dropped for breaking the rule.
+	UsersDropped uint64
+	// Dropped counts the segments dropped for the bounds, by "bytes" and
+	// "age".
+	DroppedBytes, DroppedAge uint64
+}
+
+// Store is the history. Add, Flush and Close are for one writer (the
+// aggregator's loop); Scan and Stats may run concurrently with it and
+// with each other.
+type Store struct {
+	o   Options
+	log *slog.Logger
+
+	mu       sync.Mutex
+	segs     []*segment // oldest first; the last is cur's when cur is open
+	total    int64
+	cur      *os.File
+	curBuf   *bufio.Writer
+	curStrs  map[string]uint32
+	nextSeq  uint64
+	lastSync time.Time
+	dirty    bool
+	nodes    map[string]*nodeState
+	refused  map[Refusal]uint64
+	users    uint64
+	dropB    uint64
+	dropA    uint64
+	corrupt  int
+	frame    []byte
+}
+
+// segmentBytes is the size at which a segment rotates: 1/32 of the bound,
+// 1 MiB to 64 MiB.
+func (s *Store) segmentBytes() int64 { return min(max(s.o.MaxBytes/32, 256<<10), 64<<20) }
+
+// segmentAge is the span of starts at which a segment rotates: 1/32 of
+// MaxAge, so a segment is dropped by age at most that late.
+func (s *Store) segmentAge() time.Duration { return s.o.MaxAge / 32 }
+
+// Open opens (or creates) the history in o.Dir: it reads every segment,
+// truncates a torn tail of the last one (a crash during a write), reports
+// and skips a damaged one (it is kept, read up to the damage, never
+// appended to), and drops what is past the bounds at now. It refuses to
+// start only when the directory cannot be used.
+func Open(o Options, now time.Time) (*Store, error) {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	o.MaxBytes = max(o.MaxBytes, MinMaxBytes)
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.NodeRate <= 0 {
+		o.NodeRate = DefaultNodeRate
+	}
+	if o.NodeBurst <= 0 {
+		o.NodeBurst = DefaultNodeBurst
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	s := &Store{o: o, log: o.Logger.With("component", "history"), nodes: map[string]*nodeState{}, refused: map[Refusal]uint64{}, nextSeq: 1}
+	ents, err := os.ReadDir(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		num, ok := strings.CutSuffix(name, segmentSuffix)
+		seq, err := strconv.ParseUint(num, 10, 64)
+		if !ok || err != nil || !e.Type().IsRegular() {
+			continue
+		}
+		s.segs = append(s.segs, &segment{seq: seq, path: filepath.Join(o.Dir, name)})
+		s.nextSeq = max(s.nextSeq, seq+1)
+	}
+	slices.SortFunc(s.segs, func(a, b *segment) int { return cmpU64(a.seq, b.seq) })
+	for i, sg := range s.segs {
+		s.load(sg, i == len(s.segs)-1)
+		s.total += sg.size
+	}
+	s.dropOld(now)
+	return s, nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// load reads sg's records into its metadata and the nodes' dedupe rings.
+// A damaged last segment whose damage is within a frame of its end is a
+// torn write: it is truncated there, and appended to again no more (a new
+// segment starts). Any other damage is reported and the segment kept, read
+// up to it.
+func (s *Store) load(sg *segment, last bool) {
+	f, err := os.Open(sg.path)
+	if err != nil {
+		sg.corrupt = err.Error()
+		s.corrupt++
+		s.log.Error("history segment cannot be read: skipped, the others are kept", "file", sg.path, "err", err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		sg.corrupt = err.Error()
+		s.corrupt++
+		return
+	}
+	var d *decoder
+	n, rerr := readSegmentWith(f, fi.Size(), func(dd *decoder) { d = dd }, func(r *Record) bool {
+		sg.note(r)
+		s.remember(s.node(r.Node), key(r))
+		return true
+	})
+	sg.size = n
+	if rerr == nil {
+		if last {
+			s.reopen(sg, d)
+		}
+		return
+	}
+	torn := last && errors.Is(rerr, errCorrupt) && tornTail(f, n, fi.Size())
+	if torn && n >= int64(headerSize) {
+		if err := os.Truncate(sg.path, n); err != nil {
+			s.log.Error("history: cannot truncate the torn tail of the last segment", "file", sg.path, "err", err)
+		} else {
+			s.log.Warn("history: torn tail of the last segment truncated (a crash during a write); the agents resend what it held",
+				"file", sg.path, "kept_bytes", n, "dropped_bytes", fi.Size()-n)
+			s.reopen(sg, d)
+		}
+		return
+	}
+	if torn && n < int64(headerSize) {
+		// Created, header not written whole: an empty segment.
+		sg.size = 0
+		os.Remove(sg.path)
+		s.log.Warn("history: empty torn segment removed", "file", sg.path)
+		return
+	}
+	sg.corrupt = rerr.Error()
+	s.corrupt++
+	s.log.Error("history segment damaged: its records up to the damage are kept, the rest of it is skipped; the other segments are whole",
+		"file", sg.path, "err", rerr, "records_kept", sg.records)
+}
+
+// tornTail reports whether the bytes of f from n to size are what a crash
+// during an append leaves: less than a frame, or zeros (blocks allocated,
+// never written).
+func tornTail(f *os.File, n, size int64) bool {
+	if size-n < maxFrameSize {
+		return true
+	}
+	buf := make([]byte, 64<<10)
+	for off := n; off < size; {
+		k, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		for _, c := range buf[:k] {
+			if c != 0 {
+				return false
+			}
+		}
+		off += int64(k)
+		if err != nil {
+			return off >= size
+		}
+	}
+	return true
+}
+
+// reopen makes the whole (or truncated) last segment sg the current one
+// again, its strings those d read: a restart appends where the last run
+// stopped rather than starting a segment of its own.
+func (s *Store) reopen(sg *segment, d *decoder) {
+	if d == nil || sg.size < int64(headerSize) {
+		return
+	}
+	f, err := os.OpenFile(sg.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		s.log.Warn("history: cannot append to the last segment: a new one starts", "file", sg.path, "err", err)
+		return
+	}
+	s.cur, s.curBuf, s.curStrs = f, bufio.NewWriterSize(f, 64<<10), make(map[string]uint32, len(d.strs))
+	for i, str := range d.strs {
+		s.curStrs[str] = uint32(i + 1)
+	}
+}
+
+// last returns the newest segment.
+func (s *Store) last() *segment {
+	if len(s.segs) == 0 {
+		return nil
+	}
+	return s.segs[len(s.segs)-1]
+}
+
+// note adds r to sg's metadata.
+func (sg *segment) note(r *Record) {
+	sg.records++
+	if sg.minStart == 0 || r.StartMs < sg.minStart {
+		sg.minStart = r.StartMs
+	}
+	sg.maxStart = max(sg.maxStart, r.StartMs)
+}
+
+// key is a record's identity: its node, job and start (an agent resends a
+// released teardown with the same three).
+func key(r *Record) uint64 {
+	h := fnv.New64a()
+	h.Write(r.Job)
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(r.StartMs >> (8 * i))
+	}
+	h.Write(b[:])
+	return h.Sum64() | 1 // 0 is an empty slot
+}
+
+func (s *Store) node(name string) *nodeState {
+	ns := s.nodes[name]
+	if ns == nil {
+		ns = &nodeState{tokens: float64(s.o.NodeBurst)}
+		s.nodes[name] = ns
+	}
+	return ns
+}
+
+func (s *Store) remember(ns *nodeState, k uint64) {
+	ns.keys[ns.next] = k
+	ns.next = (ns.next + 1) % dedupeDepth
+}
+
+func (ns *nodeState) has(k uint64) bool { return slices.Contains(ns.keys[:], k) }
+
+// Add stores r (cleaned by Clean) at now, unless it is a duplicate, over
+// its node's rate, implausible (its release before its start, more than
+// MaxAhead after now), too old for the age bound, or invalid: then it
+// returns why (and counts it). It returns "" when stored. The bytes are
+// written by Flush.
+func (s *Store) Add(r Record, now time.Time) Refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	why := s.add(r, now)
+	if why != "" {
+		s.refused[why]++
+	}
+	return why
+}
+
+func (s *Store) add(r Record, now time.Time) Refusal {
+	r, userDropped, err := Clean(r)
+	if err != nil {
+		return RefusedInvalid
+	}
+	switch {
+	case r.ReleasedMs < r.StartMs:
+		return RefusedClock
+	case r.ReleasedMs > now.Add(MaxAhead).UnixMilli():
+		return RefusedFuture
+	case r.StartMs < now.Add(-s.o.MaxAge).UnixMilli():
+		return RefusedOld
+	}
+	ns := s.node(r.Node)
+	k := key(&r)
+	if ns.has(k) {
+		return RefusedDuplicate
+	}
+	if !ns.last.IsZero() {
+		ns.tokens = min(float64(s.o.NodeBurst), ns.tokens+now.Sub(ns.last).Seconds()*s.o.NodeRate)
+	}
+	ns.last = now
+	if ns.tokens < 1 {
+		return RefusedRate
+	}
+	if err := s.write(&r, now); err != nil {
+		if ok, _ := writeLog.allow(now); ok {
+			s.log.Error("history: cannot write a record: it is lost (the aggregator serves on)", "err", err)
+		}
+		return RefusedWrite
+	}
+	ns.tokens--
+	s.remember(ns, k)
+	if userDropped {
+		s.users++
+	}
+	return ""
+}
+
+// writeLog spaces the log lines of write errors.
+var writeLog = &every{d: time.Minute}
+
+type every struct {
+	mu   sync.Mutex
+	d    time.Duration
+	last time.Time
+}
+
+func (e *every) allow(now time.Time) (bool, time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if now.Sub(e.last) < e.d {
+		return false, e.last
+	}
+	e.last = now
+	return true, now
+}
+
+// write appends r's frames to the current segment, rotating and dropping
+// segments first as the bounds require.
+func (s *Store) write(r *Record, now time.Time) error {
+	if sg := s.last(); s.cur != nil && sg != nil && (sg.size >= s.segmentBytes() ||
+		(sg.records > 0 && max(sg.maxStart, r.StartMs)-min(sg.minStart, r.StartMs) >= s.segmentAge().Milliseconds()) || len(s.curStrs) > maxStringsPerSegment-8) {
+		s.closeCur()
+	}
+	s.dropOld(now)
+	if s.cur == nil {
+		if err := s.create(now); err != nil {
+			return err
+		}
+	}
+	sg := s.segs[len(s.segs)-1]
+	b := s.frame[:0]
+	var id ids
+	for _, v := range [...]struct {
+		str string
+		id  *uint32
+	}{{r.Node, &id.node}, {r.User, &id.user}, {r.Command, &id.command}, {r.Cause, &id.cause}} {
+		if v.str == "" {
+			continue
+		}
+		n, ok := s.curStrs[v.str]
+		if !ok {
+			// Defined from here on: a failed write closes the segment
+			// (and its strings) below.
+			n = uint32(len(s.curStrs) + 1)
+			s.curStrs[v.str] = n
+			b = appendFrame(b, kindString, []byte(v.str))
+		}
+		*v.id = n
+	}
+	b = appendRecord(b, r, id)
+	s.frame = b
+	// Keep the total within MaxBytes: drop the oldest segments (never
+	// the current one: it is at most 1/32 of the bound).
+	for s.total+int64(len(b)) > s.o.MaxBytes && len(s.segs) > 1 {
+		s.dropFirst("bytes")
+	}
+	if _, err := s.curBuf.Write(b); err != nil {
+		s.closeCur()
+		return err
+	}
+	sg.size += int64(len(b))
+	s.total += int64(len(b))
+	sg.note(r)
+	s.dirty = true
+	return nil
+}
+
+// create starts a new segment.
+func (s *Store) create(now time.Time) error {
+	if len(s.segs) >= maxSegments {
+		s.dropFirst("bytes")
+	}
+	path := filepath.Join(s.o.Dir, fmt.Sprintf("%016d%s", s.nextSeq, segmentSuffix))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	if _, err := f.Write([]byte(magic)); err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("history: %s: %w", path, err)
+	}
+	syncDir(s.o.Dir)
+	s.segs = append(s.segs, &segment{seq: s.nextSeq, path: path, size: int64(headerSize)})
+	s.total += int64(headerSize)
+	s.nextSeq++
+	s.cur, s.curBuf, s.curStrs = f, bufio.NewWriterSize(f, 64<<10), map[string]uint32{}
+	return nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// closeCur flushes, syncs and closes the current segment; the next record
+// starts a new one.
+func (s *Store) closeCur() {
+	if s.cur == nil {
+		return
+	}
+	if err := s.curBuf.Flush(); err != nil {
+		s.log.Error("history: flushing a segment", "err", err)
+		// What the file holds is less than counted: read it again.
+		if fi, err := s.cur.Stat(); err == nil {
+			sg := s.segs[len(s.segs)-1]
+			s.total += fi.Size() - sg.size
+			sg.size = fi.Size()
+		}
+	}
+	s.cur.Sync()
+	s.cur.Close()
+	s.cur, s.curBuf, s.curStrs = nil, nil, nil
+}
+
+// dropOld drops the segments past the age bound, oldest first.
+func (s *Store) dropOld(now time.Time) {
+	cutoff := now.Add(-s.o.MaxAge).UnixMilli()
+	for len(s.segs) > 0 {
+		sg := s.segs[0]
+		if sg.records > 0 && sg.maxStart >= cutoff {
+			return
+		}
+		if len(s.segs) == 1 && s.cur != nil {
+			if sg.records == 0 {
+				return // the current one, new
+			}
+			s.closeCur() // the current one, all past the bound: a new one starts
+		}
+		s.dropFirst("age")
+	}
+}
+
+// dropFirst removes the oldest segment.
+func (s *Store) dropFirst(why string) {
+	sg := s.segs[0]
+	if err := os.Remove(sg.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Error("history: cannot remove a segment past the bound", "file", sg.path, "err", err)
+	}
+	s.total -= sg.size
+	s.segs = s.segs[1:]
+	if why == "age" {
+		s.dropA++
+	} else {
+		s.dropB++
+	}
+	s.log.Info("history: oldest segment dropped", "why", why, "file", filepath.Base(sg.path), "records", sg.records)
+}
+
+// Flush writes what Add buffered and, at most every syncEvery, syncs it.
+func (s *Store) Flush(now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flush(now)
+}
+
+func (s *Store) flush(now time.Time) error {
+	if s.cur == nil || !s.dirty {
+		return nil
+	}
+	if err := s.curBuf.Flush(); err != nil {
+		s.closeCur()
+		return fmt.Errorf("history: %w", err)
+	}
+	if now.Sub(s.lastSync) >= syncEvery {
+		s.lastSync = now
+		s.dirty = false
+		if err := s.cur.Sync(); err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close flushes, syncs and closes the store.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	if s.cur != nil {
+		err = s.curBuf.Flush()
+	}
+	s.closeCur()
+	return err
+}
+
+// Stats returns what the store holds and what it refused.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{Bytes: s.total, Segments: len(s.segs), Corrupt: s.corrupt, Refused: map[Refusal]uint64{},
+		UsersDropped: s.users, DroppedBytes: s.dropB, DroppedAge: s.dropA}
+	for _, sg := range s.segs {
+		st.Records += sg.records
+		if sg.minStart != 0 && (st.OldestStartMs == 0 || sg.minStart < st.OldestStartMs) {
+			st.OldestStartMs = sg.minStart
+		}
+	}
+	for k, v := range s.refused {
+		st.Refused[k] = v
+	}
+	return st
+}
+
+// Scan calls fn for every record whose start lies in [fromMs, toMs), in
+// the order they were stored, until fn returns false. The Record and its
+// Job are valid during the call only. It reads the files without holding
+// the writer up: records added during the scan may or may not be seen. A
+// segment dropped meanwhile is still read whole (its file stays open) or,
+// removed before it was opened, skipped.
+func (s *Store) Scan(fromMs, toMs int64, fn func(r *Record) bool) error {
+	s.mu.Lock()
+	if s.cur != nil {
+		if err := s.curBuf.Flush(); err != nil {
+			s.closeCur()
+		}
+	}
+	type part struct {
+		path string
+		size int64
+	}
+	var parts []part
+	for _, sg := range s.segs {
+		if sg.records == 0 || sg.maxStart < fromMs || sg.minStart >= toMs {
+			continue
+		}
+		parts = append(parts, part{sg.path, sg.size})
+	}
+	s.mu.Unlock()
+	stop := false
+	for _, p := range parts {
+		f, err := os.Open(p.path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
+		_, err = readSegment(f, p.size, func(r *Record) bool {
+			if r.StartMs >= fromMs && r.StartMs < toMs && !fn(r) {
+				stop = true
+				return false
+			}
+			return true
+		})
+		f.Close()
+		if err != nil && !errors.Is(err, errCorrupt) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("history: %s: %w", p.path, err)
+		}
+		if stop {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,314 @@
+package aggregator
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gracewatch/gracewatch/aggregator/advisor"
+	"github.com/gracewatch/gracewatch/aggregator/history"
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/metrics"
+	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// The teardown history's glue (docs/DESIGN.md §5d): the intake hands every
+// node's own StateUpdate to recordHistory, which stores its released
+// teardowns (package aggregator/history) and keeps what the advisor needs
+// of the running ones and of the node (its kill-path floor); Advise
+// answers GET /v1/grace.
+
+// Bounds of what the glue keeps per node.
+const (
+	// maxKillPathBytes is the proto's bound of StateUpdate.kill_path.
+	maxKillPathBytes = 256
+	// maxCausesKept bounds the causes remembered per node by job: a
+	// cause travels while the node is latched or observed, its teardown's
+	// release comes later.
+	maxCausesKept = 8
+)
+
+// teardownHistory is the Service's history and what the advisor needs
+// beside it. The store is written by the loop only; the maps are read by
+// Advise under mu.
+type teardownHistory struct {
+	store *history.Store
+	log   *ratelog.Limiter
+
+	mu sync.Mutex
+	// floors: each node's latest kill-path floor (what it says now).
+	floors map[string]advisor.Floor
+	// attrs: the user and command of each node's running teardowns, by
+	// job, from its latest update (the view's teardowns carry neither).
+	attrs map[string]map[string][2]string
+	// causes: each node's latest causes by job.
+	causes map[string][]jobCause
+	// advising serialises the answers: each holds a duration per record
+	// of its window (4 bytes) for its percentiles.
+	advising sync.Mutex
+}
+
+type jobCause struct{ job, cause string }
+
+// openHistory opens the teardown history of o, or returns nil when it is
+// off (no directory).
+func openHistory(o history.Options, now time.Time) (*teardownHistory, error) {
+	if o.Dir == "" {
+		return nil, nil
+	}
+	st, err := history.Open(o, now)
+	if err != nil {
+		return nil, err
+	}
+	return &teardownHistory{store: st, log: ratelog.New(time.Minute), floors: map[string]advisor.Floor{},
+		attrs: map[string]map[string][2]string{}, causes: map[string][]jobCause{}}, nil
+}
+
+// causeString is a cause as the history keeps it: the file system's type
+// and mountpoint, else the wait channel.
+func causeString(c *gwpb.Cause) string {
+	switch {
+	case c == nil:
+		return ""
+	case c.GetFstype() != "":
+		return strings.TrimSpace(c.GetFstype() + " " + c.GetMountpoint())
+	case c.GetWchan() != "":
+		return "wchan " + c.GetWchan()
+	}
+	return ""
+}
+
+// recordHistory takes the released teardowns of u, a StateUpdate that node
+// sent (proven to be its own with node restriction), into the history: a
+// node speaks only for itself, so each record names node. Runs on the
+// loop.
+func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
+	h := s.hist
+	if h == nil || u == nil {
+		return
+	}
+	now := s.clock.Now()
+	tds := u.GetTeardowns()
+	tds = tds[:min(len(tds), maxTeardownsKept)]
+	h.mu.Lock()
+	if f := u.GetKillPathFloorMs(); f > 0 {
+		h.floors[node] = advisor.Floor{Node: node, Ms: f, Path: cutText(strings.ToValidUTF8(u.GetKillPath(), "?"), maxKillPathBytes)}
+	} else {
+		delete(h.floors, node)
+	}
+	for _, c := range []*gwpb.Cause{u.GetCause(), u.GetObservedCause()} {
+		if boundCause(c) == nil || c.GetJob() == "" {
+			continue
+		}
+		cs := h.causes[node]
+		if len(cs) >= maxCausesKept {
+			cs = cs[1:]
+		}
+		h.causes[node] = append(cs, jobCause{cutText(c.GetJob(), maxFieldBytes), causeString(c)})
+	}
+	attrs := map[string][2]string{}
+	for _, td := range tds {
+		if td.GetPhase() != "released" && (td.GetUser() != "" || td.GetCommand() != "") {
+			attrs[cutText(td.GetJob(), maxFieldBytes)] = [2]string{cutText(td.GetUser(), history.MaxUserBytes), cutText(td.GetCommand(), history.MaxCommandBytes)}
+		}
+	}
+	if len(attrs) > 0 {
+		h.attrs[node] = attrs
+	} else {
+		delete(h.attrs, node)
+	}
+	causes := h.causes[node]
+	h.mu.Unlock()
+
+	added := 0
+	for _, td := range tds {
+		if td.GetPhase() != "released" || td.GetReleasedMs() == 0 {
+			continue
+		}
+		r := history.Record{Node: node, Job: []byte(td.GetJob()), User: td.GetUser(), Command: td.GetCommand(),
+			StartMs: td.GetDeadlineMs() - td.GetGraceMs(), ReleasedMs: td.GetReleasedMs(), GraceMs: td.GetGraceMs(),
+			Outcome: history.ParseOutcome(td.GetOutcome())}
+		if td.GetDeadlineMs() == 0 {
+			r.StartMs = 0 // invalid: refused
+		}
+		if r.Outcome != history.OutcomeClean {
+			for i := len(causes) - 1; i >= 0; i-- {
+				if causes[i].job == td.GetJob() {
+					r.Cause = causes[i].cause
+					break
+				}
+			}
+		}
+		switch why := h.store.Add(r, now); why {
+		case "":
+			added++
+		case history.RefusedDuplicate:
+		default:
+			if ok, suppressed := h.log.Allow(node+"/"+string(why), now); ok {
+				s.log.Warn("released teardown not recorded in the history", "node", nodename.Quote(node), "why", string(why),
+					"job", cutText(td.GetJob(), 64), "start_ms", r.StartMs, "released_ms", r.ReleasedMs, "suppressed", suppressed)
+			}
+		}
+	}
+	if added > 0 {
+		if err := h.store.Flush(now); err != nil {
+			if ok, _ := h.log.Allow("flush", now); ok {
+				s.log.Error("teardown history: write failed", "err", err)
+			}
+		}
+	}
+}
+
+// errHistoryOff answers the advisor when the history is off.
+var errHistoryOff = fmt.Errorf("the teardown history is off: set state_dir or history.dir")
+
+// Advise answers the grace advisor's query q (its NowMs and InForce are
+// filled here) over the history and the teardowns running in the view
+// now. One answer is computed at a time. Safe for concurrent use.
+func (s *Service) Advise(q advisor.Query) (*advisor.Advice, error) {
+	h := s.hist
+	if h == nil {
+		return nil, errHistoryOff
+	}
+	now := s.clock.Now()
+	q.NowMs, q.InForce = now.UnixMilli(), s.opts.Grace
+	h.mu.Lock()
+	floors := make([]advisor.Floor, 0, len(h.floors))
+	for _, f := range h.floors {
+		floors = append(floors, f)
+	}
+	attrs := h.attrs
+	var running []advisor.Running
+	for _, n := range s.Nodes() {
+		for _, td := range n.Teardowns {
+			if td.Phase != "teardown" && td.Phase != "overdue" || td.Deadline.IsZero() {
+				continue
+			}
+			a := attrs[n.Name][td.Job]
+			running = append(running, advisor.Running{Node: n.Name, Job: td.Job, User: a[0], Command: a[1],
+				StartMs: td.Deadline.Add(-td.Grace).UnixMilli(), GraceMs: td.Grace.Milliseconds()})
+		}
+	}
+	h.mu.Unlock()
+	sort.Slice(floors, func(i, j int) bool { return floors[i].Node < floors[j].Node })
+	h.advising.Lock()
+	defer h.advising.Unlock()
+	return advisor.Advise(q, h.store.Scan, running, floors)
+}
+
+// closeHistory closes the store (Run's end).
+func (s *Service) closeHistory() {
+	if s.hist != nil {
+		if err := s.hist.store.Close(); err != nil {
+			s.log.Error("teardown history: closing", "err", err)
+		}
+	}
+}
+
+// historyCollector exports the history's gauges and counters at scrape
+// time: no node, job or user label.
+type historyCollector struct {
+	st                                        *history.Store
+	records, bytes, oldest, segments, corrupt *prometheus.Desc
+	refused, usersDropped, droppedSegments    *prometheus.Desc
+	now                                       func() time.Time
+}
+
+func newHistoryCollector(st *history.Store, now func() time.Time) *historyCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, subsystem, name), help, labels, nil)
+	}
+	return &historyCollector{st: st, now: now,
+		records:         d("history_records", "Released teardowns kept in the teardown history."),
+		bytes:           d("history_bytes", "Bytes of the teardown history's segment files (bounded by history.max_bytes)."),
+		oldest:          d("history_oldest_record_age_seconds", "Age of the oldest teardown kept in the history (bounded by history.max_age); 0 when empty."),
+		segments:        d("history_segments", "Segment files of the teardown history."),
+		corrupt:         d("history_corrupt_segments", "Segments found damaged at start: read up to the damage, never appended to (the log names them)."),
+		refused:         d("history_refused_total", "Released teardowns not recorded, by reason: duplicate (a resend), rate (over the node's bound), clock_step (released before it started), future (released more than 1h ahead), too_old, invalid, write_error.", "reason"),
+		usersDropped:    d("history_users_dropped_total", "User names dropped (recorded as unknown) for breaking the rule of Teardown.user."),
+		droppedSegments: d("history_dropped_segments_total", "Oldest segments dropped for the bounds, by bound: bytes or age.", "bound"),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *historyCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.records, c.bytes, c.oldest, c.segments, c.corrupt, c.refused, c.usersDropped, c.droppedSegments} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *historyCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.st.Stats()
+	g := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	k := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	g(c.records, float64(st.Records))
+	g(c.bytes, float64(st.Bytes))
+	age := 0.0
+	if st.OldestStartMs > 0 {
+		age = max(c.now().Sub(time.UnixMilli(st.OldestStartMs)).Seconds(), 0)
+	}
+	g(c.oldest, age)
+	g(c.segments, float64(st.Segments))
+	g(c.corrupt, float64(st.Corrupt))
+	for _, r := range history.Refusals {
+		k(c.refused, st.Refused[r], string(r))
+	}
+	k(c.usersDropped, st.UsersDropped)
+	k(c.droppedSegments, st.DroppedBytes, "bytes")
+	k(c.droppedSegments, st.DroppedAge, "age")
+}
+
+// HistoryConfig is the [history] table: the teardown history behind the
+// grace advisor (docs/DESIGN.md §5d).
+type HistoryConfig struct {
+	// Dir holds the history's segment files; empty: "history" under
+	// state_dir; with neither, the history is off.
+	Dir string `toml:"dir"`
+	// MaxBytes bounds the files (the oldest segment is dropped first); at
+	// least 1 MiB.
+	MaxBytes config.Size `toml:"max_bytes"`
+	// MaxAge drops the segments whose newest teardown started longer ago.
+	MaxAge config.Duration `toml:"max_age"`
+}
+
+// DefaultHistoryConfig is the [history] table's defaults.
+func DefaultHistoryConfig() HistoryConfig {
+	return HistoryConfig{MaxBytes: config.Bytes(history.DefaultMaxBytes), MaxAge: config.Dur(history.DefaultMaxAge)}
+}
+
+// validate checks the table; key prefixes the key names.
+func (h HistoryConfig) validate(key string) error {
+	var errs []error
+	if h.Dir != "" && !filepath.IsAbs(h.Dir) {
+		errs = append(errs, config.KeyErr(key+".dir", "must be an absolute path, got %q", h.Dir))
+	}
+	if n := h.MaxBytes.N(); n < history.MinMaxBytes || n > 1<<40 {
+		errs = append(errs, config.KeyErr(key+".max_bytes", "want 1MiB to 1TiB, got %d bytes", n))
+	}
+	if d := h.MaxAge.D(); d < time.Hour || d > 10*365*24*time.Hour {
+		errs = append(errs, config.KeyErr(key+".max_age", "want 1h to 10 years, got %v", d))
+	}
+	return errors.Join(errs...)
+}
+
+// Options returns the history's options with the state dir stateDir.
+func (h HistoryConfig) Options(stateDir string) history.Options {
+	dir := h.Dir
+	if dir == "" && stateDir != "" {
+		dir = filepath.Join(stateDir, "history")
+	}
+	return history.Options{Dir: dir, MaxBytes: h.MaxBytes.N(), MaxAge: h.MaxAge.D()}
+}
