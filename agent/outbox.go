@@ -21,9 +21,13 @@ const (
 	// aggregator keeps the first 64 of an update (its maxTeardownsKept),
 	// the active ones first.
 	maxUpdateTeardowns = 64
-	// maxUndelivered bounds the released teardowns waiting for every
-	// aggregator to have them (about 100 bytes each: 400 KB at most).
-	maxUndelivered = 4096
+	// maxUndelivered is how far back the outbox reaches: a released
+	// teardown waits for every aggregator as long as fewer than 128 were
+	// released on this node after it. It matches the aggregator history's
+	// dedupe window (each node's last 128 keys, docs/DESIGN.md §5d): an
+	// aggregator that has a record gets it again while another one waits
+	// for it, and must know it for the duplicate it is. Raise both together.
+	maxUndelivered = 128
 	// undeliveredMaxAge is how long a released teardown waits for an
 	// aggregator that never takes it (one gone for good but still in the
 	// mesh's book).
@@ -35,6 +39,7 @@ const (
 type outboxEntry struct {
 	td       *gwpb.Teardown
 	released time.Time
+	seq      uint64 // its rank among the releases taken
 	// version is the sender's version of the first update that carried
 	// it; 0 while none has.
 	version uint64
@@ -50,7 +55,8 @@ type outbox struct {
 	// known are the released jobs of the latest status already taken in
 	// (in entries, or delivered), so that one is taken once.
 	known   map[string]bool
-	dropped int // since the last warning
+	taken   uint64 // releases taken
+	dropped int    // since the last warning
 }
 
 func newOutbox(logger *slog.Logger) *outbox {
@@ -66,17 +72,24 @@ func recordKey(j teardown.Job) string {
 // latest 64 released jobs: a release is never missed between two.
 func (o *outbox) take(st teardown.Status) {
 	seen := make(map[string]bool, len(st.Jobs))
+	var fresh []teardown.Job
 	for _, j := range st.Jobs {
 		if j.Phase != teardown.PhaseReleased || j.Released.IsZero() || j.Deadline.IsZero() {
 			continue
 		}
 		k := recordKey(j)
 		seen[k] = true
-		if o.known[k] {
-			continue
+		if !o.known[k] {
+			fresh = append(fresh, j)
 		}
+	}
+	// In the order of their release: their ranks are the node's order.
+	sort.SliceStable(fresh, func(a, b int) bool { return fresh[a].Released.Before(fresh[b].Released) })
+	for _, j := range fresh {
+		k := recordKey(j)
 		o.known[k] = true
-		o.entries[k] = &outboxEntry{td: teardownOf(j), released: j.Released}
+		o.taken++
+		o.entries[k] = &outboxEntry{td: teardownOf(j), released: j.Released, seq: o.taken}
 	}
 	for k := range o.known {
 		if !seen[k] && o.entries[k] == nil {
@@ -87,26 +100,17 @@ func (o *outbox) take(st teardown.Status) {
 
 // prune drops the entries that every target has (delivered: the newest
 // version each of them was delivered, the least of them), those older than
-// undeliveredMaxAge at now, and the oldest past maxUndelivered.
+// undeliveredMaxAge at now, and those with maxUndelivered releases or more
+// after them.
 func (o *outbox) prune(delivered uint64, now time.Time) {
-	var left []string
 	for k, e := range o.entries {
 		switch {
 		case e.version != 0 && e.version <= delivered:
 			delete(o.entries, k)
-		case now.Sub(e.released) > undeliveredMaxAge:
+		case now.Sub(e.released) > undeliveredMaxAge || o.taken-e.seq >= maxUndelivered:
 			delete(o.entries, k)
 			o.dropped++
-		default:
-			left = append(left, k)
 		}
-	}
-	if over := len(left) - maxUndelivered; over > 0 {
-		sort.Slice(left, func(a, b int) bool { return o.entries[left[a]].released.Before(o.entries[left[b]].released) })
-		for _, k := range left[:over] {
-			delete(o.entries, k)
-		}
-		o.dropped += over
 	}
 	if o.dropped > 0 {
 		o.log.Warn("released teardowns dropped before every aggregator had them", "dropped", o.dropped,
@@ -142,7 +146,7 @@ func (o *outbox) fill(st teardown.Status) (tds []*gwpb.Teardown, first []*outbox
 		if !pending[a].released.Equal(pending[b].released) {
 			return pending[a].released.Before(pending[b].released)
 		}
-		return pending[a].td.GetJob() < pending[b].td.GetJob()
+		return pending[a].seq < pending[b].seq
 	})
 	for _, e := range pending {
 		if len(tds) >= maxUpdateTeardowns {

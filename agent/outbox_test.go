@@ -17,15 +17,19 @@ import (
 // TestEveryReleasedTeardownDelivered: a busy node releases 300 short jobs
 // one after the other, its status holding only the latest 64 released (as
 // the supervisor's maxReleased), while its one aggregator is unreachable
-// for the first 200 releases. Every release still reaches the aggregator
-// with its released_ms, user and command, and no update carries more than
-// maxUpdateTeardowns; once all are delivered the outbox is empty.
+// for the first 120 releases (within the outbox's reach of 128). Every
+// release still reaches the aggregator with its released_ms, user and
+// command, no update carries more than maxUpdateTeardowns, and every
+// teardown an update carries again lies within the last maxUndelivered
+// releases (the history's dedupe window); once all are delivered the
+// outbox is empty.
 func TestEveryReleasedTeardownDelivered(t *testing.T) {
-	const jobs, away, keep = 300, 200, 64
+	const jobs, away, keep = 300, 120, 64
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var mu sync.Mutex
 	up := false
+	latest := 0 // the latest job released
 	got := map[string]int64{}
 	biggest := 0
 	send := func(_ context.Context, _ string, u *gwpb.StateUpdate) error {
@@ -36,6 +40,11 @@ func TestEveryReleasedTeardownDelivered(t *testing.T) {
 		}
 		biggest = max(biggest, len(u.GetTeardowns()))
 		for _, td := range u.GetTeardowns() {
+			var n int
+			fmt.Sscan(td.GetJob(), &n)
+			if latest-n >= maxUndelivered {
+				return fmt.Errorf("job %d sent again %d releases later, past the dedupe window", n, latest-n)
+			}
 			if td.GetReleasedMs() == 0 || td.GetUser() == "" || td.GetCommand() != "epilog.sh" {
 				return fmt.Errorf("teardown record %v lacks its release, user or command", td)
 			}
@@ -77,6 +86,9 @@ func TestEveryReleasedTeardownDelivered(t *testing.T) {
 		if len(released) > keep {
 			released = released[1:]
 		}
+		mu.Lock()
+		latest = i
+		mu.Unlock()
 		st := teardown.Status{Node: "n1", State: teardown.StateUp, Seq: uint64(i + 1), Jobs: append([]teardown.Job{}, released...)}
 		l.onChange(st)
 		if i == away {
@@ -104,5 +116,33 @@ func TestEveryReleasedTeardownDelivered(t *testing.T) {
 	l.publish() // prunes what every target has
 	if n := len(l.out.entries); n != 0 {
 		t.Errorf("%d records left in the outbox after every one was delivered", n)
+	}
+}
+
+// TestOutboxReach: an aggregator away for more releases than the outbox
+// reaches loses the oldest (bounded memory), never more than it must.
+func TestOutboxReach(t *testing.T) {
+	o := newOutbox(slog.New(slog.DiscardHandler))
+	base := time.UnixMilli(1_800_000_000_000)
+	var released []teardown.Job
+	for i := range 500 {
+		at := base.Add(time.Duration(i) * time.Second)
+		released = append(released, teardown.Job{ID: fmt.Sprint(i), Phase: teardown.PhaseReleased, Grace: time.Minute,
+			Deadline: at.Add(time.Minute), Released: at})
+		if len(released) > 64 {
+			released = released[1:]
+		}
+		o.take(teardown.Status{Jobs: released})
+		o.prune(0, at)
+		if len(o.entries) > maxUndelivered {
+			t.Fatalf("after %d releases the outbox holds %d", i+1, len(o.entries))
+		}
+	}
+	if len(o.entries) != maxUndelivered {
+		t.Errorf("the outbox holds %d records, want the last %d", len(o.entries), maxUndelivered)
+	}
+	o.prune(0, base.Add(500*time.Second+undeliveredMaxAge+time.Second))
+	if len(o.entries) != 0 {
+		t.Errorf("%d records older than %v kept", len(o.entries), undeliveredMaxAge)
 	}
 }
