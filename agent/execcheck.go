@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // slurmCheckInterval is how often slurmctld looks for jobs past their time
@@ -245,4 +246,41 @@ func clip(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// killPathTimeout bounds the agent's own check of the exec systems at its
+// start (two queries of execQueryTimeout at most).
+const killPathTimeout = 2*execQueryTimeout + time.Second
+
+// maxKillPathBytes bounds StateUpdate.kill_path.
+const maxKillPathBytes = 256
+
+// killPathOf is the node's kill-path floor for the grace advisor: the
+// largest MinGrace of the exec systems found (a node may run both), and
+// how that one kills, in one line of at most maxKillPathBytes; zero and ""
+// when none answered.
+func killPathOf(checks []ExecCheck) (time.Duration, string) {
+	var best *ExecCheck
+	for i := range checks {
+		if best == nil || checks[i].MinGrace > best.MinGrace {
+			best = &checks[i]
+		}
+	}
+	if best == nil {
+		return 0, ""
+	}
+	path := strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, best.System+": "+best.Path)
+	if len(path) > maxKillPathBytes {
+		cut := maxKillPathBytes - len("...")
+		for cut > 0 && !utf8.RuneStart(path[cut]) {
+			cut--
+		}
+		path = path[:cut] + "..."
+	}
+	return best.MinGrace, path
 }

@@ -45,15 +45,20 @@ type meshLink struct {
 	sup latcher
 	m   *mesh.Mesh
 
-	mu       sync.Mutex
-	latest   *teardown.Status
-	reports  map[string]*diagnose.Report // latest report of each job, for StateUpdate
-	wake     chan struct{}               // the direct sender's
-	wakeMeta chan struct{}               // the meta updater's
-	ctrl     chan ctrlMsg
-	probes   chan ctrlMsg // ACTION_PROBE, answered apart
-	sender   *stateSender // the direct sends; set by run
-	started  time.Time    // this process's start: StateUpdate.started_ms
+	mu      sync.Mutex
+	latest  *teardown.Status
+	reports map[string]*diagnose.Report // latest report of each job, for StateUpdate
+	out     *outbox                     // released teardowns not yet delivered everywhere
+	// killPath is the exec system's kill path (StateUpdate 70-71), set
+	// once it is known (killPathCheck).
+	killPathFloor time.Duration
+	killPath      string
+	wake          chan struct{} // the direct sender's
+	wakeMeta      chan struct{} // the meta updater's
+	ctrl          chan ctrlMsg
+	probes        chan ctrlMsg // ACTION_PROBE, answered apart
+	sender        *stateSender // the direct sends; set by run
+	started       time.Time    // this process's start: StateUpdate.started_ms
 	// aggregators are the alive aggregators seen (MemberChanged), so that
 	// only a new one triggers a full send.
 	aggregators map[string]bool
@@ -61,6 +66,11 @@ type meshLink struct {
 	// status line).
 	lost []string
 	now  func() time.Time
+	// targetsOf is targets (tests replace it).
+	targetsOf func() []string
+	// execCheck asks the exec systems for their kill path
+	// (CheckExecSystems; tests replace it).
+	execCheck func(ctx context.Context) ([]ExecCheck, []error)
 }
 
 type ctrlMsg struct {
@@ -69,10 +79,11 @@ type ctrlMsg struct {
 }
 
 func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
-	return &meshLink{
+	l := &meshLink{
 		log:      logger.With("component", "meshlink"),
 		sup:      sup,
 		reports:  make(map[string]*diagnose.Report),
+		out:      newOutbox(logger.With("component", "meshlink")),
 		wake:     make(chan struct{}, 1),
 		wakeMeta: make(chan struct{}, 1),
 		ctrl:     make(chan ctrlMsg, 64),
@@ -80,12 +91,16 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 		started:  time.Now(),
 		now:      time.Now,
 	}
+	l.targetsOf = l.targets
+	l.execCheck = CheckExecSystems
+	return l
 }
 
 // onChange is the supervisor's OnChange: it must not block.
 func (l *meshLink) onChange(st teardown.Status) {
 	l.mu.Lock()
 	l.latest = &st
+	l.out.take(st)
 	l.mu.Unlock()
 	l.kick()
 }
@@ -189,6 +204,12 @@ func (l *meshLink) run(ctx context.Context) {
 		}
 	}()
 	defer func() { <-probed }()
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		l.checkKillPath(ctx)
+	}()
+	defer func() { <-checked }()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
@@ -201,8 +222,42 @@ func (l *meshLink) run(ctx context.Context) {
 			l.control(ctx, cm)
 		case <-recheck.C:
 			l.recheck()
+			l.mu.Lock()
+			waiting := l.out.waiting()
+			l.mu.Unlock()
+			if waiting {
+				// Released teardowns wait for an aggregator, or for
+				// room in an update: a quiet node sends them too.
+				l.publish()
+			}
 		}
 	}
+}
+
+// checkKillPath asks the exec systems found on this node for their kill
+// path (what `nodeagent config check` computes), once, in the background
+// of the agent's start and bounded by killPathTimeout, so that neither the
+// start nor a deadline ever waits for a slow scontrol; the floor goes to
+// the aggregators with the next StateUpdate (fields 70-71).
+func (l *meshLink) checkKillPath(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, killPathTimeout)
+	defer cancel()
+	checks, errs := l.execCheck(ctx)
+	if ctx.Err() != nil && len(checks) == 0 {
+		return
+	}
+	floor, path := killPathOf(checks)
+	for _, err := range errs {
+		l.log.Info("exec system's kill path not read", "err", err)
+	}
+	if floor == 0 {
+		return
+	}
+	l.log.Info("exec system's kill path", "floor", floor, "path", path)
+	l.mu.Lock()
+	l.killPathFloor, l.killPath = floor, path
+	l.mu.Unlock()
+	l.kick()
 }
 
 // targets are the aggregators the state goes to: those of the mesh's book
@@ -311,6 +366,7 @@ func (l *meshLink) sendState(ctx context.Context, node string, u *gwpb.StateUpda
 // publish hands the latest status with teardowns and reports to the
 // sender, for every alive aggregator.
 func (l *meshLink) publish() {
+	targets := l.targetsOf() // the mesh's locks: not under l.mu
 	l.mu.Lock()
 	st := l.latest
 	reports := make([]*diagnose.Report, 0, len(l.reports))
@@ -327,12 +383,17 @@ func (l *meshLink) publish() {
 			reports = append(reports, r)
 		}
 	}
-	l.mu.Unlock()
 	if st == nil {
+		l.mu.Unlock()
 		return
 	}
+	l.out.prune(l.sender.deliveredAll(), l.now())
+	tds, first := l.out.fill(*st)
+	floor, path := l.killPathFloor, l.killPath
+	l.mu.Unlock()
 	meta := metaOf(*st)
-	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: teardownsOf(*st), StartedMs: l.started.UnixMilli()}
+	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: tds, StartedMs: l.started.UnixMilli(),
+		KillPathFloorMs: floor.Milliseconds(), KillPath: path}
 	latchOf(*st, up)
 	sort.Slice(reports, func(a, b int) bool { return reports[a].Job < reports[b].Job })
 	for _, r := range reports {
@@ -343,7 +404,14 @@ func (l *meshLink) publish() {
 		up.Reports = append(up.Reports, &gwpb.Report{Job: r.Job, Stage: r.Stage, Outcome: r.Outcome,
 			Summary: r.Summary, TakenMs: r.Taken.UnixMilli(), DetailJson: detail})
 	}
-	l.sender.publish(up, l.targets())
+	v := l.sender.publish(up, targets)
+	l.mu.Lock()
+	for _, e := range first {
+		if e.version == 0 {
+			e.version = v
+		}
+	}
+	l.mu.Unlock()
 }
 
 // control carries out one Control and answers with a ControlAck.
@@ -514,21 +582,32 @@ func metaOf(st teardown.Status) *gwpb.Meta {
 	return m
 }
 
+// teardownsOf is the teardowns of st as a StateUpdate carries them, without
+// the outbox's (tests, and the shape of one status).
 func teardownsOf(st teardown.Status) []*gwpb.Teardown {
 	var out []*gwpb.Teardown
 	for _, j := range st.Jobs {
 		if j.Phase == teardown.PhaseRunning || j.Deadline.IsZero() {
 			continue
 		}
-		t := &gwpb.Teardown{Job: j.ID, Phase: string(j.Phase), DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome,
-			GraceMs: j.Grace.Milliseconds()}
-		if !j.Ended.IsZero() {
-			t.EndedMs = j.Ended.UnixMilli()
-		}
-		if !j.Expiration.IsZero() {
-			t.ExpirationMs = j.Expiration.UnixMilli()
-		}
-		out = append(out, t)
+		out = append(out, teardownOf(j))
 	}
 	return out
+}
+
+// teardownOf is one job's teardown record: its clock, and for the
+// cluster's history its release, user and command (gwpb.Teardown 8-10).
+func teardownOf(j teardown.Job) *gwpb.Teardown {
+	t := &gwpb.Teardown{Job: j.ID, Phase: string(j.Phase), DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome,
+		GraceMs: j.Grace.Milliseconds(), User: j.User, Command: j.Command}
+	if !j.Ended.IsZero() {
+		t.EndedMs = j.Ended.UnixMilli()
+	}
+	if !j.Expiration.IsZero() {
+		t.ExpirationMs = j.Expiration.UnixMilli()
+	}
+	if j.Phase == teardown.PhaseReleased && !j.Released.IsZero() {
+		t.ReleasedMs = j.Released.UnixMilli()
+	}
+	return t
 }

@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gracewatch/gracewatch/agent/diagnose"
@@ -21,9 +24,27 @@ var (
 	hungClasses      = []diagnose.Class{diagnose.Unkillable, diagnose.ExitHang, diagnose.KillableD, diagnose.Missed, diagnose.Dying, diagnose.Zombie}
 )
 
-// teardownBuckets suit grace periods: from 100 ms (an epilogue that exits at
-// once) to an hour (a long grace, or a teardown hung that long).
-var teardownBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+// teardownBuckets answer "how many teardowns took longer than G" for any G
+// from a second to a day: below a second 0.1, 0.25 and 0.5 (an epilogue
+// that exits at once), then bounds at most 1.5 times apart up to 86,400 s,
+// so every G lies within a factor of 1.5 of a bound, and the round grace
+// periods a site picks (5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300,
+// 450, 600, 900 s, 20 min, 30 min, 45 min, 1 h, 90 min, 2 h, 3 h, 4 h,
+// 6 h, 8 h, 12 h, 18 h, 1 d) are bounds themselves. The same metric is a
+// native histogram as well (teardownNativeFactor): about 9% resolution
+// everywhere, for a Prometheus that scrapes native histograms.
+var teardownBuckets = []float64{0.1, 0.25, 0.5,
+	1, 1.5, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200, 1800, 2700,
+	3600, 5400, 7200, 10800, 14400, 21600, 28800, 43200, 64800, 86400}
+
+// teardownNativeFactor is the native histogram's bucket growth (schema 3:
+// 2^(1/8), about 1.09); at most teardownNativeMaxBuckets buckets, which
+// cover 1 ms to a day at that schema (a histogram past it halves its
+// resolution rather than grow).
+const (
+	teardownNativeFactor     = 1.1
+	teardownNativeMaxBuckets = 200
+)
 
 // agentMetrics are the node agent's gracewatch_agent_* metrics. They are
 // fed by the supervisor's hooks, which run on its main loop: onChange with
@@ -46,6 +67,7 @@ type agentMetrics struct {
 	hung             *prometheus.GaugeVec
 	stateWrites      prometheus.Counter
 	stateFailing     prometheus.Gauge
+	running          *runningCollector
 	proc             *procCollector       // nil without a /proc reader
 	stateDir         prometheus.Collector // nil without a host reader
 }
@@ -68,8 +90,10 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 			[]string{"outcome"}),
 		teardownDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: metrics.Namespace, Subsystem: subsystem, Name: "teardown_duration_seconds",
-			Help:    "Time from a job's end T_end to the release of its teardown.",
-			Buckets: teardownBuckets,
+			Help:                           "Time from min(T_end, E) (the teardown deadline D less the grace G) to the release of the teardown: over G means overdue for a grace G. Observed at release; gracewatch_agent_teardown_running_seconds has those still running.",
+			Buckets:                        teardownBuckets,
+			NativeHistogramBucketFactor:    teardownNativeFactor,
+			NativeHistogramMaxBucketNumber: teardownNativeMaxBuckets,
 		}),
 		escalations: prometheus.NewCounterVec(prometheus.CounterOpts(opts("escalations_total",
 			"Escalation steps taken on overdue teardowns, by signal.")), []string{"signal"}),
@@ -101,6 +125,7 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 	for _, c := range hungClasses {
 		m.hung.WithLabelValues(string(c))
 	}
+	m.running = newRunningCollector(time.Now)
 	m.onChange(teardown.Status{State: teardown.StateUp})
 	if proc != nil {
 		m.proc = newProcCollector(proc, maxBlocked)
@@ -115,7 +140,7 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 // collectors returns every collector of m.
 func (m *agentMetrics) collectors() []prometheus.Collector {
 	cs := []prometheus.Collector{m.jobs, m.violations, m.teardowns, m.teardownDuration, m.escalations, m.epilogues,
-		m.activeTeardowns, m.nodeState, m.downLatched, m.hung, m.stateWrites, m.stateFailing}
+		m.activeTeardowns, m.nodeState, m.downLatched, m.hung, m.stateWrites, m.stateFailing, m.running}
 	if m.proc != nil {
 		cs = append(cs, m.proc)
 	}
@@ -146,6 +171,7 @@ func (m *agentMetrics) onChange(st teardown.Status) {
 		}
 	}
 	m.activeTeardowns.Set(float64(active))
+	m.running.set(st)
 	counts := make(map[string]int, len(hungClasses))
 	for _, h := range st.Hung {
 		counts[h.Class]++
@@ -226,4 +252,78 @@ func (c *procCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.Reads))
 	ch <- prometheus.MustNewConstMetric(c.timeouts, prometheus.CounterValue, float64(st.Timeouts))
 	ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(st.Refused))
+}
+
+// runningCollector exports the teardowns still running as a histogram of
+// their ages, computed at scrape time: gracewatch_agent_teardown_running_seconds,
+// with the buckets of teardown_duration_seconds, so that "over G" is the
+// completed ones over G plus the running ones over G (_count less
+// _bucket{le="G"}). It is a snapshot (a gauge histogram in OpenMetrics'
+// terms): its buckets go down as teardowns end, so it is read as it is,
+// never through rate() or increase(). A running teardown's age is the time
+// since min(T_end, E), its deadline less its grace, as the completed ones';
+// a job still running past its E counts from E. Its methods are safe for
+// concurrent use.
+type runningCollector struct {
+	desc *prometheus.Desc
+	now  func() time.Time
+
+	mu    sync.Mutex
+	bases []time.Time // of the teardowns running, as of the latest status
+}
+
+func newRunningCollector(now func() time.Time) *runningCollector {
+	return &runningCollector{
+		desc: prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, subsystem, "teardown_running_seconds"),
+			"Teardowns running now (within grace or overdue, and jobs running past E), by how long since min(T_end, E): a snapshot taken at scrape time, not a counter (no rate() or increase()).",
+			nil, nil),
+		now: now,
+	}
+}
+
+// set keeps the clocks of st's running teardowns.
+func (c *runningCollector) set(st teardown.Status) {
+	var bases []time.Time
+	for _, j := range st.Jobs {
+		if j.Phase == teardown.PhaseReleased || j.Deadline.IsZero() {
+			continue
+		}
+		// A running job is torn down from its E on (D = E + G); a job
+		// without E is not yet.
+		bases = append(bases, j.Deadline.Add(-j.Grace))
+	}
+	c.mu.Lock()
+	c.bases = bases
+	c.mu.Unlock()
+}
+
+var _ prometheus.Collector = (*runningCollector)(nil)
+
+func (c *runningCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *runningCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.now()
+	c.mu.Lock()
+	bases := c.bases
+	c.mu.Unlock()
+	buckets := make(map[float64]uint64, len(teardownBuckets))
+	for _, b := range teardownBuckets {
+		buckets[b] = 0
+	}
+	var count uint64
+	var sum float64
+	for _, base := range bases {
+		age := now.Sub(base).Seconds()
+		if age < 0 {
+			continue // a running job before its E
+		}
+		count++
+		sum += age
+		for _, b := range teardownBuckets {
+			if age <= b {
+				buckets[b]++
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstHistogram(c.desc, count, sum, buckets)
 }

@@ -87,6 +87,8 @@ func TestMetricsGolden(t *testing.T) {
 			m.onEvent(e)
 		}
 	}
+	// Job 3 is overdue since D = d (grace 0 here): 50 s old at the scrape.
+	m.running.now = func() time.Time { return d.Add(50 * time.Second) }
 	got := metricstest.Scrape(t, metrics.Handler(m.reg, nil))
 	metricstest.Golden(t, filepath.Join("testdata", "metrics.golden"), got, *update)
 	metricstest.Lint(t, m.reg)

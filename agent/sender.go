@@ -99,11 +99,13 @@ func newStateSender(ctx context.Context, send sendFunc, clk clock.Clock, logger 
 // replacing any older one, and starts an attempt to each target that has a
 // free slot. Targets not listed are forgotten. u must not be modified
 // afterwards: attempts marshal it concurrently.
-func (s *stateSender) publish(u *gwpb.StateUpdate, targets []string) {
+//
+// It returns u's version (counted from 1; 0 when the sender is closed).
+func (s *stateSender) publish(u *gwpb.StateUpdate, targets []string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.ctx.Err() != nil {
-		return
+		return 0
 	}
 	s.version++
 	s.latest = u
@@ -128,6 +130,23 @@ func (s *stateSender) publish(u *gwpb.StateUpdate, targets []string) {
 		s.stopTimerLocked(t)
 		s.attemptLocked(t)
 	}
+	return s.version
+}
+
+// deliveredAll is the newest version that every current target has been
+// delivered (a delivery of a version proves the ones before it
+// superseded); 0 when there is no target or one has had none.
+func (s *stateSender) deliveredAll() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.targets) == 0 {
+		return 0
+	}
+	least := ^uint64(0)
+	for _, t := range s.targets {
+		least = min(least, t.delivered)
+	}
+	return least
 }
 
 // resend delivers the latest state to target again, once, even if it

@@ -75,7 +75,7 @@ func wireJob(j teardown.Job) api.Job {
 	return api.Job{ID: j.ID, Phase: string(j.Phase), Expiration: timePtr(j.Expiration), Grace: j.Grace.String(),
 		Ended: timePtr(j.Ended), EndedBy: j.EndedBy, Deadline: timePtr(j.Deadline), Cgroup: j.Cgroup,
 		Foreign: j.Foreign, ForeignName: j.ForeignName, Processes: j.Processes, Epilogs: j.Epilogs,
-		Escalation: j.Escalation, Outcome: j.Outcome, Released: timePtr(j.Released)}
+		Escalation: j.Escalation, Outcome: j.Outcome, Released: timePtr(j.Released), User: j.User, Command: j.Command}
 }
 
 // timePtr is t, or nil for the zero time (JSON null or omitted).

@@ -83,6 +83,11 @@ func TestFlux(t *testing.T) {
 			t.Fatalf("the agent has E = %v for job %s (%s), R says %v: not registered by the prolog", j.Expiration, r.hung.dec, r.hung.f58, r.e)
 		}
 		r.d = *j.Deadline
+		// The prolog named the job's owner (FLUX_JOB_USERID, resolved).
+		owner := jobOwner(t)
+		if j.User != owner {
+			t.Errorf("the agent has user %q for job %s, want %q from the shipped prolog", j.User, r.hung.dec, owner)
+		}
 		t.Logf("with gracewatch (G=%v): %s", fluxGrace, r)
 		if !r.d.Equal(r.e.Add(fluxGrace)) {
 			t.Fatalf("D = %v, want E + G = %v", r.d, r.e.Add(fluxGrace))
@@ -125,6 +130,8 @@ func TestFlux(t *testing.T) {
 		if !strings.HasPrefix(own, want) || !strings.Contains(r.reason, fmt.Sprintf("pid %d cat", cat)) {
 			t.Fatalf("Flux's drain reason %q, want %q... naming pid %d cat (the hung reader)", r.reason, want, cat)
 		}
+		// The agent's report names the user; the aggregator serves it.
+		checkServedUser(t, c, agg, "fake0", r.hung.dec, owner)
 		state, reason := s.waitNode("fake0", "drained", 5*time.Second, func(st, _ string) bool { return drainedState(st) })
 		if reason != r.reason || state != "draining" {
 			t.Errorf("flux resource status: fake0 %q %q, want draining (housekeeping still runs) with %q", state, reason, r.reason)
@@ -157,6 +164,10 @@ func TestFlux(t *testing.T) {
 		if reason != r.reason {
 			t.Fatalf("after the housekeeping ended Flux's reason is %q, was %q", reason, r.reason)
 		}
+		// The released teardown is in the aggregator's history: the grace
+		// advisor lists the prolog's user among those whose teardowns ran
+		// long.
+		checkGraceTopUser(t, c, agg, "1s", owner)
 	})
 	if !ok {
 		return
@@ -282,6 +293,8 @@ func TestFlux(t *testing.T) {
 		if tm := agentLogTime(a, "job registered", j.dec, ""); !tm.IsZero() {
 			t.Fatalf("job %s was registered by the prolog at %v, which was told to skip it", j.dec, tm)
 		}
+		// The housekeeping's registration names the owner too.
+		checkJobUser(t, a, j.dec, jobOwner(t))
 		if n := len(s.drains(3)); n != 0 {
 			t.Errorf("Flux has %d drain events of fake3", n)
 		}

@@ -184,6 +184,17 @@ func TestSlurmJobOverdue(t *testing.T) {
 	hang.waitRead(60 * time.Second)
 
 	reg := registeredJob(t, j, job, 20*time.Second)
+	// The Prolog named the job's user (SLURM_JOB_USER).
+	owner := jobOwner(t)
+	testutil.Eventually(t, 5*time.Second, "the Prolog's user on job "+job, func() bool {
+		for _, jb := range agentStatus(t, a).Jobs {
+			if jb.ID == job && jb.User != "" {
+				return true
+			}
+		}
+		return false
+	})
+	checkJobUser(t, a, job, owner)
 	e := s.slurmEndTime(job)
 	if d := reg.Expiration.Sub(e); d < -time.Second || d > time.Second {
 		t.Fatalf("the agent's E %v, Slurm's EndTime %v: the controller's registration is not the one enforced", *reg.Expiration, e)
@@ -230,6 +241,8 @@ func TestSlurmJobOverdue(t *testing.T) {
 	if own, _ := ownReason(t, reason); !strings.HasPrefix(own, want) {
 		t.Fatalf("Slurm's reason %q, want %q...", reason, want)
 	}
+	// The agent's report names the user; the aggregator serves it.
+	checkServedUser(t, j.c, j.agg, s.host, job, owner)
 	if _, after := w.next(t, s.host, "down", 5*time.Second); after.At.Before(d) {
 		t.Fatalf("down served at %v, before E + G %v", after.At, d)
 	}
@@ -262,6 +275,9 @@ func TestSlurmJobOverdue(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// The released teardown is in the aggregator's history: the grace
+	// advisor lists the Prolog's user among those whose teardowns ran long.
+	checkGraceTopUser(t, j.c, j.agg, "1s", owner)
 	// gracewatch's resume leaves the administrator's drain too.
 	ups := actuatorRuns(j.agg, "up")
 	aggregatorCLI(t, j.c, j.agg, "resume", s.host, "--reason", "FUSE server restarted")

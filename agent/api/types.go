@@ -61,6 +61,16 @@ type Job struct {
 	Escalation  string     `json:"escalation,omitempty"` // "", "term", "kill", "classified"
 	Outcome     string     `json:"outcome,omitempty"`    // released: "clean", "terminated", "killed", "hung"
 	Released    *time.Time `json:"released,omitempty"`
+	// User is the job's user as its registration named it (absent: none
+	// did); Command what kept its teardown running longest (the worst
+	// process's comm in its latest diagnosis, else its epilogue's program
+	// name).
+	User    string `json:"user,omitempty"`
+	Command string `json:"command,omitempty"`
+	// Warnings, in the answer to a registration, say what of it was
+	// dropped without failing it (a user name that breaks
+	// request.ValidateUser: the job is supervised without one).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Hung is a supervised process that outlived its deadline.

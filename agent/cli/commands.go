@@ -90,8 +90,8 @@ func (c *cli) execDaemon(args []string) int {
 // jobFlags are the flags of job start and job update, parsed and checked:
 // the job, its expiration (from --expiration or --R) and its cgroup.
 type jobFlags struct {
-	id, exp, rFile, cg *string
-	asJSON             *bool
+	id, exp, rFile, cg, user *string
+	asJSON                   *bool
 }
 
 // newJobFlags declares the flags of a job registration (start: what E and
@@ -106,7 +106,33 @@ func newJobFlags(f *flags, update bool) jobFlags {
 		exp:    f.String("expiration", "", exp+": RFC 3339, Unix `seconds`, or 0 for none"),
 		rFile:  f.String("R", "", "Flux R version 1 `file` to take "+r+" from"),
 		cg:     f.String("cgroup", "", cg),
+		user:   userFlag(f),
 		asJSON: f.Bool("json", false, "print the job as JSON"),
+	}
+}
+
+// userFlag declares --user, the job's user for its reports and the
+// cluster's teardown history.
+func userFlag(f *flags) *string {
+	return f.String("user", "", "the job's `user` (at most 64 bytes of A-Z a-z 0-9 . _ -, an optional trailing $); a bad one is dropped with a warning, never the registration")
+}
+
+// checkUserFlag applies the registration's user policy to --user
+// (request.CheckUser): a bad user name is said on standard error and
+// dropped, and the job registered without it; a teardown supervisor must
+// never lose a job over the name it would carry.
+func checkUserFlag(c *cli, id, user string) string {
+	keep, err := request.CheckUser(user)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "nodeagent: warning: --user: %s; job %s is registered and supervised without a user name\n", inputMsg(err), id)
+	}
+	return keep
+}
+
+// sayWarnings prints the warnings of the agent's answer on standard error.
+func sayWarnings(c *cli, job api.Job) {
+	for _, w := range job.Warnings {
+		fmt.Fprintf(c.stderr, "nodeagent: warning: %s\n", w)
 	}
 }
 
@@ -138,8 +164,12 @@ func runJobStart(c *cli, name string, args []string) int {
 			return f.UsageErrorf("--grace: %s", inputMsg(err))
 		}
 	}
-	req := request.JobStartRequest{Job: *jf.id, Expiration: e, Grace: *grace, Cgroup: *jf.cg}
-	return call(c, f, *jf.asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) { return cl.StartJob(ctx, req) },
+	req := request.JobStartRequest{Job: *jf.id, Expiration: e, Grace: *grace, Cgroup: *jf.cg, User: checkUserFlag(c, *jf.id, *jf.user)}
+	return call(c, f, *jf.asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) {
+		job, err := cl.StartJob(ctx, req)
+		sayWarnings(c, job)
+		return job, err
+	},
 		func(w io.Writer, job api.Job) {
 			exps := "no expiration"
 			if job.Expiration != nil {
@@ -181,11 +211,24 @@ func runJobUpdate(c *cli, name string, args []string) int {
 	if !ok {
 		return code
 	}
-	if e == "" && *jf.cg == "" {
-		return f.UsageErrorf("give --expiration, --R or --cgroup")
+	if e == "" && *jf.cg == "" && *jf.user == "" {
+		return f.UsageErrorf("give --expiration, --R, --cgroup or --user")
 	}
-	req := request.JobUpdateRequest{Expiration: e, Cgroup: *jf.cg}
-	return call(c, f, *jf.asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) { return cl.UpdateJob(ctx, *jf.id, req) },
+	user := *jf.user
+	if e == "" && *jf.cg == "" {
+		// Nothing else to change: a bad user is refused, which loses nothing.
+		if err := request.ValidateUser(user); err != nil {
+			return f.UsageErrorf("--user: %s", inputMsg(err))
+		}
+	} else {
+		user = checkUserFlag(c, *jf.id, user)
+	}
+	req := request.JobUpdateRequest{Expiration: e, Cgroup: *jf.cg, User: user}
+	return call(c, f, *jf.asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) {
+		job, err := cl.UpdateJob(ctx, *jf.id, req)
+		sayWarnings(c, job)
+		return job, err
+	},
 		func(w io.Writer, job api.Job) {
 			fmt.Fprintf(w, "job %s %s: deadline %s\n", job.ID, job.Phase, deadlineOf(job))
 		})
@@ -220,6 +263,7 @@ func runEpilog(c *cli, name string, args []string) int {
 	id := f.String("job", "", "the exec system's job `id` (required)")
 	timeout := f.Duration("timeout", 0, "give up waiting after this `duration` (exit 124); the agent keeps supervising")
 	cg := f.String("cgroup", "", "the exec system's job cgroup `path` to observe, for a job registered without one")
+	user := userFlag(f)
 	if code, ok := f.Parse(args); !ok {
 		return code
 	}
@@ -236,7 +280,7 @@ func runEpilog(c *cli, name string, args []string) int {
 	if err != nil {
 		dir = "/"
 	}
-	req := request.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir, Cgroup: *cg}
+	req := request.EpilogRequest{Argv: f.Args(), Env: os.Environ(), Dir: dir, Cgroup: *cg, User: checkUserFlag(c, *id, *user)}
 	if err := request.ValidateEpilog(req); err != nil {
 		return f.UsageErrorf("%s", inputMsg(err))
 	}

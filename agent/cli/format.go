@@ -36,9 +36,9 @@ func writeStatus(w io.Writer, st api.Status, now time.Time) {
 	} else {
 		fmt.Fprintln(w, "\njobs:")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  JOB\tPHASE\tEXPIRATION\tGRACE\tDEADLINE\tEPILOGS\tESCALATION\tOUTCOME")
+		fmt.Fprintln(tw, "  JOB\tUSER\tPHASE\tEXPIRATION\tGRACE\tDEADLINE\tEPILOGS\tESCALATION\tOUTCOME")
 		for _, j := range st.Jobs {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.Phase, timeOrDash(j.Expiration, "none"),
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", j.ID, orDash(j.User), j.Phase, timeOrDash(j.Expiration, "none"),
 				orDash(j.Grace), timeOrDash(j.Deadline, "-"), j.Epilogs, orDash(j.Escalation), orDash(j.Outcome))
 		}
 		tw.Flush()
@@ -78,6 +78,9 @@ func writeReports(w io.Writer, reports []*report.Report) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "job %s on %s: %s report taken %s\n", r.Job, r.Node, r.Stage, formatTime(r.Taken))
+		if r.User != "" {
+			fmt.Fprintf(w, "  user:       %s\n", r.User)
+		}
 		if r.History {
 			gone := "-"
 			if r.Timeline.Released != nil {

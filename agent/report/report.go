@@ -204,7 +204,11 @@ type Report struct {
 	Version int    `json:"version"`
 	Node    string `json:"node"`
 	Job     string `json:"job"`
-	Stage   string `json:"stage"`
+	// User is the job's user as its registration named it (at most 64
+	// bytes of [A-Za-z0-9._-], an optional trailing $); absent when none
+	// did.
+	User  string `json:"user,omitempty"`
+	Stage string `json:"stage"`
 	// NotEnded is set for a job whose end was never reported by its
 	// deadline E + G: what is hung is the job itself, not its teardown.
 	NotEnded    bool         `json:"not_ended,omitempty"`

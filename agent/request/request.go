@@ -32,6 +32,10 @@ type JobStartRequest struct {
 	// "freezer:/slurm/uid_0/job_5"). It must match the agent's
 	// [teardown] foreign_cgroups.
 	Cgroup string `json:"cgroup,omitempty"`
+	// User is the job's user (ValidateUser), for the reports and the
+	// cluster's teardown history; a bad one is dropped, not the
+	// registration (CheckUser).
+	User string `json:"user,omitempty"`
 }
 
 // JobUpdateRequest is the body of POST /v1/jobs/{id}/update: what the exec
@@ -45,6 +49,10 @@ type JobUpdateRequest struct {
 	// Cgroup is the job's cgroup (as in JobStartRequest), for a job
 	// registered without one.
 	Cgroup string `json:"cgroup,omitempty"`
+	// User is the job's user (as in JobStartRequest), for a job registered
+	// without one (Slurm's controller registers a job before the node's
+	// Prolog names its user).
+	User string `json:"user,omitempty"`
 }
 
 // EpilogRequest is the body of POST /v1/jobs/{id}/epilog.
@@ -59,6 +67,9 @@ type EpilogRequest struct {
 	// Cgroup, optional, is the job's own cgroup (as in JobStartRequest),
 	// observed as the teardown goes on, for a job registered without one.
 	Cgroup string `json:"cgroup,omitempty"`
+	// User, optional, is the job's user (as in JobStartRequest), for a job
+	// registered without one.
+	User string `json:"user,omitempty"`
 }
 
 // ResumeRequest is the body of POST /v1/resume.

@@ -79,6 +79,7 @@ func (s *Supervisor) snapshot(j *job, stage string, single bool, then func()) {
 // adoptReport keeps r as j's latest report, saves it, and updates the reason.
 func (s *Supervisor) adoptReport(j *job, r *diagnose.Report) {
 	r.Node = s.o.Node
+	r.User = j.User
 	r.Summary = diagnose.Summarize(r)
 	if r.Stage != diagnose.StageOnDemand {
 		r.Suggestions = diagnose.Suggest(r)
@@ -96,7 +97,7 @@ func (s *Supervisor) adoptReport(j *job, r *diagnose.Report) {
 		return
 	}
 	j.Summary = r.Summary
-	attrs := []any{"job", j.ID, "stage", r.Stage, "outcome", r.Outcome, "report", j.Report, "summary", r.Summary}
+	attrs := []any{"job", j.ID, "user", j.User, "stage", r.Stage, "outcome", r.Outcome, "report", j.Report, "summary", r.Summary}
 	for _, a := range diagnose.LogAttrs(r) {
 		attrs = append(attrs, a)
 	}
@@ -115,6 +116,7 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 		last    *diagnose.Report
 		req     *diagnose.Request
 		outcome string // of a fresh snapshot: where the job stands now
+		user    string
 	}
 	var items []item
 	var opErr error
@@ -133,7 +135,7 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 		}
 		for _, k := range ids {
 			j := s.jobs[k]
-			it := item{last: j.lastReport, outcome: s.outcomeNow(j)}
+			it := item{last: j.lastReport, outcome: s.outcomeNow(j), user: j.User}
 			if it.last != nil && j.Phase == PhaseReleased {
 				// Its processes are gone: what the report says is history.
 				h := *it.last
@@ -161,6 +163,7 @@ func (s *Supervisor) Diagnose(ctx context.Context, id string) ([]*diagnose.Repor
 			r := s.o.Diagnoser.Snapshot(ctx, *it.req)
 			if r != nil {
 				r.Node = s.o.Node
+				r.User = it.user
 				r.Outcome = it.outcome
 				r.Summary = diagnose.Summarize(r)
 				r.Suggestions = diagnose.Suggest(r)

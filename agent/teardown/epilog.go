@@ -57,6 +57,7 @@ func (s *Supervisor) RunEpilog(ctx context.Context, id string, req request.Epilo
 	if err != nil {
 		return 0, err
 	}
+	req.User = s.checkUser(id, req.User)
 
 	var run *epilogRun
 	var opErr error
@@ -87,8 +88,12 @@ func (s *Supervisor) spawnEpilog(id, path string, req request.EpilogRequest, dir
 		}
 		j = &job{ID: id, Expiration: now, Grace: s.o.Grace, Registered: now, Phase: PhaseRunning}
 		s.jobs[id] = j
-		s.log.Info("job registered by its epilogue", "job", id, "expiration", now, "grace", j.Grace)
+		s.log.Info("job registered by its epilogue", "job", id, "expiration", now, "grace", j.Grace, "user", req.User)
 		s.emit(Event{Kind: EventRegistered, Job: id})
+	}
+	s.setUser(j, req.User)
+	if len(req.Argv) > 0 {
+		j.EpilogProg = filepath.Base(req.Argv[0])
 	}
 	if foreign.Path != "" {
 		switch {

@@ -19,7 +19,8 @@ const (
 	EventEscalation EventKind = "escalation"
 	// EventReleased: a teardown ended (every process gone, every epilogue
 	// reaped); Outcome is clean, exited, terminated, killed or hung and
-	// Duration is the time from T_end to the release.
+	// Duration is the time from min(T_end, E) to the release (job.duration):
+	// over G means overdue for a grace G.
 	EventReleased EventKind = "released"
 	// EventEpilogExited: an epilogue this process started was reaped;
 	// Status is its exit code, or 128+N with Signaled when signal N killed

@@ -7,9 +7,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/jobname"
+	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
@@ -53,6 +56,8 @@ type job struct {
 	Released     time.Time     `json:"released,omitzero"`
 	Report       string        `json:"report,omitempty"` // path of the latest saved report
 	Summary      string        `json:"summary,omitempty"`
+	User         string        `json:"user,omitempty"`        // the job's user, as its registration named it (request.ValidateUser)
+	EpilogProg   string        `json:"epilog_prog,omitempty"` // the basename of its latest epilogue's program
 
 	// Runtime only.
 	children    map[int]chan int // epilogue pid → receives its exit status
@@ -88,7 +93,7 @@ func (j *job) active() bool { return j.Phase == PhaseTeardown || j.Phase == Phas
 func (j *job) view() Job {
 	v := Job{ID: j.ID, Phase: j.Phase, Grace: j.Grace, Cgroup: j.Cgroup, Foreign: j.Foreign,
 		Epilogs: j.Epilogs, Escalation: j.Escalation, Outcome: j.Outcome,
-		Ended: j.Ended, Deadline: j.Deadline, Released: j.Released}
+		Ended: j.Ended, Deadline: j.Deadline, Released: j.Released, User: j.User, Command: j.command()}
 	if !j.NoExpiration {
 		v.Expiration = j.Expiration
 	}
@@ -102,6 +107,86 @@ func (j *job) view() Job {
 		}
 	}
 	return v
+}
+
+// base is when j's teardown clock started: min(T_end, E), its deadline D
+// less its grace G (E while it still runs past its E); zero without a
+// deadline.
+func (j *job) base() time.Time {
+	if j.Deadline.IsZero() {
+		return time.Time{}
+	}
+	return j.Deadline.Add(-j.Grace)
+}
+
+// duration is how long j's released teardown took, from its base
+// (min(T_end, E)) to its release, so that over G means overdue for a grace
+// G; from T_end for a job without a deadline; 0 when neither is known.
+func (j *job) duration() time.Duration {
+	from := j.base()
+	if from.IsZero() {
+		from = j.Ended
+	}
+	if from.IsZero() || j.Released.IsZero() {
+		return 0
+	}
+	return max(j.Released.Sub(from), 0)
+}
+
+// maxCommandBytes bounds Job.Command (the mesh's Teardown.command).
+const maxCommandBytes = 64
+
+// command is what kept j's teardown running longest, for the cluster's
+// teardown history: the worst process's name (comm) in its latest
+// diagnosis, else its epilogue's program name; "" when neither is known.
+func (j *job) command() string {
+	c := j.EpilogProg
+	if r := j.lastReport; r != nil {
+		if comm := diagnose.CauseOf(r).ExampleComm; comm != "" {
+			c = comm
+		}
+	}
+	return printableCut(c, maxCommandBytes)
+}
+
+// printableCut is s with its invalid UTF-8 and non-printable characters
+// replaced by '?', cut to at most n bytes on a character boundary.
+func printableCut(s string, n int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			r = '?'
+		}
+		if b.Len()+utf8.RuneLen(r) > n {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// setUser names j's user, if u names one and j has none yet; a different
+// one than j's is logged and ignored (the first registration's word
+// stands: a teardown's record must not change owner).
+func (s *Supervisor) setUser(j *job, u string) {
+	switch {
+	case u == "" || u == j.User:
+	case j.User == "":
+		j.User = u
+		s.log.Info("job user named", "job", j.ID, "user", u)
+	default:
+		s.log.Warn("job registration names another user than the job's; the job's is kept", "job", j.ID, "user", j.User, "other_user", u)
+	}
+}
+
+// checkUser applies request.CheckUser to a registration's user of job id:
+// a bad one is dropped with a warning in the log, the registration goes on.
+func (s *Supervisor) checkUser(id, u string) string {
+	keep, err := request.CheckUser(u)
+	if err != nil {
+		s.log.Warn("job user name refused, the job is supervised without one", "job", id, "err", err)
+	}
+	return keep
 }
 
 // name is j's name on the file system (jobname.Of): its cgroup is

@@ -237,7 +237,7 @@ func (s *Supervisor) startTeardown(j *job, now time.Time, by string) {
 	j.EndedBy = by
 	j.Deadline = j.teardownDeadline()
 	j.Phase = PhaseTeardown
-	s.log.Info("teardown started", "job", j.ID, "deadline", j.Deadline, "grace", j.Grace, "ended_by", by)
+	s.log.Info("teardown started", "job", j.ID, "user", j.User, "deadline", j.Deadline, "grace", j.Grace, "ended_by", by)
 	s.persist()
 	s.watch(j)
 	s.armAt(j, j.Deadline, func() { s.overdue(j) })
@@ -314,8 +314,9 @@ func (s *Supervisor) release(j *job) {
 	if !j.Ended.IsZero() {
 		took = now.Sub(j.Ended)
 	}
-	s.log.Info("teardown released", "job", j.ID, "outcome", j.Outcome, "after_end", took.Round(time.Millisecond))
-	s.emit(Event{Kind: EventReleased, Job: j.ID, Outcome: j.Outcome, Duration: took})
+	s.log.Info("teardown released", "job", j.ID, "user", j.User, "command", j.command(), "outcome", j.Outcome,
+		"after_end", took.Round(time.Millisecond))
+	s.emit(Event{Kind: EventReleased, Job: j.ID, Outcome: j.Outcome, Duration: j.duration()})
 	if j.Violated {
 		if r := j.lastReport; r != nil {
 			r.Outcome = j.Outcome

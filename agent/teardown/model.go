@@ -66,6 +66,13 @@ type Job struct {
 	Escalation  string // "", "term", "kill", "classified"
 	Outcome     string // released: "clean", "exited", "terminated", "killed", "hung", "unreported"
 	Released    time.Time
+	// User is the job's user as its registration named it; "" when none
+	// did (request.ValidateUser).
+	User string
+	// Command is what kept the teardown running longest: the worst
+	// process's comm in its latest diagnosis, else its epilogue's program
+	// name; "" when neither is known. Printable, at most 64 bytes.
+	Command string
 }
 
 // Hung is a supervised process that outlived its job's deadline, as the

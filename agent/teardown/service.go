@@ -89,6 +89,7 @@ func (s *Supervisor) StartJob(ctx context.Context, req request.JobStartRequest) 
 	if err != nil {
 		return Job{}, err
 	}
+	user := s.checkUser(req.Job, req.User)
 	return s.onLoop(ctx, func() (Job, error) {
 		if _, ok := s.jobs[req.Job]; ok {
 			return Job{}, fmt.Errorf("job %s: %w", req.Job, request.ErrDuplicateJob)
@@ -97,7 +98,7 @@ func (s *Supervisor) StartJob(ctx context.Context, req request.JobStartRequest) 
 			return Job{}, fmt.Errorf("job %s: %w: %d jobs are registered and not released", req.Job, request.ErrFull, n)
 		}
 		j := &job{ID: req.Job, Expiration: exp, NoExpiration: none, Grace: grace, Registered: now,
-			Phase: PhaseRunning}
+			Phase: PhaseRunning, User: user}
 		if !none {
 			j.Deadline = exp.Add(grace)
 		}
@@ -106,7 +107,7 @@ func (s *Supervisor) StartJob(ctx context.Context, req request.JobStartRequest) 
 			s.setForeign(j, foreign)
 		}
 		s.log.Info("job registered", "job", j.ID, "expiration", exp, "no_expiration", none, "grace", grace,
-			"deadline", j.Deadline, "cgroup", foreign.Name)
+			"deadline", j.Deadline, "cgroup", foreign.Name, "user", user)
 		s.emit(Event{Kind: EventRegistered, Job: j.ID})
 		s.persist()
 		s.armRunning(j)
@@ -148,8 +149,16 @@ func (s *Supervisor) UpdateJob(ctx context.Context, id string, req request.JobUp
 	if err := request.ValidateJobID(id); err != nil {
 		return Job{}, err
 	}
-	if req.Expiration == "" && req.Cgroup == "" {
-		return Job{}, &request.InputError{Field: "expiration", Msg: "nothing to update: give an expiration or a cgroup"}
+	if req.Expiration == "" && req.Cgroup == "" && req.User == "" {
+		return Job{}, &request.InputError{Field: "expiration", Msg: "nothing to update: give an expiration, a cgroup or a user"}
+	}
+	user, uerr := request.CheckUser(req.User)
+	if uerr != nil {
+		if req.Expiration == "" && req.Cgroup == "" {
+			// Nothing else to change: refusing it loses nothing.
+			return Job{}, uerr
+		}
+		s.log.Warn("job user name refused, the job is supervised without one", "job", id, "err", uerr)
 	}
 	now := s.o.Clock.Now()
 	var exp time.Time
@@ -187,6 +196,7 @@ func (s *Supervisor) UpdateJob(ctx context.Context, id string, req request.JobUp
 			s.setForeign(j, foreign)
 			s.log.Info("job cgroup added", "job", id, "cgroup", foreign.Name)
 		}
+		s.setUser(j, user)
 		if req.Expiration != "" {
 			was, wasNone := j.Expiration, j.NoExpiration
 			j.Expiration, j.NoExpiration = exp, none

@@ -285,6 +285,13 @@ func TestJobStart(t *testing.T) {
 		{name: "bad R", args: []string{"--job", "42", "--R", badR}, wantCode: 2, wantStderr: "R: version: got 2"},
 		{name: "unknown flag", args: []string{"--job", "42", "--bogus"}, wantCode: 2, wantStderr: "flag provided but not defined: -bogus"},
 		{name: "extra argument", args: []string{"--job", "42", "--expiration", "0", "extra"}, wantCode: 2, wantStderr: `unexpected argument "extra"`},
+		{name: "user", args: []string{"--job", "42", "--expiration", "0", "--user", "alice"}, wantCode: 0,
+			wantReq: &request.JobStartRequest{Job: "42", Expiration: "0", User: "alice"}},
+		// A hostile user name never costs the job its supervision: it
+		// is dropped with a warning that says what was wrong and where.
+		{name: "hostile user", args: []string{"--job", "42", "--expiration", "0", "--user", "root;reboot"}, wantCode: 0,
+			wantStderr: `nodeagent: warning: --user: user name "root;reboot" has ';' at byte 4`,
+			wantReq:    &request.JobStartRequest{Job: "42", Expiration: "0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -335,7 +342,11 @@ func TestJobUpdate(t *testing.T) {
 			wantCode: 1, wantStderr: "nodeagent: job 42: conflict: it is released"},
 		{name: "unknown", svcErr: fmt.Errorf("job 42: %w", request.ErrUnknownJob), args: []string{"--job", "42", "--expiration", "0"},
 			wantCode: 1, wantStderr: "nodeagent: job 42: unknown job"},
-		{name: "nothing", args: []string{"--job", "42"}, wantCode: 2, wantStderr: "give --expiration, --R or --cgroup"},
+		{name: "nothing", args: []string{"--job", "42"}, wantCode: 2, wantStderr: "give --expiration, --R, --cgroup or --user"},
+		{name: "user", args: []string{"--job", "42", "--user", "bob"}, wantCode: 0, wantReq: &request.JobUpdateRequest{User: "bob"}},
+		{name: "bad user alone", args: []string{"--job", "42", "--user", "b/b"}, wantCode: 2, wantStderr: `--user: user name "b/b" has '/' at byte 1`},
+		{name: "bad user with a cgroup", args: []string{"--job", "42", "--cgroup", "0::/x", "--user", "b/b"}, wantCode: 0,
+			wantStderr: "warning: --user", wantReq: &request.JobUpdateRequest{Cgroup: "0::/x"}},
 		{name: "bad expiration", args: []string{"--job", "42", "--expiration", "tomorrow"}, wantCode: 2, wantStderr: `--expiration: not a time: "tomorrow"`},
 		{name: "both", args: []string{"--job", "42", "--expiration", "0", "--R", "/x"}, wantCode: 2, wantStderr: "not both"},
 	}
@@ -577,7 +588,7 @@ func TestHelpVersionUsage(t *testing.T) {
 	}{
 		{[]string{"help"}, 0, "job start", ""},
 		{[]string{"--help"}, 0, "diagnose", ""},
-		{[]string{"help", "epilog"}, 0, "usage: nodeagent epilog --job ID [--timeout DUR] [--cgroup PATH] -- CMD [ARGS...]", ""},
+		{[]string{"help", "epilog"}, 0, "usage: nodeagent epilog --job ID [--timeout DUR] [--cgroup PATH] [--user USER] -- CMD [ARGS...]", ""},
 		{[]string{"job", "start", "-h"}, 0, "-expiration", ""},
 		{[]string{"version"}, 0, "nodeagent ", ""},
 		{nil, 2, "", "usage: nodeagent COMMAND"},

@@ -79,48 +79,73 @@ func fieldName(name string) string {
 // decodeJobStart decodes and checks a POST /v1/jobs body. The checks need no
 // configuration (the Service checks the expiration's age against its
 // max_expiration_age).
-func decodeJobStart(r io.Reader, now time.Time) (request.JobStartRequest, error) {
-	var req request.JobStartRequest
+//
+// A user name that request.ValidateUser refuses does not fail the
+// registration (request.CheckUser): it is dropped from req and returned as
+// warn, for the log and the answer.
+func decodeJobStart(r io.Reader, now time.Time) (req request.JobStartRequest, warn, err error) {
 	if err := decodeBody(r, &req); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	if err := request.ValidateJobID(req.Job); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
-		return req, err
+		return req, nil, err
 	}
 	if req.Grace != "" {
 		if _, err := request.ParseGrace(req.Grace); err != nil {
-			return req, err
+			return req, nil, err
 		}
 	}
 	if err := request.ValidateCgroup(req.Cgroup); err != nil {
-		return req, err
+		return req, nil, err
 	}
-	return req, nil
+	req.User, warn = request.CheckUser(req.User)
+	return req, warn, nil
+}
+
+// warnUser logs a user name dropped from job's registration.
+func (s *Server) warnUser(job string, warn error) {
+	if warn != nil {
+		s.log.Warn("job user name refused, the job is supervised without one", "job", job, "err", warn)
+	}
+}
+
+// withWarning is job with the warning of a dropped user name, if any.
+func withWarning(job api.Job, id string, warn error) api.Job {
+	if warn != nil {
+		job.Warnings = append(job.Warnings, request.UserWarning(id, warn))
+	}
+	return job
 }
 
 // decodeJobUpdate reads and checks the body of POST /v1/jobs/{id}/update:
 // at least one field, each well formed. Whether the new expiration lies
 // before now is the Service's check, against its own clock.
-func decodeJobUpdate(r io.Reader, now time.Time) (request.JobUpdateRequest, error) {
-	var req request.JobUpdateRequest
+//
+// A user name that request.ValidateUser refuses is dropped with a warning
+// (as in decodeJobStart) when the update changes something else, and
+// refused when it is all the update holds.
+func decodeJobUpdate(r io.Reader, now time.Time) (req request.JobUpdateRequest, warn, err error) {
 	if err := decodeBody(r, &req); err != nil {
-		return req, err
+		return req, nil, err
 	}
-	if req.Expiration == "" && req.Cgroup == "" {
-		return req, request.Invalid("expiration", "nothing to update: give an expiration or a cgroup")
+	if req.Expiration == "" && req.Cgroup == "" && req.User == "" {
+		return req, nil, request.Invalid("expiration", "nothing to update: give an expiration, a cgroup or a user")
 	}
 	if req.Expiration != "" {
 		if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
-			return req, err
+			return req, nil, err
 		}
 	}
 	if err := request.ValidateCgroup(req.Cgroup); err != nil {
-		return req, err
+		return req, nil, err
 	}
-	return req, nil
+	if req.User, warn = request.CheckUser(req.User); warn != nil && req.Expiration == "" && req.Cgroup == "" {
+		return req, nil, warn
+	}
+	return req, warn, nil
 }
 
 // Responses.

@@ -29,6 +29,11 @@ func (s *Server) handleEpilog(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// A bad user name never fails an epilogue: it is dropped and logged
+	// (the wrapper, nodeagent epilog, checked and said it already).
+	var warn error
+	req.User, warn = request.CheckUser(req.User)
+	s.warnUser(id, warn)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stopWatch := context.AfterFunc(s.stopping, cancel)

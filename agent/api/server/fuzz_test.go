@@ -2,6 +2,8 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"testing"
@@ -13,7 +15,8 @@ import (
 // FuzzDecodeJobStart feeds arbitrary bodies to the server's decoding and
 // checks of POST /v1/jobs: it never panics, an error maps to 400 (naming a
 // field) or 413 with a message, and an accepted request passes the
-// validation helpers.
+// validation helpers; its user is valid or empty, and a user dropped for
+// being bad (request.CheckUser) comes with a warning naming the field.
 func FuzzDecodeJobStart(f *testing.F) {
 	for _, s := range []string{
 		`{"job":"42","expiration":"1714568400"}`,
@@ -26,12 +29,22 @@ func FuzzDecodeJobStart(f *testing.F) {
 		`null`,
 		``,
 		`{"job":"a\u0000b","expiration":"0"}`,
+		`{"job":"42","expiration":"0","user":"alice"}`,
+		`{"job":"42","expiration":"0","user":"svc$"}`,
+		`{"job":"42","expiration":"0","user":"a;rm -rf /"}`,
+		`{"job":"42","expiration":"0","user":"-x"}`,
+		`{"job":"42","expiration":"0","user":"\u00e9t\u00e9"}`,
+		`{"job":"42","expiration":"0","user":7}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		body := http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(data)), api.MaxBodyBytes)
-		req, err := decodeJobStart(body, testNow)
+		var raw struct {
+			User *string `json:"user"`
+		}
+		_ = json.Unmarshal(data, &raw)
+		req, warn, err := decodeJobStart(body, testNow)
 		if err != nil {
 			status, eb := errorResponse(err)
 			if status != 400 && status != 413 {
@@ -47,6 +60,21 @@ func FuzzDecodeJobStart(f *testing.F) {
 		}
 		if _, _, err := request.ParseExpiration(req.Expiration, testNow, 0); err != nil {
 			t.Fatalf("accepted expiration %q: %v", req.Expiration, err)
+		}
+		if err := request.ValidateUser(req.User); err != nil {
+			t.Fatalf("accepted user %q: %v", req.User, err)
+		}
+		if len(req.User) > request.MaxUserBytes {
+			t.Fatalf("accepted user of %d bytes", len(req.User))
+		}
+		if warn != nil {
+			var ie *request.InputError
+			if req.User != "" || !errors.As(warn, &ie) || ie.Field != "user" || ie.Msg == "" {
+				t.Fatalf("dropped user: req.User %q, warning %v", req.User, warn)
+			}
+		}
+		if raw.User != nil && *raw.User != "" && req.User == "" && warn == nil {
+			t.Fatalf("user %q dropped without a warning", *raw.User)
 		}
 	})
 }
@@ -67,12 +95,15 @@ func FuzzDecodeJobUpdate(f *testing.F) {
 		`{"cgroup":"a\nb"}`,
 		`{"job":"5"}`,
 		`null`,
+		`{"user":"bob"}`,
+		`{"user":"b b"}`,
+		`{"cgroup":"0::/x","user":"b\nb"}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		body := http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(data)), api.MaxBodyBytes)
-		req, err := decodeJobUpdate(body, testNow)
+		req, warn, err := decodeJobUpdate(body, testNow)
 		if err != nil {
 			status, eb := errorResponse(err)
 			if status != 400 && status != 413 {
@@ -83,8 +114,14 @@ func FuzzDecodeJobUpdate(f *testing.F) {
 			}
 			return
 		}
-		if req.Expiration == "" && req.Cgroup == "" {
+		if req.Expiration == "" && req.Cgroup == "" && req.User == "" {
 			t.Fatal("accepted an update of nothing")
+		}
+		if err := request.ValidateUser(req.User); err != nil {
+			t.Fatalf("accepted user %q: %v", req.User, err)
+		}
+		if warn != nil && req.User != "" {
+			t.Fatalf("warning %v but user %q kept", warn, req.User)
 		}
 		if req.Expiration != "" {
 			if _, _, err := request.ParseExpiration(req.Expiration, testNow, 0); err != nil {

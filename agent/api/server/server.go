@@ -315,17 +315,18 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleStartJob(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeJobStart(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes), s.clock.Now())
+	req, warn, err := decodeJobStart(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes), s.clock.Now())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	s.warnUser(req.Job, warn)
 	job, err := s.svc.StartJob(r.Context(), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, job)
+	writeJSON(w, http.StatusCreated, withWarning(job, req.Job, warn))
 }
 
 func (s *Server) handleEndJob(w http.ResponseWriter, r *http.Request) {
@@ -348,17 +349,18 @@ func (s *Server) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	req, err := decodeJobUpdate(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes), s.clock.Now())
+	req, warn, err := decodeJobUpdate(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes), s.clock.Now())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	s.warnUser(id, warn)
 	job, err := s.svc.UpdateJob(r.Context(), id, req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, job)
+	writeJSON(w, http.StatusOK, withWarning(job, id, warn))
 }
 
 func (s *Server) handleDiagnose(w http.ResponseWriter, r *http.Request) {

@@ -39,4 +39,10 @@ case $FLUX_JOB_ID in
 	;;
 *) id=$FLUX_JOB_ID ;;
 esac
-exec /usr/sbin/nodeagent epilog --job "$id" -- /etc/flux/system/housekeeping.real
+# The job's owner, for a job the prolog did not register (see flux-prolog.sh).
+user=
+if [ -n "${FLUX_JOB_USERID:-}" ]; then
+	user=$(getent passwd "$FLUX_JOB_USERID" | cut -d: -f1) || true
+	user=${user:-$FLUX_JOB_USERID}
+fi
+exec /usr/sbin/nodeagent epilog --job "$id" ${user:+--user "$user"} -- /etc/flux/system/housekeeping.real

@@ -17,6 +17,13 @@
 # without a time limit: the job is then registered without an expiration, and
 # its deadline is the end of its tasks (the start of housekeeping) plus G.
 #
+# The job's owner goes with the registration (the agent's reports, its logs
+# and the cluster's teardown history name it): the job-manager prolog and
+# housekeeping get its uid in FLUX_JOB_USERID (flux-core's perilog and
+# housekeeping set it), resolved to a name with getent, else the uid
+# itself. A name the agent does not accept is dropped with a warning,
+# never the job.
+#
 # It never fails the job (a failing prolog would drain the node): if the
 # agent or the broker cannot be reached it says so and exits 0, and the job
 # is registered by its housekeeping instead (with E = the time housekeeping
@@ -26,8 +33,13 @@ if ! id=$(flux job id --to=dec "$FLUX_JOB_ID"); then
 	echo "gracewatch: job $FLUX_JOB_ID: not a Flux job id; not registered with the node agent" >&2
 	exit 0
 fi
+user=
+if [ -n "${FLUX_JOB_USERID:-}" ]; then
+	user=$(getent passwd "$FLUX_JOB_USERID" | cut -d: -f1) || true
+	user=${user:-$FLUX_JOB_USERID}
+fi
 if ! flux job info "$FLUX_JOB_ID" R |
-	/usr/sbin/nodeagent job start --connect-wait 10s --job "$id" --R /dev/stdin >/dev/null; then
+	/usr/sbin/nodeagent job start --connect-wait 10s --job "$id" --R /dev/stdin ${user:+--user "$user"} >/dev/null; then
 	echo "gracewatch: job $id not registered with the node agent (registered at housekeeping instead)" >&2
 fi
 exit 0

@@ -42,4 +42,10 @@ set -eu
 # epilogue unsupervised instead of failing it, so jobs still get cleaned up.
 # [ -S /run/gracewatch/agent.sock ] || exec /etc/slurm/epilog.real
 
-exec /usr/sbin/nodeagent epilog --job "$SLURM_JOB_ID" -- /etc/slurm/epilog.real
+# The job's user, for a job the Prolog did not register (see slurm-prolog.sh).
+user=${SLURM_JOB_USER:-}
+if [ -z "$user" ] && [ -n "${SLURM_JOB_UID:-}" ]; then
+	user=$(getent passwd "$SLURM_JOB_UID" | cut -d: -f1) || true
+	user=${user:-$SLURM_JOB_UID}
+fi
+exec /usr/sbin/nodeagent epilog --job "$SLURM_JOB_ID" ${user:+--user "$user"} -- /etc/slurm/epilog.real

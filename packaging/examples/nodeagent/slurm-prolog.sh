@@ -22,12 +22,22 @@
 # (v1 or v2) that does not exist yet and looks for it while the job runs. The
 # agent's [teardown] foreign_cgroups must admit it (its default does).
 #
+# The job's user (SLURM_JOB_USER, else SLURM_JOB_UID resolved with getent,
+# else the uid itself) goes with the registration: the agent's reports, its
+# logs and the cluster's teardown history name it. A name the agent does not
+# accept is dropped with a warning, never the job.
+#
 # The Prolog runs as root; it never fails (a failing Prolog drains the
 # node): a problem is said on standard error and the script exits 0.
 : "${SLURM_JOB_ID:?not run by slurmd: SLURM_JOB_ID is not set}"
 NODEAGENT=/usr/sbin/nodeagent
 node=${SLURMD_NODENAME:-$(hostname -s)}
 uid=${SLURM_JOB_UID:?not run by slurmd: SLURM_JOB_UID is not set}
+user=${SLURM_JOB_USER:-}
+if [ -z "$user" ]; then
+	user=$(getent passwd "$uid" | cut -d: -f1) || true
+	user=${user:-$uid}
+fi
 if [ -d "/sys/fs/cgroup/freezer/slurm" ] && [ ! -d "/sys/fs/cgroup/freezer/slurm_$node" ]; then
 	cg="freezer:/slurm/uid_$uid/job_$SLURM_JOB_ID"
 elif [ -d /sys/fs/cgroup/freezer ]; then
@@ -38,8 +48,8 @@ fi
 # The controller's registration (with E) may have come first: then only the
 # cgroup is added. Registered here first, the job has no E until the
 # controller's registration moves it in.
-if ! out=$("$NODEAGENT" job start --job "$SLURM_JOB_ID" --expiration 0 --cgroup "$cg" 2>&1); then
-	if ! out2=$("$NODEAGENT" job update --job "$SLURM_JOB_ID" --cgroup "$cg" 2>&1); then
+if ! out=$("$NODEAGENT" job start --job "$SLURM_JOB_ID" --expiration 0 --cgroup "$cg" --user "$user" 2>&1); then
+	if ! out2=$("$NODEAGENT" job update --job "$SLURM_JOB_ID" --cgroup "$cg" --user "$user" 2>&1); then
 		echo "gracewatch: job $SLURM_JOB_ID: cgroup $cg not registered with the node agent: $out; $out2" >&2
 	fi
 fi
