@@ -6,7 +6,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	agentrequest "github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -193,6 +196,14 @@ type Teardown struct {
 	Expiration time.Time
 	Grace      time.Duration
 	Outcome    string
+	// Released is when the teardown finished (zero while it runs).
+	Released time.Time
+	// User is the job's user as its registration named it, and Command
+	// what kept its teardown running longest (docs/DESIGN.md §3.5); empty
+	// when not named, or when the node sent one that breaks the proto's
+	// rule.
+	User    string
+	Command string
 }
 
 // Report is a diagnostics report of a violating teardown.
@@ -520,6 +531,9 @@ func fillDetails(n *Node, u *gwpb.StateUpdate) {
 			Expiration: servedTime(msTime(td.GetExpirationMs())),
 			Grace:      time.Duration(td.GetGraceMs()) * time.Millisecond,
 			Outcome:    td.GetOutcome(),
+			Released:   servedTime(msTime(td.GetReleasedMs())),
+			User:       servedUser(td.GetUser()),
+			Command:    servedCommand(td.GetCommand()),
 		})
 	}
 	var last *gwpb.Report
@@ -600,3 +614,27 @@ func servedTime(t time.Time) time.Time {
 
 // formatTime writes t as RFC 3339 in UTC with milliseconds, as in reasons.
 func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// servedUser is u when it is a user name by the proto's rule
+// (agent/request.ValidateUser), else "": a node's label is shown only when
+// it is well formed.
+func servedUser(u string) string {
+	if agentrequest.ValidateUser(u) != nil {
+		return ""
+	}
+	return u
+}
+
+// servedCommand is c when it is printable UTF-8 within the proto's 64
+// bytes, else "".
+func servedCommand(c string) string {
+	if len(c) > 64 || !utf8.ValidString(c) {
+		return ""
+	}
+	for _, r := range c {
+		if !unicode.IsPrint(r) {
+			return ""
+		}
+	}
+	return c
+}

@@ -17,7 +17,8 @@ func wireNode(n Node) api.Node {
 		DecodeError: n.DecodeError, Teardowns: make([]api.Teardown, len(n.Teardowns))}
 	for i, td := range n.Teardowns {
 		w.Teardowns[i] = api.Teardown{Job: td.Job, Phase: td.Phase, Ended: wireTime(td.Ended), Deadline: wireTime(td.Deadline),
-			Expiration: wireTime(td.Expiration), Grace: td.Grace.Seconds(), Outcome: td.Outcome}
+			Expiration: wireTime(td.Expiration), Grace: td.Grace.Seconds(), Outcome: td.Outcome, Released: wireTime(td.Released),
+			User: td.User, Command: td.Command}
 	}
 	w.Mode = n.Mode
 	if wd := n.WouldDrain; wd != nil {

@@ -123,6 +123,12 @@ type Teardown struct {
 	// Grace is G in seconds.
 	Grace   float64 `json:"grace"`
 	Outcome string  `json:"outcome"`
+	// Released is when the teardown finished (nil while it runs).
+	Released *time.Time `json:"released,omitempty"`
+	// User is the job's user; Command what kept its teardown running
+	// longest. Empty when not known.
+	User    string `json:"user,omitempty"`
+	Command string `json:"command,omitempty"`
 }
 
 // Report is a diagnostics report of a violating teardown.

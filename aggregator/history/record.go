@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/gracewatch/gracewatch/agent/request"
 )
 
 // Outcome is how a released teardown ended (the agent's outcome, proto
@@ -78,7 +80,7 @@ const (
 	// MaxJobBytes is the agent's bound of a job id (agent/api).
 	MaxJobBytes = 128
 	// MaxUserBytes is the proto's bound of Teardown.user.
-	MaxUserBytes = 64
+	MaxUserBytes = request.MaxUserBytes
 	// MaxCommandBytes is the proto's bound of Teardown.command.
 	MaxCommandBytes = 64
 	// MaxCauseBytes bounds the cause ("fstype mountpoint" or "wchan
@@ -181,23 +183,12 @@ var Refusals = []Refusal{RefusedDuplicate, RefusedRate, RefusedClock, RefusedFut
 // lie (the intake's bound of a node's clock ahead).
 const MaxAhead = time.Hour
 
-// validUser reports whether u is a user name by the proto's rule: at most
-// MaxUserBytes of [A-Za-z0-9._-], an optional trailing $, not starting
-// with "-".
+// validUser reports whether u is a user name by the proto's rule, the one
+// registrations are checked with (agent/request.ValidateUser): not empty,
+// at most MaxUserBytes of [A-Za-z0-9._-], an optional trailing $, not
+// starting with "-".
 func validUser(u string) bool {
-	if u == "" || len(u) > MaxUserBytes || u[0] == '-' {
-		return false
-	}
-	for i := 0; i < len(u); i++ {
-		c := u[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-		case c == '$' && i == len(u)-1 && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
+	return u != "" && request.ValidateUser(u) == nil
 }
 
 // printable reports whether s is valid UTF-8 of printable characters.
