@@ -84,7 +84,7 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 		jobs: prometheus.NewCounter(prometheus.CounterOpts(opts("jobs_registered_total",
 			"Jobs registered (job start, or an epilogue for an unknown job)."))),
 		violations: prometheus.NewCounter(prometheus.CounterOpts(opts("grace_violations_total",
-			"Teardowns not done by their deadline D."))),
+			"Teardowns not done by their deadline D, in either mode (observe mode signals none of them: escalations_total counts the signals)."))),
 		teardowns: prometheus.NewCounterVec(prometheus.CounterOpts(opts("teardowns_total",
 			"Teardowns ended (released), by outcome: clean (by D), exited (after D, before a signal), terminated (after SIGTERM), killed (after SIGKILL), hung (outlived unkillable_after).")),
 			[]string{"outcome"}),

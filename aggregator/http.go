@@ -457,6 +457,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		UnreachableAfter:   p.UnreachableAfter.Seconds(),
 		Settle:             p.Settle.Seconds(),
 		Schema:             gwpb.SchemaVersion,
+		Mode:               modeName(p.Observe),
 	})
 }
 

@@ -188,7 +188,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 
 	r = call(t, "GET", base+"/v1/config", "", "")
 	var cc ClusterConfig
-	if err := json.Unmarshal(r.body, &cc); err != nil || cc.Grace != 120 || cc.ClockSkewAllowance != 5 || cc.Schema != gwpb.SchemaVersion {
+	if err := json.Unmarshal(r.body, &cc); err != nil || cc.Grace != 120 || cc.ClockSkewAllowance != 5 || cc.Schema != gwpb.SchemaVersion || cc.Mode != "enforce" {
 		t.Errorf("config: %s", r.body)
 	}
 

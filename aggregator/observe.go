@@ -163,8 +163,11 @@ func agentWouldDrain(u *gwpb.StateUpdate) *WouldDrain {
 }
 
 // ownMode is this aggregator's mode.
-func (s *Service) ownMode() string {
-	if s.opts.Policy.Observe {
+func (s *Service) ownMode() string { return modeName(s.opts.Policy.Observe) }
+
+// modeName is the configuration's name of a mode: observe or enforce.
+func modeName(observe bool) string {
+	if observe {
 		return config.ModeObserve
 	}
 	return config.ModeEnforce

@@ -57,6 +57,10 @@ timeout = "5s"
 		n := nodeOf()
 		return n.State == "up" && n.Mode == "observe"
 	})
+	var cc aggapi.ClusterConfig
+	if err := json.Unmarshal([]byte(get(t, agg.url+"/v1/config", c.token)), &cc); err != nil || cc.Mode != "observe" {
+		t.Errorf("/v1/config: mode %q (%v), want observe", cc.Mode, err)
+	}
 
 	// 1. A hung epilogue under observe mode.
 	fs := startHangfs(t, filepath.Join(c.dir, "fs1"))

@@ -181,6 +181,9 @@ type ClusterConfig struct {
 	Settle float64 `json:"settle"`
 	// Schema is the mesh schema version this aggregator speaks.
 	Schema int `json:"schema"`
+	// Mode is what this aggregator does at a violation: "enforce" (drain)
+	// or "observe" (serve it as a would-be drain; docs/DESIGN.md §5c).
+	Mode string `json:"mode"`
 }
 
 // JobRequest is the body of POST /v1/jobs.

@@ -103,6 +103,30 @@ func writeNodes(w io.Writer, list api.NodeList) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, sched, timeOrDash(n.Since), timeOrDash(n.FreeAt), orDash(n.Reason))
 	}
 	tw.Flush()
+	writeWouldDrain(w, list.Nodes)
+}
+
+// writeWouldDrain prints, below the nodes, the drains that observe mode let
+// pass (docs/DESIGN.md §5c): when each node would have been drained, the
+// jobs, what their processes wait on and the diagnosis. Nothing when none.
+func writeWouldDrain(w io.Writer, nodes []api.Node) {
+	first := true
+	for _, n := range nodes {
+		wd := n.WouldDrain
+		if wd == nil {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "\nwould drain (observe mode: nothing was drained):")
+			first = false
+		}
+		cause := wd.Wchan
+		if wd.Mountpoint != "" {
+			cause = strings.TrimSpace(wd.FSType + " " + wd.Source + " on " + wd.Mountpoint)
+		}
+		fmt.Fprintf(w, "  %s at %s, jobs %s, waiting on %s: %s\n", n.Name, timeOrDash(wd.At), orDash(strings.Join(wd.Jobs, ",")),
+			orDash(cause), orDash(wd.Reason))
+	}
 }
 
 func runReservations(c *cli, name string, args []string) int {
