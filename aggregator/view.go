@@ -6,10 +6,9 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	agentrequest "github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -625,16 +624,12 @@ func servedUser(u string) string {
 	return u
 }
 
-// servedCommand is c when it is printable UTF-8 within the proto's 64
-// bytes, else "".
+// servedCommand is c when it is a command by the proto's rule (printable
+// UTF-8 within 64 bytes, history.ValidCommand, the rule the history keeps
+// records by), else "".
 func servedCommand(c string) string {
-	if len(c) > 64 || !utf8.ValidString(c) {
+	if !history.ValidCommand(c) {
 		return ""
-	}
-	for _, r := range c {
-		if !unicode.IsPrint(r) {
-			return ""
-		}
 	}
 	return c
 }

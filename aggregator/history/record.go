@@ -191,6 +191,10 @@ func validUser(u string) bool {
 	return u != "" && request.ValidateUser(u) == nil
 }
 
+// ValidCommand reports whether c is a command by the proto's rule:
+// printable UTF-8, at most MaxCommandBytes ("" is valid: not known).
+func ValidCommand(c string) bool { return len(c) <= MaxCommandBytes && printable(c) }
+
 // printable reports whether s is valid UTF-8 of printable characters.
 func printable(s string) bool {
 	if !utf8.ValidString(s) {
@@ -236,7 +240,7 @@ func Clean(r Record) (_ Record, userDropped bool, err error) {
 	if r.User != "" && !validUser(r.User) {
 		r.User, userDropped = "", true
 	}
-	if len(r.Command) > MaxCommandBytes || !printable(r.Command) {
+	if !ValidCommand(r.Command) {
 		r.Command = ""
 	}
 	if !printable(r.Cause) {
