@@ -22,7 +22,8 @@ func TestTeardownAttributionServed(t *testing.T) {
 			ReleasedMs: ms(at(time.Second)), User: "root;reboot", Command: "a\x1b[2Jb"},
 	}}
 	in := alive("n1", u.Meta)
-	in.Update, in.Direct = boundUpdate(u), u.Meta
+	in.Update = updateIn(u)
+	in.Direct = in.Update.Meta
 	nodes := Compute([]NodeInput{in}, at(time.Minute), defaultPolicy)
 	if len(nodes) != 1 || len(nodes[0].Teardowns) != 3 {
 		t.Fatalf("nodes = %+v", nodes)

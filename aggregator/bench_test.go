@@ -332,9 +332,10 @@ func BenchmarkCompute(b *testing.B) {
 	in := make([]NodeInput, n)
 	for i := range n {
 		m, u := benchInputs(i, now)
-		in[i] = NodeInput{Name: m.Name, Role: m.Role, Status: m.Status, StatusSince: m.Since, Gossip: m.Meta, Update: u}
+		in[i] = NodeInput{Name: m.Name, Role: roleOf(m.Role), Status: m.Status, StatusSince: m.Since, Gossip: decodeMeta(m.Meta),
+			Update: updateIn(u)}
 		if u != nil {
-			in[i].Direct = u.GetMeta()
+			in[i].Direct = in[i].Update.Meta
 		}
 	}
 	p := Policy{ClockSkewAllowance: 5 * time.Second}

@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -129,10 +128,11 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 		})
 	}
 	reps := slices.Clone(u.GetReports())
-	// Newest first; of two of the same time the later one in the message
-	// wins, as in fillDetails.
+	// Newest first, by the time the view decodes (msTime: one out of range
+	// is unknown, the oldest); of two of the same time the later one in
+	// the message wins, as in fillDetails.
 	slices.Reverse(reps)
-	slices.SortStableFunc(reps, func(a, b *gwpb.Report) int { return cmp.Compare(b.GetTakenMs(), a.GetTakenMs()) })
+	slices.SortStableFunc(reps, func(a, b *gwpb.Report) int { return msTime(b.GetTakenMs()).Compare(msTime(a.GetTakenMs())) })
 	// A new slice: a resliced clone would keep the reports past the bound
 	// (and their details) alive in its backing array.
 	reps = slices.Clone(reps[:min(len(reps), maxReportsKept)])

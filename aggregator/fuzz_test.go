@@ -46,16 +46,19 @@ func FuzzComputeMeta(f *testing.F) {
 	f.Add(seed(downMeta(1, 3, "hung")), seed(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reports: []*gwpb.Report{{DetailJson: []byte("{")}}}), int64(0))
 	f.Add([]byte{0xff, 0x01}, []byte{0x0a, 0x02, 0x28}, int64(-1))
 	f.Fuzz(func(t *testing.T, metaBytes, updateBytes []byte, offset int64) {
-		in := NodeInput{Name: "n1", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, StatusSince: t0}
+		in := NodeInput{Name: "n1", Role: roleAgent, Status: mesh.StatusAlive, StatusSince: t0}
 		if len(metaBytes) > 0 {
-			in.Gossip, in.GossipErr = mesh.DecodeMeta(metaBytes)
+			var gossip *gwpb.Meta
+			gossip, in.GossipErr = mesh.DecodeMeta(metaBytes)
+			in.Gossip = decodeMeta(gossip)
 			if in.GossipErr != nil {
-				in.Gossip, in.Role = nil, gwpb.Role_ROLE_UNSPECIFIED
+				in.Gossip, in.Role = nil, roleUnspecified
 			}
 		}
 		var u gwpb.StateUpdate
 		if proto.Unmarshal(updateBytes, &u) == nil && u.Meta != nil {
-			in.Update, in.Direct = &u, u.Meta
+			in.Update = updateIn(&u)
+			in.Direct = in.Update.Meta
 		}
 		now := t0.Add(time.Duration(offset))
 		for _, p := range []Policy{defaultPolicy, {ClockSkewAllowance: time.Hour, UnreachableIsDown: true}} {
@@ -122,7 +125,7 @@ func FuzzBoundUpdate(f *testing.F) {
 			t.Fatalf("mode %d kept", m)
 		}
 		// The would-be drain served from it (observe mode) is bounded too.
-		if wd := agentWouldDrain(c); wd != nil && (len(wd.Reason) > maxUpdateReasonBytes || len(wd.Jobs) > maxTeardownsKept ||
+		if wd := agentWouldDrain(decodeUpdate(c)); wd != nil && (len(wd.Reason) > maxUpdateReasonBytes || len(wd.Jobs) > maxTeardownsKept ||
 			(wd.At.Year() > 9999)) {
 			t.Fatalf("would drain over a bound: %d bytes, %d jobs, at %v", len(wd.Reason), len(wd.Jobs), wd.At)
 		}

@@ -24,10 +24,11 @@ const maxHandover = 10000
 func handoverOf(inputs map[string]*NodeInput) *gwpb.Handover {
 	h := &gwpb.Handover{}
 	for _, in := range inputs {
-		if !gone(in.Status) || in.Role != gwpb.Role_ROLE_AGENT {
+		if !gone(in.Status) || in.Role != roleAgent {
 			continue
 		}
-		g := &gwpb.GoneMember{Name: in.Name, Left: in.Status == mesh.StatusLeft, Meta: in.Gossip, Update: in.Update}
+		g := &gwpb.GoneMember{Name: in.Name, Left: in.Status == mesh.StatusLeft, Meta: encodeMeta(in.Gossip),
+			Update: encodeUpdate(in.Update)}
 		if !in.StatusSince.IsZero() {
 			g.SinceMs = in.StatusSince.UnixMilli()
 		}
@@ -79,17 +80,20 @@ func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(str
 			over++
 			continue
 		}
-		in := &NodeInput{Name: name, Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusDead}
+		in := &NodeInput{Name: name, Role: roleAgent, Status: mesh.StatusDead}
 		if g.GetLeft() {
 			in.Status = mesh.StatusLeft
 		}
 		in.StatusSince = msTime(g.GetSinceMs())
-		in.Gossip = boundMeta(g.GetMeta())
+		gossip := boundMeta(g.GetMeta())
+		in.Gossip = decodeMeta(gossip)
+		var update *gwpb.StateUpdate
 		if u := g.GetUpdate(); u != nil && u.GetMeta() != nil {
-			in.Update = boundUpdate(u)
-			in.Direct = in.Update.GetMeta()
+			update = boundUpdate(u)
+			in.Update = decodeUpdate(update)
+			in.Direct = in.Update.Meta
 		}
-		size := len(name) + proto.Size(in.Gossip) + proto.Size(in.Update)
+		size := len(name) + proto.Size(gossip) + proto.Size(update)
 		if used+size > budgetBytes {
 			over++
 			continue

@@ -19,12 +19,12 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 	update := &gwpb.StateUpdate{Meta: down, Reason: down.GetReason() + " (full)",
 		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(at(time.Minute))}}}
 	origin := map[string]*NodeInput{
-		"cn1": {Name: "cn1", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusDead, StatusSince: at(2 * time.Minute),
-			Gossip: down, Direct: down, Update: update},
-		"cn2": {Name: "cn2", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusLeft, StatusSince: at(3 * time.Minute),
-			Gossip: upMeta(1, 3)},
-		"cn3": {Name: "cn3", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, Gossip: upMeta(1, 4)},
-		"cn4": {Name: "cn4", Role: gwpb.Role_ROLE_UNSPECIFIED, Status: mesh.StatusDead, StatusSince: at(time.Minute)},
+		"cn1": {Name: "cn1", Role: roleAgent, Status: mesh.StatusDead, StatusSince: at(2 * time.Minute),
+			Gossip: decodeMeta(down), Direct: decodeMeta(down), Update: updateIn(update)},
+		"cn2": {Name: "cn2", Role: roleAgent, Status: mesh.StatusLeft, StatusSince: at(3 * time.Minute),
+			Gossip: decodeMeta(upMeta(1, 3))},
+		"cn3": {Name: "cn3", Role: roleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(1, 4))},
+		"cn4": {Name: "cn4", Role: roleUnspecified, Status: mesh.StatusDead, StatusSince: at(time.Minute)},
 	}
 	h := handoverOf(origin)
 	var names []string
@@ -44,7 +44,7 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 	if err := proto.Unmarshal(b, &env); err != nil {
 		t.Fatal(err)
 	}
-	later := map[string]*NodeInput{"cn3": {Name: "cn3", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, Gossip: upMeta(1, 4)}}
+	later := map[string]*NodeInput{"cn3": {Name: "cn3", Role: roleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(1, 4))}}
 	dirty := map[string]bool{}
 	if names, _ := adoptHandover(later, env.GetHandover(), func(string) bool { return false }, dirty, maxAdoptedGone, maxAdoptedBytes); len(names) != 2 {
 		t.Fatalf("adopted %v, want 2", names)
@@ -69,7 +69,7 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 
 // What the aggregator knows itself wins, and hostile entries are dropped.
 func TestHandoverNeverOverridesWhatIsKnown(t *testing.T) {
-	known := map[string]*NodeInput{"cn1": {Name: "cn1", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, Gossip: upMeta(3, 1)}}
+	known := map[string]*NodeInput{"cn1": {Name: "cn1", Role: roleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(3, 1))}}
 	h := &gwpb.Handover{Gone: []*gwpb.GoneMember{
 		{Name: "cn1", SinceMs: ms(t0), Meta: downMeta(2, 9, "old")},
 		{Name: ""},
@@ -83,7 +83,7 @@ func TestHandoverNeverOverridesWhatIsKnown(t *testing.T) {
 	if n != 1 || len(known) != 2 {
 		t.Fatalf("adopted %d, inputs %v: want only cn9", n, known)
 	}
-	if known["cn1"].Status != mesh.StatusAlive || known["cn1"].Gossip.GetSeq() != 1 {
+	if known["cn1"].Status != mesh.StatusAlive || known["cn1"].Gossip.Seq != 1 {
 		t.Fatalf("cn1 changed by the handover: %+v", known["cn1"])
 	}
 	cn9 := known["cn9"]

@@ -50,7 +50,8 @@ func FuzzIntakeCause(f *testing.F) {
 				}
 			}
 		}
-		in := NodeInput{Name: "n1", Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, StatusSince: t0, Update: u, Direct: u.Meta,
+		nu := decodeUpdate(u)
+		in := NodeInput{Name: "n1", Role: roleAgent, Status: mesh.StatusAlive, StatusSince: t0, Update: nu, Direct: nu.Meta,
 			ClockOffset: time.Duration(skewMs) * time.Millisecond}
 		n, rule := computeNodeCause(&in, t0, defaultPolicy)
 		down := []incident.Node{incidentNode(n, rule)}

@@ -125,8 +125,8 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		s.inputs[m.Name] = in
 	}
 	s.seenByMesh(m.Name)
-	in.Role, in.Status, in.StatusSince = m.Role, m.Status, m.Since
-	in.Gossip, in.GossipErr = m.Meta, m.MetaErr
+	in.Role, in.Status, in.StatusSince = roleOf(m.Role), m.Status, m.Since
+	in.Gossip, in.GossipErr = decodeMeta(m.Meta), m.MetaErr
 	dirty[m.Name] = true
 	return false
 }
@@ -145,7 +145,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 	// sees this one join, and that message can overtake the member event
 	// of the sender here. One known as an agent is refused.
 	if env.GetForget() != nil || env.GetHandover() != nil {
-		if in, agent := s.inputs[from]; agent && in.Role == gwpb.Role_ROLE_AGENT {
+		if in, agent := s.inputs[from]; agent && in.Role == roleAgent {
 			s.log.Warn("forget or handover from an agent ignored", "from", from)
 			return false
 		}
@@ -205,29 +205,30 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		s.recordHistory(from, u) // docs/DESIGN.md §5d: its released teardowns
 		s.intakeLatch(from, u)
 		s.clockSkew(in)
-		restarted := restartedSince(in.Update, u)
-		if replacesUpdate(in.Update, u) {
-			in.Update = u
-		} else if in.Update != nil && newer(in.Update.GetMeta(), u.GetMeta()) {
+		upd := decodeUpdate(u) // the internal node input from here on
+		restarted := restartedSince(in.Update, upd)
+		if replacesUpdate(in.Update, upd) {
+			in.Update = upd
+		} else if in.Update != nil && newer(in.Update.Meta, upd.Meta) {
 			s.log.Debug("older state update ignored (late, or replayed)", "node", from,
-				"incarnation", u.GetMeta().GetIncarnation(), "seq", u.GetMeta().GetSeq())
+				"incarnation", upd.Meta.Incarnation, "seq", upd.Meta.Seq)
 		}
-		earlier := restartedSince(u, in.Update) // of an earlier start: late or replayed
-		if restarted || (!earlier && newer(u.GetMeta(), in.Direct)) {
+		earlier := restartedSince(upd, in.Update) // of an earlier start: late or replayed
+		if restarted || (!earlier && newer(upd.Meta, in.Direct)) {
 			// A later start resets the order: an agent that lost its
 			// state file counts from incarnation 1 again.
-			in.Direct = u.GetMeta()
+			in.Direct = upd.Meta
 		}
 		if restarted && !s.opts.ProvenOnly {
 			in.Gossip = nil // of the earlier process; the next member event brings the new one
 		}
-		if in.Role == gwpb.Role_ROLE_UNSPECIFIED && s.opts.ProvenOnly {
-			in.Role = gwpb.Role_ROLE_AGENT // proven by its update
+		if in.Role == roleUnspecified && s.opts.ProvenOnly {
+			in.Role = roleAgent // proven by its update
 		}
 		dirty[from] = true
 	case *gwpb.Envelope_Ack:
 		body.Ack.Error = cutText(body.Ack.GetError(), maxUpdateReasonBytes)
-		if m := boundMeta(body.Ack.GetMeta()); m != nil {
+		if m := decodeMeta(body.Ack.GetMeta()); m != nil {
 			if in := s.nodeInput(from); in == nil {
 				s.dropUnseen(from)
 			} else {
@@ -237,7 +238,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 				// the incarnation of the latest update (an ack of an
 				// earlier agent start, late or replayed, would undo a
 				// reboot's).
-				if newer(m, in.Direct) && (in.Update == nil || m.GetIncarnation() == in.Update.GetMeta().GetIncarnation()) {
+				if newer(m, in.Direct) && (in.Update == nil || m.Incarnation == in.Update.Meta.Incarnation) {
 					in.Direct = m
 				}
 				dirty[from] = true
@@ -334,26 +335,32 @@ func (s *Service) refuseStale(from, what, why string, offset time.Duration) {
 // one whatever their order, and never the reverse: an agent that lost its
 // state file counts from incarnation 1 again, and an update of an earlier
 // process is late or replayed.
-func replacesUpdate(old, u *gwpb.StateUpdate) bool {
-	if a, b := old.GetStartedMs(), u.GetStartedMs(); a != 0 && b != 0 && a != b {
+func replacesUpdate(old, u *NodeUpdate) bool {
+	if old == nil {
+		return true
+	}
+	if a, b := old.StartedMs, u.StartedMs; a != 0 && b != 0 && a != b {
 		return b > a
 	}
 	switch {
-	case old == nil || newer(u.GetMeta(), old.GetMeta()):
+	case newer(u.Meta, old.Meta):
 		return true
-	case newer(old.GetMeta(), u.GetMeta()):
+	case newer(old.Meta, u.Meta):
 		return false
 	}
-	return latestTaken(u) >= latestTaken(old)
+	return !latestTaken(u).Before(latestTaken(old))
 }
 
-// latestTaken is the taken_ms of u's latest report, 0 without one.
-func latestTaken(u *gwpb.StateUpdate) int64 {
-	var ms int64
-	for _, r := range u.GetReports() {
-		ms = max(ms, r.GetTakenMs())
+// latestTaken is when u's latest report was taken; the zero time without
+// one (or without a known time).
+func latestTaken(u *NodeUpdate) time.Time {
+	var t time.Time
+	for _, r := range u.Reports {
+		if r.Taken.After(t) {
+			t = r.Taken
+		}
 	}
-	return ms
+	return t
 }
 
 // nodeInput returns the input of node, creating it for a node the mesh has
@@ -368,7 +375,7 @@ func (s *Service) nodeInput(node string) *NodeInput {
 			return nil
 		}
 		s.unseen[node] = struct{}{}
-		in = &NodeInput{Name: node, Role: gwpb.Role_ROLE_AGENT, FirstSeen: s.clock.Now()}
+		in = &NodeInput{Name: node, Role: roleAgent, FirstSeen: s.clock.Now()}
 		s.inputs[node] = in
 	}
 	return in
@@ -376,8 +383,11 @@ func (s *Service) nodeInput(node string) *NodeInput {
 
 // restartedSince reports whether u comes from a later start of the agent
 // than old.
-func restartedSince(old, u *gwpb.StateUpdate) bool {
-	a, b := old.GetStartedMs(), u.GetStartedMs()
+func restartedSince(old, u *NodeUpdate) bool {
+	if old == nil || u == nil {
+		return false
+	}
+	a, b := old.StartedMs, u.StartedMs
 	return a != 0 && b > a
 }
 

@@ -1,18 +1,15 @@
 package aggregator
 
 // What a node says of its DOWN latch for incidents (StateUpdate fields
-// 40-42), checked where it enters, and the clock sanity that compares the
+// 40-42), checked where it enters (decode.go), and the clock sanity that compares the
 // node's clock with this aggregator's (docs/DESIGN.md §5b).
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
-	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
-	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 // NodeCause is what a node's latched violation waits on, as its agent
@@ -31,85 +28,12 @@ type NodeCause struct {
 	Job         string
 }
 
-// maxCauseCount bounds each count of a cause (a node's processes of one
-// class): far above the agent's report bound, a sum over 10,000 nodes
-// still fits an int.
-const maxCauseCount = 1 << 20
-
-// checkCause checks a node's cause by agent/report's bounds: every string
-// printable UTF-8 within its bound, a known class. A nil cause is valid.
-func checkCause(c *gwpb.Cause) error {
-	if c == nil {
-		return nil
-	}
-	rc := report.Cause{FSType: c.GetFstype(), Source: c.GetSource(), Mountpoint: c.GetMountpoint(), Wchan: c.GetWchan(),
-		Class: report.Class(c.GetClass()), ExamplePID: int(c.GetExamplePid()), ExampleComm: c.GetExampleComm(), Job: c.GetJob()}
-	if err := rc.Check(); err != nil {
-		return err
-	}
-	if rc.Empty() {
-		return fmt.Errorf("cause: names neither a file system nor a wait channel")
-	}
-	return nil
-}
-
-// causeOf is c as the view keeps it; nil for nil. c was checked.
-func causeOf(c *gwpb.Cause) *NodeCause {
-	if c == nil {
-		return nil
-	}
-	n := func(v uint32) int { return int(min(v, maxCauseCount)) }
-	return &NodeCause{
-		FSType: c.GetFstype(), Source: c.GetSource(), Mountpoint: c.GetMountpoint(), Wchan: c.GetWchan(), Class: c.GetClass(),
-		Counts: incident.Counts{n(c.GetUnkillable()), n(c.GetExitHang()), n(c.GetKillableD()), n(c.GetMissed()),
-			n(c.GetDying()), n(c.GetZombie())},
-		ExamplePID: int(c.GetExamplePid()), ExampleComm: c.GetExampleComm(), Job: c.GetJob(),
-	}
-}
-
 // latchOf is the latch of a node's current StateUpdate.
-func latchOf(u *gwpb.StateUpdate) Latch {
-	return Latch{Cause: causeOf(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain()}
-}
-
-// boundCause is a copy of c without unknown fields (bounds.go copies a
-// StateUpdate's known fields only); the intake checks it (intakeLatch).
-func boundCause(c *gwpb.Cause) *gwpb.Cause {
-	if c == nil {
-		return nil
+func latchOf(u *NodeUpdate) Latch {
+	if u == nil {
+		return Latch{}
 	}
-	return &gwpb.Cause{Fstype: c.GetFstype(), Source: c.GetSource(), Mountpoint: c.GetMountpoint(), Wchan: c.GetWchan(),
-		Class: c.GetClass(), Unkillable: c.GetUnkillable(), ExitHang: c.GetExitHang(), KillableD: c.GetKillableD(),
-		Missed: c.GetMissed(), Dying: c.GetDying(), Zombie: c.GetZombie(), ExamplePid: c.GetExamplePid(),
-		ExampleComm: c.GetExampleComm(), Job: c.GetJob()}
-}
-
-// intakeLatch checks the cause of a StateUpdate from node: one that breaks
-// a bound is dropped (the node is then down without a named cause, so it
-// joins no file system's incident), counted (intake_refused_total{what=
-// "cause"}) and logged once per node and hour. A node speaks only for
-// itself: its cause can only place itself in an incident. It runs on the
-// loop.
-func (s *Service) intakeLatch(node string, u *gwpb.StateUpdate) {
-	err := checkCause(u.GetCause())
-	if err == nil {
-		if err = checkCause(u.GetObservedCause()); err == nil {
-			return
-		}
-		u.ObservedCause = nil
-	} else {
-		u.Cause = nil
-	}
-	s.met.refused.WithLabelValues("cause").Inc()
-	now := s.clock.Now()
-	if at, logged := s.inc.causeLogged[node]; logged && now.Sub(at) < time.Hour {
-		return
-	}
-	if len(s.inc.causeLogged) >= maxRefusedLogged {
-		clear(s.inc.causeLogged)
-	}
-	s.inc.causeLogged[node] = now
-	s.log.Warn("a node's cause refused: it joins no incident by it", "node", nodename.Quote(node), "err", err)
+	return Latch{Cause: u.Cause, Clean: u.Clean, AdminDrain: u.AdminDrain}
 }
 
 // clockAllowance is the clock offset past which a node is flagged: the
@@ -160,15 +84,15 @@ func (s *Service) clockSkew(in *NodeInput) {
 // still after now by this aggregator's clock: the DOWN came early (the
 // node's clock is ahead). An administrator's drain is never early.
 func earlyDeadline(in *NodeInput, now time.Time) (time.Time, bool) {
-	if in.Update.GetAdminDrain() {
+	if in.Update != nil && in.Update.AdminDrain {
 		return time.Time{}, false
 	}
 	var d time.Time
-	for _, td := range in.Update.GetTeardowns() {
-		if td.GetPhase() != "overdue" {
+	for _, td := range in.Update.teardowns() {
+		if td.Phase != "overdue" {
 			continue
 		}
-		t := msTime(td.GetDeadlineMs())
+		t := td.Deadline
 		if t.IsZero() || !t.After(now) {
 			return time.Time{}, false // one deadline has passed here: the DOWN stands
 		}

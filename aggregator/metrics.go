@@ -181,11 +181,11 @@ func violationDeadline(in *NodeInput, cause string, prevAt time.Time, now time.T
 		d = at.Add(-p.ClockSkewAllowance)
 	case causeAgent:
 		if current {
-			for _, td := range in.Update.GetTeardowns() {
-				if td.GetPhase() != "overdue" {
+			for _, td := range in.Update.teardowns() {
+				if td.Phase != "overdue" {
 					continue
 				}
-				if t := msTime(td.GetDeadlineMs()); !t.IsZero() && (d.IsZero() || t.Before(d)) {
+				if t := td.Deadline; !t.IsZero() && (d.IsZero() || t.Before(d)) {
 					d = t
 				}
 			}

@@ -199,7 +199,7 @@ func TestViolationDeadline(t *testing.T) {
 		now    time.Time
 		want   time.Time
 	}{
-		{name: "agent report names the overdue teardown", in: NodeInput{Name: "n", Update: overdue, Direct: overdue.Meta},
+		{name: "agent report names the overdue teardown", in: NodeInput{Name: "n", Update: updateIn(overdue), Direct: decodeMeta(overdue.Meta)},
 			cause: causeAgent, now: d.Add(time.Second), want: d},
 		{name: "agent down after the served teardown", in: alive("n", downMeta(1, 3, "x")),
 			cause: causeAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(2 * time.Second), want: d},

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/config"
-	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 // WouldDrain is a violation that observe mode let pass: the drain that
@@ -34,14 +33,11 @@ type WouldDrain struct {
 
 // modeOf is the mode of the agent that sent u ("" without an update). An
 // agent that predates modes (MODE_UNSPECIFIED) enforces.
-func modeOf(u *gwpb.StateUpdate) string {
-	switch {
-	case u == nil:
+func modeOf(u *NodeUpdate) string {
+	if u == nil {
 		return ""
-	case u.GetMode() == gwpb.Mode_MODE_OBSERVE:
-		return config.ModeObserve
 	}
-	return config.ModeEnforce
+	return u.Mode
 }
 
 // observing reports whether observe mode applies to in: this aggregator's,
@@ -50,26 +46,17 @@ func observing(in *NodeInput, p Policy) bool {
 	return p.Observe || modeOf(in.Update) == config.ModeObserve
 }
 
-// boundMode is m, or MODE_UNSPECIFIED for a value this build does not
-// know (the schema's rule for enums).
-func boundMode(m gwpb.Mode) gwpb.Mode {
-	if m == gwpb.Mode_MODE_ENFORCE || m == gwpb.Mode_MODE_OBSERVE {
-		return m
-	}
-	return gwpb.Mode_MODE_UNSPECIFIED
-}
-
 // centralWouldDrain is the would-be drain of rule 2 (no report after the
 // teardown deadline d; down at at) under observe mode.
 func centralWouldDrain(in *NodeInput, current bool, d, at time.Time) *WouldDrain {
 	wd := &WouldDrain{At: servedTime(at), Reason: centralDeadlineReason + formatTime(d)}
 	if current {
-		for _, td := range in.Update.GetTeardowns() {
-			if td.GetPhase() == "released" || td.GetPhase() == "running" {
+		for _, td := range in.Update.teardowns() {
+			if td.Phase == "released" || td.Phase == "running" {
 				continue
 			}
-			if t := msTime(td.GetDeadlineMs()); !t.IsZero() && !t.After(d) {
-				wd.Jobs = append(wd.Jobs, td.GetJob())
+			if t := td.Deadline; !t.IsZero() && !t.After(d) {
+				wd.Jobs = append(wd.Jobs, td.Job)
 			}
 		}
 		slices.Sort(wd.Jobs)
@@ -102,9 +89,9 @@ func observeNode(n *Node, in *NodeInput, current bool, p Policy) {
 	}
 	n.State, n.Schedulable, n.Reason, n.Latch, n.EarlyUntil = StateUp, true, "", Latch{}, time.Time{}
 	var free time.Time
-	for _, td := range u.GetTeardowns() {
-		if td.GetPhase() == "teardown" || td.GetPhase() == "overdue" {
-			if d := msTime(td.GetDeadlineMs()); d.After(free) {
+	for _, td := range u.Teardowns {
+		if td.Phase == "teardown" || td.Phase == "overdue" {
+			if d := td.Deadline; d.After(free) {
 				free = d
 			}
 		}
@@ -115,11 +102,11 @@ func observeNode(n *Node, in *NodeInput, current bool, p Policy) {
 }
 
 // overdueJobs lists the jobs of u's overdue teardowns, sorted.
-func overdueJobs(u *gwpb.StateUpdate) []string {
+func overdueJobs(u *NodeUpdate) []string {
 	var jobs []string
-	for _, td := range u.GetTeardowns() {
-		if td.GetPhase() == "overdue" {
-			jobs = append(jobs, td.GetJob())
+	for _, td := range u.teardowns() {
+		if td.Phase == "overdue" {
+			jobs = append(jobs, td.Job)
 		}
 	}
 	slices.Sort(jobs)
@@ -130,14 +117,14 @@ func overdueJobs(u *gwpb.StateUpdate) []string {
 // its overdue teardowns, from the earliest deadline among them, with their
 // reports' summaries and the agent's observed cause; nil when none is
 // overdue.
-func agentWouldDrain(u *gwpb.StateUpdate) *WouldDrain {
+func agentWouldDrain(u *NodeUpdate) *WouldDrain {
 	wd := &WouldDrain{}
-	for _, td := range u.GetTeardowns() {
-		if td.GetPhase() != "overdue" {
+	for _, td := range u.teardowns() {
+		if td.Phase != "overdue" {
 			continue
 		}
-		wd.Jobs = append(wd.Jobs, td.GetJob())
-		if d := msTime(td.GetDeadlineMs()); !d.IsZero() && (wd.At.IsZero() || d.Before(wd.At)) {
+		wd.Jobs = append(wd.Jobs, td.Job)
+		if d := td.Deadline; !d.IsZero() && (wd.At.IsZero() || d.Before(wd.At)) {
 			wd.At = d
 		}
 	}
@@ -149,16 +136,17 @@ func agentWouldDrain(u *gwpb.StateUpdate) *WouldDrain {
 	var parts []string
 	for _, job := range wd.Jobs {
 		summary := fmt.Sprintf("job %s teardown past its deadline (not diagnosed yet)", job)
-		var taken int64 = -1
-		for _, r := range u.GetReports() {
-			if r.GetJob() == job && r.GetSummary() != "" && r.GetTakenMs() > taken {
-				summary, taken = r.GetSummary(), r.GetTakenMs()
+		var taken time.Time
+		found := false
+		for _, r := range u.Reports {
+			if r.Job == job && r.Summary != "" && (!found || r.Taken.After(taken)) {
+				summary, taken, found = r.Summary, r.Taken, true
 			}
 		}
 		parts = append(parts, summary)
 	}
 	wd.Reason = cutText(strings.Join(parts, " | "), maxUpdateReasonBytes)
-	wd.Cause = causeOf(u.GetObservedCause())
+	wd.Cause = u.ObservedCause
 	return wd
 }
 

@@ -83,7 +83,7 @@ func (s *Service) nextProbe(in *NodeInput, ps *probeState, now time.Time) (time.
 	why := ""
 	// An observed node is never accused by the central deadline (it gets a
 	// would-be drain instead): nothing to ask before.
-	if meta, current := freshest(in); meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN && !observing(in, p) {
+	if meta, current := freshest(in); meta != nil && meta.State == AgentTeardown && !observing(in, p) {
 		if d, ok := enforceAt(in, meta, current, p); ok && (ps == nil || !ps.deadline.Equal(d)) {
 			at, why = later(d.Add(-p.ProbeWait), now), probeDeadline
 		}

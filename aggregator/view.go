@@ -1,16 +1,14 @@
 package aggregator
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	agentrequest "github.com/gracewatch/gracewatch/agent/request"
-	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/mesh"
-	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 // gone reports whether a member is dead or has left. A suspect member is
@@ -77,26 +75,26 @@ type Policy struct {
 type NodeInput struct {
 	// Name is the member name, which is the node name.
 	Name string
-	// Role is the member's role as the mesh reports it: ROLE_AGENT, or
-	// ROLE_UNSPECIFIED when its meta does not decode.
-	Role gwpb.Role
+	// Role is the member's role as the mesh reports it (roleOf): "agent",
+	// or "unspecified" when its meta does not decode (and when empty).
+	Role string
 	// Status is the member's liveness; empty means the mesh has not told
 	// (a direct message came first) and counts as alive.
 	Status mesh.Status
 	// StatusSince is when the member entered Status; zero when unknown.
 	StatusSince time.Time
-	// Gossip is the member's NodeMeta as decoded; nil when it has none or
-	// it does not decode.
-	Gossip *gwpb.Meta
+	// Gossip is the member's gossiped meta as decoded; nil when it has
+	// none or it does not decode.
+	Gossip *NodeMeta
 	// GossipErr is why the NodeMeta does not decode; nil when it does.
 	GossipErr error
 	// Direct is the newest meta received straight from the agent (in a
 	// StateUpdate or a ControlAck); nil when none arrived.
-	Direct *gwpb.Meta
+	Direct *NodeMeta
 	// Update is the last StateUpdate received from the agent; nil when none.
 	// Its reason, teardowns and reports are served only while its meta is
 	// the freshest one: otherwise they describe a state the node has left.
-	Update *gwpb.StateUpdate
+	Update *NodeUpdate
 	// FirstSeen is when this aggregator first heard of the node, from the
 	// mesh or the agent; zero when it learned it otherwise (another
 	// aggregator's handover), which Policy.Settle then does not hold.
@@ -299,7 +297,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	n := Node{
 		Name:      in.Name,
 		Member:    status,
-		Role:      roleName(in.Role),
+		Role:      cmp.Or(in.Role, roleUnspecified),
 		Teardowns: []Teardown{},
 	}
 	if n.Member == "" {
@@ -310,7 +308,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	}
 	meta, current := freshest(in)
 	if meta != nil {
-		n.Incarnation, n.Seq = meta.GetIncarnation(), meta.GetSeq()
+		n.Incarnation, n.Seq = meta.Incarnation, meta.Seq
 	}
 	if current {
 		fillDetails(&n, in.Update)
@@ -319,14 +317,14 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	observe := observing(in, p)
 	reason := ""
 	if meta != nil {
-		reason = meta.GetReason()
-		if current && in.Update.GetReason() != "" {
-			reason = in.Update.GetReason()
+		reason = meta.Reason
+		if current && in.Update.Reason != "" {
+			reason = in.Update.Reason
 		}
 	}
 
 	// Rule 2: central deadline enforcement.
-	if meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
+	if meta != nil && meta.State == AgentTeardown {
 		if at, ok := enforceAt(in, meta, current, p); ok {
 			if down := later(at, settledAt(in, p)); !now.Before(down) && observe {
 				n.WouldDrain = centralWouldDrain(in, current, at.Add(-p.ClockSkewAllowance), down)
@@ -349,8 +347,8 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	switch {
 	case gone(status):
 		unreachable, cause = goneReason(status), causeUnreachable
-		if meta != nil && meta.GetState() != gwpb.State_STATE_UP {
-			unreachable += "; last reported " + stateName(meta.GetState())
+		if meta != nil && meta.State != AgentUp {
+			unreachable += "; last reported " + stateName(meta.State)
 			if reason != "" {
 				unreachable += ": " + reason
 			}
@@ -359,10 +357,10 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		unreachable, cause = "meta does not decode: "+in.GossipErr.Error(), causeDecodeError
 	case meta == nil:
 		unreachable, cause = "the agent has published no state", causeNoState
-	case !knownState(meta.GetState()):
-		unreachable = fmt.Sprintf("the agent reports an unknown state (%d)", int32(meta.GetState()))
+	case !knownState(meta.State):
+		unreachable = fmt.Sprintf("the agent reports an unknown state (%d)", int32(meta.State))
 		cause = causeUnknownState
-		since = msTime(meta.GetSinceMs())
+		since = meta.Since
 	}
 	if unreachable != "" {
 		n.State = StateUnreachable
@@ -378,29 +376,29 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	}
 
 	// Rule 6: the agent's own state.
-	n.Since = servedTime(msTime(meta.GetSinceMs()))
+	n.Since = servedTime(meta.Since)
 	n.Reason = reason
-	if meta.GetState() == gwpb.State_STATE_DOWN && current {
+	if meta.State == AgentDown && current {
 		n.Latch = latchOf(in.Update)
 		if d, ok := earlyDeadline(in, now); ok {
 			n.EarlyUntil = servedTime(d)
 			n.Reason += earlyNote(in, d)
 		}
 	}
-	switch meta.GetState() {
-	case gwpb.State_STATE_UP:
+	switch meta.State {
+	case AgentUp:
 		n.State = StateUp
 		n.Schedulable = true
 		n.Reason = ""
-	case gwpb.State_STATE_TEARDOWN:
+	case AgentTeardown:
 		n.State = StateTeardown
 		n.Schedulable = true
-		free := msTime(meta.GetFreeAtMs())
+		free := meta.FreeAt
 		if free.IsZero() {
-			free = msTime(meta.GetDeadlineMs())
+			free = meta.Deadline
 		}
 		n.FreeAt = servedTime(free)
-	case gwpb.State_STATE_DOWN:
+	case AgentDown:
 		n.State = StateDown
 	}
 	observeNode(&n, in, current, p)
@@ -409,34 +407,34 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 
 // freshest returns the freshest meta of in and whether in.Update is of that
 // same state (so its reason, teardowns and reports are current).
-func freshest(in *NodeInput) (*gwpb.Meta, bool) {
+func freshest(in *NodeInput) (*NodeMeta, bool) {
 	meta := in.Gossip
 	if in.Direct != nil && !newer(meta, in.Direct) {
 		meta = in.Direct
 	}
-	if u := in.Update.GetMeta(); u != nil && !newer(meta, u) {
+	if u := in.Update.meta(); u != nil && !newer(meta, u) {
 		meta = u
 	}
 	if meta == nil {
 		return nil, false
 	}
-	u := in.Update.GetMeta()
-	current := u != nil && u.GetIncarnation() == meta.GetIncarnation() && u.GetSeq() == meta.GetSeq()
+	u := in.Update.meta()
+	current := u != nil && u.Incarnation == meta.Incarnation && u.Seq == meta.Seq
 	return meta, current
 }
 
 // newer reports whether a is strictly newer than b by (incarnation, seq). A
 // nil meta is older than any other.
-func newer(a, b *gwpb.Meta) bool {
+func newer(a, b *NodeMeta) bool {
 	switch {
 	case a == nil:
 		return false
 	case b == nil:
 		return true
-	case a.GetIncarnation() != b.GetIncarnation():
-		return a.GetIncarnation() > b.GetIncarnation()
+	case a.Incarnation != b.Incarnation:
+		return a.Incarnation > b.Incarnation
 	default:
-		return a.GetSeq() > b.GetSeq()
+		return a.Seq > b.Seq
 	}
 }
 
@@ -445,23 +443,23 @@ func newer(a, b *gwpb.Meta) bool {
 // deadline of the teardowns in progress when the StateUpdate of this state
 // is known (the agent goes overdue at the first one), else the meta's
 // deadline, else its free_at.
-func enforceAt(in *NodeInput, meta *gwpb.Meta, current bool, p Policy) (time.Time, bool) {
+func enforceAt(in *NodeInput, meta *NodeMeta, current bool, p Policy) (time.Time, bool) {
 	var d time.Time
 	if current {
-		for _, td := range in.Update.GetTeardowns() {
-			if td.GetPhase() == "released" || td.GetPhase() == "running" {
+		for _, td := range in.Update.teardowns() {
+			if td.Phase == "released" || td.Phase == "running" {
 				continue
 			}
-			if t := msTime(td.GetDeadlineMs()); !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			if t := td.Deadline; !t.IsZero() && (d.IsZero() || t.Before(d)) {
 				d = t
 			}
 		}
 	}
 	if d.IsZero() {
-		d = msTime(meta.GetDeadlineMs())
+		d = meta.Deadline
 	}
 	if d.IsZero() {
-		d = msTime(meta.GetFreeAtMs())
+		d = meta.FreeAt
 	}
 	if d.IsZero() {
 		return time.Time{}, false
@@ -501,14 +499,14 @@ func later(a, b time.Time) time.Time {
 // UnreachableAfter.
 func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
 	var next time.Time
-	if meta, current := freshest(in); meta != nil && meta.GetState() == gwpb.State_STATE_TEARDOWN {
+	if meta, current := freshest(in); meta != nil && meta.State == AgentTeardown {
 		if at, ok := enforceAt(in, meta, current, p); ok {
 			if at = later(at, settledAt(in, p)); at.After(now) {
 				next = at
 			}
 		}
 	}
-	if meta, current := freshest(in); meta != nil && current && meta.GetState() == gwpb.State_STATE_DOWN {
+	if meta, current := freshest(in); meta != nil && current && meta.State == AgentDown {
 		if d, ok := earlyDeadline(in, now); ok && (next.IsZero() || d.Before(next)) {
 			next = d
 		}
@@ -520,39 +518,21 @@ func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
 }
 
 // fillDetails copies the teardowns and the latest report of u into n.
-func fillDetails(n *Node, u *gwpb.StateUpdate) {
-	for _, td := range u.GetTeardowns() {
-		n.Teardowns = append(n.Teardowns, Teardown{
-			Job:        td.GetJob(),
-			Phase:      td.GetPhase(),
-			Ended:      servedTime(msTime(td.GetEndedMs())),
-			Deadline:   servedTime(msTime(td.GetDeadlineMs())),
-			Expiration: servedTime(msTime(td.GetExpirationMs())),
-			Grace:      time.Duration(td.GetGraceMs()) * time.Millisecond,
-			Outcome:    td.GetOutcome(),
-			Released:   servedTime(msTime(td.GetReleasedMs())),
-			User:       servedUser(td.GetUser()),
-			Command:    servedCommand(td.GetCommand()),
-		})
-	}
-	var last *gwpb.Report
-	for _, r := range u.GetReports() {
-		if last == nil || r.GetTakenMs() >= last.GetTakenMs() {
+func fillDetails(n *Node, u *NodeUpdate) {
+	n.Teardowns = append(n.Teardowns, u.Teardowns...)
+	var last *Report
+	for i := range u.Reports {
+		if r := &u.Reports[i]; last == nil || !r.Taken.Before(last.Taken) {
 			last = r
 		}
 	}
 	if last != nil {
-		rep := &Report{
-			Job:     last.GetJob(),
-			Stage:   last.GetStage(),
-			Outcome: last.GetOutcome(),
-			Summary: last.GetSummary(),
-			Taken:   servedTime(msTime(last.GetTakenMs())),
+		rep := *last
+		rep.Detail = nil
+		if len(last.Detail) > 0 {
+			rep.Detail = json.RawMessage(slices.Clone(last.Detail))
 		}
-		if d := last.GetDetailJson(); len(d) > 0 && json.Valid(d) {
-			rep.Detail = json.RawMessage(slices.Clone(d))
-		}
-		n.LastReport = rep
+		n.LastReport = &rep
 	}
 }
 
@@ -563,30 +543,20 @@ func goneReason(s mesh.Status) string {
 	return "the mesh declared the agent dead"
 }
 
-func knownState(s gwpb.State) bool {
-	return s == gwpb.State_STATE_UP || s == gwpb.State_STATE_TEARDOWN || s == gwpb.State_STATE_DOWN
+func knownState(s AgentState) bool {
+	return s == AgentUp || s == AgentTeardown || s == AgentDown
 }
 
-func stateName(s gwpb.State) string {
+func stateName(s AgentState) string {
 	switch s {
-	case gwpb.State_STATE_UP:
+	case AgentUp:
 		return "up"
-	case gwpb.State_STATE_TEARDOWN:
+	case AgentTeardown:
 		return "teardown"
-	case gwpb.State_STATE_DOWN:
+	case AgentDown:
 		return "down"
 	}
 	return fmt.Sprintf("unknown state (%d)", int32(s))
-}
-
-func roleName(r gwpb.Role) string {
-	switch r {
-	case gwpb.Role_ROLE_AGENT:
-		return "agent"
-	case gwpb.Role_ROLE_AGGREGATOR:
-		return "aggregator"
-	}
-	return "unspecified"
 }
 
 // maxMs is the last millisecond JSON can carry in an RFC 3339 time (year
@@ -613,23 +583,3 @@ func servedTime(t time.Time) time.Time {
 
 // formatTime writes t as RFC 3339 in UTC with milliseconds, as in reasons.
 func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
-
-// servedUser is u when it is a user name by the proto's rule
-// (agent/request.ValidateUser), else "": a node's label is shown only when
-// it is well formed.
-func servedUser(u string) string {
-	if agentrequest.ValidateUser(u) != nil {
-		return ""
-	}
-	return u
-}
-
-// servedCommand is c when it is a command by the proto's rule (printable
-// UTF-8 within 64 bytes, history.ValidCommand, the rule the history keeps
-// records by), else "".
-func servedCommand(c string) string {
-	if !history.ValidCommand(c) {
-		return ""
-	}
-	return c
-}

@@ -38,8 +38,12 @@ func downMeta(inc, seq uint64, reason string) *gwpb.Meta {
 }
 
 func alive(name string, gossip *gwpb.Meta) NodeInput {
-	return NodeInput{Name: name, Role: gwpb.Role_ROLE_AGENT, Status: mesh.StatusAlive, StatusSince: t0, Gossip: gossip}
+	return NodeInput{Name: name, Role: roleAgent, Status: mesh.StatusAlive, StatusSince: t0, Gossip: decodeMeta(gossip)}
 }
+
+// updateIn is u as the intake keeps it (bounded, then decoded); nil for
+// nil.
+func updateIn(u *gwpb.StateUpdate) *NodeUpdate { return decodeUpdate(boundUpdate(u)) }
 
 func tp(t time.Time) *time.Time { return &t }
 
@@ -134,7 +138,8 @@ func TestCompute(t *testing.T) {
 			name: "central enforcement uses the earliest deadline in progress", now: at(2*time.Minute + 5*time.Second),
 			in: func() NodeInput {
 				in := alive("n1", twoTeardowns.Meta)
-				in.Update, in.Direct = twoTeardowns, twoTeardowns.Meta
+				in.Update = updateIn(twoTeardowns)
+				in.Direct = in.Update.Meta
 				return in
 			}(),
 			state: StateDown, reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z",
@@ -149,7 +154,7 @@ func TestCompute(t *testing.T) {
 			name: "a newer report after the deadline wins", now: deadline.Add(time.Hour),
 			in: func() NodeInput {
 				in := alive("n1", teardownMeta(1, 2, deadline))
-				in.Direct = upMeta(1, 3)
+				in.Direct = decodeMeta(upMeta(1, 3))
 				return in
 			}(),
 			state: StateUp, since: tp(t0), schedulable: true,
@@ -158,7 +163,8 @@ func TestCompute(t *testing.T) {
 			name: "agent down: the untruncated reason of the current update", now: at(time.Hour),
 			in: func() NodeInput {
 				in := alive("n1", downReport.Meta)
-				in.Update, in.Direct = downReport, downReport.Meta
+				in.Update = updateIn(downReport)
+				in.Direct = in.Update.Meta
 				return in
 			}(),
 			state: StateDown, reason: downReport.Reason, since: tp(at(time.Minute)),
@@ -178,7 +184,8 @@ func TestCompute(t *testing.T) {
 			name: "gossip newer than the update: its reason, no stale details", now: at(time.Hour),
 			in: func() NodeInput {
 				in := alive("n1", downMeta(1, 6, "drained by admin"))
-				in.Update, in.Direct = downReport, downReport.Meta
+				in.Update = updateIn(downReport)
+				in.Direct = in.Update.Meta
 				return in
 			}(),
 			state: StateDown, reason: "drained by admin", since: tp(at(time.Minute)),
@@ -192,7 +199,7 @@ func TestCompute(t *testing.T) {
 			name: "a direct meta newer than gossip wins", now: at(time.Hour),
 			in: func() NodeInput {
 				in := alive("n1", downMeta(1, 5, "hung"))
-				in.Direct = upMeta(1, 6)
+				in.Direct = decodeMeta(upMeta(1, 6))
 				return in
 			}(),
 			state: StateUp, since: tp(t0), schedulable: true,
@@ -201,7 +208,7 @@ func TestCompute(t *testing.T) {
 			name: "a new incarnation is newer whatever its seq", now: t0,
 			in: func() NodeInput {
 				in := alive("n1", upMeta(2, 1))
-				in.Direct = downMeta(1, 99, "old")
+				in.Direct = decodeMeta(downMeta(1, 99, "old"))
 				return in
 			}(),
 			state: StateUp, since: tp(t0), schedulable: true,
@@ -284,7 +291,7 @@ func TestCompute(t *testing.T) {
 			name: "meta does not decode but a direct update does", now: at(time.Hour),
 			in: func() NodeInput {
 				in := NodeInput{Name: "n1", Status: mesh.StatusAlive, GossipErr: decodeErr}
-				in.Update = &gwpb.StateUpdate{Meta: upMeta(1, 4)}
+				in.Update = updateIn(&gwpb.StateUpdate{Meta: upMeta(1, 4)})
 				return in
 			}(),
 			state: StateUp, since: tp(t0), schedulable: true,
@@ -306,7 +313,7 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "a direct message before the member event counts as alive", now: t0,
-			in:    NodeInput{Name: "n1", Role: gwpb.Role_ROLE_AGENT, Direct: upMeta(1, 1)},
+			in:    NodeInput{Name: "n1", Role: roleAgent, Direct: decodeMeta(upMeta(1, 1))},
 			state: StateUp, since: tp(t0), schedulable: true,
 			check: func(t *testing.T, n Node) {
 				if mesh.Status(n.Member) != mesh.StatusAlive {
@@ -468,7 +475,7 @@ func TestNextEnforcementUnreachableAfter(t *testing.T) {
 		t.Error("the window is still pending once it has passed")
 	}
 	// The earlier of a teardown's D + allowance and the window's end.
-	in.Gossip = teardownMeta(1, 2, went.Add(-4*time.Second))
+	in.Gossip = decodeMeta(teardownMeta(1, 2, went.Add(-4*time.Second)))
 	if got, ok := nextEnforcement(&in, went, p); !ok || !got.Equal(went.Add(time.Second)) {
 		t.Errorf("nextEnforcement = %v, %v; want D + allowance", got, ok)
 	}
@@ -536,13 +543,13 @@ func TestComputeSettle(t *testing.T) {
 			now: seen.Add(3 * time.Second), policy: p, state: StateDown, reason: centralReason, since: seen.Add(3 * time.Second)},
 		{name: "the agent sent its state: no hold", in: func() NodeInput {
 			in := gossipOnly()
-			in.Update = &gwpb.StateUpdate{Meta: teardownMeta(1, 3, deadline)}
+			in.Update = updateIn(&gwpb.StateUpdate{Meta: teardownMeta(1, 3, deadline)})
 			in.Direct = in.Update.Meta
 			return in
 		}(), now: seen, policy: p, state: StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
 		{name: "a ControlAck's meta counts as the agent's own", in: func() NodeInput {
 			in := gossipOnly()
-			in.Direct = teardownMeta(1, 3, deadline)
+			in.Direct = decodeMeta(teardownMeta(1, 3, deadline))
 			return in
 		}(), now: seen, policy: p, state: StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
 		{name: "settle 0: gossip is trusted at once", in: gossipOnly(),

@@ -1,6 +1,9 @@
 package cgroup
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // InotifyFD exposes the watcher's inotify descriptor, so tests can read its
 // /proc/self/fdinfo entry (the live watches).
@@ -10,3 +13,7 @@ func (m *Manager) InotifyFD() int { return m.w.fd }
 func (m *Manager) SignalPID(pid int, path string, sig syscall.Signal) (bool, error) {
 	return m.signalPID(pid, path, sig)
 }
+
+// ReadKVFrom exposes ReadKV's read of a cgroup file opened before (so a
+// test can remove the cgroup between the open and the read).
+func ReadKVFrom(f *os.File) (map[string]string, error) { return readKV(f) }

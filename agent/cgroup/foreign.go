@@ -275,7 +275,7 @@ func (m *Manager) ProcsV1(p string, max int) ([]int, error) {
 	var pids []int
 	err := fs.WalkDir(m.fsys, rel, func(q string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			if vanished(err) {
 				if q == rel {
 					return fs.SkipAll
 				}
@@ -288,7 +288,7 @@ func (m *Manager) ProcsV1(p string, max int) ([]int, error) {
 		}
 		data, err := fs.ReadFile(m.fsys, q+"/cgroup.procs")
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			if vanished(err) {
 				return nil
 			}
 			return err

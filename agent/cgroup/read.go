@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -25,11 +26,23 @@ type Events struct {
 }
 
 // ReadKV reads a flat-keyed cgroup file ("key value" lines) such as
-// cgroup.events or cgroup.stat. It only reads and is safe for concurrent use.
+// cgroup.events or cgroup.stat. A file of a cgroup that is gone, or being
+// removed (ENODEV), gives an error that wraps fs.ErrNotExist (goneErr). It
+// only reads and is safe for concurrent use.
 func ReadKV(file string) (map[string]string, error) {
-	data, err := os.ReadFile(file)
+	f, err := os.Open(file)
 	if err != nil {
-		return nil, err
+		return nil, goneErr(err)
+	}
+	defer f.Close()
+	return readKV(f)
+}
+
+// readKV reads the open cgroup file f (see ReadKV).
+func readKV(f *os.File) (map[string]string, error) {
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, goneErr(err) // an *fs.PathError naming the file
 	}
 	m := make(map[string]string)
 	for _, line := range strings.Split(string(data), "\n") {
@@ -41,8 +54,9 @@ func ReadKV(file string) (map[string]string, error) {
 	return m, nil
 }
 
-// ReadEvents reads path/cgroup.events. It only reads and is safe for
-// concurrent use (typically from a Watch callback).
+// ReadEvents reads path/cgroup.events. Its error wraps fs.ErrNotExist when
+// the cgroup is gone or being removed (ReadKV). It only reads and is safe
+// for concurrent use (typically from a Watch callback).
 func ReadEvents(path string) (Events, error) {
 	m, err := ReadKV(filepath.Join(path, "cgroup.events"))
 	if err != nil {
@@ -57,11 +71,11 @@ func ReadEvents(path string) (Events, error) {
 
 // Populated reports whether the cgroup at path or any descendant holds a
 // process. This, not an empty cgroup.procs, is the proof that a cgroup is
-// empty. A cgroup that does not exist is not populated. It only reads and is
-// safe for concurrent use.
+// empty. A cgroup that does not exist, or is being removed, is not
+// populated. It only reads and is safe for concurrent use.
 func Populated(path string) (bool, error) {
 	ev, err := ReadEvents(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if vanished(err) {
 		return false, nil
 	}
 	return ev.Populated, err
@@ -72,6 +86,16 @@ func Populated(path string) (bool, error) {
 // processes are gone with it).
 func vanished(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
+}
+
+// goneErr is err, wrapping fs.ErrNotExist too when it is ENODEV: kernfs
+// answers ENODEV for a file of a cgroup being removed, and callers test a
+// cgroup's absence with errors.Is(err, fs.ErrNotExist), as for ENOENT.
+func goneErr(err error) error {
+	if errors.Is(err, syscall.ENODEV) && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w (%w: the cgroup is being removed)", err, fs.ErrNotExist)
+	}
+	return err
 }
 
 // Procs lists the pids of the cgroup at path and all its descendants, sorted

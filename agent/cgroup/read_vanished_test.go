@@ -27,3 +27,18 @@ func TestVanished(t *testing.T) {
 		}
 	}
 }
+
+// goneErr makes ENODEV read as fs.ErrNotExist too (what Populated,
+// ReadEvents' callers and the diagnosis test), and leaves other errors as
+// they are.
+func TestGoneErr(t *testing.T) {
+	enodev := &fs.PathError{Op: "read", Path: "x/cgroup.events", Err: syscall.ENODEV}
+	if err := goneErr(enodev); !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, syscall.ENODEV) {
+		t.Errorf("goneErr(ENODEV) = %v: want it to wrap fs.ErrNotExist and ENODEV", err)
+	}
+	for _, err := range []error{os.ErrNotExist, &fs.PathError{Op: "open", Path: "x", Err: syscall.EACCES}, errors.New("other")} {
+		if got := goneErr(err); got != err {
+			t.Errorf("goneErr(%v) = %v, want it unchanged", err, got)
+		}
+	}
+}

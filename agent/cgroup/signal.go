@@ -65,7 +65,7 @@ func (m *Manager) Kill(path string) (int, error) {
 		}
 		err = writeCgroupFile(filepath.Join(p, "cgroup.kill"), "1")
 		switch {
-		case errors.Is(err, fs.ErrNotExist):
+		case vanished(err):
 			return 0, nil
 		case err != nil:
 			errs = append(errs, fmt.Errorf("kill cgroup %s: write cgroup.kill: %w", p, err))
@@ -98,7 +98,7 @@ func (m *Manager) Remove(path string) error {
 	var dirs []string
 	err = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			if vanished(err) {
 				return nil
 			}
 			return err

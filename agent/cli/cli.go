@@ -109,40 +109,27 @@ var execCommands = []string{"job start", "job update", "job end", "epilog"}
 // binary (see daemonPath) with the same arguments.
 func Run(args []string, stdout, stderr io.Writer, d *Daemon) int {
 	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now, daemon: d}
-	if len(args) == 0 {
-		program.Usage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help":
-		program.Usage(stdout)
-		return exitOK
+	out := c.out()
+	if code, ok := program.Start(out, args); !ok {
+		return code
 	}
 	globals, args, err := leadingFlags(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "nodeagent: %v\n", err)
-		program.Usage(stderr)
-		return exitUsage
+		return program.UsageFail(out, "%v", err)
 	}
 	if len(args) == 0 {
-		fmt.Fprintf(stderr, "nodeagent: a command is required after %s\n", strings.Join(globals, " "))
-		program.Usage(stderr)
-		return exitUsage
+		return program.UsageFail(out, "a command is required after %s", strings.Join(globals, " "))
 	}
 	cmd, rest := program.Find(args)
 	if cmd == nil {
 		if args[0] == "job" && len(args) == 1 {
-			fmt.Fprintln(stderr, "nodeagent: job needs a subcommand: start or end")
-			program.Usage(stderr)
-			return exitUsage
+			return program.UsageFail(out, "job needs a subcommand: start or end")
 		}
 		name := args[0]
 		if name == "job" {
 			name += " " + args[1]
 		}
-		fmt.Fprintf(stderr, "nodeagent: unknown command %q\n", name)
-		program.Usage(stderr)
-		return exitUsage
+		return program.UsageFail(out, "unknown command %q", name)
 	}
 	// Flags given before the command are the command's, as if after it:
 	// `nodeagent --socket S status` is `nodeagent status --socket S`.

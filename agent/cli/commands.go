@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
-	"github.com/gracewatch/gracewatch/internal/version"
 )
 
 func runServe(c *cli, name string, args []string) int {
@@ -370,8 +368,7 @@ func runVersion(c *cli, name string, args []string) int {
 	if code, ok := c.newFlags(name).ParseN(args, 0, ""); !ok {
 		return code
 	}
-	fmt.Fprintf(c.stdout, "nodeagent %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return exitOK
+	return c.out().PrintVersion()
 }
 
 func runHelp(c *cli, name string, args []string) int { return program.Help(c, c.out(), args) }

@@ -75,20 +75,12 @@ func init() {
 // the exit status.
 func Run(args []string, stdout, stderr io.Writer) int {
 	c := &cli{stdout: stdout, stderr: stderr, getenv: os.Getenv}
-	if len(args) == 0 {
-		program.Usage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help":
-		program.Usage(stdout)
-		return exitOK
+	if code, ok := program.Start(c.out(), args); !ok {
+		return code
 	}
 	cmd := program.Lookup(args[0])
 	if cmd == nil {
-		fmt.Fprintf(stderr, "aggregator: unknown command %q\n", args[0])
-		program.Usage(stderr)
-		return exitUsage
+		return program.UsageFail(c.out(), "unknown command %q", args[0])
 	}
 	return cmd.Run(c, cmd.Name, args[1:])
 }

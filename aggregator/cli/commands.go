@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
-	"runtime"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -16,7 +15,6 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
-	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -279,8 +277,7 @@ func runVersion(c *cli, name string, args []string) int {
 	if code, ok := f.ParseN(args, 0, ""); !ok {
 		return code
 	}
-	fmt.Fprintf(c.stdout, "aggregator %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return exitOK
+	return c.out().PrintVersion()
 }
 
 func timeOrDash(t *time.Time) string {

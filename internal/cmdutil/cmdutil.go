@@ -10,9 +10,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/gracewatch/gracewatch/internal/version"
 )
 
 // Exit codes of both programs' commands.
@@ -50,6 +53,13 @@ func (o Out) PrintJSON(v any) int {
 	if err := enc.Encode(v); err != nil {
 		return o.Fail(err)
 	}
+	return ExitOK
+}
+
+// PrintVersion prints the program's version line: "PROG VERSION (GO,
+// OS/ARCH)".
+func (o Out) PrintVersion() int {
+	fmt.Fprintf(o.Stdout, "%s %s (%s, %s/%s)\n", o.Prog, version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return ExitOK
 }
 

@@ -72,6 +72,30 @@ func (p *Program[C]) Usage(w io.Writer) {
 	}
 }
 
+// Start is what the command line does before its command: with none it
+// prints the usage on stderr (exit 2), with -h, -help or --help on stdout
+// (exit 0). ok=false: the program exits with code.
+func (p *Program[C]) Start(out Out, args []string) (code int, ok bool) {
+	if len(args) == 0 {
+		p.Usage(out.Stderr)
+		return ExitUsage, false
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		p.Usage(out.Stdout)
+		return ExitOK, false
+	}
+	return ExitOK, true
+}
+
+// UsageFail prints "PROG: message" and the program's usage on stderr and
+// returns ExitUsage: a command line without a command it knows.
+func (p *Program[C]) UsageFail(out Out, format string, a ...any) int {
+	fmt.Fprintf(out.Stderr, "%s: %s\n", p.Name, fmt.Sprintf(format, a...))
+	p.Usage(out.Stderr)
+	return ExitUsage
+}
+
 // Help runs `PROG help [COMMAND]`: the program's usage, or the command's
 // help (its Run with -h, which prints its flags). An unknown command is a
 // usage error.

@@ -110,3 +110,37 @@ func TestCall(t *testing.T) {
 		t.Errorf("error: %d %q %q", code, stderr.String(), stdout.String())
 	}
 }
+
+// The preamble both command lines share: no command is a usage error with
+// the usage on stderr, -h the usage on stdout, anything else goes on to the
+// command; UsageFail names the program and prints the usage; the version
+// line names the program.
+func TestStartAndUsageFail(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		code     int
+		ok       bool
+		out, err string
+	}{
+		{args: nil, code: ExitUsage, err: "usage: prog COMMAND"},
+		{args: []string{"--help"}, code: ExitOK, out: "usage: prog COMMAND"},
+		{args: []string{"-h"}, code: ExitOK, out: "usage: prog COMMAND"},
+		{args: []string{"thing", "-h"}, code: ExitOK, ok: true},
+	} {
+		p, stdout, stderr, out := testProgram()
+		code, ok := p.Start(out, c.args)
+		if code != c.code || ok != c.ok || !strings.Contains(stdout.String(), c.out) || !strings.Contains(stderr.String(), c.err) ||
+			(c.out == "" && stdout.Len() > 0) || (c.err == "" && stderr.Len() > 0) {
+			t.Errorf("Start(%q) = %d, %v; stdout %q, stderr %q", c.args, code, ok, stdout, stderr)
+		}
+	}
+	p, stdout, stderr, out := testProgram()
+	if code := p.UsageFail(out, "unknown command %q", "x"); code != ExitUsage || stdout.Len() > 0 ||
+		!strings.HasPrefix(stderr.String(), "prog: unknown command \"x\"\nusage: prog COMMAND") {
+		t.Errorf("UsageFail = %d; stderr %q", code, stderr)
+	}
+	_, stdout, _, out = testProgram()
+	if code := out.PrintVersion(); code != ExitOK || !strings.HasPrefix(stdout.String(), "prog ") || !strings.Contains(stdout.String(), "/") {
+		t.Errorf("PrintVersion = %d, %q", code, stdout)
+	}
+}

@@ -1,0 +1,261 @@
+package aggregator
+
+// The intake's decoding: gossip and StateUpdates (the wire's gwpb types),
+// once bounded (bounds.go), become the internal node input (nodeinput.go)
+// here, checked once; a Handover carries that input back in the wire's
+// form (encodeMeta, encodeUpdate). Nothing past this file and the intake
+// reads the wire's types of a node's state.
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gracewatch/gracewatch/agent/report"
+	agentrequest "github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/aggregator/history"
+	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// decodeMeta is m as the view keeps it; nil for nil. Its reason is cut to
+// maxUpdateReasonBytes (a gossiped meta is within memberlist's 512 bytes, a
+// direct one is not); times out of range are unknown (msTime).
+func decodeMeta(m *gwpb.Meta) *NodeMeta {
+	if m == nil {
+		return nil
+	}
+	return &NodeMeta{Incarnation: m.GetIncarnation(), Seq: m.GetSeq(), State: AgentState(m.GetState()),
+		Since: msTime(m.GetSinceMs()), FreeAt: msTime(m.GetFreeAtMs()), Deadline: msTime(m.GetDeadlineMs()),
+		Reason: cutText(m.GetReason(), maxUpdateReasonBytes)}
+}
+
+// decodeUpdate is u, a StateUpdate bounded by boundUpdate, as the view
+// keeps it; nil when u is nil or has no meta. A cause that breaks its
+// bounds (checkCause) is dropped; a teardown's user or command that breaks
+// the proto's rule is dropped (servedUser, servedCommand); a report's
+// detail that is not valid JSON is dropped.
+func decodeUpdate(u *gwpb.StateUpdate) *NodeUpdate {
+	if u.GetMeta() == nil {
+		return nil
+	}
+	d := &NodeUpdate{Meta: decodeMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
+		Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(), Mode: config.ModeEnforce,
+		KillPathFloor: msDuration(u.GetKillPathFloorMs()), KillPath: cutText(u.GetKillPath(), maxKillPathBytes)}
+	if checkCause(u.GetCause()) == nil {
+		d.Cause = decodeCause(u.GetCause())
+	}
+	if checkCause(u.GetObservedCause()) == nil {
+		d.ObservedCause = decodeCause(u.GetObservedCause())
+	}
+	if u.GetMode() == gwpb.Mode_MODE_OBSERVE {
+		d.Mode = config.ModeObserve
+	}
+	tds := u.GetTeardowns()
+	tds = tds[:min(len(tds), maxTeardownsKept)]
+	d.Teardowns = make([]Teardown, 0, len(tds))
+	for _, td := range tds {
+		d.Teardowns = append(d.Teardowns, Teardown{
+			Job:        cutText(td.GetJob(), maxFieldBytes),
+			Phase:      cutText(td.GetPhase(), maxFieldBytes),
+			Ended:      msTime(td.GetEndedMs()),
+			Deadline:   msTime(td.GetDeadlineMs()),
+			Expiration: msTime(td.GetExpirationMs()),
+			Grace:      msDuration(td.GetGraceMs()),
+			Outcome:    cutText(td.GetOutcome(), maxFieldBytes),
+			Released:   msTime(td.GetReleasedMs()),
+			User:       servedUser(td.GetUser()),
+			Command:    servedCommand(td.GetCommand()),
+		})
+	}
+	for _, r := range u.GetReports() {
+		rep := Report{Job: cutText(r.GetJob(), maxFieldBytes), Stage: cutText(r.GetStage(), maxFieldBytes),
+			Outcome: cutText(r.GetOutcome(), maxFieldBytes), Summary: cutText(r.GetSummary(), maxSummaryBytes),
+			Taken: msTime(r.GetTakenMs())}
+		if dj := r.GetDetailJson(); len(dj) > 0 && json.Valid(dj) {
+			rep.Detail = json.RawMessage(dj)
+		}
+		d.Reports = append(d.Reports, rep)
+	}
+	return d
+}
+
+// msDuration converts milliseconds from the wire; zero, negative and
+// out-of-range values (a buggy or hostile sender) give 0.
+func msDuration(ms int64) time.Duration {
+	if ms <= 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// msOf is t in Unix milliseconds for the wire; 0 for the zero time.
+func msOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// encodeMeta is m in the wire's form (a Handover carries it); nil for nil.
+func encodeMeta(m *NodeMeta) *gwpb.Meta {
+	if m == nil {
+		return nil
+	}
+	return &gwpb.Meta{Schema: gwpb.SchemaVersion, Role: gwpb.Role_ROLE_AGENT, Incarnation: m.Incarnation, Seq: m.Seq,
+		State: gwpb.State(m.State), SinceMs: msOf(m.Since), FreeAtMs: msOf(m.FreeAt), DeadlineMs: msOf(m.Deadline), Reason: m.Reason}
+}
+
+// encodeUpdate is u in the wire's form (a Handover carries it): decoded
+// again, it gives u. Nil for nil.
+func encodeUpdate(u *NodeUpdate) *gwpb.StateUpdate {
+	if u == nil {
+		return nil
+	}
+	w := &gwpb.StateUpdate{Meta: encodeMeta(u.Meta), Reason: u.Reason, StartedMs: u.StartedMs, Cause: encodeCause(u.Cause),
+		Clean: u.Clean, AdminDrain: u.AdminDrain, Mode: gwpb.Mode_MODE_ENFORCE, ObservedCause: encodeCause(u.ObservedCause),
+		KillPathFloorMs: u.KillPathFloor.Milliseconds(), KillPath: u.KillPath}
+	if u.Mode == config.ModeObserve {
+		w.Mode = gwpb.Mode_MODE_OBSERVE
+	}
+	for _, td := range u.Teardowns {
+		w.Teardowns = append(w.Teardowns, &gwpb.Teardown{Job: td.Job, Phase: td.Phase, EndedMs: msOf(td.Ended),
+			DeadlineMs: msOf(td.Deadline), ExpirationMs: msOf(td.Expiration), GraceMs: td.Grace.Milliseconds(), Outcome: td.Outcome,
+			ReleasedMs: msOf(td.Released), User: td.User, Command: td.Command})
+	}
+	for _, r := range u.Reports {
+		w.Reports = append(w.Reports, &gwpb.Report{Job: r.Job, Stage: r.Stage, Outcome: r.Outcome, Summary: r.Summary,
+			TakenMs: msOf(r.Taken), DetailJson: []byte(r.Detail)})
+	}
+	return w
+}
+
+// encodeCause is c in the wire's form; nil for nil.
+func encodeCause(c *NodeCause) *gwpb.Cause {
+	if c == nil {
+		return nil
+	}
+	n := func(v int) uint32 { return uint32(min(max(v, 0), maxCauseCount)) }
+	return &gwpb.Cause{Fstype: c.FSType, Source: c.Source, Mountpoint: c.Mountpoint, Wchan: c.Wchan, Class: c.Class,
+		Unkillable: n(c.Counts[0]), ExitHang: n(c.Counts[1]), KillableD: n(c.Counts[2]), Missed: n(c.Counts[3]),
+		Dying: n(c.Counts[4]), Zombie: n(c.Counts[5]), ExamplePid: int32(c.ExamplePID), ExampleComm: c.ExampleComm, Job: c.Job}
+}
+
+// maxCauseCount bounds each count of a cause (a node's processes of one
+// class): far above the agent's report bound, a sum over 10,000 nodes
+// still fits an int.
+const maxCauseCount = 1 << 20
+
+// checkCause checks a node's cause by agent/report's bounds: every string
+// printable UTF-8 within its bound, a known class. A nil cause is valid.
+func checkCause(c *gwpb.Cause) error {
+	if c == nil {
+		return nil
+	}
+	rc := report.Cause{FSType: c.GetFstype(), Source: c.GetSource(), Mountpoint: c.GetMountpoint(), Wchan: c.GetWchan(),
+		Class: report.Class(c.GetClass()), ExamplePID: int(c.GetExamplePid()), ExampleComm: c.GetExampleComm(), Job: c.GetJob()}
+	if err := rc.Check(); err != nil {
+		return err
+	}
+	if rc.Empty() {
+		return fmt.Errorf("cause: names neither a file system nor a wait channel")
+	}
+	return nil
+}
+
+// decodeCause is c as the view keeps it; nil for nil. c was checked.
+func decodeCause(c *gwpb.Cause) *NodeCause {
+	if c == nil {
+		return nil
+	}
+	n := func(v uint32) int { return int(min(v, maxCauseCount)) }
+	return &NodeCause{
+		FSType: c.GetFstype(), Source: c.GetSource(), Mountpoint: c.GetMountpoint(), Wchan: c.GetWchan(), Class: c.GetClass(),
+		Counts: incident.Counts{n(c.GetUnkillable()), n(c.GetExitHang()), n(c.GetKillableD()), n(c.GetMissed()),
+			n(c.GetDying()), n(c.GetZombie())},
+		ExamplePID: int(c.GetExamplePid()), ExampleComm: c.GetExampleComm(), Job: c.GetJob(),
+	}
+}
+
+// boundCause is a copy of c without unknown fields (bounds.go copies a
+// StateUpdate's known fields only); the intake checks it (intakeLatch).
+func boundCause(c *gwpb.Cause) *gwpb.Cause {
+	if c == nil {
+		return nil
+	}
+	return &gwpb.Cause{Fstype: c.GetFstype(), Source: c.GetSource(), Mountpoint: c.GetMountpoint(), Wchan: c.GetWchan(),
+		Class: c.GetClass(), Unkillable: c.GetUnkillable(), ExitHang: c.GetExitHang(), KillableD: c.GetKillableD(),
+		Missed: c.GetMissed(), Dying: c.GetDying(), Zombie: c.GetZombie(), ExamplePid: c.GetExamplePid(),
+		ExampleComm: c.GetExampleComm(), Job: c.GetJob()}
+}
+
+// intakeLatch checks the cause of a StateUpdate from node: one that breaks
+// a bound is dropped (the node is then down without a named cause, so it
+// joins no file system's incident), counted (intake_refused_total{what=
+// "cause"}) and logged once per node and hour. A node speaks only for
+// itself: its cause can only place itself in an incident. It runs on the
+// loop.
+func (s *Service) intakeLatch(node string, u *gwpb.StateUpdate) {
+	err := checkCause(u.GetCause())
+	if err == nil {
+		if err = checkCause(u.GetObservedCause()); err == nil {
+			return
+		}
+		u.ObservedCause = nil
+	} else {
+		u.Cause = nil
+	}
+	s.met.refused.WithLabelValues("cause").Inc()
+	now := s.clock.Now()
+	if at, logged := s.inc.causeLogged[node]; logged && now.Sub(at) < time.Hour {
+		return
+	}
+	if len(s.inc.causeLogged) >= maxRefusedLogged {
+		clear(s.inc.causeLogged)
+	}
+	s.inc.causeLogged[node] = now
+	s.log.Warn("a node's cause refused: it joins no incident by it", "node", nodename.Quote(node), "err", err)
+}
+
+// boundMode is m, or MODE_UNSPECIFIED for a value this build does not
+// know (the schema's rule for enums).
+func boundMode(m gwpb.Mode) gwpb.Mode {
+	if m == gwpb.Mode_MODE_ENFORCE || m == gwpb.Mode_MODE_OBSERVE {
+		return m
+	}
+	return gwpb.Mode_MODE_UNSPECIFIED
+}
+
+// servedUser is u when it is a user name by the proto's rule
+// (agent/request.ValidateUser), else "": a node's label is shown only when
+// it is well formed.
+func servedUser(u string) string {
+	if agentrequest.ValidateUser(u) != nil {
+		return ""
+	}
+	return u
+}
+
+// servedCommand is c when it is a command by the proto's rule (printable
+// UTF-8 within 64 bytes, history.ValidCommand, the rule the history keeps
+// records by), else "".
+func servedCommand(c string) string {
+	if !history.ValidCommand(c) {
+		return ""
+	}
+	return c
+}
+
+// roleOf is r as NodeInput.Role names it.
+func roleOf(r gwpb.Role) string {
+	switch r {
+	case gwpb.Role_ROLE_AGENT:
+		return roleAgent
+	case gwpb.Role_ROLE_AGGREGATOR:
+		return roleAggregator
+	}
+	return roleUnspecified
+}

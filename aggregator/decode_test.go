@@ -1,0 +1,158 @@
+package aggregator
+
+import (
+	"go/parser"
+	"go/token"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
+)
+
+// The view works on the internal node input only: the wire's types of a
+// node's state are decoded at the intake (decode.go) and the view's output
+// is converted at the HTTP edge (wire.go). This test fails when one of the
+// view's files imports the protobuf types again.
+func TestViewImportsNoWireTypes(t *testing.T) {
+	view := []string{"view.go", "observe.go", "latch.go", "nodeinput.go", "wire.go", "events.go", "recompute.go"}
+	for _, name := range view {
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasSuffix(path, "/proto/gwpb") || strings.HasPrefix(path, "google.golang.org/protobuf") {
+				t.Errorf("%s imports %s: the view works on the internal node input (nodeinput.go); decode at the intake (decode.go)",
+					name, path)
+			}
+		}
+	}
+}
+
+// fullUpdate is a StateUpdate with every field set to a valid value.
+func fullUpdate() *gwpb.StateUpdate {
+	deadline := at(2 * time.Minute)
+	cause := func(fs string) *gwpb.Cause {
+		return &gwpb.Cause{Fstype: fs, Source: "srv:/vol", Mountpoint: "/scratch", Wchan: "request_wait_answer", Class: "unkillable",
+			Unkillable: 1, ExitHang: 2, KillableD: 3, Missed: 4, Dying: 5, Zombie: 6, ExamplePid: 42, ExampleComm: "cat", Job: "7"}
+	}
+	meta := downMeta(3, 9, "job 7 hung")
+	meta.FreeAtMs, meta.DeadlineMs = ms(deadline), ms(deadline)
+	return &gwpb.StateUpdate{Meta: meta, Reason: "job 7 hung (full)", StartedMs: ms(t0),
+		Teardowns: []*gwpb.Teardown{
+			{Job: "7", Phase: "overdue", EndedMs: ms(t0), DeadlineMs: ms(deadline), ExpirationMs: ms(at(time.Minute)), GraceMs: 120000,
+				Outcome: "hung", ReleasedMs: ms(at(3 * time.Minute)), User: "alice", Command: "cat"},
+		},
+		Reports: []*gwpb.Report{{Job: "7", Stage: "after-escalation", Outcome: "hung", Summary: "1 unkillable",
+			TakenMs: ms(deadline), DetailJson: []byte(`{"job":"7"}`)}},
+		Cause: cause("fuse"), Clean: true, AdminDrain: true, Mode: gwpb.Mode_MODE_OBSERVE, ObservedCause: cause("nfs"),
+		KillPathFloorMs: 95000, KillPath: "slurm: OverTimeLimit 0 + 30 s + KillWait 60 s + 5 s"}
+}
+
+// zeroFields returns the path of every field of v (recursively through
+// pointers, structs and the first element of slices) that is zero.
+func zeroFields(v reflect.Value, path string) []string {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return []string{path}
+		}
+		return zeroFields(v.Elem(), path)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeOf(time.Time{}) {
+			if v.Interface().(time.Time).IsZero() {
+				return []string{path}
+			}
+			return nil
+		}
+		var zero []string
+		for i := range v.NumField() {
+			zero = append(zero, zeroFields(v.Field(i), path+"."+v.Type().Field(i).Name)...)
+		}
+		return zero
+	case reflect.Slice:
+		if v.Len() == 0 {
+			return []string{path}
+		}
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return nil
+		}
+		return zeroFields(v.Index(0), path+"[0]")
+	case reflect.Array:
+		for i := range v.Len() {
+			if v.Index(i).IsZero() {
+				return []string{path + "[" + strconv.Itoa(i) + "]"}
+			}
+		}
+		return nil
+	}
+	if v.IsZero() {
+		return []string{path}
+	}
+	return nil
+}
+
+// The intake decodes every field of a StateUpdate into the internal node
+// input (a field added to both and not decoded is lost to the view), and a
+// Handover's encoding of that input decodes to the same input: the
+// aggregator that adopts a gone node serves it as the one that saw it go.
+func TestDecodeCarriesEveryField(t *testing.T) {
+	u := decodeUpdate(boundUpdate(fullUpdate()))
+	if zero := zeroFields(reflect.ValueOf(u), "NodeUpdate"); len(zero) > 0 {
+		t.Errorf("decodeUpdate left fields unset: %v", zero)
+	}
+	if u.Mode != config.ModeObserve || u.Meta.State != AgentDown || u.KillPathFloor != 95*time.Second ||
+		u.Teardowns[0].Grace != 2*time.Minute || u.Cause.Counts[5] != 6 || u.ObservedCause.FSType != "nfs" {
+		t.Errorf("decoded %+v", u)
+	}
+	again := decodeUpdate(boundUpdate(encodeUpdate(u)))
+	if !reflect.DeepEqual(again, u) {
+		t.Errorf("a handover's encoding changed the input:\n got %+v\nwant %+v", again, u)
+	}
+	if m := decodeMeta(encodeMeta(u.Meta)); !reflect.DeepEqual(m, u.Meta) {
+		t.Errorf("a handover's encoding changed the meta:\n got %+v\nwant %+v", m, u.Meta)
+	}
+	if decodeUpdate(&gwpb.StateUpdate{}) != nil || decodeUpdate(nil) != nil || decodeMeta(nil) != nil || encodeUpdate(nil) != nil {
+		t.Error("an update without meta decoded to an input")
+	}
+}
+
+// What the wire may carry and the view must not see is dropped once, at
+// the decoding: values out of range, a cause that breaks its bounds, a
+// user or command that breaks the proto's rule, a detail that is not JSON,
+// a mode this build does not know.
+func TestDecodeDropsInvalidInput(t *testing.T) {
+	w := fullUpdate()
+	w.Meta.SinceMs, w.Meta.FreeAtMs = -1, 1<<62
+	w.Teardowns[0].GraceMs, w.Teardowns[0].ReleasedMs = -5, 1<<62
+	w.Teardowns[0].User, w.Teardowns[0].Command = "root;reboot", "a\x1b[2Jb"
+	w.Reports[0].DetailJson = []byte("{")
+	w.Cause.Wchan, w.Cause.Class = "a\x00b", "worst"
+	w.ObservedCause = &gwpb.Cause{}
+	w.Mode = gwpb.Mode(9)
+	w.KillPathFloorMs = 1 << 62
+	u := decodeUpdate(boundUpdate(w))
+	td := u.Teardowns[0]
+	switch {
+	case !u.Meta.Since.IsZero() || !u.Meta.FreeAt.IsZero():
+		t.Errorf("times out of range kept: %+v", u.Meta)
+	case td.Grace != 0 || !td.Released.IsZero() || td.User != "" || td.Command != "":
+		t.Errorf("teardown kept invalid fields: %+v", td)
+	case u.Reports[0].Detail != nil:
+		t.Errorf("detail that is not JSON kept: %q", u.Reports[0].Detail)
+	case u.Cause != nil || u.ObservedCause != nil:
+		t.Errorf("invalid causes kept: %+v %+v", u.Cause, u.ObservedCause)
+	case u.Mode != config.ModeEnforce:
+		t.Errorf("unknown mode decoded as %q, want enforce", u.Mode)
+	case u.KillPathFloor != 0:
+		t.Errorf("kill-path floor out of range kept: %v", u.KillPathFloor)
+	}
+}
