@@ -231,6 +231,9 @@ func readFrames(r io.Reader, stdout, stderr io.Writer) (int, error) {
 		if len(trimmed) == 0 {
 			continue
 		}
+		if status, ok := exitFrame(trimmed); ok {
+			return status, nil // the plain exit frame, without reflection (epilogjson.go)
+		}
 		var f Frame
 		if err := json.Unmarshal(trimmed, &f); err != nil {
 			return 0, fmt.Errorf("frame %d from the agent: %w", n, request.DescribeJSONError("frame", err))
@@ -283,7 +286,11 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 
 func (c *Client) do(ctx context.Context, method, path string, body any) (*response, error) {
 	var b []byte
-	if body != nil {
+	switch v := body.(type) {
+	case nil:
+	case request.EpilogRequest:
+		b = appendEpilogRequest(nil, v) // see epilogjson.go
+	default:
 		var err error
 		if b, err = json.Marshal(body); err != nil {
 			return nil, err
