@@ -22,6 +22,7 @@ import (
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/opt"
 	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -148,21 +149,11 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = DefaultHeartbeat
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = DefaultWriteTimeout
-	}
-	if o.MaxWatchers <= 0 {
-		o.MaxWatchers = DefaultMaxWatchers
-	}
-	if o.ReadTimeout <= 0 {
-		o.ReadTimeout = DefaultReadTimeout
-	}
-	if o.MaxConns <= 0 {
-		o.MaxConns = DefaultMaxConns
-	}
+	opt.Default(&o.Heartbeat, DefaultHeartbeat)
+	opt.Default(&o.WriteTimeout, DefaultWriteTimeout)
+	opt.Default(&o.MaxWatchers, DefaultMaxWatchers)
+	opt.Default(&o.ReadTimeout, DefaultReadTimeout)
+	opt.Default(&o.MaxConns, DefaultMaxConns)
 	log := o.Logger.With("component", "http")
 	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux(),
 		authLog: ratelog.New(authLogEvery), connLog: ratelog.New(authLogEvery)}

@@ -22,6 +22,7 @@ import (
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/opt"
 	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -271,21 +272,11 @@ func New(o Options) (*Service, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.ControlTimeout <= 0 {
-		o.ControlTimeout = DefaultControlTimeout
-	}
-	if o.History <= 0 {
-		o.History = DefaultHistory
-	}
-	if o.HistoryBytes <= 0 {
-		o.HistoryBytes = DefaultHistoryBytes
-	}
-	if o.SubscriberBuffer <= 0 {
-		o.SubscriberBuffer = DefaultSubscriberBuffer
-	}
-	if o.ActuatorBackoff <= 0 {
-		o.ActuatorBackoff = time.Second
-	}
+	opt.Default(&o.ControlTimeout, DefaultControlTimeout)
+	opt.Default(&o.History, DefaultHistory)
+	opt.Default(&o.HistoryBytes, DefaultHistoryBytes)
+	opt.Default(&o.SubscriberBuffer, DefaultSubscriberBuffer)
+	opt.Default(&o.ActuatorBackoff, time.Second)
 	if o.Policy.Observe {
 		o.Actuators, o.Reservations.Command = nil, nil // observe.go: no actuator runs
 	}

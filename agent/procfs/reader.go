@@ -31,6 +31,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/opt"
 )
 
 // Defaults of Options.
@@ -101,15 +103,9 @@ func New(o Options) *Reader {
 	if r.root == "" {
 		r.root = DefaultRoot
 	}
-	if r.timeout <= 0 {
-		r.timeout = DefaultTimeout
-	}
-	if r.maxBlocked <= 0 {
-		r.maxBlocked = DefaultMaxBlocked
-	}
-	if r.maxBytes <= 0 {
-		r.maxBytes = DefaultMaxBytes
-	}
+	opt.Default(&r.timeout, DefaultTimeout)
+	opt.Default(&r.maxBlocked, DefaultMaxBlocked)
+	opt.Default(&r.maxBytes, DefaultMaxBytes)
 	return r
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/opt"
 )
 
 // Auto-resume policies.
@@ -129,12 +130,8 @@ func New(o Options) (*Supervisor, error) {
 	if o.AutoResume == "" {
 		o.AutoResume = AutoResumeNever
 	}
-	if o.MaxJobs <= 0 {
-		o.MaxJobs = DefaultMaxJobs
-	}
-	if o.OutputTail <= 0 {
-		o.OutputTail = DefaultOutputTail
-	}
+	opt.Default(&o.MaxJobs, DefaultMaxJobs)
+	opt.Default(&o.OutputTail, DefaultOutputTail)
 	if o.MaxExpirationAge == 0 {
 		o.MaxExpirationAge = 24 * time.Hour
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/opt"
 )
 
 // Defaults of Options (docs/DESIGN.md §5d says why).
@@ -157,19 +159,11 @@ func (s *Store) segmentAge() time.Duration { return s.o.MaxAge / 32 }
 // appended to), and drops what is past the bounds at now. It refuses to
 // start only when the directory cannot be used.
 func Open(o Options, now time.Time) (*Store, error) {
-	if o.MaxBytes <= 0 {
-		o.MaxBytes = DefaultMaxBytes
-	}
+	opt.Default(&o.MaxBytes, DefaultMaxBytes)
 	o.MaxBytes = max(o.MaxBytes, MinMaxBytes)
-	if o.MaxAge <= 0 {
-		o.MaxAge = DefaultMaxAge
-	}
-	if o.NodeRate <= 0 {
-		o.NodeRate = DefaultNodeRate
-	}
-	if o.NodeBurst <= 0 {
-		o.NodeBurst = DefaultNodeBurst
-	}
+	opt.Default(&o.MaxAge, DefaultMaxAge)
+	opt.Default(&o.NodeRate, DefaultNodeRate)
+	opt.Default(&o.NodeBurst, DefaultNodeBurst)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
