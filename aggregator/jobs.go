@@ -63,16 +63,8 @@ func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
 		}
 		return req, nil, errors.New("trailing data after the JSON object")
 	}
-	if err := agentrequest.ValidateJobID(req.Job); err != nil {
+	if err := agentrequest.CheckRegistration(req.Job, req.Expiration, req.Grace, now); err != nil {
 		return req, nil, err
-	}
-	if _, _, err := agentrequest.ParseExpiration(req.Expiration, now, 0); err != nil {
-		return req, nil, err
-	}
-	if req.Grace != "" {
-		if _, err := agentrequest.ParseGrace(req.Grace); err != nil {
-			return req, nil, err
-		}
 	}
 	if strings.TrimSpace(req.Nodes) == "" {
 		return req, nil, errors.New("nodes: the job's nodes are required (a hostlist such as node[1-4])")

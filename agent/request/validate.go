@@ -259,6 +259,26 @@ func humanDuration(d time.Duration) string {
 	}
 }
 
+// CheckRegistration checks the fields every registration of a job carries,
+// wherever it arrives (the agent's POST /v1/jobs, the aggregator's): the
+// job id, the expiration (its form only: how old it may be is the caller's
+// check, against its own clock and configuration) and, when given, the
+// grace period.
+func CheckRegistration(job, expiration, grace string, now time.Time) error {
+	if err := ValidateJobID(job); err != nil {
+		return err
+	}
+	if _, _, err := ParseExpiration(expiration, now, 0); err != nil {
+		return err
+	}
+	if grace != "" {
+		if _, err := ParseGrace(grace); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ParseGrace parses a job's grace period: a Go duration ("90s", "2m30s") or
 // whole seconds ("90"), neither negative nor longer than MaxGrace. An empty
 // string is an error: callers that treat it as "the default" check first.

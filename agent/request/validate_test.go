@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -277,5 +278,27 @@ func checkInputError(t *testing.T, err error, field, wantErr string) {
 	}
 	if !strings.Contains(ie.Msg, wantErr) {
 		t.Errorf("message %q does not contain %q", ie.Msg, wantErr)
+	}
+}
+
+func TestCheckRegistration(t *testing.T) {
+	now := time.Now()
+	exp := strconv.FormatInt(now.Add(time.Hour).Unix(), 10)
+	if err := CheckRegistration("42", exp, "", now); err != nil {
+		t.Fatalf("a good registration: %v", err)
+	}
+	if err := CheckRegistration("42", "0", "90s", now); err != nil {
+		t.Fatalf("no expiration, a grace: %v", err)
+	}
+	for _, c := range []struct{ job, exp, grace, field string }{
+		{"", exp, "", "job"},
+		{"42", "tomorrow", "", "expiration"},
+		{"42", exp, "-5s", "grace"},
+	} {
+		err := CheckRegistration(c.job, c.exp, c.grace, now)
+		var ie *InputError
+		if !errors.As(err, &ie) || ie.Field != c.field {
+			t.Errorf("CheckRegistration(%q, %q, %q) = %v, want an error on %s", c.job, c.exp, c.grace, err, c.field)
+		}
 	}
 }

@@ -87,16 +87,8 @@ func decodeJobStart(r io.Reader, now time.Time) (req request.JobStartRequest, wa
 	if err := decodeBody(r, &req); err != nil {
 		return req, nil, err
 	}
-	if err := request.ValidateJobID(req.Job); err != nil {
+	if err := request.CheckRegistration(req.Job, req.Expiration, req.Grace, now); err != nil {
 		return req, nil, err
-	}
-	if _, _, err := request.ParseExpiration(req.Expiration, now, 0); err != nil {
-		return req, nil, err
-	}
-	if req.Grace != "" {
-		if _, err := request.ParseGrace(req.Grace); err != nil {
-			return req, nil, err
-		}
 	}
 	if err := request.ValidateCgroup(req.Cgroup); err != nil {
 		return req, nil, err
