@@ -476,39 +476,50 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 // object with a reason, no unknown field, no trailing data.
 func decodeAction(r io.Reader) (ActionRequest, error) {
 	var req ActionRequest
+	if err := decodeStrict(r, &req, `{"reason": "..."}`, "only reason"); err != nil {
+		return req, err
+	}
+	return req, validateReason(req.Reason)
+}
+
+// decodeStrict decodes exactly one JSON object of string fields from r
+// into v: no unknown field, no trailing data. Its errors say what was wrong
+// for people, with shape (the object wanted) and fields (the fields it
+// takes); an *http.MaxBytesError is returned as it is, for a 413.
+func decodeStrict(r io.Reader, v any, shape, fields string) error {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		var syn *json.SyntaxError
 		var typ *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &mbe):
-			return req, err
+			return err
 		case errors.Is(err, io.EOF):
-			return req, errors.New(`empty body: want {"reason": "..."}`)
+			return errors.New("empty body: want " + shape)
 		case errors.Is(err, io.ErrUnexpectedEOF):
-			return req, errors.New("truncated JSON")
+			return errors.New("truncated JSON")
 		case errors.As(err, &syn):
-			return req, fmt.Errorf("invalid JSON at offset %d", syn.Offset)
+			return fmt.Errorf("invalid JSON at offset %d", syn.Offset)
 		case errors.As(err, &typ):
 			if typ.Field == "" {
-				return req, fmt.Errorf(`want a JSON object {"reason": "..."}, got %s`, typ.Value)
+				return fmt.Errorf("want a JSON object %s, got %s", shape, typ.Value)
 			}
-			return req, fmt.Errorf("%s: want a string, got %s", typ.Field, typ.Value)
+			return fmt.Errorf("%s: want a string, got %s", typ.Field, typ.Value)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return req, fmt.Errorf("unknown field %s (want only reason)", strings.TrimPrefix(err.Error(), "json: unknown field "))
+			return fmt.Errorf("unknown field %s (want %s)", strings.TrimPrefix(err.Error(), "json: unknown field "), fields)
 		}
-		return req, fmt.Errorf("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return fmt.Errorf("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return req, err
+			return err
 		}
-		return req, errors.New("trailing data after the JSON object")
+		return errors.New("trailing data after the JSON object")
 	}
-	return req, validateReason(req.Reason)
+	return nil
 }
 
 // validateReason checks the reason of a resume or drain.

@@ -9,7 +9,6 @@ package aggregator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,32 +35,8 @@ const jobParallel = 64
 // nodes, expanded and without duplicates.
 func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
 	var req JobRequest
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var mbe *http.MaxBytesError
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &mbe):
-			return req, nil, err
-		case errors.Is(err, io.EOF):
-			return req, nil, errors.New(`empty body: want {"job": ..., "nodes": ..., "expiration": ...}`)
-		case errors.As(err, &syn):
-			return req, nil, fmt.Errorf("invalid JSON at offset %d", syn.Offset)
-		case errors.As(err, &typ):
-			return req, nil, fmt.Errorf("%s: want a string, got %s", typ.Field, typ.Value)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return req, nil, fmt.Errorf("unknown field %s (want job, nodes, expiration, grace)", strings.TrimPrefix(err.Error(), "json: unknown field "))
-		}
-		return req, nil, fmt.Errorf("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return req, nil, err
-		}
-		return req, nil, errors.New("trailing data after the JSON object")
+	if err := decodeStrict(r, &req, `{"job": ..., "nodes": ..., "expiration": ...}`, "job, nodes, expiration, grace"); err != nil {
+		return req, nil, err
 	}
 	if err := agentrequest.CheckRegistration(req.Job, req.Expiration, req.Grace, now); err != nil {
 		return req, nil, err
