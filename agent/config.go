@@ -235,17 +235,7 @@ func (c *Config) Validate() error {
 	if c.Cgroup.Root != "" && !filepath.IsAbs(c.Cgroup.Root) {
 		bad("cgroup.root", "must be an absolute path, got %q", c.Cgroup.Root)
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log_format", "must be \"text\" or \"json\", got %q", c.LogFormat)
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
-	}
-	if !config.ValidMode(c.Mode) {
-		bad("mode", "must be %q or %q, got %q", config.ModeEnforce, config.ModeObserve, c.Mode)
-	}
+	config.CheckCommon(c.LogFormat, c.LogLevel, c.Mode, bad)
 	t := c.Teardown
 	if t.Grace.D() < 0 {
 		bad("teardown.grace", "must not be negative, got %v", t.Grace.D())

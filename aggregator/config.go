@@ -227,17 +227,7 @@ func (c *Config) Validate() error {
 	if err := nodename.Validate(c.Name); err != nil {
 		bad("name", "%v", err)
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log_format", "must be \"text\" or \"json\", got %q", c.LogFormat)
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log_level", "must be debug, info, warn or error, got %q", c.LogLevel)
-	}
-	if !config.ValidMode(c.Mode) {
-		bad("mode", "must be %q or %q, got %q", config.ModeEnforce, config.ModeObserve, c.Mode)
-	}
+	config.CheckCommon(c.LogFormat, c.LogLevel, c.Mode, bad)
 	if err := c.Mesh.ValidateRole(gwpb.Role_ROLE_AGGREGATOR); err != nil {
 		errs = append(errs, err)
 	}

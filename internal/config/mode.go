@@ -16,3 +16,19 @@ const (
 
 // ValidMode reports whether m is a mode.
 func ValidMode(m string) bool { return m == ModeEnforce || m == ModeObserve }
+
+// CheckCommon checks the keys both daemons' files share (log_format,
+// log_level, mode), reporting each bad one to bad with its key.
+func CheckCommon(logFormat, logLevel, mode string, bad func(key, format string, a ...any)) {
+	if logFormat != "text" && logFormat != "json" {
+		bad("log_format", "must be \"text\" or \"json\", got %q", logFormat)
+	}
+	switch logLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log_level", "must be debug, info, warn or error, got %q", logLevel)
+	}
+	if !ValidMode(mode) {
+		bad("mode", "must be %q or %q, got %q", ModeEnforce, ModeObserve, mode)
+	}
+}
