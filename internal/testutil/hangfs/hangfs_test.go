@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gracewatch/gracewatch/agent/procfs"
+	"github.com/gracewatch/gracewatch/agent/procfs/procfstest"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
 )
 
@@ -264,17 +265,9 @@ func fusectlMounted(t *testing.T) bool {
 
 func findMount(t *testing.T, dir string) (procfs.Mount, bool) {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := procfs.ParseMountinfo(data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var found procfs.Mount
 	ok := false
-	for _, m := range ms {
+	for _, m := range procfstest.SelfMounts(t) {
 		if m.Mountpoint == dir {
 			found, ok = m, true
 		}
