@@ -216,15 +216,7 @@ func waitState(t *testing.T, pid int, state string) procfs.Status {
 
 func readStatus(t *testing.T, pid int) procfs.Status {
 	t.Helper()
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := procfs.ParseStatus(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return procfstest.Parse(t, strconv.Itoa(pid)+"/status", procfs.ParseStatus)
 }
 
 func readStack(t *testing.T, pid int) []string {
