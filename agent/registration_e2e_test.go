@@ -3,7 +3,6 @@ package agent_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -265,16 +264,7 @@ func TestJobCgroupV1(t *testing.T) {
 	if err := os.Mkdir(step, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("sleep", "30")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	if err := cgrouptest.JoinV1(step, cmd.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
+	cmd, done := cgrouptest.StartWatched(t, step, "sleep", "30")
 	n.waitFor("the task listed", 2*time.Second, func(st api.Status) bool {
 		j := st.Jobs[0]
 		return len(j.Processes) == 1 && j.Processes[0] == cmd.Process.Pid && j.ForeignName == "freezer:"+rel

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -155,16 +154,7 @@ func TestV1Observe(t *testing.T) {
 	}
 	// One process that forks nothing: it is moved after its start, and a
 	// child forked before the move would stay behind in the root cgroup.
-	cmd := exec.Command("sleep", "30")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	if err := cgrouptest.JoinV1(step, cmd.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
+	cmd, done := cgrouptest.StartWatched(t, step, "sleep", "30")
 	before := cfs.n.Load()
 	if pop, err := m.PopulatedV1(dir); err != nil || !pop {
 		t.Errorf("PopulatedV1 with a process in a child = %v, %v", pop, err)

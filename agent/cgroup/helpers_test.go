@@ -133,16 +133,7 @@ func readyPipeWithin(t testing.TB, cmd *exec.Cmd, within time.Duration) (afterSt
 func waitPopulated(t testing.TB, m *cgroup.Manager, cg string, want bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	ch := make(chan struct{}, 1)
-	cancel, err := m.Watch(cg, func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
+	ch, cancel := watchCalls(t, m, cg)
 	defer cancel()
 	deadline := time.After(bound)
 	for {
@@ -160,6 +151,24 @@ func waitPopulated(t testing.TB, m *cgroup.Manager, cg string, want bool) time.D
 			t.Fatalf("cgroup %s: populated is not %v after %v (pids %v)", cg, want, bound, pids)
 		}
 	}
+}
+
+// watchCalls watches cg on m. The channel holds a value when the watcher
+// has called back since the test last took one (the callback never
+// blocks); the function cancels the watch.
+func watchCalls(t testing.TB, m *cgroup.Manager, cg string) (<-chan struct{}, func()) {
+	t.Helper()
+	ch := make(chan struct{}, 1)
+	cancel, err := m.Watch(cg, func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	return ch, cancel
 }
 
 // procCgroup returns pid's cgroup v2 path relative to the mount.

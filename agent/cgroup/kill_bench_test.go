@@ -42,16 +42,7 @@ func BenchmarkKill1000(b *testing.B) {
 		if pids, err := cgroup.Procs(cg); err != nil || len(pids) != procs+1 {
 			b.Fatalf("cgroup has %d processes (%v), want %d", len(pids), err, procs+1)
 		}
-		ch := make(chan struct{}, 1)
-		cancel, err := m.Watch(cg, func() {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
+		ch, cancel := watchCalls(b, m, cg)
 
 		kernel := i%2 == 1
 		if _, err := os.Stat(filepath.Join(cg, "cgroup.kill")); err != nil {

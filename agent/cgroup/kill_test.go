@@ -47,16 +47,7 @@ func TestKillDaemon(t *testing.T) {
 		t.Errorf("daemon %d in the shell's session", daemon)
 	}
 
-	done := make(chan struct{}, 1)
-	cancel, err := m.Watch(cg, func() {
-		select {
-		case done <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	done, cancel := watchCalls(t, m, cg)
 	defer cancel()
 	n, err := m.Kill(cg)
 	if err != nil || n != 1 {

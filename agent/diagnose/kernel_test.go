@@ -25,6 +25,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/procfs"
+	"github.com/gracewatch/gracewatch/agent/procfs/procfstest"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
@@ -65,20 +66,20 @@ func runHelperIfRequested() {
 // cgroupV2Mount returns the cgroup v2 mount from /proc/self/mountinfo.
 func cgroupV2Mount(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := procfs.ParseMountinfo(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.FSType == "cgroup2" {
+	mp := mountpointOf(t, "cgroup2")
+	testutil.Require(t, mp != "", "needs a cgroup v2 mount")
+	return mp
+}
+
+// mountpointOf returns where the first file system of type fstype in
+// /proc/self/mountinfo is mounted, or "".
+func mountpointOf(t *testing.T, fstype string) string {
+	t.Helper()
+	for _, m := range procfstest.SelfMounts(t) {
+		if m.FSType == fstype {
 			return m.Mountpoint
 		}
 	}
-	testutil.Require(t, false, "needs a cgroup v2 mount")
 	return ""
 }
 
@@ -188,25 +189,6 @@ func realSnapshotter(t *testing.T) *Snapshotter {
 	})
 }
 
-// fuseCtlMounted returns where fusectl is mounted on this machine, or "".
-func fuseCtlMounted(t *testing.T) string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := procfs.ParseMountinfo(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.FSType == "fusectl" {
-			return m.Mountpoint
-		}
-	}
-	return ""
-}
-
 // The FUSE abort that a report suggests works as printed on this machine,
 // whether fusectl is mounted or not: run by sh, it releases the unkillable
 // reader. When fusectl was not mounted, the suggestion mounts it first; the
@@ -215,10 +197,10 @@ func TestRealFuseAbortAsPrinted(t *testing.T) {
 	testutil.RequireRoot(t)
 	srv := hangfs.Start(t)
 	cg := newCgroup(t)
-	before := fuseCtlMounted(t)
+	before := mountpointOf(t, "fusectl")
 	if before == "" {
 		t.Cleanup(func() {
-			if at := fuseCtlMounted(t); at != "" {
+			if at := mountpointOf(t, "fusectl"); at != "" {
 				if err := unix.Unmount(at, 0); err != nil {
 					t.Errorf("unmount the fusectl this test mounted: %v", err)
 				}

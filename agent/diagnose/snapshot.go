@@ -357,55 +357,32 @@ func (s *Snapshotter) tids(ctx context.Context, pid int) ([]int, error) {
 // and each must be bounded in time (see package procfs).
 func (s *Snapshotter) process(ctx context.Context, pid int, first map[int]ctxSample, single bool, boot time.Time, mounts *mountCache) (Process, bool) {
 	p := Process{PID: pid}
-	base := strconv.Itoa(pid)
-	errorf := func(format string, a ...any) { p.Errors = append(p.Errors, fmt.Sprintf(format, a...)) }
+	e := s.entry(ctx, strconv.Itoa(pid)+"/", &p.Errors)
 
-	data, err := s.proc.ReadFile(ctx, base+"/stat")
-	switch {
-	case procfs.IsGone(err):
+	st, ok, alive := e.stat()
+	if !alive {
 		return p, false
-	case err != nil:
-		errorf("%s", procfs.Unreadable("stat", err))
-	default:
-		if st, err := procfs.ParseStat(data); err != nil {
-			errorf("%v", err)
-		} else {
-			p.PPID, p.Comm, p.NumThreads = st.PPID, st.Comm, st.NumThreads
-			if !boot.IsZero() {
-				p.StartTime = procfs.StartTime(boot, st.StartTime).UTC()
-			}
+	}
+	if ok {
+		p.PPID, p.Comm, p.NumThreads = st.PPID, st.Comm, st.NumThreads
+		if !boot.IsZero() {
+			p.StartTime = procfs.StartTime(boot, st.StartTime).UTC()
 		}
 	}
-	data, err = s.proc.ReadFile(ctx, base+"/status")
-	switch {
-	case procfs.IsGone(err):
+	status, ok, alive := e.status()
+	if !alive {
 		return p, false
-	case err != nil:
-		errorf("%s", procfs.Unreadable("status", err))
-	default:
-		if st, err := procfs.ParseStatus(data); err != nil {
-			errorf("%v", err)
-		} else {
-			p.UID = st.UID[0]
-			if p.Comm == "" {
-				p.PPID, p.Comm, p.NumThreads = st.PPID, st.Name, st.Threads
-			}
+	}
+	if ok {
+		p.UID = status.UID[0]
+		if p.Comm == "" {
+			p.PPID, p.Comm, p.NumThreads = status.PPID, status.Name, status.Threads
 		}
 	}
-	data, err = s.proc.ReadFile(ctx, base+"/cmdline")
-	switch {
-	case procfs.IsGone(err):
-	case err != nil:
-		errorf("%s", procfs.Unreadable("cmdline", err))
-	default:
+	if data, ok := readOptional(e, "cmdline", e.proc.ReadFile); ok {
 		p.Cmdline = boundCmdline(procfs.SplitCmdline(data))
 	}
-	exe, err := s.proc.Readlink(ctx, base+"/exe")
-	switch {
-	case procfs.IsGone(err): // a zombie or a kernel thread
-	case err != nil:
-		errorf("%s", procfs.Unreadable("exe", err))
-	default:
+	if exe, ok := readOptional(e, "exe", e.proc.Readlink); ok {
 		p.Exe = exe
 	}
 
@@ -414,10 +391,10 @@ func (s *Snapshotter) process(ctx context.Context, pid int, first map[int]ctxSam
 	case procfs.IsGone(err):
 		return p, false
 	case err != nil:
-		errorf("%s", procfs.Unreadable("threads", err))
+		e.errorf("%s", procfs.Unreadable("threads", err))
 	}
 	if p.NumThreads > maxThreads {
-		errorf("threads truncated to %d of %d", maxThreads, p.NumThreads)
+		e.errorf("threads truncated to %d of %d", maxThreads, p.NumThreads)
 	}
 	for _, tid := range tids {
 		t, ok := s.thread(ctx, pid, tid, first, single)
@@ -447,7 +424,7 @@ func (s *Snapshotter) process(ctx context.Context, pid int, first map[int]ctxSam
 	s.files(ctx, &p, mounts)
 
 	// Left out if it exited while we read it.
-	if _, err := s.proc.ReadFile(ctx, base+"/stat"); procfs.IsGone(err) {
+	if _, err := s.proc.ReadFile(ctx, e.dir+"stat"); procfs.IsGone(err) {
 		return p, false
 	}
 	return p, true
@@ -458,63 +435,43 @@ func (s *Snapshotter) process(ctx context.Context, pid int, first map[int]ctxSam
 // pending and blocked signal masks, and the reads must be bounded in time.
 func (s *Snapshotter) thread(ctx context.Context, pid, tid int, first map[int]ctxSample, single bool) (Thread, bool) {
 	t := Thread{TID: tid}
-	dir := fmt.Sprintf("%d/task/%d/", pid, tid)
-	errorf := func(format string, a ...any) { t.Errors = append(t.Errors, fmt.Sprintf(format, a...)) }
+	e := s.entry(ctx, fmt.Sprintf("%d/task/%d/", pid, tid), &t.Errors)
 
-	data, err := s.proc.ReadFile(ctx, dir+"stat")
-	switch {
-	case procfs.IsGone(err):
+	st, ok, alive := e.stat()
+	if !alive {
 		return t, false
-	case err != nil:
-		errorf("%s", procfs.Unreadable("stat", err))
-	default:
-		if st, err := procfs.ParseStat(data); err != nil {
-			errorf("%v", err)
-		} else {
-			t.Comm, t.State, t.Flags = st.Comm, st.State, st.Flags
-			t.Exiting = st.Exiting()
-			t.Utime, t.Stime = st.Utime, st.Stime
-		}
 	}
-	data, err = s.proc.ReadFile(ctx, dir+"status")
-	switch {
-	case procfs.IsGone(err):
+	if ok {
+		t.Comm, t.State, t.Flags = st.Comm, st.State, st.Flags
+		t.Exiting = st.Exiting()
+		t.Utime, t.Stime = st.Utime, st.Stime
+	}
+	status, ok, alive := e.status()
+	if !alive {
 		return t, false
-	case err != nil:
-		errorf("%s", procfs.Unreadable("status", err))
-	default:
-		st, err := procfs.ParseStatus(data)
-		if err != nil {
-			errorf("%v", err)
-			break
-		}
+	}
+	if ok {
 		if t.State == "" {
-			t.State, t.Comm = st.State, st.Name
+			t.State, t.Comm = status.State, status.Name
 		}
-		t.VoluntaryCtxt, t.NonvoluntaryCtxt = st.VoluntaryCtxtSwitches, st.NonvoluntaryCtxtSwitches
+		t.VoluntaryCtxt, t.NonvoluntaryCtxt = status.VoluntaryCtxtSwitches, status.NonvoluntaryCtxtSwitches
 		t.VoluntaryCtxtFirst, t.NonvoluntaryCtxtFirst = t.VoluntaryCtxt, t.NonvoluntaryCtxt
 		t.Scheduled = !single // without a first sample: born between the samples
 		if f, ok := first[tid]; ok {
 			t.VoluntaryCtxtFirst, t.NonvoluntaryCtxtFirst = f.vol, f.nonvol
-			t.Scheduled = f.vol != st.VoluntaryCtxtSwitches || f.nonvol != st.NonvoluntaryCtxtSwitches
+			t.Scheduled = f.vol != status.VoluntaryCtxtSwitches || f.nonvol != status.NonvoluntaryCtxtSwitches
 		}
-		t.SigPnd, t.ShdPnd, t.SigBlk = signals(st.SigPnd), signals(st.ShdPnd), signals(st.SigBlk)
-		t.KillPending = (st.SigPnd|st.ShdPnd)&procfs.SigKillMask != 0
+		t.SigPnd, t.ShdPnd, t.SigBlk = signals(status.SigPnd), signals(status.ShdPnd), signals(status.SigBlk)
+		t.KillPending = (status.SigPnd|status.ShdPnd)&procfs.SigKillMask != 0
 	}
-	if data, err = s.proc.ReadFile(ctx, dir+"wchan"); err == nil {
+	if data, ok := readOptional(e, "wchan", e.proc.ReadFile); ok {
 		t.Wchan = procfs.ParseWchan(data)
-	} else if !procfs.IsGone(err) {
-		errorf("%s", procfs.Unreadable("wchan", err))
 	}
-	if data, err = s.proc.ReadFile(ctx, dir+"stack"); err == nil {
+	if data, ok := readOptional(e, "stack", e.proc.ReadFile); ok {
 		t.Stack = procfs.ParseStack(data)
-	} else if !procfs.IsGone(err) {
-		errorf("%s", procfs.Unreadable("stack", err))
 	}
-	if data, err = s.proc.ReadFile(ctx, dir+"syscall"); err == nil {
+	if data, ok := readOptional(e, "syscall", e.proc.ReadFile); ok {
 		t.Syscall = strings.TrimSpace(string(data))
-	} else if !procfs.IsGone(err) {
-		errorf("%s", procfs.Unreadable("syscall", err))
 	}
 	return t, true
 }

@@ -142,15 +142,10 @@ func (r *Reader) Stats() Stats {
 
 // ReadFile reads rel (relative to Root), at most MaxBytes of it.
 func (r *Reader) ReadFile(ctx context.Context, rel string) ([]byte, error) {
-	v, err := r.do(ctx, "read", rel, func(path string) (any, error) {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
+	v, err := r.doOpen(ctx, "read", rel, func(f *os.File) (any, error) {
 		data, err := io.ReadAll(io.LimitReader(f, r.maxBytes))
 		if err != nil {
-			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+			return nil, &fs.PathError{Op: "read", Path: f.Name(), Err: err}
 		}
 		return data, nil
 	})
@@ -172,16 +167,23 @@ func (r *Reader) Readlink(ctx context.Context, rel string) (string, error) {
 // ReadDirNames returns the names in directory rel (relative to Root), in
 // directory order.
 func (r *Reader) ReadDirNames(ctx context.Context, rel string) ([]string, error) {
-	v, err := r.do(ctx, "readdir", rel, func(path string) (any, error) {
+	v, err := r.doOpen(ctx, "readdir", rel, func(f *os.File) (any, error) {
+		return f.Readdirnames(-1)
+	})
+	names, _ := v.([]string)
+	return names, err
+}
+
+// doOpen is do for fn on the file rel opened for reading, closed after fn.
+func (r *Reader) doOpen(ctx context.Context, op, rel string, fn func(f *os.File) (any, error)) (any, error) {
+	return r.do(ctx, op, rel, func(path string) (any, error) {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, err
 		}
 		defer f.Close()
-		return f.Readdirnames(-1)
+		return fn(f)
 	})
-	names, _ := v.([]string)
-	return names, err
 }
 
 // call is one read in flight. Its fields are guarded by Reader.mu.

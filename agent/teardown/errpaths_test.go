@@ -159,9 +159,7 @@ func TestWatchFailureFallsBackToPolling(t *testing.T) {
 	logs := &logBuffer{}
 	h := newHarness(t, logTo(logs))
 	h.cg.Fail(OpWatch, "*", syscall.ENOSPC)
-	h.start1("w", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/w")
-	h.cg.SetPopulated("/foreign/w", true)
-	h.s.EndJob(context.Background(), "w")
+	h.endRunning("w", "", "/foreign/w")
 	if h.cg.Watched("/foreign/w") {
 		t.Fatal("the fake accepted a failing watch")
 	}

@@ -15,9 +15,7 @@ import (
 func TestDiagnosisLifecycle(t *testing.T) {
 	h := newHarness(t, nil) // G 60s, kill_wait 10s, unkillable_after 30s
 	h.diag.procs = []diagnose.Process{{PID: 42, Comm: "cat", State: "S", Wchan: "request_wait_answer", Class: diagnose.Missed}}
-	h.start1("9", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/9")
-	h.cg.SetPopulated("/foreign/9", true)
-	h.s.EndJob(context.Background(), "9")
+	h.endRunning("9", "", "/foreign/9")
 	h.advance(60 * time.Second)
 	st := h.eventually("down, still running", func(st Status) bool {
 		return st.State == StateDown && strings.Contains(st.Reason, "1 still running (pid 42 cat")

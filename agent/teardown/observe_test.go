@@ -79,9 +79,7 @@ func TestObservedJobAfterRestart(t *testing.T) {
 // whose escalation had not begun observes it: no signal.
 func TestEnforcedJobRestartedInObserveMode(t *testing.T) {
 	h := newHarness(t, nil)
-	h.start1("5", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/5")
-	h.cg.SetPopulated("/foreign/5", true)
-	h.s.EndJob(context.Background(), "5")
+	h.endRunning("5", "", "/foreign/5")
 	h.advance(60 * time.Second)
 	h.eventually("escalation", func(st Status) bool { return st.Jobs[0].Escalation == escTerm })
 	h.stop()

@@ -129,6 +129,16 @@ func (h *harness) start1(id, exp, grace, cgroup string) Job {
 	return j
 }
 
+// endRunning starts job id (expiring an hour after t0, grace as given, in
+// the cgroup cg), marks cg populated and ends the job while it still has a
+// process: the teardown's clock runs from here.
+func (h *harness) endRunning(id, grace, cg string) {
+	h.t.Helper()
+	h.start1(id, t0.Add(time.Hour).Format(time.RFC3339), grace, cg)
+	h.cg.SetPopulated(cg, true)
+	h.s.EndJob(context.Background(), id)
+}
+
 func TestDeadlineIsMinOfEndAndExpirationPlusGrace(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -193,9 +203,7 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			h := newHarness(t, func(o *Options) { o.AutoResume = policy })
 			h.diag.procs = []diagnose.Process{{PID: 42, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.Unkillable}}
-			h.start1("9", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/9")
-			h.cg.SetPopulated("/foreign/9", true)
-			h.s.EndJob(context.Background(), "9")
+			h.endRunning("9", "", "/foreign/9")
 			h.advance(60 * time.Second)
 			st := h.eventually("SIGTERM after the before-signal snapshot", func(st Status) bool {
 				return len(st.Jobs) == 1 && st.Jobs[0].Escalation == escTerm
@@ -255,9 +263,7 @@ func TestOverdueEscalatesAndLatches(t *testing.T) {
 
 func TestKilledOutcomeKeepsReason(t *testing.T) {
 	h := newHarness(t, nil)
-	h.start1("3", t0.Add(time.Hour).Format(time.RFC3339), "5s", "/foreign/3")
-	h.cg.SetPopulated("/foreign/3", true)
-	h.s.EndJob(context.Background(), "3")
+	h.endRunning("3", "5s", "/foreign/3")
 	h.advance(5 * time.Second)
 	h.eventually("SIGTERM", func(st Status) bool { return st.Jobs[0].Escalation == escTerm })
 	h.advance(10 * time.Second)
@@ -333,9 +339,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 func TestRestartReadoptsAndEnforcesDeadline(t *testing.T) {
 	h := newHarness(t, nil)
-	h.start1("5", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/5")
-	h.cg.SetPopulated("/foreign/5", true)
-	h.s.EndJob(context.Background(), "5")
+	h.endRunning("5", "", "/foreign/5")
 	seq := h.status().Seq
 	h.stop()
 
@@ -384,9 +388,7 @@ func TestDrainHoldsUntilResume(t *testing.T) {
 		t.Fatalf("after drain: %s %q", st.State, st.Reason)
 	}
 	// A clean teardown does not auto-resume an administrator's drain.
-	h.start1("1", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/1")
-	h.cg.SetPopulated("/foreign/1", true)
-	h.s.EndJob(context.Background(), "1")
+	h.endRunning("1", "", "/foreign/1")
 	h.cg.SetPopulated("/foreign/1", false)
 	if st := h.status(); st.State != StateDown {
 		t.Fatalf("drain cleared by a clean teardown: %s", st.State)
@@ -407,9 +409,7 @@ func TestLatchWaitsBrieflyForTheDiagnosis(t *testing.T) {
 	h := newHarness(t, nil)
 	h.diag.procs = []diagnose.Process{{PID: 77, Comm: "cat", State: "D", Wchan: "request_wait_answer", Class: diagnose.KillableD}}
 	h.diag.block = make(chan struct{})
-	h.start1("8", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/8")
-	h.cg.SetPopulated("/foreign/8", true)
-	h.s.EndJob(context.Background(), "8")
+	h.endRunning("8", "", "/foreign/8")
 	h.advance(60 * time.Second)
 	if st := h.status(); st.State != StateTeardown || st.Jobs[0].Phase != PhaseOverdue {
 		t.Fatalf("at D with the snapshot pending: %s/%s, want teardown/overdue", st.State, st.Jobs[0].Phase)
@@ -433,9 +433,7 @@ func TestGoneDuringTheLatchWaitStillLatches(t *testing.T) {
 	h := newHarness(t, nil)
 	h.diag.block = make(chan struct{})
 	defer close(h.diag.block)
-	h.start1("9", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/9")
-	h.cg.SetPopulated("/foreign/9", true)
-	h.s.EndJob(context.Background(), "9")
+	h.endRunning("9", "", "/foreign/9")
 	h.advance(60 * time.Second)
 	h.cg.SetPopulated("/foreign/9", false)
 	st := h.status()

@@ -39,20 +39,14 @@ func FuzzDecodeJobStart(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		body := http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(data)), api.MaxBodyBytes)
+		body := fuzzBody(data)
 		var raw struct {
 			User *string `json:"user"`
 		}
 		_ = json.Unmarshal(data, &raw)
 		req, warn, err := decodeJobStart(body, testNow)
 		if err != nil {
-			status, eb := errorResponse(err)
-			if status != 400 && status != 413 {
-				t.Fatalf("decode error %v maps to %d", err, status)
-			}
-			if eb.Error == "" || (status == 400 && eb.Field == "") {
-				t.Fatalf("error body %+v says nothing", eb)
-			}
+			checkRejection(t, err)
 			return
 		}
 		if err := request.ValidateJobID(req.Job); err != nil {
@@ -102,16 +96,10 @@ func FuzzDecodeJobUpdate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		body := http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(data)), api.MaxBodyBytes)
+		body := fuzzBody(data)
 		req, warn, err := decodeJobUpdate(body, testNow)
 		if err != nil {
-			status, eb := errorResponse(err)
-			if status != 400 && status != 413 {
-				t.Fatalf("decode error %v maps to %d", err, status)
-			}
-			if eb.Error == "" || (status == 400 && eb.Field == "") {
-				t.Fatalf("error body %+v says nothing", eb)
-			}
+			checkRejection(t, err)
 			return
 		}
 		if req.Expiration == "" && req.Cgroup == "" && req.User == "" {
@@ -132,4 +120,22 @@ func FuzzDecodeJobUpdate(f *testing.F) {
 			t.Fatalf("accepted cgroup %q: %v", req.Cgroup, err)
 		}
 	})
+}
+
+// fuzzBody is data as a request body, bounded as the server bounds one.
+func fuzzBody(data []byte) io.ReadCloser {
+	return http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(data)), api.MaxBodyBytes)
+}
+
+// checkRejection fails t unless the decoding error err maps to 400 (with a
+// field named) or 413, with an error body that says what was wrong.
+func checkRejection(t *testing.T, err error) {
+	t.Helper()
+	status, eb := errorResponse(err)
+	if status != 400 && status != 413 {
+		t.Fatalf("decode error %v maps to %d", err, status)
+	}
+	if eb.Error == "" || (status == 400 && eb.Field == "") {
+		t.Fatalf("error body %+v says nothing", eb)
+	}
 }

@@ -277,16 +277,20 @@ func destroyV1(dir string) error {
 	return removeTree(dir)
 }
 
-// JoinV1 moves pid into the v1 cgroup dir (its cgroup.procs).
-func JoinV1(dir string, pid int) error {
-	return writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid))
-}
-
 // StartIn starts argv and then moves it into the cgroup at dir (a v2 or v1
 // cgroup: its cgroup.procs), as an exec system starts a job's task in a
 // cgroup the agent does not own. A t.Cleanup kills and reaps it. Call it
 // from the test goroutine.
 func StartIn(t testing.TB, dir string, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd, _ := StartWatched(t, dir, argv...)
+	return cmd
+}
+
+// StartWatched is StartIn that also returns a channel closed once the
+// process is reaped, for a test that ends the process itself and waits for
+// its end (the process is reaped by StartWatched: never call cmd.Wait).
+func StartWatched(t testing.TB, dir string, argv ...string) (*exec.Cmd, <-chan struct{}) {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if err := cmd.Start(); err != nil {
@@ -300,5 +304,5 @@ func StartIn(t testing.TB, dir string, argv ...string) *exec.Cmd {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	return cmd
+	return cmd, done
 }

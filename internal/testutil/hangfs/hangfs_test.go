@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gracewatch/gracewatch/agent/procfs"
+	"github.com/gracewatch/gracewatch/agent/procfs/procfstest"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
 )
 
@@ -215,15 +216,7 @@ func waitState(t *testing.T, pid int, state string) procfs.Status {
 
 func readStatus(t *testing.T, pid int) procfs.Status {
 	t.Helper()
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := procfs.ParseStatus(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return procfstest.Parse(t, strconv.Itoa(pid)+"/status", procfs.ParseStatus)
 }
 
 func readStack(t *testing.T, pid int) []string {
@@ -264,17 +257,9 @@ func fusectlMounted(t *testing.T) bool {
 
 func findMount(t *testing.T, dir string) (procfs.Mount, bool) {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := procfs.ParseMountinfo(data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var found procfs.Mount
 	ok := false
-	for _, m := range ms {
+	for _, m := range procfstest.SelfMounts(t) {
 		if m.Mountpoint == dir {
 			found, ok = m, true
 		}
