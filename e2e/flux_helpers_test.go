@@ -311,17 +311,11 @@ func (s *fluxSite) job(j fluxJob) (jobInfo, error) {
 // waitJob polls the job (at most timeout) until cond holds.
 func (s *fluxSite) waitJob(j fluxJob, what string, timeout time.Duration, cond func(jobInfo) bool) jobInfo {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		info, err := s.job(j)
-		if err == nil && cond(info) {
-			return info
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("flux: job %s not %s within %v (last: %+v, %v)", j.f58, what, timeout, info, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	info, err, ok := testutil.PollRead(timeout, func() (jobInfo, error) { return s.job(j) }, cond)
+	if !ok {
+		s.t.Fatalf("flux: job %s not %s within %v (last: %+v, %v)", j.f58, what, timeout, info, err)
 	}
+	return info
 }
 
 // expiration is the job's R execution.expiration, as the prolog read it.
@@ -366,19 +360,14 @@ func (s *fluxSite) node(host string) (state, reason string, err error) {
 // waitNode polls Flux (at most timeout) until cond holds.
 func (s *fluxSite) waitNode(host, what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var state, reason string
-	var err error
-	for {
-		state, reason, err = s.node(host)
-		if err == nil && cond(state, reason) {
-			return state, reason
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("flux: node %s not %s within %v (last: %q %q, %v)", host, what, timeout, state, reason, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	last, err, ok := testutil.PollRead(timeout, func() (schedNode, error) {
+		state, reason, err := s.node(host)
+		return schedNode{state, reason}, err
+	}, func(n schedNode) bool { return cond(n.state, n.reason) })
+	if !ok {
+		s.t.Fatalf("flux: node %s not %s within %v (last: %q %q, %v)", host, what, timeout, last.state, last.reason, err)
 	}
+	return last.state, last.reason
 }
 
 func drainedState(state string) bool { return state == "draining" || state == "drained" }

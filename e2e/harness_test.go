@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -315,18 +316,16 @@ settle = %q
 
 func (g *aggregator) waitReady() {
 	g.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	if !testutil.Poll(15*time.Second, func() bool {
 		resp, err := http.Get(g.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}) {
+		g.t.Fatalf("aggregator %s not healthy\n%s", g.name, g.logs)
 	}
-	g.t.Fatalf("aggregator %s not healthy\n%s", g.name, g.logs)
 }
 
 // addAgent starts a node agent joined to the cluster.
@@ -377,17 +376,14 @@ rejoin_interval = "2s"
 
 func (a *agent) waitAPI() {
 	a.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	if !testutil.Poll(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		_, err := a.client.Status(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		a.t.Fatalf("agent %s did not answer\n%s", a.node, a.logs)
 	}
-	a.t.Fatalf("agent %s did not answer\n%s", a.node, a.logs)
 }
 
 func (a *agent) status() api.Status {
@@ -484,17 +480,17 @@ func (g *aggregator) node(t testing.TB, name string) (node, bool) {
 // waitNode polls the aggregator (bounded) until the node satisfies cond.
 func (g *aggregator) waitNode(t testing.TB, name, what string, timeout time.Duration, cond func(node) bool) node {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		n, ok := g.node(t, name)
-		if ok && cond(n) {
-			return n
+	n, err, ok := testutil.PollRead(timeout, func() (node, error) {
+		n, known := g.node(t, name)
+		if !known {
+			return n, errors.New("not known")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: node %s not %s within %v (last: %+v, known %v)", g.name, name, what, timeout, n, ok)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return n, nil
+	}, cond)
+	if !ok {
+		t.Fatalf("%s: node %s not %s within %v (last: %+v, %v)", g.name, name, what, timeout, n, err)
 	}
+	return n
 }
 
 func (g *aggregator) post(t testing.TB, path, token, body string) (int, string) {
@@ -643,3 +639,7 @@ func (k *siteKeys) nodeKey(node string) string {
 	}
 	return p
 }
+
+// schedNode is a node's state and reason as a scheduler's own tool shows
+// them (Slurm's scontrol, Flux's resource status).
+type schedNode struct{ state, reason string }

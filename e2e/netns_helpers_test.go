@@ -619,17 +619,11 @@ func (c *netnsCluster) get(name string) (meshNode, error) {
 // waitMember polls (bounded) until the node's view satisfies cond.
 func (c *netnsCluster) waitMember(name, what string, timeout time.Duration, cond func(meshNode) bool) meshNode {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		n, err := c.get(name)
-		if err == nil && cond(n) {
-			return n
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("node %s not %s within %v (last: %+v, err %v)", name, what, timeout, n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	n, err, ok := testutil.PollRead(timeout, func() (meshNode, error) { return c.get(name) }, cond)
+	if !ok {
+		c.t.Fatalf("node %s not %s within %v (last: %+v, err %v)", name, what, timeout, n, err)
 	}
+	return n
 }
 
 // statusJSON is `nodeagent status --json` of agent a.
@@ -650,36 +644,30 @@ func statusJSON(t *testing.T, a *agent) api.Status {
 // deadline D as the agent reports it.
 func deadlineOf(t *testing.T, a *agent, job string) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var d time.Time
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("a deadline of job %s on %s", job, a.node), func() bool {
 		for _, j := range statusJSON(t, a).Jobs {
 			if j.ID == job && j.Deadline != nil {
-				return *j.Deadline
+				d = *j.Deadline
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("job %s of %s has no deadline after 10 s", job, a.node)
-	return time.Time{}
+		return false
+	})
+	return d
 }
 
 // waitReleased waits (bounded) until job's teardown on a is over.
 func waitReleased(t *testing.T, a *agent, job string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		done := true
+	testutil.Eventually(t, 20*time.Second, fmt.Sprintf("the release of job %s on %s", job, a.node), func() bool {
 		for _, j := range statusJSON(t, a).Jobs {
 			if j.ID == job && j.Phase != "released" {
-				done = false
+				return false
 			}
 		}
-		if done {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("job %s of %s not released after 20 s", job, a.node)
+		return true
+	})
 }
 
 // seen is one node state of the watch stream, stamped when it arrived.

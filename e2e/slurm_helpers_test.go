@@ -396,20 +396,15 @@ func (s *slurmSite) waitNode(what string, timeout time.Duration, cond func(state
 // waitNodeState is waitNode of the named node.
 func (s *slurmSite) waitNodeState(node, what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var state, reason string
-	var err error
-	for {
-		state, reason, err = s.nodeState(node)
-		if err == nil && cond(state, reason) {
-			return state, reason
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("slurm: node %s not %s within %v (last: %q %q, %v)\n%s", node, what, timeout, state, reason, err,
-				tailFile(s.path("log/slurmctld.log"), 3000))
-		}
-		time.Sleep(50 * time.Millisecond)
+	last, err, ok := testutil.PollRead(timeout, func() (schedNode, error) {
+		state, reason, err := s.nodeState(node)
+		return schedNode{state, reason}, err
+	}, func(n schedNode) bool { return cond(n.state, n.reason) })
+	if !ok {
+		s.t.Fatalf("slurm: node %s not %s within %v (last: %q %q, %v)\n%s", node, what, timeout, last.state, last.reason, err,
+			tailFile(s.path("log/slurmctld.log"), 3000))
 	}
+	return last.state, last.reason
 }
 
 // submit runs sbatch with args (and output to /dev/null) and returns the

@@ -36,3 +36,15 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 	return time.Since(start)
 }
+
+// PollRead is Poll of a read: it calls read (as Poll calls cond) until read
+// returns no error and a value cond accepts. It returns the last value and
+// error read, and whether cond held, so that the caller's failure can say
+// what was seen last.
+func PollRead[T any](timeout time.Duration, read func() (T, error), cond func(T) bool) (last T, err error, ok bool) {
+	ok = Poll(timeout, func() bool {
+		last, err = read()
+		return err == nil && cond(last)
+	})
+	return last, err, ok
+}

@@ -69,3 +69,28 @@ func TestEventuallyFails(t *testing.T) {
 		t.Errorf("Fatalf(%q), want %q", r.msg, want)
 	}
 }
+
+func TestPollRead(t *testing.T) {
+	// Errors and refused values are read past; the first accepted value is
+	// returned.
+	n := 0
+	v, err, ok := PollRead(time.Second, func() (int, error) {
+		n++
+		if n == 1 {
+			return 0, fmt.Errorf("not yet")
+		}
+		return n, nil
+	}, func(v int) bool { return v >= 3 })
+	if !ok || err != nil || v != 3 {
+		t.Fatalf("PollRead = %d, %v, %v; want 3, nil, true", v, err, ok)
+	}
+	// When nothing holds, the last value and error read come back.
+	n = 0
+	v, err, ok = PollRead(20*time.Millisecond, func() (int, error) {
+		n++
+		return n, fmt.Errorf("read %d failed", n)
+	}, func(int) bool { return true })
+	if ok || v != n || err == nil || err.Error() != fmt.Sprintf("read %d failed", n) {
+		t.Fatalf("PollRead of a failing read = %d, %v, %v; want %d, its last error, false", v, err, ok, n)
+	}
+}
