@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,17 +21,7 @@ import (
 func TestCluster(t *testing.T) {
 	c := newCluster(t)
 	actions := filepath.Join(c.dir, "actions.log")
-	c.aggConf = fmt.Sprintf(`
-[[actuator]]
-on = "down"
-command = ["sh", "-c", "echo \"down $0 $1\" >> %[1]s", "{node}", "{reason}"]
-timeout = "5s"
-
-[[actuator]]
-on = "up"
-command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "{node}"]
-timeout = "5s"
-`, actions)
+	c.aggConf = actuatorLog(actions)
 	agg1 := c.addAggregator("agg-1")
 	agg2 := c.addAggregator("agg-2")
 	n1, n2, n3 := c.addAgent("n1"), c.addAgent("n2"), c.addAgent("n3")

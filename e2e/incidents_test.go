@@ -42,22 +42,12 @@ func TestIncidents(t *testing.T) {
 	c := newCluster(t)
 	actions := filepath.Join(c.dir, "actions.log")
 	c.killWait, c.unkillableAfter = "1s", "2s"
-	c.aggConf = fmt.Sprintf(`
+	c.aggConf = `
 [incidents]
 auto_resume = true
 drain_limit_nodes = 0
 drain_limit_fraction = 0.1
-
-[[actuator]]
-on = "down"
-command = ["sh", "-c", "echo \"down $0 $1\" >> %[1]s", "{node}", "{reason}"]
-timeout = "5s"
-
-[[actuator]]
-on = "up"
-command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "{nodes}"]
-timeout = "5s"
-`, actions)
+` + actuatorLogUp(actions, "{nodes}")
 	agg := c.addAggregator("agg-1")
 	const n = 30
 	agents := make([]*agent, n+1)

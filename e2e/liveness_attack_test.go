@@ -233,7 +233,11 @@ func (r *rogue) sendRaw(t *testing.T, to, addr string, b []byte) {
 
 // actuatorLog is an aggregator's actuators (on down and up) that append a
 // line to path: "down NODE REASON", "up NODE".
-func actuatorLog(path string) string {
+func actuatorLog(path string) string { return actuatorLogUp(path, "{node}") }
+
+// actuatorLogUp is actuatorLog whose on="up" actuator is given up ("{node}",
+// or "{nodes}" for one run per hostlist): "up HOSTS".
+func actuatorLogUp(path, up string) string {
 	return fmt.Sprintf(`
 [[actuator]]
 on = "down"
@@ -242,9 +246,9 @@ timeout = "5s"
 
 [[actuator]]
 on = "up"
-command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "{node}"]
+command = ["sh", "-c", "echo \"up $0\" >> %[1]s", "%[2]s"]
 timeout = "5s"
-`, path)
+`, path, up)
 }
 
 // drainResume drains node through g (an administrator's request) and
