@@ -56,36 +56,13 @@ func BenchmarkIncidentStorm(b *testing.B) {
 func incidentStorm(b *testing.B, n int) {
 	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17962})[0]
 	bm := newBenchMesh(b, "storm-")
-	dir, keyfile, keys, label, seed := bm.dir, bm.keyfile, bm.keys, bm.label, bm.seed
-	hport := freePort(b)
-	actions := filepath.Join(dir, "actions.log")
-	cfg := filepath.Join(dir, "aggregator.toml")
-	text := fmt.Sprintf(`name = "agg-1"
-log_format = "json"
-log_level = "info"
-
-[mesh]
-bind = %q
-label = %q
-keyring = %q
-site_key_file = %q
-
-[http]
-listen = "127.0.0.1:%d"
-
+	actions := filepath.Join(bm.dir, "actions.log")
+	g := bm.startAggregator(false, fmt.Sprintf(`
 [[actuator]]
 on = "down"
 command = ["sh", "-c", "echo \"$0\" >> %s", "{node}"]
 timeout = "10s"
-`, seed, label, keyfile, keys.site, hport, actions)
-	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	g := &aggregator{proc: &proc{t: b, name: "agg-1", args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &testutil.SyncBuffer{}},
-		url: fmt.Sprintf("http://127.0.0.1:%d", hport), config: cfg}
-	g.start()
-	b.Cleanup(func() { g.stop(); g.dumpIfFailed() })
-	g.waitReady()
+`, actions))
 
 	// The members' own failure detection is not what the storm measures
 	// (the aggregator's is unchanged): with GW_BENCH_STORM_QUIET=1
@@ -278,6 +255,39 @@ func newBenchMesh(b *testing.B, prefix string) *benchMesh {
 	bm.label = prefix + filepath.Base(bm.dir)
 	bm.seed = fmt.Sprintf("127.0.0.1:%d", freePort(b))
 	return bm
+}
+
+// startAggregator starts the bench's aggregator, agg-1, seeded at bm.seed,
+// with allow_unsigned as given and extra appended to its configuration, and
+// returns it once it is healthy. It is stopped when the benchmark ends.
+func (bm *benchMesh) startAggregator(unsigned bool, extra string) *aggregator {
+	b := bm.b
+	b.Helper()
+	hport := freePort(b)
+	cfg := filepath.Join(bm.dir, "aggregator.toml")
+	text := fmt.Sprintf(`name = "agg-1"
+log_format = "json"
+log_level = "info"
+
+[mesh]
+bind = %q
+label = %q
+keyring = %q
+site_key_file = %q
+allow_unsigned = %t
+
+[http]
+listen = "127.0.0.1:%d"
+`, bm.seed, bm.label, bm.keyfile, bm.keys.site, unsigned, hport) + extra
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	g := &aggregator{proc: &proc{t: b, name: "agg-1", args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &testutil.SyncBuffer{}},
+		url: fmt.Sprintf("http://127.0.0.1:%d", hport), config: cfg}
+	g.start()
+	b.Cleanup(func() { g.stop(); g.dumpIfFailed() })
+	g.waitReady()
+	return g
 }
 
 // startAgents starts n simulated agents (simAgent) on startSwarm's

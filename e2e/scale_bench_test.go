@@ -9,7 +9,6 @@ import (
 	"net/http"
 	_ "net/http/pprof" // GW_BENCH_PPROF
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -228,34 +226,10 @@ func downLatency(b *testing.B, n int, modes []string) {
 	}
 
 	bm := newBenchMesh(b, "bench-")
-	dir, keyfile, keys, label, seed := bm.dir, bm.keyfile, bm.keys, bm.label, bm.seed
-	hport := freePort(b)
-	cfg := filepath.Join(dir, "aggregator.toml")
-	text := fmt.Sprintf(`name = "agg-1"
-log_format = "json"
-log_level = "info"
-
-[mesh]
-bind = %q
-label = %q
-keyring = %q
-site_key_file = %q
-allow_unsigned = %t
-
-[http]
-listen = "127.0.0.1:%d"
-
+	g := bm.startAggregator(unsigned, fmt.Sprintf(`
 [policy]
 grace = %q
-`, seed, label, keyfile, keys.site, unsigned, hport, lead.String())
-	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	g := &aggregator{proc: &proc{t: b, name: "agg-1", args: []string{bins.aggregator, "serve", "--config", cfg}, logs: &testutil.SyncBuffer{}},
-		url: fmt.Sprintf("http://127.0.0.1:%d", hport), config: cfg}
-	g.start()
-	b.Cleanup(func() { g.stop(); g.dumpIfFailed() })
-	g.waitReady()
+`, lead.String()))
 
 	agents := bm.startAgents(n, port, g.url, light, unsigned, false)
 	// The joins' gossip must die down, and the process must not be stuck
