@@ -422,46 +422,16 @@ func (s *fluxSite) housekeeping(host, script string) {
 // waiting at most timeout.
 func (s *fluxSite) hkStart(j fluxJob, host string, timeout time.Duration) time.Time {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		data, _ := os.ReadFile(s.path("hk-starts"))
-		for _, line := range strings.Split(string(data), "\n") {
-			f := strings.Fields(line)
-			if len(f) == 3 && f[0] == j.dec && f[1] == host {
-				sec, err := strconv.ParseFloat(f[2], 64)
-				if err != nil {
-					s.t.Fatalf("hk-starts: %q", line)
-				}
-				return time.Unix(0, int64(sec*1e9))
-			}
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("the housekeeping of job %s did not start on %s within %v\n%s", j.f58, host, timeout, tailFile(s.path("broker.log"), 3000))
-		}
-		time.Sleep(20 * time.Millisecond)
+	at, err := waitStamp(s.path("hk-starts"), timeout, j.dec, host)
+	if err != nil {
+		s.t.Fatalf("the housekeeping of job %s did not start on %s within %v: %v\n%s", j.f58, host, timeout, err, tailFile(s.path("broker.log"), 3000))
 	}
+	return at
 }
 
 // nextFor returns the next /v1/watch event about node, whatever its state,
 // or fails after timeout.
 func (w *watcher) nextFor(t testing.TB, name string, timeout time.Duration) (node, event) {
 	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		select {
-		case ev := <-w.events:
-			if ev.Type != "node" {
-				continue
-			}
-			var n node
-			if err := json.Unmarshal([]byte(ev.Data), &n); err != nil {
-				t.Fatalf("watch event %q: %v", ev.Data, err)
-			}
-			if n.Name == name {
-				return n, ev
-			}
-		case <-deadline:
-			t.Fatalf("no event for %s within %v", name, timeout)
-		}
-	}
+	return w.nextWhere(t, "no event for "+name, timeout, func(n node) bool { return n.Name == name })
 }

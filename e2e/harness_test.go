@@ -569,6 +569,15 @@ func (g *aggregator) watch(t testing.TB) *watcher {
 // events are skipped), or fails after timeout.
 func (w *watcher) next(t testing.TB, name, state string, timeout time.Duration) (node, event) {
 	t.Helper()
+	return w.nextWhere(t, fmt.Sprintf("no %s event for %s", state, name), timeout, func(n node) bool {
+		return n.Name == name && n.State == state
+	})
+}
+
+// nextWhere returns the next node event whose node match accepts (other
+// events are skipped), or fails with "NONE within TIMEOUT" after timeout.
+func (w *watcher) nextWhere(t testing.TB, none string, timeout time.Duration, match func(node) bool) (node, event) {
+	t.Helper()
 	deadline := time.After(timeout)
 	for {
 		select {
@@ -580,11 +589,11 @@ func (w *watcher) next(t testing.TB, name, state string, timeout time.Duration) 
 			if err := json.Unmarshal([]byte(ev.Data), &n); err != nil {
 				t.Fatalf("watch event %q: %v", ev.Data, err)
 			}
-			if n.Name == name && n.State == state {
+			if match(n) {
 				return n, ev
 			}
 		case <-deadline:
-			t.Fatalf("no %s event for %s within %v", state, name, timeout)
+			t.Fatalf("%s within %v", none, timeout)
 		}
 	}
 }

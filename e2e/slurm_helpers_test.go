@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -440,24 +441,35 @@ func (s *slurmSite) expectedStart(job string) string {
 // "JOB UNIXTIME" to the starts file), waiting at most timeout.
 func (s *slurmSite) epilogStart(job string, timeout time.Duration) time.Time {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		data, _ := os.ReadFile(s.path("epilog-starts"))
+	at, err := waitStamp(s.path("epilog-starts"), timeout, job)
+	if err != nil {
+		s.t.Fatalf("the epilogue of job %s did not start within %v: %v\n%s", job, timeout, err, tailFile(s.path("log/slurmd.log"), 3000))
+	}
+	return at
+}
+
+// waitStamp waits at most timeout for a line "KEY... UNIXTIME" whose keys
+// are key in file (a test's epilogue or housekeeping appends one when it
+// starts) and returns its time.
+func waitStamp(file string, timeout time.Duration, key ...string) (time.Time, error) {
+	at, err, _ := testutil.PollRead(timeout, func() (time.Time, error) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return time.Time{}, err
+		}
 		for _, line := range strings.Split(string(data), "\n") {
 			f := strings.Fields(line)
-			if len(f) == 2 && f[0] == job {
-				sec, err := strconv.ParseFloat(f[1], 64)
+			if len(f) == len(key)+1 && slices.Equal(f[:len(key)], key) {
+				sec, err := strconv.ParseFloat(f[len(key)], 64)
 				if err != nil {
-					s.t.Fatalf("epilog-starts: %q", line)
+					return time.Time{}, fmt.Errorf("%s: %q: %w", file, line, err)
 				}
-				return time.Unix(0, int64(sec*1e9))
+				return time.Unix(0, int64(sec*1e9)), nil
 			}
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("the epilogue of job %s did not start within %v\n%s", job, timeout, tailFile(s.path("log/slurmd.log"), 3000))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return time.Time{}, fmt.Errorf("no line for %s in %s", strings.Join(key, " "), file)
+	}, func(time.Time) bool { return true })
+	return at, err
 }
 
 // writeRealEpilog writes the hung real epilogue (it reads hang's file) to

@@ -330,20 +330,10 @@ func (s *slurmNodes) slurmCommands(after string) string {
 // at most timeout.
 func (s *slurmNodes) epilogStartOf(job, node string, timeout time.Duration) time.Time {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		data, _ := os.ReadFile(s.path("epilog-starts"))
-		for _, line := range strings.Split(string(data), "\n") {
-			f := strings.Fields(line)
-			if len(f) == 3 && f[0] == job && f[1] == node {
-				sec, _ := strconv.ParseFloat(f[2], 64)
-				return time.Unix(0, int64(sec*1e9))
-			}
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("the epilogue of job %s on %s did not start within %v\n%s", job, node, timeout,
-				tailFile(s.path(filepath.Join("log", "slurmd-"+node+".log")), 3000))
-		}
-		time.Sleep(20 * time.Millisecond)
+	at, err := waitStamp(s.path("epilog-starts"), timeout, job, node)
+	if err != nil {
+		s.t.Fatalf("the epilogue of job %s on %s did not start within %v: %v\n%s", job, node, timeout, err,
+			tailFile(s.path(filepath.Join("log", "slurmd-"+node+".log")), 3000))
 	}
+	return at
 }
