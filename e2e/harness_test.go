@@ -336,33 +336,11 @@ func (c *cluster) addAgent(node string) *agent {
 		c.t.Fatal(err)
 	}
 	a := &agent{node: node, socket: filepath.Join(dir, "a.sock"), root: cgrouptest.TempRoot(c.t), config: filepath.Join(dir, "nodeagent.toml")}
-	text := c.modeLine() + fmt.Sprintf(`node_name = %q
-state_dir = %q
-socket = %q
-log_format = "json"
-log_level = "debug"
-
-[cgroup]
-root = %q
-
-[teardown]
-grace = %q
-kill_wait = %q
-unkillable_after = %q
-%s
-[diagnostics]
-sample_interval = "200ms"
-
-[mesh]
-enabled = true
-bind = %q
-join = %s
-label = %q
-keyring = %q
-%s
-rejoin_interval = "2s"
-%s`, node, filepath.Join(dir, "state"), a.socket, a.root, c.graceOr(), or30s(c.killWait), or30s(c.unkillableAfter), c.teardown, agentBind(c.t), tomlList(c.seeds), c.label, c.keyfile,
-		c.agentKeys(node), c.extra)
+	text := c.modeLine() + agentConfig{
+		node: node, dir: dir, socket: a.socket, root: a.root,
+		grace: c.graceOr(), killWait: or30s(c.killWait), unkillableAfter: or30s(c.unkillableAfter), teardown: c.teardown,
+		bind: agentBind(c.t), join: c.seeds, label: c.label, keyring: c.keyfile, keys: c.agentKeys(node),
+	}.text() + c.extra
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
@@ -647,6 +625,49 @@ func (k *siteKeys) nodeKey(node string) string {
 		k.t.Fatalf("node-key %s: %v %s", node, err, out)
 	}
 	return p
+}
+
+// agentConfig is what the tests' agents' configuration files differ in.
+type agentConfig struct {
+	node, dir, socket, root string
+	// grace, kill_wait, unkillable_after, and more [teardown] lines.
+	grace, killWait, unkillableAfter, teardown string
+	bind                                       string
+	join                                       []string
+	label, keyring                             string
+	keys                                       string // the [mesh] key lines (agentKeys)
+}
+
+// text is the agent's configuration file (state in dir/state, a 200 ms
+// diagnostics sample, a 2 s mesh rejoin, JSON logs at debug level).
+func (a agentConfig) text() string {
+	return fmt.Sprintf(`node_name = %q
+state_dir = %q
+socket = %q
+log_format = "json"
+log_level = "debug"
+
+[cgroup]
+root = %q
+
+[teardown]
+grace = %q
+kill_wait = %q
+unkillable_after = %q
+%s
+[diagnostics]
+sample_interval = "200ms"
+
+[mesh]
+enabled = true
+bind = %q
+join = %s
+label = %q
+keyring = %q
+%s
+rejoin_interval = "2s"
+`, a.node, filepath.Join(a.dir, "state"), a.socket, a.root, a.grace, a.killWait, a.unkillableAfter, a.teardown,
+		a.bind, tomlList(a.join), a.label, a.keyring, a.keys)
 }
 
 // schedNode is a node's state and reason as a scheduler's own tool shows

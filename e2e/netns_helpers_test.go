@@ -339,34 +339,14 @@ func (c *netnsCluster) addAgent(name string) *agent {
 	// registered before the agent's stop, so it runs after it.
 	a := &agent{node: name, socket: filepath.Join(dir, "a.sock"), root: cgrouptest.TempRoot(c.t),
 		config: filepath.Join(dir, "nodeagent.toml")}
-	text := fmt.Sprintf(`node_name = %q
-state_dir = %q
-socket = %q
-log_format = "json"
-log_level = "debug"
-
-[cgroup]
-root = %q
-
-[teardown]
-grace = %q
-kill_wait = "2s"
-unkillable_after = "2s"
-
-[diagnostics]
-sample_interval = "200ms"
-
-[mesh]
-enabled = true
-bind = "%s:%d"
-join = ["%s:%d"]
-label = %q
-keyring = %q
-node_key_file = %q
-aggregator_keys_file = %q
-rejoin_interval = "2s"
-`, name, filepath.Join(dir, "state"), a.socket, a.root, netnsGrace.String(),
-		c.addr[name], netnsMeshPort, netnsHubAddr, netnsMeshPort, c.label, c.keyfile, c.keys.nodeKey(name), c.keys.public)
+	text := agentConfig{
+		node: name, dir: dir, socket: a.socket, root: a.root,
+		grace: netnsGrace.String(), killWait: "2s", unkillableAfter: "2s",
+		bind:  fmt.Sprintf("%s:%d", c.addr[name], netnsMeshPort),
+		join:  []string{fmt.Sprintf("%s:%d", netnsHubAddr, netnsMeshPort)},
+		label: c.label, keyring: c.keyfile,
+		keys: fmt.Sprintf("node_key_file = %q\naggregator_keys_file = %q", c.keys.nodeKey(name), c.keys.public),
+	}.text()
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)
 	}
