@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os/user"
 	"testing"
 	"time"
@@ -46,22 +44,9 @@ func checkJobUser(t testing.TB, a *agent, job, user string) {
 // (GET /v1/nodes/{name}: last_report.detail, served with a token), decoded
 // as far as attribution needs it.
 func servedReport(g *aggregator, token, name string) (job, user string, err error) {
-	req, err := http.NewRequest("GET", g.url+"/v1/nodes/"+name, nil)
-	if err != nil {
-		return "", "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", "", err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return "", "", fmt.Errorf("GET /v1/nodes/%s: %d %s", name, resp.StatusCode, body)
-	}
 	var n aggapi.Node
-	if err := json.Unmarshal(body, &n); err != nil {
+	body, err := getJSON(g.url+"/v1/nodes/"+name, token, &n)
+	if err != nil {
 		return "", "", err
 	}
 	if n.LastReport == nil || len(n.LastReport.Detail) == 0 {
@@ -101,21 +86,10 @@ func checkGraceTopUser(t testing.TB, c *cluster, g *aggregator, topG, user strin
 	t.Helper()
 	var last string
 	if !testutil.Poll(15*time.Second, func() bool {
-		req, err := http.NewRequest("GET", g.url+"/v1/grace?top_g="+topG, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+c.token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			last = err.Error()
-			return false
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		last = string(body)
 		var adv aggapi.GraceAdvice
-		if resp.StatusCode != 200 || json.Unmarshal(body, &adv) != nil {
+		body, err := getJSON(g.url+"/v1/grace?top_g="+topG, c.token, &adv)
+		if last = string(body); err != nil {
+			last = err.Error()
 			return false
 		}
 		for _, u := range adv.TopUsers {

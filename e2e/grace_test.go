@@ -1,10 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,22 +148,9 @@ func epilogAs(t *testing.T, a *agent, job, user string, argv ...string) *exec.Cm
 func graceAdvice(t *testing.T, c *cluster, g *aggregator, query string) (aggapi.GraceAdvice, string) {
 	t.Helper()
 	var adv aggapi.GraceAdvice
-	req, err := http.NewRequest("GET", g.url+"/v1/grace?"+query, nil)
+	body, err := getJSON(g.url+"/v1/grace?"+query, c.token, &adv)
 	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return adv, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return adv, fmt.Sprintf("%d %s", resp.StatusCode, body)
-	}
-	if err := json.Unmarshal(body, &adv); err != nil {
-		return adv, err.Error()
+		return aggapi.GraceAdvice{}, err.Error()
 	}
 	return adv, string(body)
 }

@@ -428,22 +428,11 @@ func (g *aggregator) nodes(t testing.TB, query string) []node {
 }
 
 func fetchNodes(url string) ([]node, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, body)
-	}
 	var out struct {
 		Nodes []node `json:"nodes"`
 	}
-	if err := json.Unmarshal(body, &out); err != nil {
-		return nil, fmt.Errorf("GET %s: %v\n%s", url, err, body)
-	}
-	return out.Nodes, nil
+	_, err := getJSON(url, "", &out)
+	return out.Nodes, err
 }
 
 func (g *aggregator) node(t testing.TB, name string) (node, bool) {
@@ -473,18 +462,53 @@ func (g *aggregator) waitNode(t testing.TB, name, what string, timeout time.Dura
 
 func (g *aggregator) post(t testing.TB, path, token, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", g.url+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	code, b, err := call("POST", g.url+path, token, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(b)
+}
+
+// call makes one HTTP request (a body, other than a GET's, as JSON; the bearer token
+// unless empty) and returns the status and the body.
+func call(method, url, token, body string) (int, []byte, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	if method != "GET" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, b, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	return resp.StatusCode, b, nil
+}
+
+// getJSON GETs url (with the token unless empty) and decodes its 200 answer
+// into v. It returns the body, and an error naming the URL unless the answer
+// was a 200 that decodes.
+func getJSON(url, token string, v any) ([]byte, error) {
+	code, body, err := call("GET", url, token, "")
+	if err != nil {
+		return body, err
+	}
+	if code != 200 {
+		return body, fmt.Errorf("GET %s: %d %s", url, code, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return body, fmt.Errorf("GET %s: %v\n%s", url, err, body)
+	}
+	return body, nil
 }
 
 // event is one Server-Sent Event of /v1/watch, stamped when it arrived.

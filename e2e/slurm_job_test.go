@@ -43,15 +43,8 @@ type gracewatchSlurmJob struct {
 
 func startGracewatchSlurmJob(t *testing.T) *gracewatchSlurmJob {
 	t.Helper()
-	requireSlurm(t)
-	s := newSlurmSite(t)
-	t.Setenv("SLURM_CONF", s.conf)
-	c := newCluster(t)
-	c.grace = slurmJobGrace.String()
-	c.aggConf = s.slurmActuators()
-	g := &gracewatchSlurm{s: s, c: c, agg: c.addAggregator("agg-1")}
-	g.a = c.addAgent(s.host)
-	g.agg.waitNode(t, s.host, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+	g := newGracewatchSlurm(t, func(c *cluster) { c.grace = slurmJobGrace.String() })
+	s := g.s
 	real := s.path("epilog.true")
 	if err := os.WriteFile(real, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)

@@ -26,7 +26,11 @@ type gracewatchSlurm struct {
 	a   *agent
 }
 
-func startGracewatchSlurm(t *testing.T, cfg slurmConfig) *gracewatchSlurm {
+// newGracewatchSlurm starts a one-node Slurm and a gracewatch cluster of one
+// aggregator (with Slurm's actuators) and the node's agent, configured by
+// setup before they start, and returns once the aggregator serves the node
+// up.
+func newGracewatchSlurm(t *testing.T, setup func(*cluster)) *gracewatchSlurm {
 	t.Helper()
 	requireSlurm(t)
 	s := newSlurmSite(t)
@@ -34,12 +38,19 @@ func startGracewatchSlurm(t *testing.T, cfg slurmConfig) *gracewatchSlurm {
 	t.Setenv("SLURM_CONF", s.conf)
 	c := newCluster(t)
 	c.aggConf = s.slurmActuators()
-	// SIGKILL 2 s after D, survivors classified 2 s later: the reason goes
-	// from "still running" to "unkillable" while the node is drained.
-	c.killWait, c.unkillableAfter = "2s", "2s"
+	setup(c)
 	g := &gracewatchSlurm{s: s, c: c, agg: c.addAggregator("agg-1")}
 	g.a = c.addAgent(s.host)
 	g.agg.waitNode(t, s.host, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+	return g
+}
+
+func startGracewatchSlurm(t *testing.T, cfg slurmConfig) *gracewatchSlurm {
+	t.Helper()
+	// SIGKILL 2 s after D, survivors classified 2 s later: the reason goes
+	// from "still running" to "unkillable" while the node is drained.
+	g := newGracewatchSlurm(t, func(c *cluster) { c.killWait, c.unkillableAfter = "2s", "2s" })
+	s := g.s
 	cfg.Epilog = s.writeGracewatchEpilog(g.a, s.writeRealEpilog(s.path("fuse/hang")))
 	s.start(cfg)
 	return g
