@@ -372,27 +372,34 @@ func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 		}
 		by := fmt.Sprintf("%s (HTTP from %s)", s.svc.Name(), r.RemoteAddr)
 		n, err := s.svc.Control(r.Context(), name, action, req.Reason, by)
-		var ae *AgentError
-		switch {
-		case err == nil:
-			s.writeJSON(w, http.StatusOK, wireNode(n))
-		case errors.Is(err, ErrUnknownNode):
-			s.writeError(w, http.StatusNotFound, "unknown node %q", name)
-		case errors.Is(err, ErrUnreachable):
-			s.writeError(w, http.StatusConflict, "%v", err)
-		case errors.As(err, &ae):
-			s.writeError(w, http.StatusConflict, "%v", err)
-		case errors.Is(err, ErrControlTimeout):
-			s.writeError(w, http.StatusGatewayTimeout, "%v; the agent may still act on it", err)
-		case errors.Is(err, ErrSend):
-			s.writeError(w, http.StatusBadGateway, "%v", err)
-		case errors.Is(err, ErrNotRunning):
-			s.writeError(w, http.StatusServiceUnavailable, "%v", err)
-		case r.Context().Err() != nil:
-			// The client left; nobody reads an answer.
-		default:
-			s.writeError(w, http.StatusInternalServerError, "%v", err)
+		if err != nil {
+			s.writeActionError(w, r, name, err)
+			return
 		}
+		s.writeJSON(w, http.StatusOK, wireNode(n))
+	}
+}
+
+// writeActionError answers a node action (resume, drain, forget) that
+// failed with err, with the status its error calls for; nothing when the
+// client left.
+func (s *Server) writeActionError(w http.ResponseWriter, r *http.Request, name string, err error) {
+	var ae *AgentError
+	switch {
+	case errors.Is(err, ErrUnknownNode):
+		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
+	case errors.Is(err, ErrUnreachable), errors.As(err, &ae), errors.Is(err, ErrNotGone):
+		s.writeError(w, http.StatusConflict, "%v", err)
+	case errors.Is(err, ErrControlTimeout):
+		s.writeError(w, http.StatusGatewayTimeout, "%v; the agent may still act on it", err)
+	case errors.Is(err, ErrSend):
+		s.writeError(w, http.StatusBadGateway, "%v", err)
+	case errors.Is(err, ErrNotRunning):
+		s.writeError(w, http.StatusServiceUnavailable, "%v", err)
+	case r.Context().Err() != nil:
+		// The client left; nobody reads an answer.
+	default:
+		s.writeError(w, http.StatusInternalServerError, "%v", err)
 	}
 }
 
@@ -424,19 +431,11 @@ func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := fmt.Sprintf("%s (HTTP from %s): %s", s.svc.Name(), r.RemoteAddr, req.Reason)
-	switch err := s.svc.Forget(r.Context(), name, by); {
-	case err == nil:
-		s.writeJSON(w, http.StatusOK, Forgotten{Name: name})
-	case errors.Is(err, ErrUnknownNode):
-		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
-	case errors.Is(err, ErrNotGone):
-		s.writeError(w, http.StatusConflict, "%v", err)
-	case errors.Is(err, ErrNotRunning):
-		s.writeError(w, http.StatusServiceUnavailable, "%v", err)
-	case r.Context().Err() != nil:
-	default:
-		s.writeError(w, http.StatusInternalServerError, "%v", err)
+	if err := s.svc.Forget(r.Context(), name, by); err != nil {
+		s.writeActionError(w, r, name, err)
+		return
 	}
+	s.writeJSON(w, http.StatusOK, Forgotten{Name: name})
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
