@@ -27,18 +27,9 @@ type histService struct {
 
 func startHistService(t *testing.T, clk *clock.Fake, dir string) *histService {
 	t.Helper()
-	o := Options{Name: "agg-1", Policy: defaultPolicy, Grace: 120 * time.Second, Clock: clk, Logger: testLogger(t),
-		TeardownHistory: history.Options{Dir: dir}}
-	svc, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, clk: clk, svc: svc, mesh: NewFakeMesh(svc)}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, h.mesh) }()
-	h.sync()
-	srv := NewServer(svc, ServerOptions{Clock: clk, Logger: testLogger(t)})
+	h, stopService := startHarness(t, clk, Options{Name: "agg-1", Policy: defaultPolicy, Grace: 120 * time.Second, Clock: clk,
+		Logger: testLogger(t), TeardownHistory: history.Options{Dir: dir}})
+	srv := NewServer(h.svc, ServerOptions{Clock: clk, Logger: testLogger(t)})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +48,7 @@ func startHistService(t *testing.T, clk *clock.Fake, dir string) *histService {
 			t.Errorf("Shutdown: %v", err)
 		}
 		<-served
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		stopService()
 	}
 	t.Cleanup(stop)
 	return &histService{harness: h, base: "http://" + l.Addr().String(), stop: stop}

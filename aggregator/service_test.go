@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,27 +34,41 @@ func newHarnessClock(t *testing.T, clk *clock.Fake, opts ...func(*Options)) *har
 	for _, f := range opts {
 		f(&o)
 	}
+	h, _ := startHarness(t, clk, o)
+	return h
+}
+
+// startHarness runs a Service of o on a FakeMesh until stop (or the test's
+// end) and returns once it has processed its start. stop ends it once (a
+// later call does nothing) and fails the test if Run failed or did not
+// return within testTimeout.
+func startHarness(t *testing.T, clk *clock.Fake, o Options) (h *harness, stop func()) {
+	t.Helper()
 	svc, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, clk: clk, svc: svc, mesh: NewFakeMesh(svc)}
+	h = &harness{t: t, clk: clk, svc: svc, mesh: NewFakeMesh(svc)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx, h.mesh) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(testTimeout):
+				t.Error("Run did not return")
 			}
-		case <-time.After(testTimeout):
-			t.Error("Run did not return")
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
 	h.sync()
-	return h
+	return h, stop
 }
 
 // sync waits until the Service has processed every input so far.
