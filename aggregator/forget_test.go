@@ -28,9 +28,7 @@ func TestServiceForget(t *testing.T) {
 			Meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, Since: h1.clk.Now()})
 		h.member("cn1", upMeta(1, 1))
 		h.member("cn2", upMeta(1, 1))
-		dead := AgentMember("cn1", upMeta(1, 1), h1.clk.Now())
-		dead.Status = mesh.StatusDead
-		h.mesh.SetMember(dead)
+		h.status("cn1", mesh.StatusDead)
 	}
 	h1.clk.Advance(time.Minute)
 	h1.sync()
@@ -94,9 +92,7 @@ func TestHTTPForget(t *testing.T) {
 	base := h.serve(ServerOptions{Token: []byte(testToken)})
 	h.member("n1", upMeta(1, 1))
 	h.member("n2", upMeta(1, 1))
-	dead := AgentMember("n1", upMeta(1, 1), h.clk.Now())
-	dead.Status = mesh.StatusLeft
-	h.mesh.SetMember(dead)
+	h.status("n1", mesh.StatusLeft)
 	h.clk.Advance(time.Minute)
 	h.sync()
 

@@ -59,27 +59,27 @@ func (f *FakeScheduler) List(context.Context) ([]Reservation, error) {
 
 // Create adds r unless its name is taken.
 func (f *FakeScheduler) Create(_ context.Context, r Reservation) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(verbCreate, r); err != nil {
-		return err
-	}
-	if _, ok := f.res[r.Name]; ok {
-		return fmt.Errorf("create %s: duplicate reservation name", r.Name)
-	}
-	f.res[r.Name] = clone(r)
-	return nil
+	return f.put(verbCreate, r, false)
 }
 
 // Update replaces the nodes and end of the existing r.Name.
 func (f *FakeScheduler) Update(_ context.Context, r Reservation) error {
+	return f.put(verbUpdate, r, true)
+}
+
+// put stores r for v (create or update), which needs r.Name to exist
+// already (exists) or not.
+func (f *FakeScheduler) put(v verb, r Reservation, exists bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.check(verbUpdate, r); err != nil {
+	if err := f.check(v, r); err != nil {
 		return err
 	}
-	if _, ok := f.res[r.Name]; !ok {
-		return fmt.Errorf("update %s: reservation not found", r.Name)
+	switch _, ok := f.res[r.Name]; {
+	case ok && !exists:
+		return fmt.Errorf("%s %s: duplicate reservation name", v, r.Name)
+	case !ok && exists:
+		return fmt.Errorf("%s %s: reservation not found", v, r.Name)
 	}
 	f.res[r.Name] = clone(r)
 	return nil
