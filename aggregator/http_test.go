@@ -432,21 +432,10 @@ func TestHTTPRareErrors(t *testing.T) {
 	}
 
 	// A Service that stopped: 503 for actions, and not ready.
-	svc, err := New(Options{Name: "agg-1", Clock: h.clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fm := NewFakeMesh(svc)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, fm) }()
-	fm.SetMember(AgentMember("n1", downMeta(1, 1, "hung"), t0))
-	if err := svc.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	<-done
-	stopped := (&harness{t: t, clk: h.clk, svc: svc, mesh: fm}).serve(ServerOptions{Token: []byte(testToken)})
+	sh, stop := startHarness(t, h.clk, Options{Name: "agg-1", Clock: h.clk})
+	sh.member("n1", downMeta(1, 1, "hung"))
+	stop()
+	stopped := sh.serve(ServerOptions{Token: []byte(testToken)})
 	r = call(t, "POST", stopped+"/v1/nodes/n1/resume", testToken, `{"reason":"x"}`)
 	if r.status != 503 || !strings.Contains(r.errorMsg(t), "not running") {
 		t.Errorf("resume on a stopped aggregator: %d %s", r.status, r.body)

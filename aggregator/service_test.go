@@ -318,16 +318,10 @@ func TestServiceDropsSlowSubscriber(t *testing.T) {
 
 func TestServiceRunStopsSubscriptions(t *testing.T) {
 	clk := clock.NewFake(t0)
-	svc, err := New(Options{Name: "agg-1", Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, NewFakeMesh(svc)) }()
+	h, stop := startHarness(t, clk, Options{Name: "agg-1", Clock: clk})
+	svc := h.svc
 	sub := svc.Subscribe("")
-	cancel()
-	<-done
+	stop()
 	if _, ok := <-sub.C; ok {
 		t.Error("subscription still open after Run returned")
 	}
