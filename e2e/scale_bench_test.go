@@ -442,37 +442,15 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mes
 		wg.Wait()
 	})
 	begin := time.Now()
-	lastAt, lastCPU := begin, benchenv.CPUTime()
-	for lo := 0; lo < n; lo += batch {
-		hi := min(lo+batch, n)
-		span := time.Duration(float64(hi-lo) * float64(max(lo, 100)) / float64(load) * float64(time.Second))
-		batchEnd := time.Now().Add(span)
-		errs := make([]error, hi-lo)
-		var wg sync.WaitGroup
-		for i := lo; i < hi; i++ {
-			addr := fmt.Sprintf("127.0.%d.%d:%d", 40+i/250, 1+i%250, port)
-			wg.Go(func() {
-				time.Sleep(rand.N(span + 1))
-				m, err := create(i, addr)
-				if err != nil {
-					errs[i-lo] = fmt.Errorf("member %d at %s: %w", i, addr, err)
-					return
-				}
-				members[i] = m
-			})
+	benchenv.StartPaced(b, 0, n, batch, load, func(i, _ int) error {
+		addr := fmt.Sprintf("127.0.%d.%d:%d", 40+i/250, 1+i%250, port)
+		m, err := create(i, addr)
+		if err != nil {
+			return fmt.Errorf("member %d at %s: %w", i, addr, err)
 		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			b.Fatalf("starting the members: %v", err)
-		}
-		time.Sleep(time.Until(batchEnd))
-		if hi/100 != lo/100 || hi == n {
-			now, cpu := time.Now(), benchenv.CPUTime()
-			progress(b, "%d members started after %v (%.2f cores since the last line)", hi, now.Sub(begin).Round(time.Millisecond),
-				(cpu-lastCPU).Seconds()/now.Sub(lastAt).Seconds())
-			lastAt, lastCPU = now, cpu
-		}
-	}
+		members[i] = m
+		return nil
+	})
 	started := time.Now()
 	for {
 		err := ready()

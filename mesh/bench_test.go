@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -348,42 +347,20 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr, seed string)
 	members := make([]benchMember, n)
 	b.Cleanup(func() { shutdownAll(members) })
 	begin := time.Now()
-	lastAt, lastCPU := begin, benchenv.CPUTime()
 	m, err := create(0, swarmAddr(0, port), "")
 	if err != nil {
 		b.Fatalf("member 0 at %s: %v", swarmAddr(0, port), err)
 	}
 	members[0] = m
-	for lo := 1; lo < n; lo += batch {
-		hi := min(lo+batch, n)
-		span := time.Duration(float64(hi-lo) * float64(max(lo, 100)) / float64(load) * float64(time.Second))
-		batchEnd := time.Now().Add(span)
-		errs := make([]error, hi-lo)
-		var wg sync.WaitGroup
-		for i := lo; i < hi; i++ {
-			seed := swarmAddr(rand.IntN(lo), port)
-			wg.Go(func() {
-				time.Sleep(rand.N(span + 1))
-				m, err := create(i, swarmAddr(i, port), seed)
-				if err != nil {
-					errs[i-lo] = fmt.Errorf("member %d at %s (seed %s): %w", i, swarmAddr(i, port), seed, err)
-					return
-				}
-				members[i] = m
-			})
+	benchenv.StartPaced(b, 1, n, batch, load, func(i, lo int) error {
+		seed := swarmAddr(rand.IntN(lo), port)
+		m, err := create(i, swarmAddr(i, port), seed)
+		if err != nil {
+			return fmt.Errorf("member %d at %s (seed %s): %w", i, swarmAddr(i, port), seed, err)
 		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			b.Fatalf("starting the swarm: %v", err)
-		}
-		time.Sleep(time.Until(batchEnd))
-		if hi/100 != lo/100 || hi == n {
-			now, cpu := time.Now(), benchenv.CPUTime()
-			progress(b, "%d members started after %v (%.2f cores since the last line)", hi, now.Sub(begin).Round(time.Millisecond),
-				(cpu-lastCPU).Seconds()/now.Sub(lastAt).Seconds())
-			lastAt, lastCPU = now, cpu
-		}
-	}
+		members[i] = m
+		return nil
+	})
 	started := time.Now()
 	for {
 		seen := make([]int, n)
