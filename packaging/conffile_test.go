@@ -189,19 +189,7 @@ func TestAggregatorConffile(t *testing.T) {
 func TestActuatorExamples(t *testing.T) {
 	for _, name := range []string{"actuator-slurm.toml", "actuator-flux.toml"} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join("examples", "aggregator", name)
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := aggregator.DefaultConfig()
-			if err := config.Decode(path, data, &cfg); err != nil {
-				t.Fatal(err)
-			}
-			cfg.Mesh.Insecure, cfg.Mesh.AllowUnsigned = true, true // the examples hold actuators only
-			if err := cfg.Validate(); err != nil {
-				t.Fatal(err)
-			}
+			cfg := aggregatorExample(t, name)
 			on := map[string]int{}
 			for _, a := range cfg.Actuators {
 				on[a.On]++
@@ -216,7 +204,18 @@ func TestActuatorExamples(t *testing.T) {
 // The reservation example is a valid [reservations] table that turns them
 // on.
 func TestReservationExample(t *testing.T) {
-	path := filepath.Join("examples", "aggregator", "reservations-slurm.toml")
+	cfg := aggregatorExample(t, "reservations-slurm.toml")
+	if !cfg.Reservations.Enabled() || cfg.Reservations.Command[0] != "/etc/gracewatch/slurm-reservation.sh" {
+		t.Errorf("the example does not run slurm-reservation.sh: %q", cfg.Reservations.Command)
+	}
+}
+
+// aggregatorExample is examples/aggregator/name over the aggregator's
+// defaults, decoded strictly and validated (with an insecure mesh: the
+// examples hold one table each, not the mesh's keys).
+func aggregatorExample(t *testing.T, name string) aggregator.Config {
+	t.Helper()
+	path := filepath.Join("examples", "aggregator", name)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +228,5 @@ func TestReservationExample(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Reservations.Enabled() || cfg.Reservations.Command[0] != "/etc/gracewatch/slurm-reservation.sh" {
-		t.Errorf("the example does not run slurm-reservation.sh: %q", cfg.Reservations.Command)
-	}
+	return cfg
 }
