@@ -36,22 +36,29 @@ func TestOKFileReads(t *testing.T) {
 	}
 }
 
-// TestKilledReaderIsUnkillableUntilStop proves the kernel behaviour the
-// diagnostics are tested against: a reader of "hang" that gets SIGKILL stays
-// in D with SIGKILL pending and request_wait_answer in its stack, and ending
-// the server releases it.
-func TestKilledReaderIsUnkillableUntilStop(t *testing.T) {
+// killedHungReader starts a hangfs server and a reader of its hang file,
+// waits until the read hangs, kills the reader and returns once it is in D
+// (with its status there).
+func killedHungReader(t *testing.T) (*hangfs.Server, *exec.Cmd, procfs.Status) {
+	t.Helper()
 	s := hangfs.Start(t)
 	cat := startReader(t, s.Path(hangfs.HangFile))
 	if err := s.WaitHungReads(1); err != nil {
 		t.Fatal(err)
 	}
 	waitBlocked(t, cat.Process.Pid)
-
 	if err := cat.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	st := waitState(t, cat.Process.Pid, "D")
+	return s, cat, waitState(t, cat.Process.Pid, "D")
+}
+
+// TestKilledReaderIsUnkillableUntilStop proves the kernel behaviour the
+// diagnostics are tested against: a reader of "hang" that gets SIGKILL stays
+// in D with SIGKILL pending and request_wait_answer in its stack, and ending
+// the server releases it.
+func TestKilledReaderIsUnkillableUntilStop(t *testing.T) {
+	s, cat, st := killedHungReader(t)
 	if st.SigPnd&procfs.SigKillMask == 0 && st.ShdPnd&procfs.SigKillMask == 0 {
 		t.Errorf("SIGKILL not pending: SigPnd %x ShdPnd %x", st.SigPnd, st.ShdPnd)
 	}
@@ -134,16 +141,7 @@ func TestAbortThroughPrivateFusectl(t *testing.T) {
 }
 
 func TestAbortReleasesReader(t *testing.T) {
-	s := hangfs.Start(t)
-	cat := startReader(t, s.Path(hangfs.HangFile))
-	if err := s.WaitHungReads(1); err != nil {
-		t.Fatal(err)
-	}
-	waitBlocked(t, cat.Process.Pid)
-	if err := cat.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, cat.Process.Pid, "D")
+	s, cat, _ := killedHungReader(t)
 	if err := s.Abort(); err != nil {
 		t.Fatal(err)
 	}
