@@ -94,3 +94,22 @@ func TestPollRead(t *testing.T) {
 		t.Fatalf("PollRead of a failing read = %d, %v, %v; want %d, its last error, false", v, err, ok, n)
 	}
 }
+
+func TestSyncBufferMax(t *testing.T) {
+	b := &SyncBuffer{Max: 8}
+	for _, w := range []string{"12345", "6789", "abc"} {
+		if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", w, n, err)
+		}
+	}
+	// The write that reached the bound is kept; what follows is dropped.
+	if got := b.String(); got != "123456789" {
+		t.Errorf("SyncBuffer{Max: 8} holds %q, want %q", got, "123456789")
+	}
+	u := &SyncBuffer{}
+	u.Write([]byte("12345"))
+	u.Write([]byte("6789"))
+	if got := u.String(); got != "123456789" {
+		t.Errorf("SyncBuffer{} holds %q", got)
+	}
+}

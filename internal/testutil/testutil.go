@@ -35,15 +35,21 @@ func RequireRoot(t testing.TB) {
 
 // SyncBuffer is a bytes.Buffer that may be written and read concurrently:
 // the output of a process (os/exec copies it on goroutines of its own) or a
-// logger that a test reads while the code under test writes.
+// logger that a test reads while the code under test writes. With Max
+// above zero, what is written once it holds Max bytes is dropped (and
+// reported written): a test's chatty process cannot fill its memory.
 type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	Max int
+	mu  sync.Mutex
+	b   bytes.Buffer
 }
 
 func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.Max > 0 && s.b.Len() >= s.Max {
+		return len(p), nil
+	}
 	return s.b.Write(p)
 }
 

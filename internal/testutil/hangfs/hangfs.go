@@ -179,7 +179,7 @@ type Server struct {
 	mnt    string
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd.Wait returned
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	major  uint32
 	minor  uint32
 
@@ -225,7 +225,7 @@ func start(t testing.TB, selfRead bool) *Server {
 	if dir, err = filepath.EvalSymlinks(dir); err != nil {
 		t.Fatalf("hangfs: %v", err)
 	}
-	s := &Server{mnt: dir, exited: make(chan struct{}), stderr: &syncBuffer{}, ready: make(chan struct{}), readsCh: make(chan struct{})}
+	s := &Server{mnt: dir, exited: make(chan struct{}), stderr: &testutil.SyncBuffer{Max: 64 << 10}, ready: make(chan struct{}), readsCh: make(chan struct{})}
 	s.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	s.cmd.Env = append(os.Environ(), EnvMount+"="+dir)
 	if selfRead {
@@ -511,26 +511,4 @@ func unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of os/exec's
-// copying goroutines and reads of the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() > 64<<10 {
-		return len(p), nil
-	}
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
