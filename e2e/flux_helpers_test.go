@@ -82,22 +82,9 @@ type fluxSite struct {
 func startFlux(t testing.TB, cfg fluxConfig) *fluxSite {
 	t.Helper()
 	prefix := requireFlux(t)
-	dir, err := os.MkdirTemp("", "gw-flux-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := siteDir(t, "gw-flux-")
 	s := &fluxSite{t: t, dir: dir, prefix: prefix, done: make(chan struct{}), logs: &testutil.SyncBuffer{}}
-	t.Cleanup(func() {
-		s.stop()
-		if m := mountsUnder(dir); len(m) > 0 {
-			t.Errorf("not removing %s: still mounted %v", dir, m)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(s.stop) // before the folder's removal
 	bin := filepath.Join(prefix, "bin")
 	// PATH as the note says, with Flux first: the brokers, their prologs and
 	// housekeeping, and the tests' flux commands find flux there.

@@ -164,23 +164,8 @@ type slurmSite struct {
 // runs it. The folder is removed when the test ends.
 func newSlurmSite(t testing.TB) *slurmSite {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "gw-slurm-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := siteDir(t, "gw-slurm-")
 	s := &slurmSite{t: t, dir: dir, host: shortHostname(t), conf: filepath.Join(dir, "slurm.conf")}
-	t.Cleanup(func() {
-		// Never walk into a mount (a FUSE mount left behind hangs or
-		// fails RemoveAll): leave the folder, and say so.
-		if m := mountsUnder(dir); len(m) > 0 {
-			t.Errorf("not removing %s: still mounted %v", dir, m)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	for _, sub := range []string{"munge", "munge-run", "log", "spool/ctld", "spool/d", "run"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			t.Fatal(err)
@@ -675,6 +660,29 @@ func (h *hangServer) stop() error {
 		}
 	})
 	return h.err
+}
+
+// siteDir makes a scheduler site's folder in /tmp (mode 0755: its daemons
+// and jobs run as other users too), removed when the test ends unless
+// something is still mounted in it: a FUSE mount left behind hangs or fails
+// RemoveAll, so the folder is left and the test says so.
+func siteDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if m := mountsUnder(dir); len(m) > 0 {
+			t.Errorf("not removing %s: still mounted %v", dir, m)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // mountsUnder lists the mount points at or under dir (/proc/self/mountinfo).
