@@ -362,11 +362,7 @@ const (
 
 func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		name, ok := s.pathNode(w, r)
-		if !ok {
-			return
-		}
-		req, ok := s.readAction(w, r)
+		name, req, ok := s.nodeAction(w, r)
 		if !ok {
 			return
 		}
@@ -403,6 +399,17 @@ func (s *Server) writeActionError(w http.ResponseWriter, r *http.Request, name s
 	}
 }
 
+// nodeAction reads the node named by the path and the body of an action on
+// it (resume, drain, forget); on an error it answers and returns false.
+func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) (string, ActionRequest, bool) {
+	name, ok := s.pathNode(w, r)
+	if !ok {
+		return "", ActionRequest{}, false
+	}
+	req, ok := s.readAction(w, r)
+	return name, req, ok
+}
+
 // readAction decodes the body of resume, drain and forget; on an error it
 // answers (400, or 413 for a body over MaxBodyBytes) and returns false.
 func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (ActionRequest, bool) {
@@ -422,11 +429,7 @@ func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (ActionReque
 // handleForget removes a gone node from the view of every aggregator
 // (Service.Forget); the body gives the reason, as for resume and drain.
 func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
-	name, ok := s.pathNode(w, r)
-	if !ok {
-		return
-	}
-	req, ok := s.readAction(w, r)
+	name, req, ok := s.nodeAction(w, r)
 	if !ok {
 		return
 	}
