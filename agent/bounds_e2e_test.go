@@ -16,6 +16,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/jobname"
 	"github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // longJobID is 128 bytes (request.MaxJobIDBytes) of two-byte runes: the longest
@@ -157,15 +158,7 @@ while [ ! -e %s ]; do sleep 0.02; done`, g1, g2)
 	wrapper := exec.Command(nodeagentBin, "epilog", "--job", "201", "--", "sh", "-c", script)
 	wrapper.Env = append(os.Environ(), "GRACEWATCH_SOCKET="+n.socket)
 	wrapper.Stdout, wrapper.Stderr = devnull, devnull
-	if err := wrapper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if wrapper.ProcessState == nil {
-			wrapper.Process.Kill()
-			wrapper.Wait()
-		}
-	})
+	testutil.Start(t, wrapper)
 	out := filepath.Join(state, "output", jobname.Of("201"), "epilog.stdout")
 	var maxUsed, lastApparent int64
 	measure := func(d time.Duration) {

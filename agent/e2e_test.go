@@ -217,16 +217,7 @@ func (n *node) epilog(job string, argv ...string) *exec.Cmd {
 	cmd := exec.Command(nodeagentBin, append([]string{"epilog", "--job", job, "--"}, argv...)...)
 	cmd.Env = append(os.Environ(), "GRACEWATCH_SOCKET="+n.socket)
 	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, &bytes.Buffer{}
-	if err := cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	n.t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	return cmd
+	return testutil.Start(n.t, cmd)
 }
 
 func (n *node) jobStart(job string, exp time.Time) {

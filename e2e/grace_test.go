@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -129,18 +128,7 @@ func TestGraceAdvisorRealEpilogues(t *testing.T) {
 // epilogAs starts `nodeagent epilog --job job --user user -- argv` on a.
 func epilogAs(t *testing.T, a *agent, job, user string, argv ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bins.nodeagent, append([]string{"epilog", "--job", job, "--user", user, "--"}, argv...)...)
-	cmd.Env = append(os.Environ(), "GRACEWATCH_SOCKET="+a.socket)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	return cmd
+	return a.epilogArgs(append([]string{"--job", job, "--user", user, "--"}, argv...)...)
 }
 
 // graceAdvice asks g's advisor (GET /v1/grace?query, with the token); on a

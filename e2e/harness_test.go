@@ -386,18 +386,15 @@ func (a *agent) cli(args ...string) (string, int) {
 // epilog starts `nodeagent epilog` in the background.
 func (a *agent) epilog(job string, argv ...string) *exec.Cmd {
 	a.t.Helper()
-	cmd := exec.Command(bins.nodeagent, append([]string{"epilog", "--job", job, "--"}, argv...)...)
+	return a.epilogArgs(append([]string{"--job", job, "--"}, argv...)...)
+}
+
+// epilogArgs starts `nodeagent epilog ARGS` on a in the background.
+func (a *agent) epilogArgs(args ...string) *exec.Cmd {
+	a.t.Helper()
+	cmd := exec.Command(bins.nodeagent, append([]string{"epilog"}, args...)...)
 	cmd.Env = append(os.Environ(), "GRACEWATCH_SOCKET="+a.socket)
-	if err := cmd.Start(); err != nil {
-		a.t.Fatal(err)
-	}
-	a.t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	return cmd
+	return testutil.Start(a.t, cmd)
 }
 
 func tomlList(xs []string) string {

@@ -78,3 +78,20 @@ func BuildPrograms(dir string, names ...string) error {
 	}
 	return nil
 }
+
+// Start starts cmd, failing t if it cannot, and kills and reaps it when the
+// test ends unless the test waited for it: no process of the test outlives
+// it.
+func Start(t testing.TB, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd
+}
