@@ -311,19 +311,10 @@ func TestServeAndClients(t *testing.T) {
 	agent := startAgent(t, "node1")
 	dir := t.TempDir()
 	tokenFile := writeFile(t, filepath.Join(dir, "admin.token"), token+"\n", 0o600)
-	cfg := writeFile(t, filepath.Join(dir, "aggregator.toml"), fmt.Sprintf(`
-name = "agg-test"
-log_level = "debug"
-[mesh]
-bind = "127.0.0.1:0"
-join = [%q]
-insecure = true
-[http]
-listen = "127.0.0.1:0"
-admin_token_file = %q
+	cfg := loopbackConfig(t, dir, "agg-test", agent.m.Load().Addr(), "log_level = \"debug\"\n", fmt.Sprintf(`admin_token_file = %q
 [policy]
 grace = "90s"
-`, agent.m.Load().Addr(), tokenFile), 0o644)
+`, tokenFile))
 	srv := startServe(t, cfg)
 
 	waitFor(t, "node1 in the view", func() bool {
@@ -458,14 +449,7 @@ func TestServeSystemdNotify(t *testing.T) {
 		}
 		return false
 	}
-	cfg := writeFile(t, filepath.Join(dir, "aggregator.toml"), `
-name = "agg-notify"
-[mesh]
-bind = "127.0.0.1:0"
-insecure = true
-[http]
-listen = "127.0.0.1:0"
-`, 0o644)
+	cfg := loopbackConfig(t, dir, "agg-notify", "", "", "")
 	t.Setenv("NOTIFY_SOCKET", sock)
 	t.Setenv("WATCHDOG_USEC", "300000")
 	srv := startServe(t, cfg)
@@ -632,4 +616,24 @@ func TestWriteReservations(t *testing.T) {
 			t.Errorf("%s: printed\n%s\nwant %q in it", tc.name, b.String(), tc.want)
 		}
 	}
+}
+
+// loopbackConfig writes dir/aggregator.toml of an aggregator name with an
+// insecure mesh on loopback joining join (none if empty) and its HTTP on
+// loopback, with top (top-level keys) and httpExtra (the [http] table's
+// other keys and any tables after it) added, and returns its path.
+func loopbackConfig(t *testing.T, dir, name, join, top, httpExtra string) string {
+	t.Helper()
+	joinLine := ""
+	if join != "" {
+		joinLine = fmt.Sprintf("join = [%q]\n", join)
+	}
+	return writeFile(t, filepath.Join(dir, "aggregator.toml"), fmt.Sprintf(`
+name = %q
+%s[mesh]
+bind = "127.0.0.1:0"
+%sinsecure = true
+[http]
+listen = "127.0.0.1:0"
+%s`, name, top, joinLine, httpExtra), 0o644)
 }

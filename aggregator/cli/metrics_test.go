@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,15 +15,7 @@ import (
 func TestServeMetrics(t *testing.T) {
 	agent := startAgent(t, "node1")
 	dir := t.TempDir()
-	cfg := writeFile(t, filepath.Join(dir, "aggregator.toml"), fmt.Sprintf(`
-name = "agg-metrics"
-[mesh]
-bind = "127.0.0.1:0"
-join = [%q]
-insecure = true
-[http]
-listen = "127.0.0.1:0"
-`, agent.m.Load().Addr()), 0o644)
+	cfg := loopbackConfig(t, dir, "agg-metrics", agent.m.Load().Addr(), "", "")
 	srv := startServe(t, cfg)
 	waitFor(t, "node1 in the view", func() bool {
 		var list api.NodeList
