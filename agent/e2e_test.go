@@ -153,15 +153,7 @@ func (n *node) stop() {
 	if n.cmd == nil || n.cmd.Process == nil || n.cmd.ProcessState != nil {
 		return
 	}
-	n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { n.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		n.cmd.Process.Kill()
-		<-done
-	}
+	testutil.Stop(n.cmd, 5*time.Second)
 	if n.t.Failed() {
 		n.t.Logf("agent logs:\n%s", n.logs)
 	}

@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -123,16 +122,7 @@ func (p *proc) stop() {
 	if !p.running() {
 		return
 	}
-	p.cmd.Process.Signal(syscall.SIGCONT)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		p.cmd.Process.Kill()
-		<-done
-	}
+	testutil.Stop(p.cmd, 5*time.Second)
 }
 
 func (p *proc) crash() {

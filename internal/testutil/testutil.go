@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // InCI reports whether the tests run in CI (CI=true), where a missing kernel
@@ -94,4 +96,22 @@ func Start(t testing.TB, cmd *exec.Cmd) *exec.Cmd {
 		}
 	})
 	return cmd
+}
+
+// Stop ends cmd, started by the test and waited for by nobody else: SIGCONT
+// (in case the test froze it), SIGTERM, and SIGKILL if it has not exited
+// within grace. It reaps the process and reports whether it had to kill it.
+func Stop(cmd *exec.Cmd, grace time.Duration) (killed bool) {
+	cmd.Process.Signal(syscall.SIGCONT)
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return false
+	case <-time.After(grace):
+		cmd.Process.Kill()
+		<-done
+		return true
+	}
 }
