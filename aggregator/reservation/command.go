@@ -187,21 +187,21 @@ var ErrTooLarge = errors.New("too many nodes for one command")
 
 // Create runs "create NAME HOSTLIST END".
 func (c *Command) Create(ctx context.Context, r Reservation) error {
-	a, err := c.args(r)
-	if err != nil {
-		return err
-	}
-	_, err = c.run(ctx, 0, append([]string{string(verbCreate)}, a...)...)
-	return err
+	return c.put(ctx, verbCreate, r)
 }
 
 // Update runs "update NAME HOSTLIST END".
 func (c *Command) Update(ctx context.Context, r Reservation) error {
+	return c.put(ctx, verbUpdate, r)
+}
+
+// put runs "VERB NAME HOSTLIST END" (create or update).
+func (c *Command) put(ctx context.Context, v verb, r Reservation) error {
 	a, err := c.args(r)
 	if err != nil {
 		return err
 	}
-	_, err = c.run(ctx, 0, append([]string{string(verbUpdate)}, a...)...)
+	_, err = c.run(ctx, 0, append([]string{string(v)}, a...)...)
 	return err
 }
 
