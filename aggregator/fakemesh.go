@@ -77,7 +77,9 @@ func (f *FakeMesh) SetJoined(joined bool) {
 
 // OnSend installs fn, called by every Send after it is recorded (on the
 // sender's goroutine); its error is Send's. fn may call Deliver, e.g. to
-// answer a Control with a ControlAck.
+// answer a Control with a ControlAck. The Service sends from several
+// goroutines at once (an incident's resumes, for one): fn must be safe for
+// concurrent use.
 func (f *FakeMesh) OnSend(fn func(node string, env *gwpb.Envelope) error) {
 	f.mu.Lock()
 	f.onSend = fn

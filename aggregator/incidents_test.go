@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -239,16 +240,26 @@ func TestIncidentsRecovery(t *testing.T) {
 	for _, auto := range []bool{true, false} {
 		t.Run(fmt.Sprintf("auto_resume=%v", auto), func(t *testing.T) {
 			f := newIncFixture(t, 10, incident.Config{AutoResume: auto})
+			// An incident's resumes are sent concurrently: the callback
+			// locks what it records.
+			var mu sync.Mutex
 			var resumes []string
 			seqs := map[string]uint64{}
+			resumed := func() []string {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Clone(resumes)
+			}
 			f.mesh.OnSend(func(node string, env *gwpb.Envelope) error {
 				c := env.GetControl()
 				if c.GetAction() != gwpb.Action_ACTION_RESUME {
 					return nil
 				}
+				mu.Lock()
 				resumes = append(resumes, node)
 				seqs[node]++
 				up := upMeta(1, 10+seqs[node])
+				mu.Unlock()
 				f.mesh.Deliver(node, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: c.GetId(), Ok: true, Meta: up}}})
 				f.mesh.Deliver(node, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{Meta: up}}})
 				return nil
@@ -269,8 +280,8 @@ func TestIncidentsRecovery(t *testing.T) {
 			f.update("n9", hung(3, "/mnt/own", true))
 			if !auto {
 				f.settle()
-				if len(resumes) != 0 || len(lines(t, f.upLog)) != 0 {
-					t.Fatalf("auto_resume off: resumes %v, up runs %v", resumes, lines(t, f.upLog))
+				if r := resumed(); len(r) != 0 || len(lines(t, f.upLog)) != 0 {
+					t.Fatalf("auto_resume off: resumes %v, up runs %v", r, lines(t, f.upLog))
 				}
 				f.wantState("n1", StateDown)
 				if inc := f.incident("/mnt/a"); len(inc.Clean) != 4 {
@@ -286,9 +297,10 @@ func TestIncidentsRecovery(t *testing.T) {
 			if ups := lines(t, f.upLog); !slices.Equal(ups, []string{"n[1-4]"}) {
 				t.Errorf("on=up runs %q, want one batch n[1-4]", ups)
 			}
-			slices.Sort(resumes)
-			if !slices.Equal(resumes, []string{"n1", "n2", "n3", "n4"}) {
-				t.Errorf("resumed %v, want n[1-4] and not n9 (an incident of its own)", resumes)
+			r := resumed()
+			slices.Sort(r)
+			if !slices.Equal(r, []string{"n1", "n2", "n3", "n4"}) {
+				t.Errorf("resumed %v, want n[1-4] and not n9 (an incident of its own)", r)
 			}
 			f.wantState("n9", StateDown)
 			inc, ok := func() (incident.Incident, bool) {

@@ -327,8 +327,19 @@ func TestLivenessAttacks(t *testing.T) {
 
 	t.Run("the aggregator dead to the agents: no false DOWN, no lost DOWN", func(t *testing.T) {
 		mark := fileSize(actions)
-		stop := repeat(t, r, meshAddr(t, n1.config), craft.Dead("agg-1", "rogue", craft.MaxIncarnation))
-		// Every agent's memberlist hears it (gossip) and holds agg-1 dead.
+		// Sent to every agent (the rogue reaches them all): memberlist
+		// gossips a dead message a few times only, to random members, so
+		// gossip from one agent alone may miss another for longer than the
+		// wait below. Every agent's memberlist holds agg-1 dead.
+		var stops []func()
+		for _, a := range c.agents {
+			stops = append(stops, repeat(t, r, meshAddr(t, a.config), craft.Dead("agg-1", "rogue", craft.MaxIncarnation)))
+		}
+		stop := func() {
+			for _, s := range stops {
+				s()
+			}
+		}
 		for _, a := range c.agents {
 			waitLogged(t, a.proc, "the attack reached "+a.node, "aggregator lost by gossip")
 		}
