@@ -20,6 +20,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
+	"github.com/gracewatch/gracewatch/internal/jsonbody"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/opt"
@@ -484,44 +485,38 @@ func decodeAction(r io.Reader) (ActionRequest, error) {
 	return req, validateReason(req.Reason)
 }
 
-// decodeStrict decodes exactly one JSON object of string fields from r
-// into v: no unknown field, no trailing data. Its errors say what was wrong
+// decodeStrict decodes exactly one JSON object from r into v: no unknown
+// field, no trailing data (jsonbody.Decode). Its errors say what was wrong
 // for people, with shape (the object wanted) and fields (the fields it
 // takes); an *http.MaxBytesError is returned as it is, for a 413.
 func decodeStrict(r io.Reader, v any, shape, fields string) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &mbe):
-			return err
-		case errors.Is(err, io.EOF):
-			return errors.New("empty body: want " + shape)
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return errors.New("truncated JSON")
-		case errors.As(err, &syn):
-			return fmt.Errorf("invalid JSON at offset %d", syn.Offset)
-		case errors.As(err, &typ):
-			if typ.Field == "" {
-				return fmt.Errorf("want a JSON object %s, got %s", shape, typ.Value)
-			}
-			return fmt.Errorf("%s: want a string, got %s", typ.Field, typ.Value)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return fmt.Errorf("unknown field %s (want %s)", strings.TrimPrefix(err.Error(), "json: unknown field "), fields)
-		}
-		return fmt.Errorf("invalid body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	var e *jsonbody.Error
+	if err := jsonbody.Decode(r, v); !errors.As(err, &e) {
+		return err // nil
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
+	var mbe *http.MaxBytesError
+	switch e.Kind {
+	case jsonbody.Read:
+		if errors.As(e.Err, &mbe) {
+			return mbe
 		}
+		return fmt.Errorf("invalid body: %s", e.Err)
+	case jsonbody.Empty:
+		return errors.New("empty body: want " + shape)
+	case jsonbody.Truncated:
+		return errors.New("truncated JSON")
+	case jsonbody.Syntax:
+		return fmt.Errorf("invalid JSON at offset %d", e.Offset)
+	case jsonbody.NotObject:
+		return fmt.Errorf("want a JSON object %s, got %s", shape, e.Got)
+	case jsonbody.WrongType:
+		return fmt.Errorf("%s: want %s, got %s", e.Field, e.Want, e.Got)
+	case jsonbody.UnknownField:
+		return fmt.Errorf("unknown field %q (want %s)", e.Field, fields)
+	case jsonbody.Trailing:
 		return errors.New("trailing data after the JSON object")
 	}
-	return nil
+	return fmt.Errorf("invalid body: %s", e.Detail)
 }
 
 // validateReason checks the reason of a resume or drain.

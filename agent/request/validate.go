@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/gracewatch/gracewatch/internal/jsonbody"
 )
 
 // Limits of the request fields.
@@ -389,39 +390,7 @@ func FormatUnix(sec float64) string {
 
 // DescribeJSONError turns an encoding/json error into a message that says
 // where the problem is: the offset of a syntax error, the field of a type
-// error.
+// error (jsonbody.Classify).
 func DescribeJSONError(what string, err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return fmt.Errorf("%s: invalid JSON at offset %d: %s", what, syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
-	case errors.As(err, &typ):
-		if typ.Field == "" {
-			return fmt.Errorf("%s: want a JSON object, got %s", what, typ.Value)
-		}
-		return fmt.Errorf("%s: %s: want %s, got %s", what, typ.Field, JSONKind(typ.Type.String()), typ.Value)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("%s: truncated JSON", what)
-	}
-	return fmt.Errorf("%s: %s", what, strings.TrimPrefix(err.Error(), "json: "))
-}
-
-// JSONKind names a Go type the way a JSON author thinks of it.
-func JSONKind(goType string) string {
-	switch {
-	case strings.HasPrefix(goType, "[]uint8"):
-		return "a base64 string"
-	case strings.HasPrefix(goType, "[]"):
-		return "a list"
-	case strings.Contains(goType, "float"), strings.Contains(goType, "int"):
-		return "a number"
-	case strings.HasSuffix(goType, "string"):
-		return "a string"
-	case strings.HasSuffix(goType, "bool"):
-		return "true or false"
-	case strings.HasPrefix(goType, "map["):
-		return "an object"
-	}
-	return "an object"
+	return fmt.Errorf("%s: %w", what, jsonbody.Classify(err, 0))
 }

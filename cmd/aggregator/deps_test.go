@@ -14,7 +14,7 @@ func TestDependencies(t *testing.T) {
 	depcheck.Check(t, ".", depcheck.Allow{
 		Packages: []string{"aggregator", "aggregator/api", "aggregator/cli", "aggregator/reservation", "aggregator/incident", "aggregator/history", "aggregator/advisor", "agent/request", "agent/report", "mesh",
 			"proto/gwpb", "internal/clock", "internal/cmdutil", "internal/config", "internal/fsutil", "internal/hostinfo",
-			"internal/hostlist", "internal/metrics", "internal/nodename", "internal/opt", "internal/ratelog", "internal/runcmd", "internal/secretfile",
+			"internal/hostlist", "internal/jsonbody", "internal/metrics", "internal/nodename", "internal/opt", "internal/ratelog", "internal/runcmd", "internal/secretfile",
 			"internal/version"},
 		Modules: []string{
 			"github.com/beorn7/perks", "github.com/cespare/xxhash/v2", "github.com/coreos/go-systemd/v22",

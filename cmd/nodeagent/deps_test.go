@@ -17,7 +17,7 @@ import (
 func TestDependencies(t *testing.T) {
 	depcheck.Check(t, ".", depcheck.Allow{
 		Packages: []string{"agent/api", "agent/cli", "agent/report", "agent/request",
-			"internal/clock", "internal/cmdutil", "internal/config", "internal/version"},
+			"internal/clock", "internal/cmdutil", "internal/config", "internal/jsonbody", "internal/version"},
 		Modules: []string{"github.com/pelletier/go-toml/v2", "golang.org/x/sys"},
 		Never: []string{"agent", "agent/api/server", "agent/cgroup", "agent/procfs", "agent/diagnose", "agent/teardown",
 			"mesh", "internal/metrics", "internal/hostinfo", "proto/gwpb"},

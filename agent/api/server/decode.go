@@ -9,62 +9,51 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/internal/jsonbody"
 )
 
 // decodeBody decodes exactly one JSON object from r into v, refusing
-// unknown fields and trailing data. Its errors are *request.InputError (400) or
-// *http.MaxBytesError (413).
+// unknown fields and trailing data (jsonbody.Decode). Its errors are
+// *request.InputError (400) or *http.MaxBytesError (413).
 func decodeBody(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return bodyError(err, dec.InputOffset())
+	var e *jsonbody.Error
+	if err := jsonbody.Decode(r, v); !errors.As(err, &e) {
+		return err // nil
 	}
-	// Only white space may follow.
-	if _, err := dec.Token(); err != io.EOF {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return request.Invalid("body", "trailing data after the JSON object at offset %d", dec.InputOffset())
-	}
-	return nil
+	return bodyError(e)
 }
 
-// bodyError explains a decoding error of a request body.
-func bodyError(err error, offset int64) error {
+// bodyError words what is wrong with a request body for the API's error
+// body: the field at fault ("body" where it is the whole body) and where.
+func bodyError(e *jsonbody.Error) error {
 	var mbe *http.MaxBytesError
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &mbe):
-		return err
-	case errors.Is(err, io.EOF):
+	switch e.Kind {
+	case jsonbody.Read:
+		if errors.As(e.Err, &mbe) {
+			return mbe
+		}
+		return request.Invalid("body", "%s", e.Err)
+	case jsonbody.Empty:
 		return request.Invalid("body", "empty request body: want a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return request.Invalid("body", "truncated JSON at offset %d", offset)
-	case errors.As(err, &syn):
-		return request.Invalid("body", "invalid JSON at offset %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
-	case errors.As(err, &typ):
-		if typ.Field == "" {
-			return request.Invalid("body", "want a JSON object, got %s", typ.Value)
-		}
-		return request.Invalid(typ.Field, "want %s, got %s at offset %d", request.JSONKind(typ.Type.String()), typ.Value, typ.Offset)
+	case jsonbody.Truncated:
+		return request.Invalid("body", "truncated JSON at offset %d", e.Offset)
+	case jsonbody.Syntax:
+		return request.Invalid("body", "invalid JSON at offset %d: %s", e.Offset, e.Detail)
+	case jsonbody.NotObject:
+		return request.Invalid("body", "want a JSON object, got %s", e.Got)
+	case jsonbody.WrongType:
+		return request.Invalid(e.Field, "want %s, got %s at offset %d", e.Want, e.Got, e.Offset)
+	case jsonbody.UnknownField:
+		return request.Invalid(fieldName(e.Field), "unknown field %s", request.Quote(e.Field))
+	case jsonbody.Trailing:
+		return request.Invalid("body", "trailing data after the JSON object at offset %d", e.Offset)
 	}
-	// DisallowUnknownFields has no typed error: `json: unknown field "x"`.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		if uq, err := strconv.Unquote(name); err == nil {
-			name = uq
-		}
-		return request.Invalid(fieldName(name), "unknown field %s", request.Quote(name))
-	}
-	return request.Invalid("body", "%s", strings.TrimPrefix(err.Error(), "json: "))
+	return request.Invalid("body", "%s", e.Detail)
 }
 
 // fieldName returns name for ErrorBody.Field when it is usable there, else

@@ -177,7 +177,7 @@ func TestStatusCodes(t *testing.T) {
 		{name: "syntax error", method: "POST", path: "/v1/jobs", body: `{"job" "42"}`,
 			wantStatus: 400, wantField: "body", wantMsg: "invalid JSON at offset 8"},
 		{name: "truncated json", method: "POST", path: "/v1/jobs", body: `{"job":"42"`,
-			wantStatus: 400, wantField: "body", wantMsg: "truncated JSON"},
+			wantStatus: 400, wantField: "body", wantMsg: "truncated JSON at offset 11"},
 		{name: "not an object", method: "POST", path: "/v1/jobs", body: `[1,2]`,
 			wantStatus: 400, wantField: "body", wantMsg: "want a JSON object, got array"},
 		{name: "empty body", method: "POST", path: "/v1/resume",
