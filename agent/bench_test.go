@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 )
 
 // BenchmarkEpilogTrue measures `nodeagent epilog -- /bin/true` end to end
@@ -162,10 +163,7 @@ func median(ds []time.Duration) time.Duration {
 // do for IDLE_SECONDS (default 20) per iteration and reports its CPU time
 // extrapolated to an hour and its resident memory.
 func BenchmarkIdleAgent(b *testing.B) {
-	secs := 20
-	if v, err := strconv.Atoi(os.Getenv("IDLE_SECONDS")); err == nil && v > 0 {
-		secs = v
-	}
+	secs := benchenv.Int(b, "IDLE_SECONDS", 20)
 	n := startNode(b, nodeOpts{})
 	n.jobStart("idle", time.Now().Add(time.Hour))
 	pid := n.cmd.Process.Pid

@@ -347,10 +347,7 @@ func (s *fluxSite) node(host string) (state, reason string, err error) {
 // waitNode polls Flux (at most timeout) until cond holds.
 func (s *fluxSite) waitNode(host, what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
 	s.t.Helper()
-	last, err, ok := testutil.PollRead(timeout, func() (schedNode, error) {
-		state, reason, err := s.node(host)
-		return schedNode{state, reason}, err
-	}, func(n schedNode) bool { return cond(n.state, n.reason) })
+	last, ok, err := pollSchedNode(timeout, func() (string, string, error) { return s.node(host) }, cond)
 	if !ok {
 		s.t.Fatalf("flux: node %s not %s within %v (last: %q %q, %v)", host, what, timeout, last.state, last.reason, err)
 	}

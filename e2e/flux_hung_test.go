@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 )
 
 func unixTime(sec float64) time.Time {
@@ -166,14 +167,8 @@ func TestFluxCompare(t *testing.T) {
 	if os.Getenv("GRACEWATCH_FLUX_COMPARE") != "1" {
 		t.Skip("set GRACEWATCH_FLUX_COMPARE=1 to measure Flux alone against Flux with gracewatch (about two minutes)")
 	}
-	runs := 3
-	if v, err := strconv.Atoi(os.Getenv("GRACEWATCH_FLUX_RUNS")); err == nil && v > 0 {
-		runs = v
-	}
-	observe := 40 * time.Second
-	if v, err := time.ParseDuration(os.Getenv("GRACEWATCH_FLUX_OBSERVE")); err == nil && v > 0 {
-		observe = v
-	}
+	runs := benchenv.Int(t, "GRACEWATCH_FLUX_RUNS", 3)
+	observe := benchenv.Duration(t, "GRACEWATCH_FLUX_OBSERVE", 40*time.Second)
 	t.Run("flux alone", func(t *testing.T) {
 		s := startFlux(t, fluxConfig{Size: fluxNodes})
 		for i := 0; i < runs; i++ {

@@ -684,3 +684,15 @@ rejoin_interval = "2s"
 // schedNode is a node's state and reason as a scheduler's own tool shows
 // them (Slurm's scontrol, Flux's resource status).
 type schedNode struct{ state, reason string }
+
+// pollSchedNode reads a node's state and reason with read (at most
+// timeout, testutil.PollRead) until cond holds of them; it returns the
+// last read, whether cond held, and the last read's error.
+func pollSchedNode(timeout time.Duration, read func() (state, reason string, err error),
+	cond func(state, reason string) bool) (schedNode, bool, error) {
+	last, err, ok := testutil.PollRead(timeout, func() (schedNode, error) {
+		state, reason, err := read()
+		return schedNode{state, reason}, err
+	}, func(n schedNode) bool { return cond(n.state, n.reason) })
+	return last, ok, err
+}

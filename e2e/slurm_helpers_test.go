@@ -382,10 +382,7 @@ func (s *slurmSite) waitNode(what string, timeout time.Duration, cond func(state
 // waitNodeState is waitNode of the named node.
 func (s *slurmSite) waitNodeState(node, what string, timeout time.Duration, cond func(state, reason string) bool) (string, string) {
 	s.t.Helper()
-	last, err, ok := testutil.PollRead(timeout, func() (schedNode, error) {
-		state, reason, err := s.nodeState(node)
-		return schedNode{state, reason}, err
-	}, func(n schedNode) bool { return cond(n.state, n.reason) })
+	last, ok, err := pollSchedNode(timeout, func() (string, string, error) { return s.nodeState(node) }, cond)
 	if !ok {
 		s.t.Fatalf("slurm: node %s not %s within %v (last: %q %q, %v)\n%s", node, what, timeout, last.state, last.reason, err,
 			tailFile(s.path("log/slurmctld.log"), 3000))

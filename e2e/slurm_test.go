@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 )
 
 // The cluster's grace G: the harness's agents and aggregators use 3 s (its
@@ -341,14 +343,8 @@ func TestSlurmCompare(t *testing.T) {
 	if os.Getenv("GRACEWATCH_SLURM_COMPARE") != "1" {
 		t.Skip("set GRACEWATCH_SLURM_COMPARE=1 to measure Slurm alone against Slurm with gracewatch (several minutes)")
 	}
-	runs := 5
-	if v, err := strconv.Atoi(os.Getenv("GRACEWATCH_SLURM_RUNS")); err == nil && v > 0 {
-		runs = v
-	}
-	observe := 120 * time.Second
-	if v, err := time.ParseDuration(os.Getenv("GRACEWATCH_SLURM_OBSERVE")); err == nil && v > 0 {
-		observe = v
-	}
+	runs := benchenv.Int(t, "GRACEWATCH_SLURM_RUNS", 5)
+	observe := benchenv.Duration(t, "GRACEWATCH_SLURM_OBSERVE", 120*time.Second)
 	grace := int(slurmGrace / time.Second)
 	// The backfill scheduler runs every second (default 30 s), so that its
 	// expected start time of the waiting job shows within the short window.

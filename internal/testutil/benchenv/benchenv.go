@@ -34,6 +34,21 @@ func Ints(b testing.TB, name string, def []int) []int {
 	return out
 }
 
+// Int reads a positive integer from the environment variable name, or
+// returns def; a bad value fails b.
+func Int(b testing.TB, name string, def int) int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
 // Duration reads a duration from the environment variable name, or
 // returns def; a bad value fails b.
 func Duration(b testing.TB, name string, def time.Duration) time.Duration {

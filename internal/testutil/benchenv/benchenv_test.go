@@ -20,7 +20,30 @@ func TestSettings(t *testing.T) {
 	if got := Duration(t, "GW_TEST_UNSET", time.Second); got != time.Second {
 		t.Fatalf("Duration default = %v", got)
 	}
+	t.Setenv("GW_TEST_INT", " 5")
+	if got := Int(t, "GW_TEST_INT", 3); got != 5 {
+		t.Fatalf("Int = %v", got)
+	}
+	if got := Int(t, "GW_TEST_UNSET", 3); got != 3 {
+		t.Fatalf("Int default = %v", got)
+	}
+	for _, bad := range []string{"0", "-2", "five", "5s"} {
+		t.Setenv("GW_TEST_INT", bad)
+		r := &recorder{TB: t}
+		Int(r, "GW_TEST_INT", 3)
+		if !r.failed {
+			t.Errorf("Int of %q did not fail", bad)
+		}
+	}
 }
+
+// recorder is a testing.TB whose Fatalf only records the failure.
+type recorder struct {
+	testing.TB
+	failed bool
+}
+
+func (r *recorder) Fatalf(string, ...any) { r.failed = true }
 
 func TestPercentile(t *testing.T) {
 	var d []time.Duration
