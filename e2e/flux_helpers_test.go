@@ -173,14 +173,7 @@ func withoutEnv(env []string, name string) []string {
 
 func (s *fluxSite) path(name string) string { return filepath.Join(s.dir, name) }
 
-func (s *fluxSite) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
+func (s *fluxSite) exited() bool { return testutil.Closed(s.done) }
 
 // stop ends the initial program (the stop file), which shuts the instance
 // down; after 20 s it sends flux start SIGTERM, after 30 s SIGKILL. The

@@ -105,14 +105,7 @@ func startDaemon(t testing.TB, name string, cred *syscall.Credential, argv ...st
 	return d
 }
 
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
+func (d *daemon) exited() bool { return testutil.Closed(d.done) }
 
 // stop sends SIGTERM, then SIGKILL after 10 s, and reaps the process.
 func (d *daemon) stop() error {

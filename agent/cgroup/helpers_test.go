@@ -13,6 +13,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // bound is the generous limit of every wait on real kernel behaviour.
@@ -85,14 +86,7 @@ func (p *proc) wait(t testing.TB) error {
 	}
 }
 
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *proc) exited() bool { return testutil.Closed(p.done) }
 
 // readyPipe gives cmd an os.Pipe as stdout and returns a function that waits
 // (bounded) for the next line the process writes.

@@ -113,3 +113,14 @@ func TestSyncBufferMax(t *testing.T) {
 		t.Errorf("SyncBuffer{} holds %q", got)
 	}
 }
+
+func TestClosed(t *testing.T) {
+	ch := make(chan struct{})
+	if Closed(ch) {
+		t.Fatal("an open channel is Closed")
+	}
+	close(ch)
+	if !Closed(ch) {
+		t.Fatal("a closed channel is not Closed")
+	}
+}

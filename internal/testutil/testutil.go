@@ -81,6 +81,17 @@ func BuildPrograms(dir string, names ...string) error {
 	return nil
 }
 
+// Closed reports, without waiting, whether ch is closed: whether the
+// process or server that closes it when it ends has ended.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // Start starts cmd, failing t if it cannot, and kills and reaps it when the
 // test ends unless the test waited for it: no process of the test outlives
 // it.
