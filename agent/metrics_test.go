@@ -92,15 +92,7 @@ func TestMetricsGolden(t *testing.T) {
 	got := metricstest.Scrape(t, metrics.Handler(m.reg, nil))
 	metricstest.Golden(t, filepath.Join("testdata", "metrics.golden"), got, *update)
 	metricstest.Lint(t, m.reg)
-	for _, c := range m.collectors() {
-		problems, err := testutil.CollectAndLint(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range problems {
-			t.Errorf("lint: %s: %s", p.Metric, p.Text)
-		}
-	}
+	metricstest.LintCollectors(t, m.collectors()...)
 }
 
 // The gauges follow the latest status: the hung processes and the latch

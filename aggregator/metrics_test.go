@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/config"
@@ -127,15 +126,7 @@ func TestMetricsGolden(t *testing.T) {
 
 	metricstest.Lint(t, reg)
 	srv := NewServer(h.svc, ServerOptions{Registry: reg}) // the counter already there is reused
-	for _, c := range append(h.svc.met.collectors(), srv.requests) {
-		problems, err := testutil.CollectAndLint(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range problems {
-			t.Errorf("lint: %s: %s", p.Metric, p.Text)
-		}
-	}
+	metricstest.LintCollectors(t, append(h.svc.met.collectors(), srv.requests)...)
 }
 
 // /metrics is a read endpoint: with read_token it needs a token (auth_test.go

@@ -311,15 +311,4 @@ func TestLateAggregatorKnowsGoneNodes(t *testing.T) {
 }
 
 // logged reports whether one line of p's log holds every part.
-func logged(p *proc, parts ...string) bool {
-	for _, line := range strings.Split(p.logs.String(), "\n") {
-		all := true
-		for _, part := range parts {
-			all = all && strings.Contains(line, part)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
+func logged(p *proc, parts ...string) bool { return p.logs.HasLine(parts...) }

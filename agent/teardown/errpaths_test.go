@@ -16,31 +16,13 @@ import (
 
 // The error paths of escalation and release, opened by FakeCgroups.Fail.
 
-// logBuffer is a slog destination that tests read while the supervisor
-// writes.
-type logBuffer struct{ testutil.SyncBuffer }
-
-// has reports whether one line of the log holds every one of words.
-func (b *logBuffer) has(words ...string) bool {
-	for _, line := range strings.Split(b.String(), "\n") {
-		ok := true
-		for _, w := range words {
-			ok = ok && strings.Contains(line, w)
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
-
 // discard is an OutputSink that drops the epilogue's output.
 type discard struct{}
 
 func (discard) Stdout([]byte) error { return nil }
 func (discard) Stderr([]byte) error { return nil }
 
-func logTo(b *logBuffer) func(*Options) {
+func logTo(b *testutil.SyncBuffer) func(*Options) {
 	return func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(b, nil)) }
 }
 
@@ -73,7 +55,7 @@ func jobOf(st Status, id string) Job {
 // unkillable_after later, and the classification's second kill pass tries
 // again.
 func TestKillFailureStillEscalates(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	h := newHarness(t, logTo(logs))
 	h.cg.SetPopulated("/fake/job-k", true) // a grandchild of the epilogue lives on
 	cg := h.epilogIn("k")
@@ -90,7 +72,7 @@ func TestKillFailureStillEscalates(t *testing.T) {
 	if got := h.cg.Kills(); !slices.Equal(got, []string{cg}) {
 		t.Fatalf("kills %v, want one of %s", got, cg)
 	}
-	if !logs.has("kill failed", cg, errKill.Error()) {
+	if !logs.HasLine("kill failed", cg, errKill.Error()) {
 		t.Errorf("the failed kill is not logged with its cgroup and error:\n%s", logs)
 	}
 	h.advance(30 * time.Second)
@@ -105,7 +87,7 @@ func TestKillFailureStillEscalates(t *testing.T) {
 // A signal that fails (the foreign cgroup's SIGTERM) does not stop the
 // escalation either: SIGKILL follows kill_wait later.
 func TestSignalFailureStillKills(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	h := newHarness(t, logTo(logs))
 	h.start1("s", t0.Add(time.Hour).Format(time.RFC3339), "", "/foreign/s")
 	h.cg.SetPopulated("/foreign/s", true)
@@ -113,7 +95,7 @@ func TestSignalFailureStillKills(t *testing.T) {
 	h.s.EndJob(context.Background(), "s")
 	h.advance(60 * time.Second)
 	h.eventually("SIGTERM", func(st Status) bool { return jobOf(st, "s").Escalation == escTerm })
-	if !logs.has("signal failed", "/foreign/s", "signal=terminated", syscall.EPERM.Error()) {
+	if !logs.HasLine("signal failed", "/foreign/s", "signal=terminated", syscall.EPERM.Error()) {
 		t.Errorf("the failed SIGTERM is not logged:\n%s", logs)
 	}
 	h.advance(10 * time.Second)
@@ -129,7 +111,7 @@ func TestSignalFailureStillKills(t *testing.T) {
 // is released clean and the node stays up; the cgroup is kept in the job's
 // record and removed at the next release.
 func TestRemoveFailureKeepsCgroupAndRetries(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	h := newHarness(t, logTo(logs))
 	h.cg.Fail(OpRemove, "*", syscall.EBUSY)
 	cg := h.epilogIn("r")
@@ -137,7 +119,7 @@ func TestRemoveFailureKeepsCgroupAndRetries(t *testing.T) {
 	if j := jobOf(st, "r"); j.Outcome != "clean" || j.Cgroup != cg || st.State != StateUp {
 		t.Fatalf("job %+v node %s: want released clean with its cgroup kept, node up", j, st.State)
 	}
-	if !logs.has("cannot remove job cgroup", cg, syscall.EBUSY.Error()) {
+	if !logs.HasLine("cannot remove job cgroup", cg, syscall.EBUSY.Error()) {
 		t.Errorf("the failed removal is not logged:\n%s", logs)
 	}
 
@@ -156,14 +138,14 @@ func TestRemoveFailureKeepsCgroupAndRetries(t *testing.T) {
 // emptying releases the teardown within a second, not as a violation at
 // the deadline.
 func TestWatchFailureFallsBackToPolling(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	h := newHarness(t, logTo(logs))
 	h.cg.Fail(OpWatch, "*", syscall.ENOSPC)
 	h.endRunning("w", "", "/foreign/w")
 	if h.cg.Watched("/foreign/w") {
 		t.Fatal("the fake accepted a failing watch")
 	}
-	if !logs.has("cannot watch cgroup", "/foreign/w", "no space left on device") {
+	if !logs.HasLine("cannot watch cgroup", "/foreign/w", "no space left on device") {
 		t.Errorf("the failed watch is not logged:\n%s", logs)
 	}
 	h.cg.SetPopulated("/foreign/w", false) // no watcher to tell

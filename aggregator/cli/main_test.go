@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "aggregator")
-	build := exec.Command(goTool(), "build", "-o", binary, "github.com/gracewatch/gracewatch/cmd/aggregator")
+	build := exec.Command(testutil.GoTool(), "build", "-o", binary, "github.com/gracewatch/gracewatch/cmd/aggregator")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.RemoveAll(dir)
@@ -57,14 +57,6 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// goTool is the go command that runs this test.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return "go"
 }
 
 type result struct {

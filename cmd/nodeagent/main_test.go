@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 
 	"github.com/gracewatch/gracewatch/agent/api"
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 			"-o", lonely, "."},
 	}
 	for _, args := range builds {
-		if out, err := exec.Command(goTool(), args...).CombinedOutput(); err != nil {
+		if out, err := exec.Command(testutil.GoTool(), args...).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go %v: %v\n%s", args, err, out)
 			os.RemoveAll(dir)
 			os.Exit(1)
@@ -55,13 +56,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return "/usr/local/go/bin/go"
 }
 
 // fakeService answers the CLI. Its RunEpilog really runs argv with os/exec;

@@ -124,3 +124,14 @@ func TestClosed(t *testing.T) {
 		t.Fatal("a closed channel is not Closed")
 	}
 }
+
+func TestHasLine(t *testing.T) {
+	var b SyncBuffer
+	b.Write([]byte("level=INFO msg=ready node=n1\nlevel=WARN msg=slow node=n2\n"))
+	if !b.HasLine("msg=slow", "node=n2") || !b.HasLine() {
+		t.Error("a line holding every word not found")
+	}
+	if b.HasLine("msg=slow", "node=n1") {
+		t.Error("words of two lines found as one line")
+	}
+}

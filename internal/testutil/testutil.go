@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -61,6 +62,21 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
+// HasLine reports whether one line of what was written holds every one of
+// words (a log line with its message and its attributes).
+func (s *SyncBuffer) HasLine(words ...string) bool {
+	for _, line := range strings.Split(s.String(), "\n") {
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(line, w)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
 // BuildPrograms builds the named programs of cmd/ ("nodeagent",
 // "nodeagentd", "aggregator") into dir, stripped as the packages are, and
 // nodeagent, the client that runs for every job, without cgo, static, as
@@ -68,7 +84,7 @@ func (s *SyncBuffer) String() string {
 // beside it.
 func BuildPrograms(dir string, names ...string) error {
 	for _, name := range names {
-		build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+"/",
+		build := exec.Command(GoTool(), "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+"/",
 			"github.com/gracewatch/gracewatch/cmd/"+name)
 		build.Env = os.Environ()
 		if name == "nodeagent" {
@@ -79,6 +95,16 @@ func BuildPrograms(dir string, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// GoTool is the go command for tests that build or list packages: the
+// one on PATH (go test's own, under make and .ci/run), else where the
+// toolchain is installed here.
+func GoTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "/usr/local/go/bin/go"
 }
 
 // Closed reports, without waiting, whether ch is closed: whether the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/gracewatch/gracewatch/internal/metrics"
 )
@@ -121,6 +122,22 @@ func Golden(t testing.TB, path string, got []byte, update bool) {
 func Lint(t testing.TB, g prometheus.Gatherer) {
 	t.Helper()
 	problems, err := testutil.GatherAndLint(g)
+	lintReport(t, problems, err)
+}
+
+// LintCollectors fails t with every problem promlint finds in each
+// collector's metrics, each linted alone (a collector whose metrics are
+// not registered yet, or registered beside others').
+func LintCollectors(t testing.TB, cs ...prometheus.Collector) {
+	t.Helper()
+	for _, c := range cs {
+		problems, err := testutil.CollectAndLint(c)
+		lintReport(t, problems, err)
+	}
+}
+
+func lintReport(t testing.TB, problems []promlint.Problem, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}

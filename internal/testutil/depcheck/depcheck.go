@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // Module is this module's path.
@@ -40,13 +42,13 @@ func Check(t *testing.T, dir string, a Allow) {
 			t.Errorf("the allowlist lets in %s, which this program must never link", n)
 		}
 	}
-	cmd := exec.Command(goTool(), "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{with .Module}}{{.Path}}{{end}}{{end}}", ".")
+	cmd := exec.Command(testutil.GoTool(), "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{with .Module}}{{.Path}}{{end}}{{end}}", ".")
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}
-	self := exec.Command(goTool(), "list", ".")
+	self := exec.Command(testutil.GoTool(), "list", ".")
 	self.Dir = dir
 	selfOut, err := self.Output()
 	if err != nil {
@@ -78,7 +80,7 @@ func Check(t *testing.T, dir string, a Allow) {
 	if len(a.NeverStd) == 0 {
 		return
 	}
-	std := exec.Command(goTool(), "list", "-deps", "-f", "{{if .Standard}}{{.ImportPath}}{{end}}", ".")
+	std := exec.Command(testutil.GoTool(), "list", "-deps", "-f", "{{if .Standard}}{{.ImportPath}}{{end}}", ".")
 	std.Dir = dir
 	stdOut, err := std.Output()
 	if err != nil {
@@ -89,11 +91,4 @@ func Check(t *testing.T, dir string, a Allow) {
 			t.Errorf("links the standard library's %s, which it must never link", pkg)
 		}
 	}
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return "/usr/local/go/bin/go"
 }
