@@ -87,9 +87,6 @@ func startNode(t testing.TB, o nodeOpts) *node {
 	if o.autoResume == "" {
 		o.autoResume = "never"
 	}
-	if o.logLevel == "" {
-		o.logLevel = "debug"
-	}
 	// Socket paths must stay under 108 bytes: t.TempDir() can be longer.
 	dir, err := os.MkdirTemp("", "gwe2e")
 	if err != nil {
@@ -98,29 +95,13 @@ func startNode(t testing.TB, o nodeOpts) *node {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	n := &node{t: t, dir: dir, socket: filepath.Join(dir, "agent.sock"), config: filepath.Join(dir, "nodeagent.toml"),
 		root: cgrouptest.TempRoot(t), logs: &testutil.SyncBuffer{}}
-	cfg := fmt.Sprintf(`node_name = "e2e"
-state_dir = %q
-socket = %q
-log_format = "json"
-log_level = %q
-
-[cgroup]
-root = %q
-
-[teardown]
-grace = %q
-kill_wait = %q
-unkillable_after = %q
-auto_resume = %q
-%s
-[diagnostics]
-sample_interval = "300ms"
-read_timeout = "1s"
-`, filepath.Join(dir, "state"), n.socket, o.logLevel, n.root, o.grace, o.killWait, o.unkillableAfter, o.autoResume, o.teardown)
+	cfg := testutil.AgentConfig{Node: "e2e", StateDir: filepath.Join(dir, "state"), Socket: n.socket, CgroupRoot: n.root,
+		LogLevel: o.logLevel, Grace: o.grace, KillWait: o.killWait, UnkillableAfter: o.unkillableAfter,
+		AutoResume: o.autoResume, Teardown: o.teardown, SampleInterval: "300ms", ReadTimeout: "1s"}
 	if o.metricsListen != "" {
-		cfg += fmt.Sprintf("\n[metrics]\nlisten = %q\n", o.metricsListen)
+		cfg.Sections = fmt.Sprintf("[metrics]\nlisten = %q\n", o.metricsListen)
 	}
-	if err := os.WriteFile(n.config, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(n.config, []byte(cfg.Text()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	n.client = api.NewClient(n.socket)

@@ -652,24 +652,10 @@ type agentConfig struct {
 // text is the agent's configuration file (state in dir/state, a 200 ms
 // diagnostics sample, a 2 s mesh rejoin, JSON logs at debug level).
 func (a agentConfig) text() string {
-	return fmt.Sprintf(`node_name = %q
-state_dir = %q
-socket = %q
-log_format = "json"
-log_level = "debug"
-
-[cgroup]
-root = %q
-
-[teardown]
-grace = %q
-kill_wait = %q
-unkillable_after = %q
-%s
-[diagnostics]
-sample_interval = "200ms"
-
-[mesh]
+	return testutil.AgentConfig{Node: a.node, StateDir: filepath.Join(a.dir, "state"), Socket: a.socket, CgroupRoot: a.root,
+		Grace: a.grace, KillWait: a.killWait, UnkillableAfter: a.unkillableAfter, Teardown: a.teardown,
+		SampleInterval: "200ms",
+		Sections: fmt.Sprintf(`[mesh]
 enabled = true
 bind = %q
 join = %s
@@ -677,8 +663,7 @@ label = %q
 keyring = %q
 %s
 rejoin_interval = "2s"
-`, a.node, filepath.Join(a.dir, "state"), a.socket, a.root, a.grace, a.killWait, a.unkillableAfter, a.teardown,
-		a.bind, tomlList(a.join), a.label, a.keyring, a.keys)
+`, a.bind, tomlList(a.join), a.label, a.keyring, a.keys)}.Text()
 }
 
 // schedNode is a node's state and reason as a scheduler's own tool shows
