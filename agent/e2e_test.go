@@ -528,17 +528,7 @@ func TestIdleAgentDoesNotPoll(t *testing.T) {
 // plays systemd's part with a datagram socket of its own.
 func TestSystemdNotify(t *testing.T) {
 	testutil.RequireRoot(t)
-	dir, err := os.MkdirTemp("", "gwnotify")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sockPath := filepath.Join(dir, "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	sockPath, conn := testutil.ListenNotify(t)
 	// The datagrams are read here, on the test goroutine, with deadlines:
 	// what the agent sent is in the socket's queue until then, so "nothing
 	// more" is a read that times out, not a guess about a reader's lag.

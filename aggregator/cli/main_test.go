@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -406,17 +405,8 @@ func TestServeRefuses(t *testing.T) {
 // serve speaks sd_notify: READY, WATCHDOG pings through the service's main
 // loop with a STATUS line, STOPPING at exit. The test plays systemd.
 func TestServeSystemdNotify(t *testing.T) {
-	dir, err := os.MkdirTemp("", "gwaggnotify")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	sock, conn := testutil.ListenNotify(t)
+	dir := filepath.Dir(sock)
 	var mu sync.Mutex
 	var got []string
 	go func() {

@@ -4,8 +4,10 @@ package testutil
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,6 +97,26 @@ func BuildPrograms(dir string, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// ListenNotify plays systemd's part for a daemon's sd_notify: a datagram
+// socket in a new short temporary folder (a socket path must stay under
+// 108 bytes), closed and removed when the test ends. The daemon is told
+// its path in NOTIFY_SOCKET.
+func ListenNotify(t testing.TB) (path string, conn *net.UnixConn) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gwnotify")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path = filepath.Join(dir, "notify")
+	conn, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return path, conn
 }
 
 // GoTool is the go command for tests that build or list packages: the
