@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -201,21 +202,38 @@ func pkgLine(p *pkg, status, detail string) string {
 	return status + "\t" + p.name + "\t" + detail + "\n"
 }
 
-// skipReason is a skipped test's message: its output without the "=== RUN"
-// and "--- SKIP" lines, on one line.
+// maxSkipReason bounds a skip reason's length in the summary: the list is
+// read to learn what did not run, a line a test.
+const maxSkipReason = 240
+
+// logEntry matches the first line of one t.Log/t.Skip entry as go test
+// prints it: "    name_test.go:12: text".
+var logEntry = regexp.MustCompile(`^\s*[^\s:]+\.go:\d+: `)
+
+// skipReason is a skipped test's message: the last entry it logged before
+// it was skipped (t.Skip's own), its continuation lines joined to it, on
+// one line of at most maxSkipReason characters; never the log that came
+// before it, which a test that skips late may have plenty of.
 func skipReason(output []string) string {
-	var parts []string
+	var entry []string
 	for _, l := range output {
 		t := strings.TrimSpace(l)
 		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- SKIP") {
 			continue
 		}
-		parts = append(parts, t)
+		if logEntry.MatchString(l) || entry == nil {
+			entry = entry[:0]
+		}
+		entry = append(entry, t)
 	}
-	if len(parts) == 0 {
+	if len(entry) == 0 {
 		return "(no message)"
 	}
-	return strings.Join(parts, " ")
+	why := strings.Join(entry, " ")
+	if r := []rune(why); len(r) > maxSkipReason {
+		why = string(r[:maxSkipReason-1]) + "…"
+	}
+	return why
 }
 
 // finish prints the tests that never ended in a package that never ended

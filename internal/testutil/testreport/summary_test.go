@@ -163,3 +163,36 @@ func TestRealGoTest(t *testing.T) {
 		}
 	}
 }
+
+// A skip reason is the skip's own message, never the log before it, on one
+// bounded line.
+func TestSkipReason(t *testing.T) {
+	long := strings.Repeat("x", 2*maxSkipReason)
+	for _, tt := range []struct {
+		name   string
+		output []string
+		want   string
+	}{
+		{"message only", []string{"=== RUN   TestA\n", "    a_test.go:7: needs nft\n", "--- SKIP: TestA (0.00s)\n"}, "a_test.go:7: needs nft"},
+		{"log before the skip", []string{
+			"=== RUN   TestA\n",
+			"    a_test.go:10: agent n1 started\n",
+			"    a_test.go:11: aggregator log:\n",
+			"        line one\n",
+			"        line two\n",
+			"    a_test.go:40: no chromium on PATH\n",
+			"--- SKIP: TestA (1.20s)\n",
+		}, "a_test.go:40: no chromium on PATH"},
+		{"a message of several lines", []string{"    a_test.go:10: a log\n", "    a_test.go:12: no FUSE:\n", "        open /dev/fuse: no such file\n", "--- SKIP: TestA (0.00s)\n"},
+			"a_test.go:12: no FUSE: open /dev/fuse: no such file"},
+		{"output that is not a log entry", []string{"=== RUN   TestA\n", "some program's line\n", "--- SKIP: TestA (0.00s)\n"}, "some program's line"},
+		{"no message", []string{"=== RUN   TestA\n", "--- SKIP: TestA (0.00s)\n"}, "(no message)"},
+		{"too long", []string{"    a_test.go:7: " + long + "\n"}, ("a_test.go:7: " + long)[:maxSkipReason-1] + "…"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := skipReason(tt.output); got != tt.want {
+				t.Errorf("skipReason = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
