@@ -92,7 +92,7 @@ func TestDemoCleansUpOnSignals(t *testing.T) {
 				syscall.Kill(-pid, syscall.SIGKILL)
 			})
 			output := func() string { b, _ := os.ReadFile(out); return string(b) }
-			deadline := time.Now().Add(2 * time.Minute)
+			deadline := time.Now().Add(4 * time.Minute)
 			for !strings.Contains(output(), tt.when) {
 				select {
 				case err := <-exited:
@@ -100,7 +100,7 @@ func TestDemoCleansUpOnSignals(t *testing.T) {
 				case <-time.After(100 * time.Millisecond):
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("no %q after 2 minutes:\n%s", tt.when, output())
+					t.Fatalf("no %q after 4 minutes:\n%s", tt.when, output())
 				}
 			}
 			m := regexp.MustCompile(`\(state in (\S*/gracewatch-demo\.[A-Za-z0-9]+)\)`).FindStringSubmatch(output())
@@ -114,21 +114,32 @@ func TestDemoCleansUpOnSignals(t *testing.T) {
 			}
 			for i, sig := range tt.signals {
 				if i > 0 {
-					// Not synchronisation: the spacing of a double
-					// Ctrl-C is the case under test.
+					// Not a wait: the spacing of a double Ctrl-C is the
+					// case under test.
 					time.Sleep(50 * time.Millisecond)
 				}
-				if err := syscall.Kill(target, sig); err != nil {
-					t.Fatal(err)
+				err := syscall.Kill(target, sig)
+				if i > 0 && err == syscall.ESRCH {
+					// A fast machine: the demo handled the first signal,
+					// cleaned up and exited (and was reaped) within the
+					// spacing; what follows checks that it did so well.
+					t.Logf("the demo was gone before signal %d (%v)", i+1, sig)
+					break
+				}
+				if err != nil {
+					t.Fatalf("signal %d (%v) to %d: %v", i+1, sig, target, err)
 				}
 			}
+			// The demo's own stop is bounded (its agents' stop, the FUSE
+			// abort); three minutes is for a machine squeezed onto one
+			// busy CPU.
 			select {
 			case err := <-exited:
 				if err != nil {
 					t.Errorf("the demo exited with %v, want 0", err)
 				}
-			case <-time.After(time.Minute):
-				t.Fatalf("the demo did not end within a minute of %v:\n%s", tt.signals, output())
+			case <-time.After(3 * time.Minute):
+				t.Fatalf("the demo did not end within 3 minutes of %v:\n%s", tt.signals, output())
 			}
 			got := output()
 			if !strings.Contains(got, "demo: stopped and cleaned up") {

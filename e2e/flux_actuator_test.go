@@ -96,7 +96,7 @@ func checkActuatorRetries(t *testing.T, c *cluster, g *aggregator, host, want st
 func fluxActuators(t testing.TB, dir, timeout string) string {
 	t.Helper()
 	script := filepath.Join(dir, "flux-actuator.sh")
-	if err := os.WriteFile(script, []byte(readExample(t, "aggregator/flux-actuator.sh")), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(actuatorScript(t, "aggregator/flux-actuator.sh")), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	text := readExample(t, "aggregator/actuator-flux.toml")

@@ -176,6 +176,7 @@ func TestFluxCompare(t *testing.T) {
 			r := fluxHung(t, s, hang, false, observe)
 			st, why, _ := s.node("fake0")
 			t.Logf("Flux alone run %d: %s; fake0 then %q %q", i+1, r, st, why)
+			notDrainedNearD(t, fmt.Sprintf("Flux alone, run %d", i+1), r.hkStart.Add(fluxGrace), r.drained)
 			endHungRun(t, s, hang, r)
 		}
 	})
@@ -191,6 +192,7 @@ func TestFluxCompare(t *testing.T) {
 			if !r.drained.IsZero() {
 				late = append(late, r.drained.Sub(r.d).Seconds())
 			}
+			drainedNearD(t, fmt.Sprintf("Flux with gracewatch, run %d", i+1), r.d, r.drained)
 			endHungRun(t, g.s, hang, r)
 			aggregatorCLI(t, g.c, g.agg, "resume", "fake0", "--reason", "FUSE server restarted")
 			g.agg.waitNode(t, "fake0", "up", 10*time.Second, func(n node) bool { return n.State == "up" })

@@ -488,7 +488,7 @@ func (s *slurmSite) writeEpilogWrapper(realEpilog string) string {
 func (s *slurmSite) slurmActuators() string {
 	s.t.Helper()
 	script := s.path("slurm-actuator.sh")
-	if err := os.WriteFile(script, []byte(readExample(s.t, "aggregator/slurm-actuator.sh")), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(actuatorScript(s.t, "aggregator/slurm-actuator.sh")), 0o755); err != nil {
 		s.t.Fatal(err)
 	}
 	text := readExample(s.t, "aggregator/actuator-slurm.toml")

@@ -328,6 +328,11 @@ func TestSlurmJobCompare(t *testing.T) {
 		cleanupRun(t, s, hang, job, waiting)
 		aggregatorCLI(t, j.c, j.agg, "resume", s.host, "--reason", "FUSE server restarted")
 	})
+	if len(runs) == 2 {
+		alone, with := runs[0], runs[1]
+		notDrainedNearD(t, alone.name, alone.e.Add(slurmJobGrace), alone.r.drained)
+		drainedNearD(t, with.name, with.r.deadline, with.r.drained)
+	}
 	for _, x := range runs {
 		drained := "not within 3 min of E"
 		if !x.r.drained.IsZero() {

@@ -303,14 +303,14 @@ func (s *slurmNodes) slurmCommands(after string) string {
 	s.t.Helper()
 	act := s.path("slurm-actuator.sh")
 	res := s.path("slurm-reservation.sh")
-	for path, example := range map[string]string{act: "aggregator/slurm-actuator.sh", res: "aggregator/slurm-reservation.sh"} {
-		if err := os.WriteFile(path, []byte(readExample(s.t, example)), 0o755); err != nil {
+	for path, text := range map[string]string{act: actuatorScript(s.t, "aggregator/slurm-actuator.sh"), res: readExample(s.t, "aggregator/slurm-reservation.sh")} {
+		if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
 			s.t.Fatal(err)
 		}
 	}
 	text := "\n" + strings.ReplaceAll(readExample(s.t, "aggregator/actuator-slurm.toml"),
 		`"/etc/gracewatch/slurm-actuator.sh"`, fmt.Sprintf("%q, %q", s.inHub, act))
-	if after == "" {
+	if after == "" || compareWithout(s.t, "reservations") {
 		return text
 	}
 	plan := readExample(s.t, "aggregator/reservations-slurm.toml")

@@ -360,6 +360,13 @@ func TestSlurmPlanCompare(t *testing.T) {
 		t.Logf("| %s | %v | %s | %v | %v | %.0f |", r.name, r.held.Round(100*time.Millisecond), strings.Join(r.planned, "; "),
 			r.shortStarts, r.bigStart.Round(100*time.Millisecond), r.idle)
 	}
+	if len(runs) == 2 {
+		without, with := runs[0], runs[1]
+		if with.held == 0 {
+			t.Errorf("%s: no reservation was made", with.name)
+		}
+		plannedBetter(t, with.name, without.name, with.shortStarts, with.bigStart, with.idle, without.idle)
+	}
 }
 
 func fileExists(path string) bool {

@@ -359,13 +359,22 @@ func TestSlurmCompare(t *testing.T) {
 			rs = append(rs, slurmAloneRun(t, s, 20*time.Second))
 		}
 		report(t, "Slurm alone, PrologEpilogTimeout="+strconv.Itoa(grace), rs)
+		// Slurm's own timeout drains on time; what it cannot say is
+		// what hung (gracewatch's reason below does).
+		for i, r := range rs {
+			if strings.Contains(r.reason, "request_wait_answer") {
+				t.Errorf("run %d: Slurm alone named the hung wait itself (%q): the comparison has no contrast", i+1, r.reason)
+			}
+		}
 	})
 
 	t.Run("slurm alone, default", func(t *testing.T) {
 		requireSlurm(t)
 		s := newSlurmSite(t)
 		s.start(slurmConfig{Epilog: s.writeRealEpilog(s.path("fuse/hang")), BackfillInterval: bf})
-		report(t, fmt.Sprintf("Slurm alone, default (observed %v)", observe), []hungRun{slurmAloneRun(t, s, observe)})
+		r := slurmAloneRun(t, s, observe)
+		report(t, fmt.Sprintf("Slurm alone, default (observed %v)", observe), []hungRun{r})
+		notDrainedNearD(t, "Slurm alone, default", r.epilogStart.Add(slurmGrace), r.drained)
 	})
 
 	t.Run("slurm with gracewatch", func(t *testing.T) {
@@ -375,6 +384,16 @@ func TestSlurmCompare(t *testing.T) {
 			rs = append(rs, gracewatchRun(t, g))
 		}
 		report(t, "Slurm with gracewatch, G="+slurmGrace.String(), rs)
+		for i, r := range rs {
+			what := fmt.Sprintf("Slurm with gracewatch, run %d", i+1)
+			drainedNearD(t, what, r.deadline, r.drained)
+			if !strings.HasPrefix(r.reason, "gracewatch: ") || !strings.Contains(r.reason, "request_wait_answer") {
+				t.Errorf("%s: Slurm's reason %q does not name the hung FUSE wait", what, r.reason)
+			}
+			if !strings.Contains(r.freeAt, "epilogue start +") {
+				t.Errorf("%s: the aggregator served no free_at during the teardown (%s)", what, r.freeAt)
+			}
+		}
 	})
 }
 

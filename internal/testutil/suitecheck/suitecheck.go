@@ -105,13 +105,12 @@ func fileSleeps(path string) ([]int, error) {
 	}
 	marked := map[int]bool{}
 	for _, cg := range f.Comments {
-		for _, c := range cg.List {
-			if strings.Contains(strings.ToLower(c.Text), Marker) {
-				// The comment's own lines, and the line after its end.
-				from, to := fset.Position(c.Pos()).Line, fset.Position(c.End()).Line
-				for l := from; l <= to+1; l++ {
-					marked[l] = true
-				}
+		// A comment of several lines is one group: its marker may be on
+		// any of them. It marks its own lines and the line after its end.
+		if strings.Contains(strings.ToLower(cg.Text()), Marker) {
+			from, to := fset.Position(cg.Pos()).Line, fset.Position(cg.End()).Line
+			for l := from; l <= to+1; l++ {
+				marked[l] = true
 			}
 		}
 	}

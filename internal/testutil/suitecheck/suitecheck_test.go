@@ -90,6 +90,10 @@ func TestA(t *testing.T) {
 	time.Sleep(time.Second)
 	// not a wait: a comment two lines up does not count
 
+	// Not a wait: a comment of two lines
+	// marks the line after its end.
+	time.Sleep(time.Second)
+
 	time.Sleep(time.Second)
 	go func() { time.Sleep(1) }()
 }
@@ -116,7 +120,7 @@ func f() { clock.Sleep(1) }
 	// e_test.go's shadowed name is a false positive the parser cannot
 	// tell apart without type checking; the rule is written for the
 	// suite as it is, where no test shadows the package name.
-	want := []string{"a/a_test.go:9", "a/a_test.go:15", "a/a_test.go:16", "b/b_test.go:5", "e/e_test.go:9", "internal/testutil/x/x.go:5"}
+	want := []string{"a/a_test.go:9", "a/a_test.go:19", "a/a_test.go:20", "b/b_test.go:5", "e/e_test.go:9", "internal/testutil/x/x.go:5"}
 	if !slices.Equal(names, want) {
 		t.Errorf("UnmarkedSleeps = %v, want %v", names, want)
 	}
