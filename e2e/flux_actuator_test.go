@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // TestFluxActuatorUnreachable: the shipped Flux actuator against a broker
@@ -56,17 +58,9 @@ func checkActuatorRetries(t *testing.T, c *cluster, g *aggregator, host, want st
 	t.Helper()
 	aggregatorCLI(t, c, g, "drain", host, "--reason", "suspect node")
 	g.waitNode(t, host, "down", 10*time.Second, func(n node) bool { return n.State == "down" })
-	deadline := time.Now().Add(30 * time.Second)
 	var as []actuatorAttempt
-	for {
-		as = actuatorAttempts(g, host)
-		if len(as) >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d actuator attempts for %s within 30 s, want 3: %+v", len(as), host, as)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testutil.Poll(60*time.Second, func() bool { as = actuatorAttempts(g, host); return len(as) >= 3 }) {
+		t.Fatalf("%d actuator attempts for %s within 60 s, want 3: %+v", len(as), host, as)
 	}
 	for i, a := range as[:3] {
 		if a.Msg != "actuator failed" || a.On != "down" || a.Attempt != i+1 {

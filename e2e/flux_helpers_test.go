@@ -136,27 +136,23 @@ func startFlux(t testing.TB, cfg fluxConfig) *fluxSite {
 	}
 	go func() { s.cmd.Wait(); close(s.done) }()
 
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	const timeout = 2 * time.Minute
+	started := time.Now()
+	testutil.Poll(timeout, func() bool {
 		if b, err := os.ReadFile(s.path("uri")); err == nil && len(b) > 0 {
 			s.uri = strings.TrimSpace(string(b))
-			break
 		}
-		if s.exited() || time.Now().After(deadline) {
-			t.Fatalf("flux start: no URI after %v (exited: %v)\n%s", time.Since(deadline.Add(-60*time.Second)).Round(time.Second), s.exited(), s.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return s.uri != "" || s.exited()
+	})
+	if s.uri == "" {
+		t.Fatalf("flux start: no URI after %v (exited: %v)\n%s", time.Since(started).Round(time.Second), s.exited(), s.logs)
 	}
 	s.env = append(s.env, "FLUX_URI="+s.uri)
-	for {
-		out, err := s.run("resource", "list", "-s", "free", "-n", "-o", "{nnodes}")
-		if err == nil && strings.TrimSpace(out) == strconv.Itoa(cfg.Size) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("flux: not %d free nodes within 60 s: %q %v\n%s", cfg.Size, out, err, s.logs)
-		}
-		time.Sleep(100 * time.Millisecond)
+	out, err, ok := testutil.PollRead(timeout-time.Since(started), func() (string, error) {
+		return s.run("resource", "list", "-s", "free", "-n", "-o", "{nnodes}")
+	}, func(out string) bool { return strings.TrimSpace(out) == strconv.Itoa(cfg.Size) })
+	if !ok {
+		t.Fatalf("flux: not %d free nodes within %v: %q %v\n%s", cfg.Size, timeout, out, err, s.logs)
 	}
 	return s
 }

@@ -149,7 +149,7 @@ func fluxHung(t *testing.T, s *fluxSite, hang *hangServer, drain bool, limit tim
 		if !r.started.IsZero() && (!drain || !r.drained.IsZero()) {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // not a wait: the observation's sampling interval
 	}
 	return r
 }

@@ -271,15 +271,13 @@ func (s *slurmSite) startMunge() {
 
 func (s *slurmSite) waitFile(path string, d *daemon) {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if d.exited() || time.Now().After(deadline) {
-			s.t.Fatalf("%s: no %s (exited: %v)\n%s\n%s", d.name, path, d.exited(), d.logs, tailFile(s.path("munge/munged.log"), 2000))
-		}
-		time.Sleep(20 * time.Millisecond)
+	const timeout = 30 * time.Second
+	ok := testutil.Poll(timeout, func() bool {
+		_, err := os.Stat(path)
+		return err == nil || d.exited()
+	})
+	if _, err := os.Stat(path); !ok || err != nil {
+		s.t.Fatalf("%s: no %s within %v (exited: %v)\n%s\n%s", d.name, path, timeout, d.exited(), d.logs, tailFile(s.path("munge/munged.log"), 2000))
 	}
 }
 
@@ -709,31 +707,31 @@ func agentStatus(t testing.TB, a *agent) api.Status {
 	return st
 }
 
-// jobDeadline waits (at most 10 s) until the agent has job in teardown, and
+// jobDeadline waits (at most 30 s) until the agent has job in teardown, and
 // returns the job.
 func jobDeadline(t testing.TB, a *agent, job string) api.Job {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var found api.Job
+	if !testutil.Poll(30*time.Second, func() bool {
 		for _, j := range agentStatus(t, a).Jobs {
 			if j.ID == job && j.Deadline != nil {
-				return j
+				found = j
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent %s: job %s has no teardown deadline after 10 s", a.node, job)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("agent %s: job %s has no teardown deadline after 30 s: %+v", a.node, job, agentStatus(t, a).Jobs)
 	}
+	return found
 }
 
 // pidIn finds, in the agent's cgroups of job, a process named comm.
 func pidIn(t testing.TB, a *agent, job, comm string) int {
 	t.Helper()
 	root := filepath.Join(a.root, "job-"+job)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		found := 0
+	found := 0
+	if !testutil.Poll(30*time.Second, func() bool {
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.Name() != "cgroup.procs" || found != 0 {
 				return nil
@@ -749,14 +747,11 @@ func pidIn(t testing.TB, a *agent, job, comm string) int {
 			}
 			return nil
 		})
-		if found != 0 {
-			return found
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s process in %s", comm, root)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return found != 0
+	}) {
+		t.Fatalf("no %s process in %s within 30 s", comm, root)
 	}
+	return found
 }
 
 // actuatorRuns counts the aggregator's successful runs of its on=on
@@ -775,12 +770,8 @@ func actuatorRuns(g *aggregator, on string) int {
 // on=on actuators n times.
 func waitActuatorRuns(t testing.TB, g *aggregator, on string, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for actuatorRuns(g, on) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d on=%s actuator runs after %v, want %d", g.name, actuatorRuns(g, on), on, timeout, n)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Poll(timeout, func() bool { return actuatorRuns(g, on) >= n }) {
+		t.Fatalf("%s: %d on=%s actuator runs after %v, want %d", g.name, actuatorRuns(g, on), on, timeout, n)
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // slurmNodesAddr is the hub's address; node k has .10+k. 198.18.0.0/15 is
@@ -203,17 +205,11 @@ func (s *slurmNodes) gracewatchReservations() []slurmRes {
 // gracewatch_* reservations, and returns them.
 func (s *slurmNodes) waitReservations(what string, timeout time.Duration, cond func([]slurmRes) bool) []slurmRes {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		list := s.gracewatchReservations()
-		if cond(list) {
-			return list
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("slurm: reservations not %s within %v: %+v", what, timeout, list)
-		}
-		time.Sleep(100 * time.Millisecond)
+	list, _, ok := testutil.PollRead(timeout, func() ([]slurmRes, error) { return s.gracewatchReservations(), nil }, cond)
+	if !ok {
+		s.t.Fatalf("slurm: reservations not %s within %v: %+v", what, timeout, list)
 	}
+	return list
 }
 
 // expectedStartTime is squeue --start of a pending job as a time (zero for
@@ -281,16 +277,10 @@ func (s *slurmNodes) endJobs() {
 	if _, err := s.run("scancel", "--user", "root"); err != nil {
 		s.t.Errorf("cleanup: %v", err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		out, err := s.run("squeue", "-h", "-o", "%i %T")
-		if err == nil && strings.TrimSpace(out) == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Errorf("cleanup: jobs left after 30 s: %s %v", out, err)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	out, err, ok := testutil.PollRead(90*time.Second, func() (string, error) { return s.run("squeue", "-h", "-o", "%i %T") },
+		func(out string) bool { return strings.TrimSpace(out) == "" })
+	if !ok {
+		s.t.Errorf("cleanup: jobs left after 90 s: %s %v", out, err)
 	}
 }
 

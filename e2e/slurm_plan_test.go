@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // planGrace is the agents' G in the plan tests: long enough for several
@@ -110,11 +112,9 @@ func TestSlurmPlan(t *testing.T) {
 		s.epilogStartOf(job, "n1", 30*time.Second)
 		free := teardownOf(t, agg1, "n1")
 		big := s.submit("-N4", "-t", "1", "--wrap", "true")
+		// Logged only: Slurm may plan the job at once or not at all yet.
 		var before time.Time
-		for deadline := time.Now().Add(3 * time.Second); before.IsZero() && time.Now().Before(deadline); {
-			time.Sleep(100 * time.Millisecond)
-			before, _ = s.expectedStartTime(big)
-		}
+		testutil.Poll(5*time.Second, func() bool { before, _ = s.expectedStartTime(big); return !before.IsZero() })
 		t.Logf("before the reservation: the 4-node job is planned at %s (now %s), n1 free at %s",
 			before.Format(time.TimeOnly), time.Now().Format(time.TimeOnly), free.Format(time.TimeOnly))
 
@@ -123,17 +123,15 @@ func TestSlurmPlan(t *testing.T) {
 		})
 		held := time.Now()
 		t.Logf("reservation %s on n1 until %s", list[0].Name, list[0].End.Format(time.TimeOnly))
+		// Slurm's backfill runs every second (bf_interval=1); the plan
+		// must be in place before free_at, or it has missed the point.
 		var planned time.Time
-		for deadline := time.Now().Add(3 * time.Second); ; {
+		if !testutil.Poll(time.Until(free), func() bool {
 			planned, _ = s.expectedStartTime(big)
-			if !planned.Before(free.Add(-time.Second)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("3 s after the reservation the 4-node job is planned at %s, want n1's free_at %s",
-					planned.Format(time.TimeOnly), free.Format(time.TimeOnly))
-			}
-			time.Sleep(100 * time.Millisecond)
+			return !planned.Before(free.Add(-time.Second))
+		}) {
+			t.Fatalf("%v after the reservation (at n1's free_at) the 4-node job is planned at %s, want n1's free_at %s",
+				time.Since(held).Round(time.Millisecond), planned.Format(time.TimeOnly), free.Format(time.TimeOnly))
 		}
 		t.Logf("the 4-node job is planned at %s, %v after the reservation (free_at %s)",
 			planned.Format(time.TimeOnly), time.Since(held).Round(time.Millisecond), free.Format(time.TimeOnly))
@@ -146,11 +144,8 @@ func TestSlurmPlan(t *testing.T) {
 		released := time.Now()
 		s.waitReservations("gone once n1 is up", 10*time.Second, func(l []slurmRes) bool { return len(l) == 0 })
 		gone := time.Since(released)
-		for deadline := time.Now().Add(15 * time.Second); s.jobState(big) == "PENDING"; {
-			if time.Now().After(deadline) {
-				t.Fatalf("the 4-node job still pending 15 s after n1's teardown ended")
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !testutil.Poll(45*time.Second, func() bool { return s.jobState(big) != "PENDING" }) {
+			t.Fatalf("the 4-node job still pending 45 s after n1's teardown ended")
 		}
 		t.Logf("teardown ended: reservation gone after %v, the 4-node job left pending after %v",
 			gone.Round(time.Millisecond), time.Since(released).Round(time.Millisecond))
@@ -199,13 +194,9 @@ func TestSlurmPlan(t *testing.T) {
 		})
 		// Whichever way n9 was tried (with n1, or joining n1's), it ends
 		// refused alone and left out for a while.
-		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(agg1.logs.String(),
-			`"msg":"the scheduler refused to reserve this node alone: not tried again for a while"`); {
-			if time.Now().After(deadline) {
-				t.Fatal("the aggregator did not log that Slurm refused n9 alone")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		testutil.Eventually(t, 45*time.Second, "the aggregator's log that Slurm refused n9 alone", func() bool {
+			return strings.Contains(agg1.logs.String(), `"msg":"the scheduler refused to reserve this node alone: not tried again for a while"`)
+		})
 		if !heldUntil(s.gracewatchReservations(), map[string]time.Time{"n1": free}) {
 			t.Errorf("after n9's refusal Slurm holds %+v, want n1 alone", s.gracewatchReservations())
 		}
@@ -349,7 +340,7 @@ func TestSlurmPlanCompare(t *testing.T) {
 				if at > 150*time.Second {
 					t.Fatalf("the 4-node job did not start within 150 s")
 				}
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(500 * time.Millisecond) // not a wait: the comparison's sampling interval
 			}
 			t.Logf("%s: reservation at +%v; 4-node job planned %q, started +%v; short jobs started %v; idle node-seconds of n2..n4: %.0f",
 				r.name, r.held.Round(100*time.Millisecond), r.planned, r.bigStart.Round(100*time.Millisecond), r.shortStarts, r.idle)

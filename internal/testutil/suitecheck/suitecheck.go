@@ -107,7 +107,7 @@ func fileSleeps(path string) ([]int, error) {
 	for _, cg := range f.Comments {
 		// A comment of several lines is one group: its marker may be on
 		// any of them. It marks its own lines and the line after its end.
-		if strings.Contains(strings.ToLower(cg.Text()), Marker) {
+		if strings.Contains(strings.Join(strings.Fields(strings.ToLower(cg.Text())), " "), Marker) {
 			from, to := fset.Position(cg.Pos()).Line, fset.Position(cg.End()).Line
 			for l := from; l <= to+1; l++ {
 				marked[l] = true
