@@ -227,12 +227,8 @@ func TestWatchHeartbeat(t *testing.T) {
 	w := watch(t, base, "")
 	w.snapshot()
 	// Wait for the stream's heartbeat timer (the only timer here).
-	deadline := time.Now().Add(testTimeout)
-	for h.clk.Pending() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d timers pending", h.clk.Pending())
-		}
-		time.Sleep(time.Millisecond)
+	if !testutil.Poll(testTimeout, func() bool { return h.clk.Pending() == 1 }) {
+		t.Fatalf("%d timers pending", h.clk.Pending())
 	}
 	h.clk.Advance(DefaultHeartbeat)
 	if ev := w.next(); ev.comment != "heartbeat" {
