@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -67,16 +68,8 @@ func TestServiceForget(t *testing.T) {
 		re.Close()
 	}
 	// The other aggregator forgets it too.
-	deadline := time.Now().Add(testTimeout)
-	for {
-		h2.sync()
-		if _, ok := h2.svc.Node("cn1"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("agg-2 still serves cn1")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testutil.Poll(testTimeout, func() bool { h2.sync(); _, ok := h2.svc.Node("cn1"); return !ok }) {
+		t.Fatal("agg-2 still serves cn1")
 	}
 	// The agent comes back: a new node.
 	h1.member("cn1", upMeta(2, 1))

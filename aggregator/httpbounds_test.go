@@ -159,7 +159,7 @@ func TestWatchOutlivesTheReadTimeout(t *testing.T) {
 	base := h.serve(ServerOptions{ReadTimeout: readTimeout})
 	w := watch(t, base, "")
 	w.snapshot()
-	time.Sleep(3 * readTimeout)
+	time.Sleep(3 * readTimeout) // not a wait: the watch stays idle past the read timeout, the scenario
 	h.member("n1", upMeta(1, 1))
 	if _, n := w.nextNode(); n.Name != "n1" {
 		t.Errorf("event %+v", n)

@@ -6,6 +6,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -47,13 +48,8 @@ func (p *prober) probes(why, result string) int {
 // waitProbes syncs until n probes of why ended with result.
 func (p *prober) waitProbes(why, result string, n int) {
 	p.t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for p.probes(why, result) < n {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%d %s probes %s, want %d", p.probes(why, result), why, result, n)
-		}
-		time.Sleep(time.Millisecond)
-		p.sync()
+	if !testutil.Poll(testTimeout, func() bool { p.sync(); return p.probes(why, result) >= n }) {
+		p.t.Fatalf("%d %s probes %s, want %d", p.probes(why, result), why, result, n)
 	}
 	p.sync()
 }
@@ -61,12 +57,8 @@ func (p *prober) waitProbes(why, result string, n int) {
 // waitTimer waits until the probe's wait is armed on the fake clock.
 func (p *prober) waitTimers(n int) {
 	p.t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for p.clk.Pending() < n {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%d timers pending, want %d", p.clk.Pending(), n)
-		}
-		time.Sleep(time.Millisecond)
+	if !testutil.Poll(testTimeout, func() bool { return p.clk.Pending() >= n }) {
+		p.t.Fatalf("%d timers pending, want %d", p.clk.Pending(), n)
 	}
 }
 

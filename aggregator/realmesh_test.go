@@ -36,7 +36,9 @@ func realAggregator(t *testing.T, opts ...func(*Options)) (*Service, *mesh.Mesh)
 	}
 	cfg := mesh.DefaultConfig()
 	cfg.Bind, cfg.Insecure, cfg.Label, cfg.RejoinInterval = "127.0.0.1:0", true, testLabel, config.Duration{}
-	m, err := mesh.New(mesh.Options{Name: o.Name, Role: gwpb.Role_ROLE_AGGREGATOR, Config: cfg, Handler: svc, Logger: testLogger(t)})
+	// The mesh logs with the Service, so that a test reading the log sees
+	// what the mesh refused as well as what the Service did.
+	m, err := mesh.New(mesh.Options{Name: o.Name, Role: gwpb.Role_ROLE_AGGREGATOR, Config: cfg, Handler: svc, Logger: o.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}

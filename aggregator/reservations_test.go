@@ -10,6 +10,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -36,18 +37,26 @@ func heldNodes(sched *reservation.FakeScheduler) []string {
 	return out
 }
 
-// waitHeld steps the fake clock by 100 ms until sched holds want (the
-// planner's rounds run on that clock), at most 100 steps.
+// waitHeld waits until sched holds want, stepping the fake clock by 100 ms
+// between looks (the planner's rounds run on that clock), by 100 s at
+// most: well before the 2 minutes the tests' teardowns hold their nodes.
+// Each step follows a look (up to 50 ms apart), so the deadline allows for
+// a thousand of them on a slow machine.
 func waitHeld(h *harness, sched *reservation.FakeScheduler, want ...string) {
 	h.t.Helper()
-	for range 100 {
-		if got := heldNodes(sched); slices.Equal(got, want) {
-			return
+	start := h.clk.Now()
+	var got []string
+	if !testutil.Poll(10*testTimeout, func() bool {
+		if got = heldNodes(sched); slices.Equal(got, want) {
+			return true
 		}
-		time.Sleep(2 * time.Millisecond)
-		h.advance(100 * time.Millisecond)
+		if h.clk.Now().Sub(start) < 100*time.Second {
+			h.advance(100 * time.Millisecond)
+		}
+		return false
+	}) {
+		h.t.Fatalf("the scheduler holds %q after %v on the fake clock, want %q", got, h.clk.Now().Sub(start), want)
 	}
-	h.t.Fatalf("the scheduler holds %q, want %q", heldNodes(sched), want)
 }
 
 // TestReservationsFollowTheView: a node tearing down for 10 s is held until
@@ -159,17 +168,12 @@ func TestReservationsFailover(t *testing.T) {
 	waitHeld(a, sched, "n[1-2] until +2m0s")
 	// agg-b's planner learns that it does not lead at its next round (it
 	// led alone until it saw agg-a).
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st, _ := b.svc.Reservations()
-		if !st.Leader {
-			if len(st.Reservations) != 0 {
-				t.Fatalf("agg-b, not leading, holds %v", st.Reservations)
-			}
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("agg-b keeps reservations while agg-a leads")
-		}
+	var st reservation.Status
+	if !testutil.Poll(testTimeout, func() bool { st, _ = b.svc.Reservations(); return !st.Leader }) {
+		t.Fatal("agg-b keeps reservations while agg-a leads")
+	}
+	if len(st.Reservations) != 0 {
+		t.Fatalf("agg-b, not leading, holds %v", st.Reservations)
 	}
 	creates := sched.Calls("create")
 

@@ -145,17 +145,6 @@ func (w *watcher) snapshot() (string, []api.Node) {
 	return ev.id, list.Nodes
 }
 
-func (w *watcher) quiet() {
-	w.t.Helper()
-	select {
-	case ev, ok := <-w.events:
-		if ok {
-			w.t.Errorf("unexpected %+v", ev)
-		}
-	case <-time.After(50 * time.Millisecond):
-	}
-}
-
 func TestWatchSnapshotEventsAndResume(t *testing.T) {
 	h := newHarness(t)
 	h.member("n1", upMeta(1, 1))
@@ -178,7 +167,6 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 			t.Errorf("event %d: %s %s %s, want %s-%d %s", i, id, n.Name, n.State, e, i+3, wnt)
 		}
 	}
-	w.quiet()
 
 	// A client that saw event 3 reconnects: it gets 4 and 5, no snapshot.
 	again := watch(t, base, e+"-3")
@@ -188,11 +176,14 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 			t.Errorf("resumed event %d: %s %s %s", i, id, n.Name, n.State)
 		}
 	}
-	again.quiet()
-	// And then the live events.
+	// And then the live events: the next one each watcher gets is event 6,
+	// which proves that nothing came after 5 before it.
 	h.member("n2", upMeta(1, 3))
 	if id, n := again.nextNode(); id != e+"-6" || n.Name != "n2" {
 		t.Errorf("live after resume: %s %s", id, n.Name)
+	}
+	if id, n := w.nextNode(); id != e+"-6" || n.Name != "n2" {
+		t.Errorf("live after event 5: %s %s", id, n.Name)
 	}
 
 	// A foreign id: a snapshot.
@@ -227,12 +218,8 @@ func TestWatchHeartbeat(t *testing.T) {
 	w := watch(t, base, "")
 	w.snapshot()
 	// Wait for the stream's heartbeat timer (the only timer here).
-	deadline := time.Now().Add(testTimeout)
-	for h.clk.Pending() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d timers pending", h.clk.Pending())
-		}
-		time.Sleep(time.Millisecond)
+	if !testutil.Poll(testTimeout, func() bool { return h.clk.Pending() == 1 }) {
+		t.Fatalf("%d timers pending", h.clk.Pending())
 	}
 	h.clk.Advance(DefaultHeartbeat)
 	if ev := w.next(); ev.comment != "heartbeat" {

@@ -80,16 +80,21 @@ func TestAliveWithEmptyMetaForAggregatorRefused(t *testing.T) {
 	t.Parallel()
 	agg, n1 := pair(t)
 	r := crafter(t)
-	for _, meta := range [][]byte{nil, mustMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT}), mustMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR})} {
+	before := refusedAliveTotal(n1.Mesh)
+	metas := [][]byte{nil, mustMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT}), mustMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR})}
+	for _, meta := range metas {
 		if err := r.Send(n1.Addr(), rogue.Alive("agg-1", agg.Addr(), rogue.MaxIncarnation, meta)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	never(t, time.Second, "node1 no longer takes agg-1 for an aggregator", func() bool {
-		m, _ := member(n1.Mesh, "agg-1")
-		got := n1.AliveMembers(aggr)
-		return !m.Proven || m.Role != aggr || len(got) != 1
+	// Each is counted as it is refused, before memberlist's table could
+	// take it: once all are, what node1 holds is what they left.
+	waitFor(t, 5*time.Second, "the forged alive messages refused", func() bool {
+		return refusedAliveTotal(n1.Mesh) >= before+uint64(len(metas))
 	})
+	if m, _ := member(n1.Mesh, "agg-1"); !m.Proven || m.Role != aggr || len(n1.AliveMembers(aggr)) != 1 {
+		t.Fatalf("node1 no longer takes agg-1 for an aggregator: %+v, aggregators %v", m, n1.AliveMembers(aggr))
+	}
 	if !contains(n1.logs.String(), "refused a member's alive message", "reason=aggregator_meta", "node=agg-1") {
 		t.Error("the refusal is not logged")
 	}
@@ -111,13 +116,15 @@ func TestAggregatorAddressTakeoverRefused(t *testing.T) {
 	}
 	// (memberlist tells its delegates no "left": the mesh records it dead)
 	waitFor(t, 5*time.Second, "node1's memberlist holds agg-1 gone", func() bool { return statusOf(n1.Mesh, "agg-1") != StatusAlive })
+	before := refusedAlive(n1.Mesh, refusedTakeover)
 	if err := r.Send(n1.Addr(), rogue.Alive("agg-1", "127.0.0.1:9", rogue.MaxIncarnation, stolen)); err != nil {
 		t.Fatal(err)
 	}
-	never(t, time.Second, "node1 has agg-1 at the rogue's address", func() bool {
-		m, _ := member(n1.Mesh, "agg-1")
-		return m.Addr != agg.Addr()
-	})
+	// Counted as it is refused, before memberlist's table could take it.
+	waitFor(t, 5*time.Second, "the takeover refused", func() bool { return refusedAlive(n1.Mesh, refusedTakeover) > before })
+	if m, _ := member(n1.Mesh, "agg-1"); m.Addr != agg.Addr() {
+		t.Fatalf("node1 has agg-1 at the rogue's address: %+v", m)
+	}
 	if !contains(n1.logs.String(), "refused a member's alive message", "reason=address_takeover", "node=agg-1") {
 		t.Error("the takeover's refusal is not logged")
 	}
@@ -171,12 +178,15 @@ func TestAliveAboutSelfWithForeignMetaRefused(t *testing.T) {
 	t.Parallel()
 	agg, _ := pair(t)
 	r := crafter(t)
+	before := refusedAlive(agg.Mesh, refusedSelf)
 	if err := r.Send(agg.Addr(), rogue.Alive("agg-1", agg.Addr(), rogue.MaxIncarnation, nil)); err != nil {
 		t.Fatal(err)
 	}
-	never(t, time.Second, "the aggregator refuted the forged alive message", func() bool {
-		return strings.Contains(agg.logs.String(), "Refuting an alive message")
-	})
+	// Counted as it is refused, which is before memberlist would refute it.
+	waitFor(t, 5*time.Second, "the forged alive message refused", func() bool { return refusedAlive(agg.Mesh, refusedSelf) > before })
+	if strings.Contains(agg.logs.String(), "Refuting an alive message") {
+		t.Fatalf("the aggregator refuted the forged alive message:\n%s", agg.logs.String())
+	}
 	if !contains(agg.logs.String(), "reason=self_meta") {
 		t.Error("the refusal is not logged")
 	}
@@ -201,11 +211,14 @@ func TestMemberTableBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%5000 == 0 {
-			time.Sleep(20 * time.Millisecond) // the socket's buffer
+			time.Sleep(20 * time.Millisecond) // not a wait: pacing the flood, so that the socket's buffer holds it
 		}
 	}
 	waitFor(t, 10*time.Second, "the table full", func() bool { return agg.NumMembers() >= max })
-	time.Sleep(500 * time.Millisecond)
+	// A genuine message after the flood, which memberlist handles only when
+	// no alive message waits: then every one of the flood that arrived has
+	// been handled.
+	packetMarker(t, r, agg, "after the flood")
 	agg.mu.Lock()
 	kept := len(agg.members)
 	agg.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/internal/testutil/rogue"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"go.uber.org/goleak"
 )
@@ -24,12 +26,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
 		var err error
-		for end := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if err = goleak.Find(); err == nil || time.Now().After(end) {
-				break
-			}
-		}
-		if err != nil {
+		if !testutil.Poll(20*time.Second, func() bool { err = goleak.Find(); return err == nil }) {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}
@@ -174,14 +171,55 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) t
 	return testutil.Eventually(t, limit, what, cond)
 }
 
-// never fails the test if cond holds at any poll during d.
-func never(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			t.Fatalf("%s", what)
-		}
+// refusedAlive returns how many alive messages m refused for reason (a
+// refusalReasons entry): each is counted when it is refused, before
+// memberlist's table could take it.
+func refusedAlive(m *Mesh, reason string) uint64 {
+	i := slices.Index(refusalReasons, reason)
+	if i < 0 {
+		panic("no refusal reason " + reason)
 	}
+	return m.refused.n[i].Load()
+}
+
+// refusedAliveTotal returns how many alive messages m refused, for any
+// reason.
+func refusedAliveTotal(m *Mesh) uint64 {
+	var n uint64
+	for _, r := range refusalReasons {
+		n += refusedAlive(m, r)
+	}
+	return n
+}
+
+// packetMarker sends from r to n a genuine message (an ack with id, from an
+// agent with its node key) in a user message over UDP, and waits until n's
+// Handler has it. memberlist handles the packets of its socket in the
+// order they come, and a user message only when no alive message waits:
+// once n has it, n has handled every packet r sent before, and every alive
+// message among them. It is sent again at each look, in case a full
+// socket buffer dropped one.
+func packetMarker(t testing.TB, r *rogue.Crafter, n *node, id string) {
+	t.Helper()
+	msg := rogue.User(forge(t, &gwpb.Envelope{Schema: 1, From: "marker", Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: id}}},
+		testKeys(t, "marker", agent)))
+	waitFor(t, 20*time.Second, "the marker "+id, func() bool {
+		if err := r.Send(n.Addr(), msg); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range n.rec.messages() {
+			if m.env.GetAck().GetId() == id {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// droppedMessages returns how many direct messages m dropped before its
+// Handler, undecodable or unproven.
+func droppedMessages(m *Mesh) uint64 {
+	return m.dropped[droppedUndecodable].Load() + m.dropped[droppedUnproven].Load()
 }
 
 // member returns name as m sees it.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/ratelog"
+	"github.com/gracewatch/gracewatch/internal/testutil/rogue"
 )
 
 // capture is a slog.Handler that keeps records.
@@ -63,9 +64,10 @@ func TestMemberlistLogLevels(t *testing.T) {
 // a bounded number of log lines: memberlist logs one per packet.
 func TestJunkPacketsLogBounded(t *testing.T) {
 	t.Parallel()
+	key := keyFile(t)
 	n := start(t, "agg-1", aggr, func(o *Options) {
 		o.Config.Insecure = false
-		o.Config.Keyring = keyFile(t)
+		o.Config.Keyring = key
 	})
 	conn, err := net.Dial("udp", n.Addr())
 	if err != nil {
@@ -85,10 +87,21 @@ func TestJunkPacketsLogBounded(t *testing.T) {
 			}
 		}
 		if sent%10 == 0 {
-			time.Sleep(time.Millisecond) // bounded: about 10,000 packets a second at most
+			time.Sleep(time.Millisecond) // not a wait: pacing the junk, about 10,000 packets a second at most
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	// A genuine packet after the junk: once the mesh has it, it has
+	// handled (and logged) every junk packet before it.
+	kr, err := LoadKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rogue.New(testConfig().Label, kr.GetPrimaryKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	packetMarker(t, r, n, "after the junk")
 	var warnings int
 	for _, line := range strings.Split(n.logs.String(), "\n") {
 		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {

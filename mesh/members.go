@@ -55,6 +55,11 @@ func (d delegate) NotifyMsg(buf []byte) {
 		if from == "" {
 			from = "unknown"
 		}
+		if errors.Is(err, ErrUnproven) {
+			d.m.dropped[droppedUnproven].Add(1)
+		} else {
+			d.m.dropped[droppedUndecodable].Add(1)
+		}
 		if ok, suppressed := d.m.badMsgs.Allow(from, time.Now()); ok {
 			msg := "dropped undecodable message"
 			if errors.Is(err, ErrUnproven) {

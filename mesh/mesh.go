@@ -117,6 +117,10 @@ type Mesh struct {
 	joined      atomic.Bool
 	joinFailing atomic.Bool // the last join attempt failed (log the change only)
 
+	// dropped counts the direct messages dropped before the Handler, by
+	// droppedReasons: their log lines are rate-limited, the count is not.
+	dropped [2]atomic.Uint64
+
 	stopOnce     sync.Once
 	stop         chan struct{}
 	loopDone     chan struct{} // nil when the rejoin loop does not run

@@ -15,7 +15,10 @@ import (
 //     (book.go), "alive" or "lost" (memberlist says dead or left, or its
 //     proof expired: still reached directly);
 //   - gracewatch_mesh_refused_total{reason}: alive messages refused
-//     (alive.go) and address conflicts memberlist refused.
+//     (alive.go) and address conflicts memberlist refused;
+//   - gracewatch_mesh_messages_dropped_total{reason}: direct messages
+//     dropped before the Handler, undecodable or unproven (their log lines
+//     are rate-limited).
 //
 // Safe for concurrent use; it takes the Mesh's lock for a count.
 type meshCollector struct{ m *Mesh }
@@ -31,13 +34,25 @@ var (
 	refusedDesc = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "mesh", "refused_total"),
 		"Alive messages of memberlist's failure detector refused, by reason: invalid_name, table_full, aggregator_meta (an aggregator without its signed meta, or an unsigned claim of the role), address_takeover, address_conflict, merge_too_large, self_meta; and inbound streams closed at once for their peer's bound (streams_per_peer).",
 		[]string{"reason"}, nil)
+	droppedDesc = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "mesh", "messages_dropped_total"),
+		"Direct messages dropped before they were handled, by reason: undecodable (not an envelope, over the size limit, an invalid sender name, addressed to another member) or unproven (a proof that does not verify, none where one is required, a replay, too old). Their log lines are rate-limited; this counts each.",
+		[]string{"reason"}, nil)
 )
+
+// Reasons of gracewatch_mesh_messages_dropped_total, indexes of Mesh.dropped.
+const (
+	droppedUndecodable = iota
+	droppedUnproven
+)
+
+var droppedReasons = [...]string{droppedUndecodable: "undecodable", droppedUnproven: "unproven"}
 
 func (c meshCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- membersDesc
 	ch <- membersMaxDesc
 	ch <- aggregatorsDesc
 	ch <- refusedDesc
+	ch <- droppedDesc
 }
 
 func (c meshCollector) Collect(ch chan<- prometheus.Metric) {
@@ -60,5 +75,8 @@ func (c meshCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(aggregatorsDesc, prometheus.GaugeValue, float64(lost), "lost")
 	for i, r := range refusalReasons {
 		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(m.refused.n[i].Load()), r)
+	}
+	for i, r := range droppedReasons {
+		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(m.dropped[i].Load()), r)
 	}
 }

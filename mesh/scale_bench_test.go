@@ -185,7 +185,7 @@ func quiet(b *testing.B, sink *timingSink, gap time.Duration) {
 	begin := time.Now()
 	for time.Since(begin) < 10*gap {
 		before := sink.snapshot()
-		time.Sleep(gap)
+		time.Sleep(gap) // not a wait: the quiet gap is measured: no suspect or dead message within it
 		if d := sink.snapshot().minus(before); d.suspects == 0 && d.deads == 0 {
 			return
 		}

@@ -29,7 +29,7 @@ func StartPaced(b testing.TB, from, n, batch, load int, start func(i, lo int) er
 		var wg sync.WaitGroup
 		for i := lo; i < hi; i++ {
 			wg.Go(func() {
-				time.Sleep(rand.N(span + 1))
+				time.Sleep(rand.N(span + 1)) // not a wait: pacing, each member starts at a random time within its batch's span
 				errs[i-lo] = start(i, lo)
 			})
 		}
@@ -37,7 +37,7 @@ func StartPaced(b testing.TB, from, n, batch, load int, start func(i, lo int) er
 		if err := errors.Join(errs...); err != nil {
 			b.Fatalf("starting the members: %v", err)
 		}
-		time.Sleep(time.Until(batchEnd))
+		time.Sleep(time.Until(batchEnd)) // not a wait: pacing, the next batch starts when this one's span is over
 		if hi/100 != lo/100 || hi == n {
 			now, cpu := time.Now(), CPUTime()
 			b.Logf("%d members started after %v (%.2f cores since the last line)", hi, now.Sub(begin).Round(time.Millisecond),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/procfs/procfstest"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
 )
 
@@ -37,8 +38,13 @@ func TestOKFileReads(t *testing.T) {
 }
 
 // killedHungReader starts a hangfs server and a reader of its hang file,
-// waits until the read hangs, kills the reader and returns once it is in D
-// (with its status there).
+// waits until the read hangs, kills the reader and returns once SIGKILL
+// has been dealt with and it could not end it (with its status then): the
+// reader is in D again after a voluntary context switch counted since the
+// kill (SIGKILL woke it from the interruptible wait, and the kernel put it
+// back to sleep, uninterruptibly, for the request the server has read),
+// with SIGKILL still pending. A D read before the wakeup would not say
+// that; this does, whenever the kernel gets to it.
 func killedHungReader(t *testing.T) (*hangfs.Server, *exec.Cmd, procfs.Status) {
 	t.Helper()
 	s := hangfs.Start(t)
@@ -46,11 +52,21 @@ func killedHungReader(t *testing.T) (*hangfs.Server, *exec.Cmd, procfs.Status) {
 	if err := s.WaitHungReads(1); err != nil {
 		t.Fatal(err)
 	}
-	waitBlocked(t, cat.Process.Pid)
+	pid := cat.Process.Pid
+	waitBlocked(t, pid)
+	before := readStatus(t, pid).VoluntaryCtxtSwitches
 	if err := cat.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	return s, cat, waitState(t, cat.Process.Pid, "D")
+	var st procfs.Status
+	if !testutil.Poll(30*time.Second, func() bool {
+		st = readStatus(t, pid)
+		return st.State == "D" && st.VoluntaryCtxtSwitches > before && (st.SigPnd|st.ShdPnd)&procfs.SigKillMask != 0
+	}) {
+		t.Fatalf("pid %d after SIGKILL: state %s, %d voluntary context switches (%d before the kill), SigPnd %x ShdPnd %x; want D again, SIGKILL pending",
+			pid, st.State, st.VoluntaryCtxtSwitches, before, st.SigPnd, st.ShdPnd)
+	}
+	return s, cat, st
 }
 
 // TestKilledReaderIsUnkillableUntilStop proves the kernel behaviour the
@@ -65,10 +81,10 @@ func TestKilledReaderIsUnkillableUntilStop(t *testing.T) {
 	if stack := readStack(t, cat.Process.Pid); !slices.Contains(stack, "request_wait_answer") {
 		t.Errorf("stack %v lacks request_wait_answer", stack)
 	}
-	// Still there a while later: SIGKILL cannot end it.
-	time.Sleep(200 * time.Millisecond)
+	// Woken by SIGKILL and asleep again with it pending (killedHungReader):
+	// SIGKILL cannot end it. Still so now.
 	if st := readStatus(t, cat.Process.Pid); st.State != "D" {
-		t.Errorf("state %s 200ms after SIGKILL, want D", st.State)
+		t.Errorf("state %s after SIGKILL put it back to sleep, want D", st.State)
 	}
 
 	if err := s.Stop(); err != nil {
@@ -187,28 +203,12 @@ func waitExit(t *testing.T, cmd *exec.Cmd) {
 
 func waitBlocked(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if slices.Contains(readStack(t, pid), "request_wait_answer") {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("pid %d not in request_wait_answer after 10s; stack %v", pid, readStack(t, pid))
-}
-
-func waitState(t *testing.T, pid int, state string) procfs.Status {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st := readStatus(t, pid)
-		if st.State == state {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d in state %s after 10s, want %s", pid, st.State, state)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var stack []string
+	if !testutil.Poll(30*time.Second, func() bool {
+		stack = readStack(t, pid)
+		return slices.Contains(stack, "request_wait_answer")
+	}) {
+		t.Fatalf("pid %d not in request_wait_answer after 30s; stack %v", pid, stack)
 	}
 }
 

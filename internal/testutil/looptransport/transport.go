@@ -129,7 +129,7 @@ func (t *Transport) accept() {
 			if t.closed.Load() {
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // not a wait: a pause before accepting again after a failed accept (out of descriptors), as net/http does
 			continue
 		}
 		select {

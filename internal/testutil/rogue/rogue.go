@@ -31,6 +31,7 @@ const (
 	aliveMsg    = 4
 	deadMsg     = 5
 	compoundMsg = 7
+	userMsg     = 8
 	labelMsg    = 244 // hasLabelMsg
 )
 
@@ -112,6 +113,15 @@ func Dead(node, from string, inc uint32) []byte {
 // Suspect is a suspect message about node from from.
 func Suspect(node, from string, inc uint32) []byte {
 	return encode(suspectMsg, &suspect{Incarnation: inc, Node: node, From: from})
+}
+
+// User is a user message carrying payload, which the member's delegate
+// gets as it is (NotifyMsg). memberlist queues it behind the alive messages
+// it has not handled yet (an alive message goes first, whenever it came):
+// once a member has handled it, it has handled every alive message that
+// came before it.
+func User(payload []byte) []byte {
+	return append([]byte{userMsg}, payload...)
 }
 
 // Compound packs up to 255 messages into one, as memberlist's gossip does.

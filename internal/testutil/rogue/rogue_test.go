@@ -5,15 +5,47 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
+
+// userMsgs is a memberlist Delegate that keeps the user messages.
+type userMsgs struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (u *userMsgs) NotifyMsg(b []byte) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.msgs = append(u.msgs, string(b))
+}
+
+func (u *userMsgs) got(msg string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, m := range u.msgs {
+		if m == msg {
+			return true
+		}
+	}
+	return false
+}
+
+func (*userMsgs) NodeMeta(int) []byte                 { return nil }
+func (*userMsgs) GetBroadcasts(int, int) [][]byte     { return nil }
+func (*userMsgs) LocalState(bool) []byte              { return nil }
+func (*userMsgs) MergeRemoteState(buf []byte, _ bool) {}
 
 // The crafted messages are memberlist's own: a real, encrypted and
 // labelled memberlist takes an invented member from an alive message and
-// marks it dead from a dead message; a wrong key or label is dropped.
+// marks it dead from a dead message; a wrong key or label is dropped; a
+// user message reaches its delegate.
 func TestCraftedMessagesReachMemberlist(t *testing.T) {
 	key := bytes.Repeat([]byte{7}, 16)
 	kr, err := memberlist.NewKeyring(nil, key)
@@ -24,6 +56,8 @@ func TestCraftedMessagesReachMemberlist(t *testing.T) {
 	mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort = "victim", "127.0.0.1", 0, 0
 	mc.Label, mc.Keyring, mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = "rogue-test", kr, true, true
 	mc.LogOutput = io.Discard
+	user := &userMsgs{}
+	mc.Delegate = user
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		t.Fatal(err)
@@ -41,11 +75,7 @@ func TestCraftedMessagesReachMemberlist(t *testing.T) {
 	}
 	wait := func(what string, cond func() bool) {
 		t.Helper()
-		for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("%s: not within 5 s", what)
-			}
-		}
+		testutil.Eventually(t, 20*time.Second, what, cond)
 	}
 
 	wrong, err := New("rogue-test", bytes.Repeat([]byte{8}, 16))
@@ -73,4 +103,8 @@ func TestCraftedMessagesReachMemberlist(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("phantom dead", func() bool { s, ok := stateOf("phantom"); return !ok || s == memberlist.StateDead })
+	if err := c.Send(addr, User([]byte("marker"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("the user message", func() bool { return user.got("marker") })
 }
