@@ -37,6 +37,7 @@ func TestPoll(t *testing.T) {
 
 func TestEventually(t *testing.T) {
 	flag := make(chan struct{})
+	// Not a wait: the condition holds 20 ms in, what Eventually is timed against.
 	go func() { time.Sleep(20 * time.Millisecond); close(flag) }()
 	d := Eventually(t, 5*time.Second, "the flag", func() bool {
 		select {
