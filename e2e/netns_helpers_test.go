@@ -575,12 +575,12 @@ func declaredDead(p *proc, since time.Time) (map[string]bool, time.Time) {
 	return gone, last
 }
 
-// rejoined returns the members p's log says joined (or came back alive)
-// after since.
+// rejoined returns the members p's log says came back alive (from dead
+// or left), or joined, after since.
 func rejoined(p *proc, since time.Time) map[string]bool {
 	back := map[string]bool{}
 	for _, line := range strings.Split(p.logs.String(), "\n") {
-		if !strings.Contains(line, `"msg":"member joined"`) {
+		if !strings.Contains(line, `"msg":"member back"`) && !strings.Contains(line, `"msg":"member joined"`) {
 			continue
 		}
 		var rec struct {
