@@ -234,13 +234,15 @@ func TestNodeRestriction(t *testing.T) {
 	c.joinRogue(t, "aab-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, forged))
 	// Their gossip reaches everyone: each agent has logged each (joined,
 	// or refused).
+	heard := time.Now()
 	for _, a := range []*agent{n1, n2} {
 		for _, name := range []string{"rogue", "aaa-rogue-agg", "aab-rogue-agg"} {
-			testutil.Eventually(t, 60*time.Second, a.node+" hearing of "+name, func() bool {
+			testutil.Eventually(t, 2*time.Minute, a.node+" hearing of "+name, func() bool {
 				return strings.Contains(a.logs.String(), `"node":"`+name+`"`)
 			})
 		}
 	}
+	t.Logf("the agents heard of the rogues within %v", time.Since(heard).Round(time.Millisecond))
 
 	before := viewOf(t, agg)
 	actionsBefore, _ := os.ReadFile(actions)
