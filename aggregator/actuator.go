@@ -366,6 +366,7 @@ func (a *actuators) kickLocked(name string, n *actNode) {
 		return
 	}
 	n.running = true
+	a.log.Debug("actuating", "node", name, "transition", on)
 	a.wg.Add(1)
 	go a.runNode(name, n)
 }
@@ -373,6 +374,7 @@ func (a *actuators) kickLocked(name string, n *actNode) {
 // runNode actuates one node until nothing is needed.
 func (a *actuators) runNode(name string, n *actNode) {
 	defer a.wg.Done()
+	defer a.log.Debug("actuated: nothing more to run for the node", "node", name)
 	for {
 		a.mu.Lock()
 		on, ep := a.neededLocked(n)

@@ -116,6 +116,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		if n, ok := s.view[name]; ok {
 			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
 		}
+		s.log.Debug("settle over: the actuators decide on the node", "node", name)
 	}
 	if added {
 		s.act.setKnown(len(s.view))

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,25 +116,21 @@ func TestCluster(t *testing.T) {
 		})
 	})
 
-	var restarted time.Time
+	// Where the logs of the restart begin.
+	var marks map[*aggregator]int
 	t.Run("restarted aggregator has the full view within 5 s", func(t *testing.T) {
 		want := states(agg2.nodes(t, ""))
+		marks = map[*aggregator]int{agg1: len(agg1.logs.String()), agg2: len(agg2.logs.String())}
 		agg1.stop()
 		agg1.start()
 		start := time.Now()
-		restarted = start
-		deadline := start.Add(5 * time.Second)
-		for {
-			got, err := tryStates(agg1)
-			if err == nil && got == want {
-				t.Logf("view back %v after restart: %s", time.Since(start).Round(time.Millisecond), got)
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 5 s the restarted aggregator serves %q (err %v), want %q", got, err, want)
-			}
-			time.Sleep(50 * time.Millisecond)
+		// The bound is what this case asserts, not a wait for an event.
+		got, err, ok := testutil.PollRead(5*time.Second, func() (string, error) { return tryStates(agg1) },
+			func(got string) bool { return got == want })
+		if !ok {
+			t.Fatalf("after 5 s the restarted aggregator serves %q (err %v), want %q", got, err, want)
 		}
+		t.Logf("view back %v after restart: %s", time.Since(start).Round(time.Millisecond), got)
 	})
 
 	t.Run("two aggregators serve the same states; the actuator ran once per transition", func(t *testing.T) {
@@ -141,8 +138,33 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("agg-1 %q, agg-2 %q", a, b)
 		}
 		// Let any late actuator run land: the restarted agg-1 decides on
-		// the nodes it has just come to know once its settle has passed.
-		time.Sleep(time.Until(restarted.Add(aggSettle + time.Second)))
+		// the nodes it has just come to know once its settle has passed
+		// (it logs each after its actuators heard of it), and leads again
+		// (the alive aggregator with the lowest name); agg-2 may have led
+		// while agg-1 was away. A run either started is over once each has
+		// logged the end of every actuation it began.
+		var names []string
+		for _, n := range agg1.nodes(t, "") {
+			names = append(names, n.Name)
+		}
+		testutil.Eventually(t, 60*time.Second, "agg-1's settle over "+strings.Join(names, ", "), func() bool {
+			for _, name := range names {
+				if linesSince(agg1.proc, marks[agg1], `"msg":"settle over: the actuators decide on the node"`, `"node":"`+name+`"`) == 0 {
+					return false
+				}
+			}
+			return true
+		})
+		for _, g := range c.aggs {
+			var seen string
+			if !testutil.Poll(60*time.Second, func() bool {
+				var idle bool
+				idle, seen = actuatorsIdle(g, marks[g], g == agg1)
+				return idle
+			}) {
+				t.Fatalf("%s: actuations still under way since the restart: %s", g.name, seen)
+			}
+		}
 		data, _ := os.ReadFile(actions)
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 		count := map[string]int{}
@@ -267,19 +289,13 @@ func TestLateAggregatorKnowsGoneNodes(t *testing.T) {
 
 	agg2 := c.addAggregator("agg-2")
 	start := time.Now()
-	deadline := start.Add(10 * time.Second)
 	want := states(agg1.nodes(t, ""))
-	for {
-		got, err := tryStates(agg2)
-		if err == nil && got == want {
-			t.Logf("late aggregator serves %s %v after it started", got, time.Since(start).Round(time.Millisecond))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the late aggregator serves %q (err %v), want %q as the first one", got, err, want)
-		}
-		time.Sleep(100 * time.Millisecond)
+	got, err, ok := testutil.PollRead(60*time.Second, func() (string, error) { return tryStates(agg2) },
+		func(got string) bool { return got == want })
+	if !ok {
+		t.Fatalf("the late aggregator serves %q (err %v) after %v, want %q as the first one", got, err, time.Since(start).Round(time.Millisecond), want)
 	}
+	t.Logf("late aggregator serves %s %v after it started", got, time.Since(start).Round(time.Millisecond))
 	late := agg2.waitNode(t, "n2", "unreachable", time.Second, func(n node) bool { return n.State == "unreachable" })
 	if late.Reason != gone.Reason || !late.Since.Equal(gone.Since) {
 		t.Fatalf("n2 on the late aggregator: %q since %v; on the first: %q since %v", late.Reason, late.Since, gone.Reason, gone.Since)
@@ -293,21 +309,54 @@ func TestLateAggregatorKnowsGoneNodes(t *testing.T) {
 		t.Fatalf("aggregator forget: %v\n%s", err, out)
 	}
 	for _, g := range []*aggregator{agg1, agg2} {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if _, ok := g.node(t, "n2"); !ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still serves n2 5 s after the forget", g.url)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var last node
+		if !testutil.Poll(30*time.Second, func() bool {
+			n, ok := g.node(t, "n2")
+			last = n
+			return !ok
+		}) {
+			t.Fatalf("%s still serves n2 30 s after the forget: %+v", g.url, last)
 		}
 	}
 	if out, err := execOut(bins.aggregator, "forget", "n1", "--reason", "x",
 		"--url", agg1.url, "--token-file", filepath.Join(c.dir, "token")); err == nil || !strings.Contains(out, "409") && !strings.Contains(out, "alive") {
 		t.Fatalf("forget of a live node: %v\n%s", err, out)
 	}
+}
+
+// linesSince counts the lines of p's log after its first mark bytes that
+// hold every part.
+func linesSince(p *proc, mark int, parts ...string) int {
+	n := 0
+	for _, line := range strings.Split(p.logs.String()[mark:], "\n") {
+		all := true
+		for _, part := range parts {
+			all = all && strings.Contains(line, part)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// actuatorsIdle reports whether g's actuators have ended every actuation
+// they began after the first mark bytes of its log (they log both at debug
+// level), and g's last word on leadership since, if any, is that it leads
+// when lead, that it does not otherwise: then no run of g's is under way,
+// and none is to come from a change of leadership. It says what it
+// counted.
+func actuatorsIdle(g *aggregator, mark int, lead bool) (bool, string) {
+	began := linesSince(g.proc, mark, `"msg":"actuating"`)
+	ended := linesSince(g.proc, mark, `"msg":"actuated: nothing more to run for the node"`)
+	leads, said := false, false
+	for _, line := range strings.Split(g.logs.String()[mark:], "\n") {
+		if strings.Contains(line, `"msg":"actuator leadership"`) {
+			leads, said = strings.Contains(line, `"self":true`), true
+		}
+	}
+	idle := began == ended && (said && leads == lead || !said && !lead)
+	return idle, fmt.Sprintf("%d actuations begun, %d ended; said it leads: %t (%t)", began, ended, leads, said)
 }
 
 // logged reports whether one line of p's log holds every part.

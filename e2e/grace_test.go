@@ -61,7 +61,7 @@ func TestGraceAdvisorRealEpilogues(t *testing.T) {
 		}
 	}
 	if d := 7*time.Second - time.Since(hungSince); d > 0 {
-		time.Sleep(d) // the hung teardown's age is part of what is measured
+		time.Sleep(d) // not a wait: the hung teardown's age is part of what is measured (over 6 s, the largest candidate G)
 	}
 
 	check := func(when string) {

@@ -447,6 +447,26 @@ func (g *aggregator) waitNode(t testing.TB, name, what string, timeout time.Dura
 	return n
 }
 
+// loopRound returns once g's main loop has processed everything queued
+// before the call (a message a member handed it, a timer's tick) and
+// recomputed the view from it: the proof that what a test sent was taken
+// or left, with no time allowed for it. A forget of a node g does not know
+// changes nothing and is answered from the loop in the order of its queue,
+// before that batch's recomputation; the second of two is queued after the
+// first was answered, so it is answered once the batch that held the first
+// (and everything queued before it) is done.
+func (g *aggregator) loopRound(t testing.TB, token string) {
+	t.Helper()
+	for range 2 {
+		if code, body := g.post(t, "/v1/nodes/"+unknownNode+"/forget", token, `{"reason":"a round of the loop"}`); code != http.StatusNotFound {
+			t.Fatalf("%s: forget of %s, a node it does not know: %d %s, want 404", g.name, unknownNode, code, body)
+		}
+	}
+}
+
+// unknownNode is a node name no test's cluster has (loopRound).
+const unknownNode = "no-such-node"
+
 func (g *aggregator) post(t testing.TB, path, token, body string) (int, string) {
 	t.Helper()
 	code, b, err := call("POST", g.url+path, token, body)

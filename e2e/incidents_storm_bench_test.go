@@ -70,6 +70,7 @@ timeout = "10s"
 	// lets 1,000 of them and their n² gossip fit on 2 cores.
 	quiet := os.Getenv("GW_BENCH_STORM_QUIET") != "0"
 	agents := bm.startAgents(n, port, g.url, true, false, quiet)
+	// not a wait: the members settle (GW_BENCH_SETTLE) before the measurement begins
 	time.Sleep(benchenv.Duration(b, "GW_BENCH_SETTLE", max(10*time.Second, time.Duration(n)*30*time.Millisecond)))
 
 	pid := g.cmd.Process.Pid
@@ -114,7 +115,7 @@ timeout = "10s"
 	var wg sync.WaitGroup
 	for i, a := range agents {
 		wg.Go(func() {
-			time.Sleep(time.Duration(i) * time.Second / time.Duration(n))
+			time.Sleep(time.Duration(i) * time.Second / time.Duration(n)) // not a wait: the storm's pacing, n DOWNs over one second
 			cause := &gwpb.Cause{Fstype: "lustre", Source: "mds1@o2ib:/scratch", Mountpoint: "/scratch", Wchan: "ptlrpc_set_wait",
 				Class: "unkillable", Unkillable: 1, ExamplePid: int32(1000 + i), ExampleComm: "cp", Job: strconv.Itoa(i)}
 			if i%10 == 9 {
@@ -135,25 +136,20 @@ timeout = "10s"
 	}
 	sent := time.Since(begin)
 	var allDown time.Duration
-	for {
-		ns, err := fetchNodes(g.url + "/v1/nodes?state=down")
-		if err == nil && len(ns) == n {
-			allDown = time.Since(begin)
-			break
-		}
-		if time.Since(begin) > 2*time.Minute {
-			all, _ := fetchNodes(g.url + "/v1/nodes")
-			var others []string
-			for _, x := range all {
-				if x.State != "down" && len(others) < 10 {
-					others = append(others, fmt.Sprintf("%s %s since %s (%s)", x.Name, x.State, x.Since.Format(time.StampMilli), x.Reason))
-				}
+	ns, err, ok := testutil.PollRead(2*time.Minute-time.Since(begin), func() ([]node, error) { return fetchNodes(g.url + "/v1/nodes?state=down") },
+		func(ns []node) bool { return len(ns) == n })
+	if !ok {
+		all, _ := fetchNodes(g.url + "/v1/nodes")
+		var others []string
+		for _, x := range all {
+			if x.State != "down" && len(others) < 10 {
+				others = append(others, fmt.Sprintf("%s %s since %s (%s)", x.Name, x.State, x.Since.Format(time.StampMilli), x.Reason))
 			}
-			b.Fatalf("after 2 min the aggregator serves %d of %d nodes down (%v); not down: %s", len(ns), n, err, strings.Join(others, "; "))
 		}
-		time.Sleep(100 * time.Millisecond)
+		b.Fatalf("after 2 min the aggregator serves %d of %d nodes down (%v); not down: %s", len(ns), n, err, strings.Join(others, "; "))
 	}
-	time.Sleep(10 * time.Second) // the actuators' runs, and what follows
+	allDown = time.Since(begin)
+	time.Sleep(10 * time.Second) // not a wait: the measurement window: the actuators' runs, and what follows
 	close(stop)
 	pollWG.Wait()
 	for _, a := range agents {
@@ -392,7 +388,7 @@ func (a *simAgent) deliver(meta *gwpb.Meta, u *gwpb.StateUpdate) bool {
 		if time.Now().Add(wait).After(end) {
 			return false
 		}
-		time.Sleep(wait)
+		time.Sleep(wait) // not a wait: the back-off between a simulated agent's delivery attempts
 		wait = min(2*wait, 8*time.Second)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	craft "github.com/gracewatch/gracewatch/internal/testutil/rogue"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -183,21 +184,32 @@ func fileSize(path string) int {
 // waitLogged waits (bounded) until p's log holds every sub.
 func waitLogged(t *testing.T, p *proc, what string, subs ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	const timeout = 30 * time.Second
+	if !testutil.Poll(timeout, func() bool {
 		logs := p.logs.String()
-		all := true
 		for _, s := range subs {
-			all = all && strings.Contains(logs, s)
+			if !strings.Contains(logs, s) {
+				return false
+			}
 		}
-		if all {
-			return
+		return true
+	}) {
+		var missing []string
+		logs := p.logs.String()
+		for _, s := range subs {
+			if !strings.Contains(logs, s) {
+				missing = append(missing, s)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s does not log %q within 10 s", what, p.name, subs)
-		}
-		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("%s: %s does not log %q within %v (missing %q)", what, p.name, subs, timeout, missing)
 	}
+}
+
+// probesAnswered is the aggregator's count of the probes of why ("gone",
+// "deadline") that a node answered.
+func probesAnswered(t *testing.T, g *aggregator, why string) float64 {
+	t.Helper()
+	return metric(t, g, `gracewatch_aggregator_probes_total{result="answered",why="`+why+`"}`)
 }
 
 // sealAs writes env as node (sent at sent), sealed with node's key: what
@@ -293,13 +305,14 @@ func TestLivenessAttacks(t *testing.T) {
 	rm := c.joinRogue(t, "rogue", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT}, nil))
 	// agg-1's signed meta, as every member sees it.
 	var stolen []byte
-	for end := time.Now().Add(5 * time.Second); len(stolen) == 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	testutil.Poll(30*time.Second, func() bool {
 		for _, m := range rm.ml.Members() {
 			if m.Name == "agg-1" {
 				stolen = m.Meta
 			}
 		}
-	}
+		return len(stolen) > 0
+	})
 	if len(stolen) == 0 {
 		t.Fatal("the rogue does not see agg-1's meta")
 	}
@@ -307,13 +320,18 @@ func TestLivenessAttacks(t *testing.T) {
 	t.Run("a node dead for good: one dead message at the maximal incarnation", func(t *testing.T) {
 		mark := fileSize(actions)
 		states := pollStates(t, agg)
+		answered := probesAnswered(t, agg, "gone")
 		stop := repeat(t, r, aggAddr, craft.Dead("n1", "rogue", craft.MaxIncarnation))
 		// memberlist holds n1 dead (its refutation wraps to 0 and is
 		// ignored); the aggregator asks n1 and takes its answer.
 		waitLogged(t, agg.proc, "memberlist's verdict", `"msg":"member gone","aggregator":"agg-1","component":"mesh","node":"n1"`)
-		// Past unreachable_after (2 s) and a probe's wait; a proof of life
-		// holds 15 s, and n1 is asked again every 5 s.
-		time.Sleep(6 * time.Second)
+		// Past unreachable_after (2 s) and a probe's wait: a proof of life
+		// holds 15 s, and n1 is asked again every 5 s, so its second
+		// answered probe comes after the aggregator's loop passed the end
+		// of unreachable_after (a timer of the same loop).
+		testutil.Eventually(t, 60*time.Second, "n1's second answer to a probe since memberlist took it for gone", func() bool {
+			return probesAnswered(t, agg, "gone") >= answered+2
+		})
 		// An administrator's drain and resume work.
 		drainResume(t, agg, c.token, "n1", "maintenance")
 		stop()
@@ -354,7 +372,12 @@ func TestLivenessAttacks(t *testing.T) {
 			return n.State == "down" && strings.Contains(n.Reason, "job 402 teardown exceeded grace")
 		})
 		agg.waitNode(t, "n1", "up again", 10*time.Second, func(n node) bool { return n.State == "up" })
-		time.Sleep(2 * time.Second) // past n1's D + allowance
+		// n1 served up after its teardown is the later event: the
+		// aggregator arms a central deadline (D + allowance) only for a
+		// node whose agent's last report is a teardown, so nothing is
+		// left to time for n1. n2's drain is run by its actuator after the
+		// transition: its line is the event the check below needs.
+		waitFile(t, actions, "down n2")
 		stop()
 		states.only(t, "n1", "up", "teardown")
 		for _, s := range states.served("n2") {
@@ -373,7 +396,8 @@ func TestLivenessAttacks(t *testing.T) {
 
 	t.Run("agents cut off their aggregator: an alive message with an empty meta", func(t *testing.T) {
 		stop := repeat(t, r, meshAddr(t, n1.config), craft.Alive("agg-1", aggAddr, craft.MaxIncarnation, nil))
-		time.Sleep(time.Second) // it reaches n1 at once, and the others through its gossip
+		// It reaches n1, which refuses it (so none of n1's gossip carries it).
+		waitLogged(t, n1.proc, "the forgery reached n1", `"reason":"aggregator_meta"`)
 		startJob(t, n3, "403", "sh", "-c", "trap '' TERM; exec sleep 300")
 		agg.waitNode(t, "n3", "down (its agent's)", 15*time.Second, func(n node) bool {
 			return n.State == "down" && strings.Contains(n.Reason, "job 403 teardown exceeded grace")
@@ -410,11 +434,13 @@ func TestLivenessAttacks(t *testing.T) {
 		stop := repeat(t, r, meshAddr(t, n1.config),
 			craft.Dead("agg-1", "agg-1", craft.MaxIncarnation),
 			craft.Alive("agg-1", l.Addr().String(), craft.MaxIncarnation, stolen))
-		time.Sleep(time.Second)
+		waitLogged(t, n1.proc, "the forgery reached n1", `"reason":"address_takeover"`)
 		startJob(t, n1, "404", "sleep", "1")
 		agg.waitNode(t, "n1", "teardown", 10*time.Second, func(n node) bool { return n.State == "teardown" })
+		// Its report of the end of the teardown, sent after the forgery
+		// reached it, has reached agg-1: nothing is left to time for n1
+		// (the central deadline is armed only for a node in teardown).
 		agg.waitNode(t, "n1", "up again", 10*time.Second, func(n node) bool { return n.State == "up" })
-		time.Sleep(2 * time.Second) // past D + allowance
 		stop()
 		states.only(t, "n1", "up", "teardown")
 		if n := taken.Load(); n != 0 {
@@ -507,6 +533,25 @@ func metric(t *testing.T, g *aggregator, prefix string) float64 {
 	return 0
 }
 
+// flushAlives sends addr's member (the aggregator g) an alive message
+// about a name no member takes, from r's socket, until g counts it refused
+// as invalid_name: memberlist handles the alive messages of its packets on
+// one goroutine in the order they came (those its queue had no room for
+// are dropped), so every alive message r sent before has been handled, or
+// dropped, by then. A marker dropped with the flood is sent again.
+func flushAlives(t *testing.T, r *craft.Crafter, addr string, g *aggregator) {
+	t.Helper()
+	const refused = `gracewatch_mesh_refused_total{reason="invalid_name"}`
+	before := metric(t, g, refused)
+	marker := craft.Alive("after the flood!", "127.3.0.1:7946", 1, nil)
+	testutil.Eventually(t, 60*time.Second, "the aggregator to refuse the alive message sent after the flood", func() bool {
+		if err := r.Send(addr, marker); err != nil {
+			t.Fatal(err)
+		}
+		return metric(t, g, refused) > before
+	})
+}
+
 // The aggregator's memory under what a member with the mesh key can send
 // at most: 5,000 claims of the aggregator role, 55,000 invented members,
 // 40 maximal direct messages at once. Each stays within its stated bound
@@ -533,7 +578,7 @@ func TestMeshFloodBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(time.Second)
+		flushAlives(t, r, aggAddr, agg)
 		logs := agg.logs.String()[mark:]
 		if !strings.Contains(logs, `"reason":"aggregator_meta"`) {
 			t.Error("the claims are not refused as aggregator_meta")
@@ -560,9 +605,9 @@ func TestMeshFloodBounded(t *testing.T) {
 			if err := r.Send(aggAddr, craft.Compound(msgs...)); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Millisecond) // the socket's buffer
+			time.Sleep(time.Millisecond) // not a wait: the flood's pacing, within the sockets' buffers
 		}
-		time.Sleep(3 * time.Second)
+		flushAlives(t, r, aggAddr, agg)
 		members := metric(t, agg, "gracewatch_mesh_members")
 		full := metric(t, agg, `gracewatch_mesh_refused_total{reason="table_full"}`)
 		after := memKB(t, pid, "VmRSS")
@@ -591,7 +636,18 @@ func TestMeshFloodBounded(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		time.Sleep(2 * time.Second)
+		// Every byte of the 40 is written; a later message of the rogue's,
+		// sent until the aggregator serves it (a stream past the peer's
+		// bound is closed unread), has gone through the same reading,
+		// decoding and intake.
+		after := &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{
+			Meta: &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 2, State: gwpb.State_STATE_DOWN, Reason: "after the 40"}, Reason: "after the 40"}}}
+		ap := netip.MustParseAddrPort(aggAddr)
+		testutil.Eventually(t, 60*time.Second, "the aggregator to serve the rogue's message sent after the 40", func() bool {
+			rm.ml.SendReliable(&memberlist.Node{Name: "agg-1", Addr: ap.Addr().AsSlice(), Port: ap.Port()}, c.sealAs(t, "rogue", time.Now(), after))
+			n, ok := agg.node(t, "rogue")
+			return ok && strings.Contains(n.Reason, "after the 40")
+		})
 		peak := memKB(t, pid, "VmHWM")
 		t.Logf("40 messages of %.1f MB at once from one peer: peak RSS %d -> %d MB", float64(len(b))/1e6, before/1024, peak/1024)
 		if grew := (peak - before) / 1024; grew > maxMessagesRSSBoundMB {

@@ -168,7 +168,7 @@ func newNetnsCluster(t *testing.T, agents int) *netnsCluster {
 	c.keyfile = filepath.Join(dir, "mesh.key")
 	c.must(bins.aggregator, "keygen", c.keyfile)
 	c.keys = newSiteKeys(t, dir)
-	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("s3cret-token-for-tests\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(netnsToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c.useHubTransport()
@@ -575,6 +575,28 @@ func declaredDead(p *proc, since time.Time) (map[string]bool, time.Time) {
 	return gone, last
 }
 
+// rejoined returns the members p's log says came back alive (from dead
+// or left), or joined, after since.
+func rejoined(p *proc, since time.Time) map[string]bool {
+	back := map[string]bool{}
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		if !strings.Contains(line, `"msg":"member back"`) && !strings.Contains(line, `"msg":"member joined"`) {
+			continue
+		}
+		var rec struct {
+			Time time.Time `json:"time"`
+			Node string    `json:"node"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Time.After(since) {
+			back[rec.Node] = true
+		}
+	}
+	return back
+}
+
+// netnsToken is the administrators' token of the netns clusters.
+const netnsToken = "s3cret-token-for-tests"
+
 // meshNode is a node of the view with the mesh's opinion of its agent.
 type meshNode struct {
 	node
@@ -750,18 +772,19 @@ func (r *recorder) all(t *testing.T) []seen {
 // (bounded) for it.
 func (r *recorder) wait(t *testing.T, what string, timeout time.Duration, cond func(seen) bool) seen {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var found seen
+	if !testutil.Poll(timeout, func() bool {
 		for _, s := range r.all(t) {
 			if cond(s) {
-				return s
+				found = s
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watch: no %s within %v", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("watch: no %s within %v", what, timeout)
 	}
+	return found
 }
 
 // bad returns the recorded states that are down or unreachable and not

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // The netns tests run an aggregator and five agents on several "hosts":
@@ -88,6 +90,9 @@ func TestNetnsPartitionHeals(t *testing.T) {
 		t.Errorf("n4 while cut off: reason %q, want the last reported down", n.Reason)
 	}
 
+	// The cut's length is the scenario: their death outlasts memberlist's
+	// GossipToTheDeadTime (which no member reports), so that only the
+	// rejoin loops can merge them back; not a wait: the cut's length.
 	time.Sleep(time.Until(lastDead.Add(gossipToTheDead + 5*time.Second)))
 	for _, a := range []*agent{n3, n4} {
 		gone, last := declaredDead(a.proc, cutAt)
@@ -127,7 +132,40 @@ func TestNetnsPartitionHeals(t *testing.T) {
 	// remembers a healthy member as dead (its probes slowed by memberlist's
 	// awareness) hands that death to the aggregator in the push-pull, and
 	// the member refutes it within a second, inside unreachable_after.
-	time.Sleep(3 * time.Second)
+	// Until no such death is left: each cut-off agent holds alive again
+	// every member it declared dead, the aggregator's loop has processed
+	// what it was handed, and the last state recorded of every node has
+	// its member alive (a death the aggregator held past unreachable_after
+	// was served unreachable before the refutation, and is recorded).
+	for _, a := range []*agent{n3, n4} {
+		gone, _ := declaredDead(a.proc, cutAt)
+		testutil.Eventually(t, time.Minute, a.node+" holding alive again every member it declared dead", func() bool {
+			back := rejoined(a.proc, healAt)
+			for name := range gone {
+				if !back[name] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	c.agg.loopRound(t, netnsToken)
+	var notAlive []string
+	if !testutil.Poll(time.Minute, func() bool {
+		notAlive = nil
+		last := map[string]seen{}
+		for _, s := range rec.all(t) {
+			last[s.Node.Name] = s
+		}
+		for name, s := range last {
+			if s.Node.Member != "alive" {
+				notAlive = append(notAlive, name+" "+s.Node.Member)
+			}
+		}
+		return len(notAlive) == 0
+	}) {
+		t.Fatalf("members still not alive a minute after the heal: %v", notAlive)
+	}
 	for _, s := range rec.bad(t, func(s seen) bool {
 		switch s.Node.Name {
 		case "n4":
@@ -242,7 +280,7 @@ func TestNetnsPacketLoss(t *testing.T) {
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	time.Sleep(time.Until(start.Add(dur / 3)))
+	time.Sleep(time.Until(start.Add(dur / 3))) // not a wait: the hung epilogue comes a third of the way into the loss
 	hungAt := time.Now()
 	hungEpilog(hung, "901")
 	d := deadlineOf(t, hung, "901")
@@ -259,7 +297,7 @@ func TestNetnsPacketLoss(t *testing.T) {
 	})
 	t.Logf("the agent's own report of the violation served %v after D", own.At.Sub(d).Round(time.Millisecond))
 
-	time.Sleep(time.Until(end))
+	time.Sleep(time.Until(end)) // not a wait: the loss lasts GRACEWATCH_LOSS_SECONDS
 	cancel()
 	wg.Wait()
 	close(errs)

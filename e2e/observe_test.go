@@ -108,6 +108,7 @@ timeout = "5s"
 		if n := nodeOf(); !n.Schedulable || n.State != "teardown" || n.WouldDrain == nil {
 			t.Fatalf("observe mode: n1 served %s (schedulable %t, would_drain %v)", n.State, n.Schedulable, n.WouldDrain)
 		}
+		// not a wait: the checks repeat through the window (observe mode arms no timer whose end it would report)
 		time.Sleep(200 * time.Millisecond)
 	}
 	if got := actionLines(t, actions, "down "); len(got) != 0 {

@@ -6,6 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -54,6 +58,12 @@ func (c *cluster) joinRogue(t *testing.T, name string, meta []byte) *rogue {
 	r := &rogue{t: t, meta: meta, nodeKey: key}
 	mc := memberlist.DefaultLocalConfig()
 	mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertisePort = name, "127.0.0.1", 0, 0
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"},
+		Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.Transport = handledStreams{nt}
 	mc.Label, mc.Keyring, mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = c.label, kr, true, true
 	mc.Delegate = r
 	mc.LogOutput = testWriter{t, name}
@@ -65,6 +75,37 @@ func (c *cluster) joinRogue(t *testing.T, name string, meta []byte) *rogue {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// handledStreams is a rogue's memberlist transport: a stream the rogue
+// opened is closed only once the member at the other end has closed it
+// (at most a minute), which memberlist does when it has handled what the
+// stream carried (handleConn: a direct message has been through the
+// delegate's NotifyMsg, judged, and handed to the agent or aggregator, or
+// refused), or when it refused the stream itself. So SendReliable returns
+// once the receiver has taken or refused the message: a test needs no
+// time for it to arrive.
+type handledStreams struct{ *memberlist.NetTransport }
+
+func (h handledStreams) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	c, err := h.NetTransport.DialAddressTimeout(a, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return closeAfterPeer{c}, nil
+}
+
+// closeAfterPeer is a stream whose Close says it has written all, and
+// waits for the other end to close.
+type closeAfterPeer struct{ net.Conn }
+
+func (c closeAfterPeer) Close() error {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		tc.CloseWrite()
+		tc.SetReadDeadline(time.Now().Add(time.Minute))
+		io.Copy(io.Discard, tc)
+	}
+	return c.Conn.Close()
 }
 
 type testWriter struct {
@@ -191,7 +232,17 @@ func TestNodeRestriction(t *testing.T) {
 	rand.Read(forged)
 	c.joinRogue(t, "aaa-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, nil))
 	c.joinRogue(t, "aab-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, forged))
-	time.Sleep(time.Second) // their gossip reaches everyone
+	// Their gossip reaches everyone: each agent has logged each (joined,
+	// or refused).
+	heard := time.Now()
+	for _, a := range []*agent{n1, n2} {
+		for _, name := range []string{"rogue", "aaa-rogue-agg", "aab-rogue-agg"} {
+			testutil.Eventually(t, 2*time.Minute, a.node+" hearing of "+name, func() bool {
+				return strings.Contains(a.logs.String(), `"node":"`+name+`"`)
+			})
+		}
+	}
+	t.Logf("the agents heard of the rogues within %v", time.Since(heard).Round(time.Millisecond))
 
 	before := viewOf(t, agg)
 	actionsBefore, _ := os.ReadFile(actions)
@@ -215,7 +266,9 @@ func TestNodeRestriction(t *testing.T) {
 			r.send("agg-1", stateEnv(name, gwpb.State_STATE_DOWN, 1, "spoofed"), true)
 		}
 	})
-	time.Sleep(2 * time.Second)
+	// Each message was taken or refused as r.send returned (handledStreams);
+	// what the aggregator took, its loop has processed after this.
+	agg.loopRound(t, c.token)
 
 	if st := n1.status(); st.State != "down" || !strings.Contains(st.Reason, "maintenance") {
 		t.Errorf("n1's agent after a spoofed resume: %s %q", st.State, st.Reason)
@@ -266,7 +319,7 @@ func TestNodeRestriction(t *testing.T) {
 				Meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, State: gwpb.State_STATE_DOWN, Reason: "phantom"}})
 		}
 		r.send("agg-1", &gwpb.Envelope{From: "agg-2", Body: &gwpb.Envelope_Handover{Handover: &gwpb.Handover{Gone: gone}}}, false)
-		time.Sleep(time.Second)
+		agg.loopRound(t, c.token)
 		if after := viewOf(t, agg); after != before {
 			t.Errorf("the view changed:\nbefore %s\nafter  %s", before, after)
 		}
@@ -306,14 +359,18 @@ func TestControlAfterItsDeadline(t *testing.T) {
 		t.Fatalf("drain of a stopped agent: %d %s, want 504", code, body)
 	}
 	t.Logf("the caller was told 504 after %v", waited.Round(time.Millisecond))
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(n1.logs.String(), "control refused: it arrived after its deadline") {
-		if time.Now().After(deadline) {
-			t.Fatalf("n1 did not refuse the late drain:\n%s", n1.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Poll(30*time.Second, func() bool {
+		return strings.Contains(n1.logs.String(), "control refused: it arrived after its deadline")
+	}) {
+		t.Fatalf("n1 did not refuse the late drain:\n%s", n1.logs.String())
 	}
-	time.Sleep(500 * time.Millisecond)
+	// n1 answers its refusal after it logged it; the aggregator, which no
+	// longer waits for it, logs that it came (and its loop has handled
+	// whatever came before).
+	testutil.Eventually(t, 30*time.Second, "the aggregator to get n1's late answer", func() bool {
+		return logged(agg.proc, `"msg":"control ack without a waiting request (late or foreign)"`, `"node":"n1"`)
+	})
+	agg.loopRound(t, c.token)
 	if st := n1.status(); st.State != "up" {
 		t.Fatalf("n1 applied a drain its caller was told timed out: %s %q", st.State, st.Reason)
 	}
@@ -365,10 +422,14 @@ func TestNodeRestrictionRollout(t *testing.T) {
 	}
 
 	r := c.joinRogue(t, "rogue", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT}, nil))
-	time.Sleep(500 * time.Millisecond)
+	testutil.Eventually(t, 30*time.Second, "agg-1 to take the rogue as a member", func() bool {
+		return logged(agg.proc, `"msg":"member joined"`, `"node":"rogue"`)
+	})
 	r.send("agg-1", stateEnv("n1", gwpb.State_STATE_UP, 1000, ""), false)
 	r.send("agg-1", stateEnv("n2", gwpb.State_STATE_UP, 1000, ""), false)
-	time.Sleep(time.Second)
+	// Both were taken or refused as r.send returned (handledStreams), n1's
+	// first; what was taken, the loop has processed after this.
+	agg.loopRound(t, c.token)
 	if n, _ := agg.node(t, "n1"); n.State != "down" {
 		t.Errorf("n1 (proven before) after an unsigned update: %s, want down", n.State)
 	}
@@ -380,15 +441,10 @@ func TestNodeRestrictionRollout(t *testing.T) {
 // waitFile waits (bounded) until path holds want.
 func waitFile(t *testing.T, path, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(path)
-		if strings.Contains(string(b), want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %q within 10 s (has %q)", path, want, b)
-		}
-		time.Sleep(50 * time.Millisecond)
+	const timeout = 30 * time.Second
+	b, _, ok := testutil.PollRead(timeout, func() ([]byte, error) { return os.ReadFile(path) },
+		func(b []byte) bool { return strings.Contains(string(b), want) })
+	if !ok {
+		t.Fatalf("%s: no %q within %v (has %q)", path, want, timeout, b)
 	}
 }

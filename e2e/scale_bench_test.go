@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -155,11 +156,10 @@ func (a *simAgent) meta(state gwpb.State, since time.Time, reason string, d time
 // join does.
 func (a *simAgent) announce(meta *gwpb.Meta) {
 	up := &gwpb.StateUpdate{Meta: meta, StartedMs: a.started.UnixMilli()}
-	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		if n, err := a.m.SendToRole(gwpb.Role_ROLE_AGGREGATOR, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: up}}); n > 0 && err == nil {
-			return
-		}
-	}
+	testutil.Poll(time.Minute, func() bool {
+		n, err := a.m.SendToRole(gwpb.Role_ROLE_AGGREGATOR, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: up}})
+		return n > 0 && err == nil
+	})
 }
 
 // publishTimes is how long one publication's two steps took.
@@ -238,11 +238,11 @@ grace = %q
 	// measure the overload, not the mesh.
 	aggPid := g.cmd.Process.Pid
 	calmBy := time.Now().Add(benchenv.Duration(b, "GW_BENCH_CALM", 2*time.Minute))
-	time.Sleep(settle)
+	time.Sleep(settle) // not a wait: the joins' gossip dies down (GW_BENCH_SETTLE) before the measurement
 	var steadyCPU, steadyAgg float64
 	for {
 		cpu0, agg0, t0 := benchenv.CPUTime(), procCPU(aggPid), time.Now()
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // not a wait: the window the steady CPU is measured over
 		steadyCPU = (benchenv.CPUTime() - cpu0).Seconds() / time.Since(t0).Seconds()
 		steadyAgg = (procCPU(aggPid) - agg0).Seconds() / time.Since(t0).Seconds()
 		if steadyCPU < 1.5 {
@@ -325,7 +325,7 @@ grace = %q
 		for j, i := range picked {
 			a := agents[i]
 			wg.Go(func() {
-				time.Sleep(time.Until(begin.Add(time.Duration(j) * spacing)))
+				time.Sleep(time.Until(begin.Add(time.Duration(j) * spacing))) // not a wait: the downs' pacing
 				now := time.Now()
 				d := now.Add(lead).Truncate(time.Millisecond)
 				deadlines[j] = d
@@ -333,7 +333,7 @@ grace = %q
 				td := &gwpb.Teardown{Job: job, Phase: "teardown", EndedMs: now.UnixMilli(), DeadlineMs: d.UnixMilli(), GraceMs: lead.Milliseconds()}
 				meta := a.meta(gwpb.State_STATE_TEARDOWN, now, "", d)
 				a.publish(mode, meta, &gwpb.StateUpdate{Meta: meta, Teardowns: []*gwpb.Teardown{td}, StartedMs: a.started.UnixMilli()})
-				time.Sleep(time.Until(d))
+				time.Sleep(time.Until(d)) // not a wait: the simulated agent reports its down at its deadline D
 				reason := fmt.Sprintf("job %s teardown exceeded grace %v", job, lead)
 				meta = a.meta(gwpb.State_STATE_DOWN, d, reason, d)
 				td.Phase = "overdue"
@@ -408,7 +408,7 @@ grace = %q
 		b.ReportMetric(float64(benchenv.Percentile(lat, 99))/1e6, "p99-ms-"+mode)
 		b.ReportMetric(float64(lat[len(lat)-1])/1e6, "max-ms-"+mode)
 		b.ReportMetric(cores, "cores-"+mode)
-		time.Sleep(10 * time.Second) // let the last broadcasts go before the next mode
+		time.Sleep(10 * time.Second) // not a wait: a quiet gap, so that the last broadcasts of one mode do not load the next's measurement
 	}
 }
 
@@ -460,6 +460,7 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mes
 		if time.Since(started) > converge {
 			b.Fatalf("%d members not ready within %v (GW_BENCH_CONVERGE) of the last start: %v", n, converge, err)
 		}
+		// not a wait: the readiness check's pacing: each asks the aggregator for every node
 		time.Sleep(time.Second)
 	}
 	progress(b, "%d members started in %v, ready %v later", n, started.Sub(begin).Round(time.Millisecond),
