@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // fluxNodes is the size of the tests' Flux instance: fake0..fake3.
@@ -358,11 +360,16 @@ func TestFlux(t *testing.T) {
 		if own, _ := ownReason(t, reason); !strings.HasPrefix(own, "gracewatch: job "+j.dec+" teardown exceeded grace") {
 			t.Errorf("Flux's reason %q is not gracewatch's for job %s", reason, j.dec)
 		}
-		// Let the aggregator see the agent settle; then still one drain.
+		// Still one drain once the aggregator has taken everything the
+		// restarted agent sent (a round of its loop after the agent's
+		// state was served) and every actuation it began has ended.
 		downs := actuatorRuns(agg, "down")
-		time.Sleep(2 * time.Second)
+		agg.loopRound(t, c.token)
+		testutil.Eventually(t, 60*time.Second, "the aggregator's actuators idle", func() bool {
+			return linesSince(agg.proc, 0, `"msg":"actuating"`) == linesSince(agg.proc, 0, `"msg":"actuated: nothing more to run for the node"`)
+		})
 		if n := len(s.drains(3)); n != 1 || actuatorRuns(agg, "down") != downs {
-			t.Fatalf("2 s later Flux has %d drain events of fake3 and the aggregator ran %d more drains", n, actuatorRuns(agg, "down")-downs)
+			t.Fatalf("then Flux has %d drain events of fake3 and the aggregator ran %d more drains", n, actuatorRuns(agg, "down")-downs)
 		}
 		if err := hang.stop(); err != nil {
 			t.Fatal(err)
