@@ -48,7 +48,8 @@ test-squeezed:
 SQUEEZED_PKGS ?= $(shell $(GO) list ./... | grep -v /e2e$$)
 test-squeezed-short:
 	$(GO) build -o bin/testreport ./internal/testutil/testreport
-	scripts/squeeze.sh bin/testreport $(GO) test -race -count=1 -timeout 30m -json $(SQUEEZED_PKGS)
+	@echo "scripts/squeeze.sh bin/testreport $(GO) test -race -count=1 -timeout 30m -json (SQUEEZED_PKGS: $(words $(SQUEEZED_PKGS)) packages)"
+	@scripts/squeeze.sh bin/testreport $(GO) test -race -count=1 -timeout 30m -json $(SQUEEZED_PKGS)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

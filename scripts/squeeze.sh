@@ -30,7 +30,7 @@ for _ in $(seq "$hogs"); do
   taskset -c "$cpu" bash -c 'while :; do :; done' &
   pids+=($!)
 done
-echo "squeeze: on CPU $cpu beside $hogs busy loop(s): $*" >&2
+echo "squeeze: on CPU $cpu beside $hogs busy loop(s): $1 ..." >&2
 status=0
 taskset -c "$cpu" "$@" || status=$?
 exit "$status"
