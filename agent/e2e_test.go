@@ -539,7 +539,7 @@ func TestIdleAgentDoesNotPoll(t *testing.T) {
 }
 
 // sockets lists the socket file descriptors that process pid holds.
-func sockets(t *testing.T, pid int) []string {
+func sockets(t testing.TB, pid int) []string {
 	t.Helper()
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	ents, err := os.ReadDir(dir)
