@@ -521,12 +521,12 @@ func TestIdleAgentDoesNotPoll(t *testing.T) {
 		return 0
 	}
 	before := syscr()
-	// not a wait: the idle time is the scenario. An idle agent is one to
-	// which nothing happens, so no event of its own can close the window:
-	// a loop round it is made to run (the watchdog's pings) wakes the Go
-	// runtime, whose own reads (its eventfd, the cgroup's CPU quota for
-	// GOMAXPROCS) move syscr. A slow machine can only hide a poll here
-	// (the agent did not run), never fail the test.
+	// An idle agent is one to which nothing happens, so no event of its
+	// own can close the window: a loop round it is made to run (the
+	// watchdog's pings) wakes the Go runtime, whose own reads (its eventfd,
+	// the cgroup's CPU quota for GOMAXPROCS) move syscr. A slow machine can
+	// only hide a poll here (the agent did not run), never fail the test.
+	// not a wait: the idle time is the scenario
 	time.Sleep(3 * time.Second)
 	if got := syscr() - before; got != 0 {
 		t.Fatalf("idle agent made %d read syscalls in 3s", got)

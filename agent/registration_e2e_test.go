@@ -364,8 +364,8 @@ func TestAgentCrashWhileJobRuns(t *testing.T) {
 		t.Fatalf("job start: %d %s", code, stderr)
 	}
 	n.crash()
-	// not a wait: the scenario is an agent away while the wall clock passes
-	// E + G; nothing but the clock marks that instant.
+	// Nothing but the wall clock marks the instant E + G.
+	// not a wait: the scenario is an agent away while the clock passes E + G
 	time.Sleep(time.Until(e.Add(2500 * time.Millisecond)))
 	n.start()
 	at, st := n.downAt(5 * time.Second)
