@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 )
 
@@ -167,13 +168,17 @@ func BenchmarkIdleAgent(b *testing.B) {
 	n := startNode(b, nodeOpts{})
 	n.jobStart("idle", time.Now().Add(time.Hour))
 	pid := n.cmd.Process.Pid
-	time.Sleep(500 * time.Millisecond)
+	// The job start's work is over once the agent has closed its
+	// connection (TestIdleAgentDoesNotPoll).
+	if !testutil.Poll(30*time.Second, func() bool { return len(sockets(b, pid)) == 1 }) {
+		b.Fatalf("the agent holds the sockets %q 30 s after the job's start, want its listener alone", sockets(b, pid))
+	}
 	b.ResetTimer()
 	var cpu time.Duration
 	var rss int64
 	for i := 0; i < b.N; i++ {
 		c0 := cpuTime(b, pid)
-		time.Sleep(time.Duration(secs) * time.Second)
+		time.Sleep(time.Duration(secs) * time.Second) // not a wait: the measurement window
 		cpu += cpuTime(b, pid) - c0
 		rss = max(rss, rssKiB(b, pid))
 	}

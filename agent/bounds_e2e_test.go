@@ -40,18 +40,14 @@ func TestJobIDsHaveTheirOwnCgroups(t *testing.T) {
 	}
 	cgOf := func(i int) string {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			data, err := os.ReadFile(filepath.Join(n.dir, fmt.Sprintf("cg-%d", i)))
-			if err == nil && len(data) > 0 {
-				_, p, _ := strings.Cut(strings.TrimSpace(string(data)), "::")
-				return p
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("epilogue %d (job %q) wrote no cgroup: %v\nlogs:\n%s", i, ids[i], err, n.logs)
-			}
-			time.Sleep(20 * time.Millisecond)
+		data, err, ok := testutil.PollRead(30*time.Second, func() ([]byte, error) {
+			return os.ReadFile(filepath.Join(n.dir, fmt.Sprintf("cg-%d", i)))
+		}, func(data []byte) bool { return len(data) > 0 })
+		if !ok {
+			t.Fatalf("epilogue %d (job %q) wrote no cgroup: %q, %v\nlogs:\n%s", i, ids[i], data, err, n.logs)
 		}
+		_, p, _ := strings.Cut(strings.TrimSpace(string(data)), "::")
+		return p
 	}
 	seen := map[string]string{}
 	for i, id := range ids {
@@ -161,40 +157,45 @@ while [ ! -e %s ]; do sleep 0.02; done`, g1, g2)
 	testutil.Start(t, wrapper)
 	out := filepath.Join(state, "output", jobname.Of("201"), "epilog.stdout")
 	var maxUsed, lastApparent int64
-	measure := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+	// measure samples the state dir every 10 ms for at least d and until
+	// yes has written 32 MiB more, so that a slow machine measures as much
+	// output as a fast one does in d.
+	measure := func(d time.Duration, what string) {
+		t.Helper()
+		from := lastApparent
+		timeout := time.Now().Add(60 * time.Second)
+		// not a wait: the sampling period; the window ends on the output written
+		for end := time.Now().Add(d); time.Now().Before(end) || lastApparent-from < 32<<20; time.Sleep(10 * time.Millisecond) {
 			used, _ := allocated(t, state)
 			maxUsed = max(maxUsed, used)
 			if fi, err := os.Stat(out); err == nil {
 				lastApparent = fi.Size()
 			}
+			if time.Now().After(timeout) {
+				t.Fatalf("%s: yes wrote %d bytes in 60 s, want 32 MiB\nlogs:\n%s", what, lastApparent-from, n.logs)
+			}
 		}
 	}
-	measure(1500 * time.Millisecond) // attached
+	measure(1500*time.Millisecond, "attached")
 	wrapper.Process.Kill()
 	wrapper.Wait()
-	measure(1500 * time.Millisecond) // the caller went away; yes goes on
+	measure(1500*time.Millisecond, "the caller went away") // yes goes on
 	if err := os.WriteFile(g1, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The output ends; the teardown stays until g2.
 	var kept []byte
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !testutil.Poll(30*time.Second, func() bool {
 		kept = keptTail(t, out, tail)
-		if strings.HasSuffix(string(kept), "END-OF-OUTPUT\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the kept output does not end with the epilogue's last line: ...%q\nlogs:\n%s", kept[max(0, len(kept)-64):], n.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return strings.HasSuffix(string(kept), "END-OF-OUTPUT\n")
+	}) {
+		t.Fatalf("the kept output does not end with the epilogue's last line: ...%q\nlogs:\n%s", kept[max(0, len(kept)-64):], n.logs)
 	}
 	used, apparent := allocated(t, state)
-	t.Logf("yes wrote %d MB in 3 s; state dir: at most %d KiB in use while it ran, %d KiB at the end (apparent size %d MB)",
+	t.Logf("yes wrote %d MB while measured; state dir: at most %d KiB in use while it ran, %d KiB at the end (apparent size %d MB)",
 		lastApparent>>20, maxUsed>>10, used>>10, apparent>>20)
 	if lastApparent < 64<<20 {
-		t.Fatalf("yes wrote only %d bytes in 3 s: the test proves nothing", lastApparent)
+		t.Fatalf("yes wrote only %d bytes while measured: the test proves nothing", lastApparent)
 	}
 	// The bound: the tail of both streams, plus what yes writes while the
 	// agent reacts to a write (inotify, then a punch), the state file and

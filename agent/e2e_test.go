@@ -421,18 +421,18 @@ func TestMainThreadExited(t *testing.T) {
 	ep := n.epilog("105", bin)
 	// Prove the state: main thread a zombie, the other thread alive.
 	var pid int
-	deadline := time.Now().Add(5 * time.Second)
-	for pid == 0 && time.Now().Before(deadline) {
-		if ps, _ := cgroup.Procs(n.root); len(ps) == 1 {
-			status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", ps[0]))
+	var procs []int
+	var status []byte
+	if !testutil.Poll(30*time.Second, func() bool {
+		if procs, _ = cgroup.Procs(n.root); len(procs) == 1 {
+			status, _ = os.ReadFile(fmt.Sprintf("/proc/%d/status", procs[0]))
 			if bytes.Contains(status, []byte("State:\tZ")) && bytes.Contains(status, []byte("Threads:\t2")) {
-				pid = ps[0]
+				pid = procs[0]
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if pid == 0 {
-		t.Fatal("the helper never reached main-thread-exited state")
+		return pid != 0
+	}) {
+		t.Fatalf("the helper never reached main-thread-exited state: cgroup lists %v, status of the first:\n%s", procs, status)
 	}
 	st := n.waitFor("released", 10*time.Second, func(st api.Status) bool { return st.Jobs[0].Phase == api.PhaseReleased })
 	if st.Jobs[0].Outcome != diagnose.OutcomeKilled {
@@ -496,7 +496,16 @@ func TestAgentCrashDuringTeardown(t *testing.T) {
 func TestIdleAgentDoesNotPoll(t *testing.T) {
 	n := startNode(t, nodeOpts{})
 	n.jobStart("107", time.Now().Add(time.Hour))
-	time.Sleep(300 * time.Millisecond)
+	// The start's last read is the API connection's end (EOF), before the
+	// agent closes it: wait until it holds its listening socket alone (this
+	// node has no mesh and no metrics listener).
+	var fds []string
+	if !testutil.Poll(30*time.Second, func() bool {
+		fds = sockets(t, n.cmd.Process.Pid)
+		return len(fds) == 1
+	}) {
+		t.Fatalf("the agent holds the sockets %q 30 s after the job's start, want its listener alone", fds)
+	}
 	syscr := func() int64 {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", n.cmd.Process.Pid))
 		if err != nil {
@@ -512,6 +521,12 @@ func TestIdleAgentDoesNotPoll(t *testing.T) {
 		return 0
 	}
 	before := syscr()
+	// An idle agent is one to which nothing happens, so no event of its
+	// own can close the window: a loop round it is made to run (the
+	// watchdog's pings) wakes the Go runtime, whose own reads (its eventfd,
+	// the cgroup's CPU quota for GOMAXPROCS) move syscr. A slow machine can
+	// only hide a poll here (the agent did not run), never fail the test.
+	// not a wait: the idle time is the scenario
 	time.Sleep(3 * time.Second)
 	if got := syscr() - before; got != 0 {
 		t.Fatalf("idle agent made %d read syscalls in 3s", got)
@@ -521,6 +536,23 @@ func TestIdleAgentDoesNotPoll(t *testing.T) {
 	if syscr() == before {
 		t.Fatal("syscr did not move for a request: the measurement sees nothing")
 	}
+}
+
+// sockets lists the socket file descriptors that process pid holds.
+func sockets(t testing.TB, pid int) []string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			out = append(out, e.Name()+" -> "+l)
+		}
+	}
+	return out
 }
 
 // The agent speaks sd_notify: READY once serving, STATUS lines that say what

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -70,12 +71,8 @@ func TestEveryReleasedTeardownDelivered(t *testing.T) {
 			return
 		}
 		v := l.sender.version
-		deadline := time.Now().Add(5 * time.Second)
-		for l.sender.deliveredAll() < v {
-			if time.Now().After(deadline) {
-				t.Fatalf("version %d not delivered", v)
-			}
-			time.Sleep(time.Millisecond)
+		if !testutil.Poll(30*time.Second, func() bool { return l.sender.deliveredAll() >= v }) {
+			t.Fatalf("version %d not delivered (delivered up to %d)", v, l.sender.deliveredAll())
 		}
 	}
 	for i := range jobs {

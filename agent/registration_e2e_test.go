@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
 )
 
@@ -21,21 +22,20 @@ import (
 // takes.
 func unixArg(t time.Time) string { return fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) }
 
-// downAt polls the status every 10 ms until the node is down and returns
-// when that was first seen, and the status.
+// downAt polls the status (testutil.Poll: at most 50 ms apart) until the
+// node is down and returns when that was first seen, and the status.
 func (n *node) downAt(timeout time.Duration) (time.Time, api.Status) {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st := n.status()
-		if st.State == api.StateDown {
-			return time.Now(), st
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("not down within %v: %+v\nlogs:\n%s", timeout, st, n.logs)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var st api.Status
+	var at time.Time
+	if !testutil.Poll(timeout, func() bool {
+		st = n.status()
+		at = time.Now()
+		return st.State == api.StateDown
+	}) {
+		n.t.Fatalf("not down within %v: %+v\nlogs:\n%s", timeout, st, n.logs)
 	}
+	return at, st
 }
 
 // 1. Registered with E and G, never ended: DOWN at E + G, not before, not
@@ -51,8 +51,8 @@ func TestNoEndReportedByTheDeadline(t *testing.T) {
 		t.Fatalf("registered: %+v, want running with deadline E + G = %v", j, d)
 	}
 	// From E on the node tears down, free at E + G at the latest.
-	time.Sleep(time.Until(e.Add(200 * time.Millisecond)))
-	if st := n.status(); st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(*n.status().Jobs[0].Deadline) {
+	st := n.waitFor("teardown from E", 10*time.Second, func(st api.Status) bool { return st.State != api.StateUp })
+	if st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(*st.Jobs[0].Deadline) {
 		t.Fatalf("after E: %s free_at %v, want teardown free at E + G", st.State, st.FreeAt)
 	}
 	at, st := n.downAt(10 * time.Second)
@@ -90,9 +90,22 @@ func TestJobCgroupV2(t *testing.T) {
 		if j := st.Jobs[0]; j.EndedBy != "cgroup" || j.Outcome != "clean" {
 			t.Fatalf("released: %+v", j)
 		}
-		time.Sleep(time.Until(e.Add(2500 * time.Millisecond))) // past E + G
-		if st := n.status(); st.State != api.StateUp {
-			t.Fatalf("state %s after E + G: %q", st.State, st.Reason)
+		// Past E + G: a witness job whose E is 1 s after this one's E + G
+		// turns the node to teardown then. Its timer falls due after the
+		// released job's deadline would have, so once the node is seen in
+		// teardown, a deadline still armed would have put it DOWN.
+		w := e.Add(3 * time.Second)
+		if _, stderr, code := n.cli("job", "start", "--job", "3", "--expiration", unixArg(w), "--grace", "1h"); code != 0 {
+			t.Fatalf("job start (witness): %d %s", code, stderr)
+		}
+		st = n.waitFor("the witness's E, past E + G", 20*time.Second, func(st api.Status) bool { return st.State != api.StateUp })
+		if st.State != api.StateTeardown || st.FreeAt == nil || !st.FreeAt.Equal(w.Add(time.Hour)) || strings.Contains(st.Reason, "job 2") {
+			t.Fatalf("state %s after E + G (free at %v, want the witness's deadline %v): %q", st.State, st.FreeAt, w.Add(time.Hour), st.Reason)
+		}
+		for _, j := range st.Jobs {
+			if j.ID == "2" && j.Phase != api.PhaseReleased {
+				t.Fatalf("after E + G: %+v, want job 2 released", j)
+			}
 		}
 		if strings.Contains(n.logs.String(), `"msg":"escalation"`) {
 			t.Fatalf("a signal was sent:\n%s", n.logs)
@@ -351,7 +364,9 @@ func TestAgentCrashWhileJobRuns(t *testing.T) {
 		t.Fatalf("job start: %d %s", code, stderr)
 	}
 	n.crash()
-	time.Sleep(time.Until(e.Add(2500 * time.Millisecond))) // the agent is away at E + G
+	// Nothing but the wall clock marks the instant E + G.
+	// not a wait: the scenario is an agent away while the clock passes E + G
+	time.Sleep(time.Until(e.Add(2500 * time.Millisecond)))
 	n.start()
 	at, st := n.downAt(5 * time.Second)
 	if late := at.Sub(e.Add(2 * time.Second)); late > 2*time.Second {

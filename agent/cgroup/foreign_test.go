@@ -14,6 +14,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 func TestFindV1Mounts(t *testing.T) {
@@ -175,23 +176,20 @@ func TestV1Observe(t *testing.T) {
 	case <-time.After(bound):
 		t.Fatal("the process in the v1 cgroup was not killed")
 	}
-	deadline := time.Now().Add(bound)
-	for {
-		pop, err := m.PopulatedV1(dir)
-		if err != nil {
-			t.Fatal(err)
+	ok := testutil.Poll(bound, func() bool {
+		var pop bool
+		pop, err = m.PopulatedV1(dir)
+		return err != nil || !pop
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		pids, _ := m.ProcsV1(dir, 0)
+		for _, p := range pids {
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+			t.Logf("left: %s", st)
 		}
-		if !pop {
-			break
-		}
-		if time.Now().After(deadline) {
-			pids, _ := m.ProcsV1(dir, 0)
-			for _, p := range pids {
-				st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-				t.Logf("left: %s", st)
-			}
-			t.Fatal("v1 cgroup still lists processes after their death")
-		}
-		time.Sleep(10 * time.Millisecond)
+		t.Fatalf("v1 cgroup still lists processes %v after their death", bound)
 	}
 }

@@ -52,12 +52,17 @@ func runHelperIfRequested() {
 	case "":
 		return
 	case "leader-exit":
+		// The main goroutine is locked to the main thread, so this one
+		// runs on another: once it has started, a thread outlives the
+		// main thread's exit.
+		running := make(chan struct{})
 		go func() {
+			close(running)
 			for {
-				time.Sleep(time.Hour)
+				time.Sleep(time.Hour) // not a wait: the helper lives until the test kills it
 			}
 		}()
-		time.Sleep(10 * time.Millisecond)
+		<-running
 		unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0)
 	}
 	os.Exit(2)
@@ -95,17 +100,12 @@ func newCgroup(t *testing.T) string {
 		t.Fatalf("make test cgroup: %v", err)
 	}
 	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := unix.Rmdir(dir)
-			if err == nil || err == unix.ENOENT {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("remove test cgroup %s: %v", dir, err)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		var err error
+		if !testutil.Poll(30*time.Second, func() bool {
+			err = unix.Rmdir(dir)
+			return err == nil || err == unix.ENOENT
+		}) {
+			t.Errorf("remove test cgroup %s: %v", dir, err)
 		}
 	})
 	return dir

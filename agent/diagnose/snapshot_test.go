@@ -17,6 +17,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -73,13 +74,15 @@ func fixtureSnapshotter(t *testing.T) (*Snapshotter, *procfs.Reader, *clock.Fake
 	}
 	reader := procfs.New(procfs.Options{Root: root, Timeout: 100 * time.Millisecond, MaxBlocked: 4})
 	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for reader.Blocked() > 0 && time.Now().Before(deadline) {
+		testutil.Poll(30*time.Second, func() bool {
+			if reader.Blocked() == 0 {
+				return true
+			}
 			if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 				f.Close()
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return false
+		})
 		if n := reader.Blocked(); n > 0 {
 			t.Errorf("%d reads still blocked", n)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/hangfs"
 )
 
@@ -126,17 +127,18 @@ func TestReaderBoundsBlockedReads(t *testing.T) {
 // blocked in open(2) get EOF, and waits until Blocked is 0.
 func releaseFIFO(t *testing.T, fifo string, r *Reader) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Blocked() > 0 {
+	if !testutil.Poll(30*time.Second, func() bool {
+		if r.Blocked() == 0 {
+			return true
+		}
 		// O_NONBLOCK: fails with ENXIO, rather than waiting, when no
 		// reader is left.
 		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 			f.Close()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Blocked() = %d 10s after release", r.Blocked())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("Blocked() = %d 30s after release", r.Blocked())
 	}
 }
 
@@ -184,11 +186,7 @@ func TestReaderBlockedOnFUSE(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Blocked() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("Blocked() = %d 10s after the server stopped", r.Blocked())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testutil.Poll(30*time.Second, func() bool { return r.Blocked() == 0 }) {
+		t.Fatalf("Blocked() = %d 30s after the server stopped", r.Blocked())
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -107,17 +108,14 @@ func (h *harness) status() Status {
 // run on their own goroutine.
 func (h *harness) eventually(what string, cond func(Status) bool) Status {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st := h.status()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s; status %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var st Status
+	if !testutil.Poll(30*time.Second, func() bool {
+		st = h.status()
+		return cond(st)
+	}) {
+		h.t.Fatalf("timed out waiting for %s; status %+v", what, st)
 	}
+	return st
 }
 
 func (h *harness) start1(id, exp, grace, cgroup string) Job {
