@@ -128,6 +128,9 @@ type Mesh struct {
 	guard    *guard
 	now      func() time.Time // the wall clock; tests move it
 	authDone chan struct{}    // nil when the auth loop does not run
+	// started is when this Mesh was made: an aggregator signs it in its
+	// meta (started_ms).
+	started time.Time
 }
 
 // memberState is a Member with what the mesh needs to reach and judge it.
@@ -200,6 +203,7 @@ func New(o Options) (*Mesh, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.started = m.now()
 	m.maxMembers = o.MaxMembers
 	if m.maxMembers <= 0 {
 		m.maxMembers = DefaultMaxMembers
@@ -263,9 +267,11 @@ func New(o Options) (*Mesh, error) {
 	if m.guard.signsMeta(m.role) {
 		// An aggregator signs the address it is reached at with its
 		// meta, before anyone sees it (alive.go): memberlist knows it only
-		// now.
+		// now. It signs its start too: an agent that sees it change sends
+		// this new process its full state (book.go, AggregatorRef.Started).
 		m.metaMu.Lock()
 		m.meta.Addr = m.Addr()
+		m.meta.StartedMs = m.started.UnixMilli()
 		err := m.storeMetaLocked()
 		m.metaMu.Unlock()
 		if err == nil {
@@ -380,7 +386,8 @@ func (m *Mesh) SetMeta(meta *gwpb.Meta) error {
 	m.metaMu.Lock()
 	old := m.meta
 	m.meta = initialMeta(meta, m.role)
-	m.meta.Addr = old.GetAddr() // an aggregator's signed address stays
+	// An aggregator's signed address and start stay.
+	m.meta.Addr, m.meta.StartedMs = old.GetAddr(), old.GetStartedMs()
 	if err := m.storeMetaLocked(); err != nil {
 		m.meta = old
 		m.metaMu.Unlock()
