@@ -129,8 +129,15 @@ type Mesh struct {
 	now      func() time.Time // the wall clock; tests move it
 	authDone chan struct{}    // nil when the auth loop does not run
 	// started is when this Mesh was made: an aggregator signs it in its
-	// meta (started_ms).
+	// meta (started_ms), and an alive message about itself with a meta it
+	// signed before then is its previous life's (alive.go).
 	started time.Time
+	// addrSigned: New has published this aggregator's meta with its
+	// address and start. Until then memberlist must not refute anything
+	// (previousLife): a refutation during New's UpdateNode raises the
+	// incarnation under it, and memberlist then drops the update and
+	// times out.
+	addrSigned atomic.Bool
 }
 
 // memberState is a Member with what the mesh needs to reach and judge it.
@@ -281,6 +288,7 @@ func New(o Options) (*Mesh, error) {
 			ml.Shutdown()
 			return nil, fmt.Errorf("mesh: sign this aggregator's address: %w", err)
 		}
+		m.addrSigned.Store(true)
 	}
 	if o.Registry != nil {
 		if err := o.Registry.Register(meshCollector{m}); err != nil {
