@@ -132,6 +132,9 @@ type Mesh struct {
 	// meta (started_ms), and an alive message about itself with a meta it
 	// signed before then is its previous life's (alive.go).
 	started time.Time
+	// bg is the joins of restarted aggregators in flight (ack.go);
+	// Shutdown waits for them.
+	bg sync.WaitGroup
 	// addrSigned: New has published this aggregator's meta with its
 	// address and start. Until then memberlist must not refute anything
 	// (previousLife): a refutation during New's UpdateNode raises the
@@ -249,6 +252,9 @@ func New(o Options) (*Mesh, error) {
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
 	mc.Alive, mc.Conflict, mc.Merge = aliveFilter{m}, aliveFilter{m}, aliveFilter{m}
+	// An aggregator's acks carry its signed meta: a restart is seen at the
+	// next probe (ack.go).
+	mc.Ping = pinger{m}
 	// A dead member's address is never reclaimed by another (alive.go).
 	mc.DeadNodeReclaimTime = 0
 	mc.Logger = newStdLogger(logger)
@@ -524,6 +530,7 @@ func (m *Mesh) Shutdown() error {
 		if m.authDone != nil {
 			<-m.authDone
 		}
+		m.bg.Wait()
 		m.log.Debug("mesh shut down", "name", m.name)
 	})
 	return m.shutdownErr
