@@ -11,6 +11,8 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/agent/teardown"
+	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -195,4 +197,69 @@ func TestKickOnNewAggregatorOnly(t *testing.T) {
 	if !kicked() {
 		t.Error("an aggregator back from the dead: no send")
 	}
+}
+
+// An aggregator whose proven meta names a new start (a new process under
+// the same name: restarted after a crash, which memberlist may never have
+// seen die) gets the full state again at once; the same process signing
+// its meta again does not, nor does an unproven start; and a start that
+// keeps changing makes at most one resend per restartResendEvery.
+func TestResendOnAggregatorRestart(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	fs := newFakeSends(clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	l.now = clk.Now
+	l.sender = newStateSender(ctx, fs.send, clk, slog.New(slog.DiscardHandler))
+	defer l.sender.close()
+	l.sender.publish(&gwpb.StateUpdate{Meta: &gwpb.Meta{Seq: 1}}, []string{"agg-1"})
+	fs.call(t, 0).answer <- nil
+	testutil.Eventually(t, 10*time.Second, "the first state delivered", func() bool { return l.sender.deliveredAll() == 1 })
+	// What counts is whether an attempt started (resend's, synchronous);
+	// the test zeroes the count after each.
+	attempts := func() int {
+		l.sender.mu.Lock()
+		defer l.sender.mu.Unlock()
+		return l.sender.targets["agg-1"].attempts
+	}
+	agg := func(started int64, proven bool) mesh.Member {
+		return mesh.Member{Name: "agg-1", Role: gwpb.Role_ROLE_AGGREGATOR, Status: mesh.StatusAlive, Proven: proven,
+			Meta: &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR, StartedMs: started}}
+	}
+	l.sender.mu.Lock()
+	l.sender.targets["agg-1"].attempts = 0
+	l.sender.mu.Unlock()
+	resent := func(what string, want bool) {
+		t.Helper()
+		before := fs.numCalls()
+		got := attempts() > 0
+		if got != want {
+			t.Fatalf("%s: resent %v, want %v", what, got, want)
+		}
+		if got {
+			fs.call(t, before).answer <- nil
+			testutil.Eventually(t, 10*time.Second, "the resend delivered", func() bool { return l.sender.deliveredAll() == 1 })
+			l.sender.mu.Lock()
+			l.sender.targets["agg-1"].attempts = 0
+			l.sender.mu.Unlock()
+		}
+	}
+
+	l.MemberChanged(agg(1000, true)) // first sight: the kick's publish covers it
+	<-l.wake
+	resent("first sight", false)
+	l.MemberChanged(agg(1000, true))
+	resent("the same process signed again", false)
+	l.MemberChanged(agg(2000, false))
+	resent("an unproven new start", false)
+	l.MemberChanged(agg(2000, true))
+	resent("a new process", true)
+	l.MemberChanged(agg(3000, true))
+	resent("another new process within restartResendEvery", false)
+	clk.Advance(restartResendEvery)
+	l.MemberChanged(agg(3000, true))
+	resent("the held-back start after restartResendEvery", true)
+	l.MemberChanged(agg(3000, true))
+	resent("the same start again", false)
 }

@@ -28,7 +28,10 @@ package mesh
 //     copied meta names the real aggregator's address);
 //   - a member claiming the aggregator role without a valid signature;
 //   - about this aggregator itself, a meta it did not publish (memberlist
-//     would refute it with an incarnation that others may ignore).
+//     would refute it with an incarnation that others may ignore), but for
+//     its own signed meta from before this process started (previousLife:
+//     a restart after a crash must be refuted, or no member takes its new
+//     meta).
 //
 // DeadNodeReclaimTime stays 0 (memberlist's default): the address of a
 // member memberlist holds dead is never reclaimed by another; that of a
@@ -152,7 +155,7 @@ func (m *Mesh) judgeAlive(name string, ip net.IP, port uint16, meta []byte) erro
 	now := m.now()
 	addr := net.JoinHostPort(ip.String(), strconv.Itoa(int(port)))
 	if name == m.name {
-		if m.guard.signsMeta(m.role) && !m.ownMeta(meta) {
+		if m.guard.signsMeta(m.role) && !m.ownMeta(meta) && !m.previousLife(meta, now) {
 			return m.refuseAlive(refusedSelf, name, addr, errors.New("an alive message about this aggregator with a meta it did not publish"))
 		}
 		return nil
@@ -199,6 +202,26 @@ func (m *Mesh) judgeAlive(name string, ip net.IP, port uint16, meta []byte) erro
 		return m.refuseAlive(refusedTakeover, name, addr, fmt.Errorf("it is at %s, and this meta was not signed after the one known there", known.Addr))
 	}
 	return nil
+}
+
+// previousLife reports whether meta is this aggregator's own signed meta
+// from before this process started: the members still hold its previous
+// life (a crash, a kill -9: no signed leave) at an incarnation that the
+// new process, starting over, does not exceed, so they ignore its new
+// meta. Let through, the alive message makes memberlist refute it with a
+// higher incarnation and this process's meta, which then reaches every
+// member (and with its new started_ms, makes the agents send their states
+// here). It gives nobody more than what a replay of the current meta,
+// which every member holds, already gives (the refutation of an
+// incarnation pushed to its maximum wraps either way: see the top of this
+// file).
+func (m *Mesh) previousLife(meta []byte, now time.Time) bool {
+	if !m.addrSigned.Load() {
+		return false // New is still publishing this process's meta
+	}
+	o, err := m.guard.openMeta(m.name, meta, now)
+	return err == nil && o.proven && knownRole(o.meta.GetRole()) == gwpb.Role_ROLE_AGGREGATOR &&
+		o.signedAt.Before(m.started)
 }
 
 // refuseAlive counts and logs (rate-limited per reason and name) a refused

@@ -40,6 +40,11 @@ type AggregatorRef struct {
 	GossipSince time.Time
 	// SignedAt is the signing time of its newest meta seen here.
 	SignedAt time.Time
+	// Started is when the aggregator process started, as its newest
+	// proven meta says (started_ms); zero for an aggregator of an older
+	// release. A change means a new process, which has none of the
+	// states sent to the one before (agent/meshlink.go).
+	Started time.Time
 	// LastContact is the last direct proof of life: a message delivered
 	// to it, or a signed message from it. Zero when none.
 	LastContact time.Time
@@ -63,6 +68,9 @@ type bookEntry struct {
 	port uint16
 	raw  []byte // its newest proven meta, as received
 	lost bool   // Lost when last logged
+	// restartJoin is when an ack that named a new start of it last made
+	// this member join it (ack.go).
+	restartJoin time.Time
 }
 
 // Aggregators returns the aggregators of the book, sorted by name; this
@@ -101,6 +109,10 @@ func (m *Mesh) bookProvenLocked(st *memberState, o openedMeta, raw []byte, now t
 		return false // an older meta (late, or replayed): the newer one stays
 	}
 	e.SignedAt, e.raw = o.signedAt, bytes.Clone(raw)
+	e.Started = time.Time{}
+	if ms := o.meta.GetStartedMs(); ms != 0 {
+		e.Started = time.UnixMilli(ms)
+	}
 	e.Addr, e.ip, e.port = st.Addr, slices.Clone(st.ip), st.port
 	e.Seed = m.seedAddrs[e.Addr]
 	return false

@@ -132,6 +132,19 @@ type Mesh struct {
 	guard    *guard
 	now      func() time.Time // the wall clock; tests move it
 	authDone chan struct{}    // nil when the auth loop does not run
+	// started is when this Mesh was made: an aggregator signs it in its
+	// meta (started_ms), and an alive message about itself with a meta it
+	// signed before then is its previous life's (alive.go).
+	started time.Time
+	// bg is the joins of restarted aggregators in flight (ack.go);
+	// Shutdown waits for them.
+	bg sync.WaitGroup
+	// addrSigned: New has published this aggregator's meta with its
+	// address and start. Until then memberlist must not refute anything
+	// (previousLife): a refutation during New's UpdateNode raises the
+	// incarnation under it, and memberlist then drops the update and
+	// times out.
+	addrSigned atomic.Bool
 }
 
 // memberState is a Member with what the mesh needs to reach and judge it.
@@ -204,6 +217,7 @@ func New(o Options) (*Mesh, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.started = m.now()
 	m.maxMembers = o.MaxMembers
 	if m.maxMembers <= 0 {
 		m.maxMembers = DefaultMaxMembers
@@ -242,6 +256,9 @@ func New(o Options) (*Mesh, error) {
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
 	mc.Alive, mc.Conflict, mc.Merge = aliveFilter{m}, aliveFilter{m}, aliveFilter{m}
+	// An aggregator's acks carry its signed meta: a restart is seen at the
+	// next probe (ack.go).
+	mc.Ping = pinger{m}
 	// A dead member's address is never reclaimed by another (alive.go).
 	mc.DeadNodeReclaimTime = 0
 	mc.Logger = newStdLogger(logger)
@@ -267,9 +284,11 @@ func New(o Options) (*Mesh, error) {
 	if m.guard.signsMeta(m.role) {
 		// An aggregator signs the address it is reached at with its
 		// meta, before anyone sees it (alive.go): memberlist knows it only
-		// now.
+		// now. It signs its start too: an agent that sees it change sends
+		// this new process its full state (book.go, AggregatorRef.Started).
 		m.metaMu.Lock()
 		m.meta.Addr = m.Addr()
+		m.meta.StartedMs = m.started.UnixMilli()
 		err := m.storeMetaLocked()
 		m.metaMu.Unlock()
 		if err == nil {
@@ -279,6 +298,7 @@ func New(o Options) (*Mesh, error) {
 			ml.Shutdown()
 			return nil, fmt.Errorf("mesh: sign this aggregator's address: %w", err)
 		}
+		m.addrSigned.Store(true)
 	}
 	if o.Registry != nil {
 		if err := o.Registry.Register(meshCollector{m}); err != nil {
@@ -384,7 +404,8 @@ func (m *Mesh) SetMeta(meta *gwpb.Meta) error {
 	m.metaMu.Lock()
 	old := m.meta
 	m.meta = initialMeta(meta, m.role)
-	m.meta.Addr = old.GetAddr() // an aggregator's signed address stays
+	// An aggregator's signed address and start stay.
+	m.meta.Addr, m.meta.StartedMs = old.GetAddr(), old.GetStartedMs()
 	if err := m.storeMetaLocked(); err != nil {
 		m.meta = old
 		m.metaMu.Unlock()
@@ -513,6 +534,7 @@ func (m *Mesh) Shutdown() error {
 		if m.authDone != nil {
 			<-m.authDone
 		}
+		m.bg.Wait()
 		m.log.Debug("mesh shut down", "name", m.name)
 	})
 	return m.shutdownErr

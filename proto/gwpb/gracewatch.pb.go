@@ -266,7 +266,13 @@ type Meta struct {
 	// An aggregator's own mesh address (IP:port), covered by its meta's
 	// signature: a member that copies the signed meta cannot announce it
 	// from another address. Empty in an agent's meta.
-	Addr          string `protobuf:"bytes,10,opt,name=addr,proto3" json:"addr,omitempty"`
+	Addr string `protobuf:"bytes,10,opt,name=addr,proto3" json:"addr,omitempty"`
+	// When this aggregator process started (Unix ms), covered by its meta's
+	// signature as addr is. Set by aggregators only; 0 in an agent's meta. A
+	// change tells the agents that the aggregator they send to is a new
+	// process (a restart, a crash, another host under the same name) that
+	// has none of their states: each sends it its full state at once.
+	StartedMs     int64 `protobuf:"varint,11,opt,name=started_ms,json=startedMs,proto3" json:"started_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -369,6 +375,13 @@ func (x *Meta) GetAddr() string {
 		return x.Addr
 	}
 	return ""
+}
+
+func (x *Meta) GetStartedMs() int64 {
+	if x != nil {
+		return x.StartedMs
+	}
+	return 0
 }
 
 // Teardown is one job's teardown clock on a node.
@@ -1486,7 +1499,7 @@ var File_gracewatch_proto protoreflect.FileDescriptor
 
 const file_gracewatch_proto_rawDesc = "" +
 	"\n" +
-	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xbd\x02\n" +
+	"\x10gracewatch.proto\x12\rgracewatch.v1\"\xdc\x02\n" +
 	"\x04Meta\x12\x16\n" +
 	"\x06schema\x18\x01 \x01(\rR\x06schema\x12'\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x13.gracewatch.v1.RoleR\x04role\x12 \n" +
@@ -1500,7 +1513,9 @@ const file_gracewatch_proto_rawDesc = "" +
 	"\bsince_ms\x18\b \x01(\x03R\asinceMs\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12\x12\n" +
 	"\x04addr\x18\n" +
-	" \x01(\tR\x04addrJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\x97\x02\n" +
+	" \x01(\tR\x04addr\x12\x1d\n" +
+	"\n" +
+	"started_ms\x18\v \x01(\x03R\tstartedMsJ\x06\b\xfe\x0f\x10\xff\x0fJ\x06\b\xff\x0f\x10\x80\x10\"\x97\x02\n" +
 	"\bTeardown\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x19\n" +
