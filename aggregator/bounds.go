@@ -173,5 +173,6 @@ func boundMeta(m *gwpb.Meta) *gwpb.Meta {
 		SinceMs:     m.GetSinceMs(),
 		Reason:      cutText(m.GetReason(), maxUpdateReasonBytes),
 		Addr:        cutText(m.GetAddr(), maxFieldBytes),
+		StartedMs:   m.GetStartedMs(),
 	}
 }
