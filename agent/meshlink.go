@@ -323,6 +323,12 @@ func (l *meshLink) publish() {
 	floor, path := l.killPathFloor, l.killPath
 	l.mu.Unlock()
 	meta := metaOf(*st)
+	if l.m != nil {
+		// Where this node is reached, under its proof: the aggregator
+		// probes and controls it there, not at an address that gossip
+		// alone gave (mesh/reach.go).
+		meta.Addr = l.m.Addr()
+	}
 	up := &gwpb.StateUpdate{Meta: meta, Reason: st.Reason, Teardowns: tds, StartedMs: l.started.UnixMilli(),
 		KillPathFloorMs: floor.Milliseconds(), KillPath: path}
 	latchOf(*st, up)

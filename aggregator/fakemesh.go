@@ -27,6 +27,7 @@ type FakeMesh struct {
 	joined  bool
 	sent    []Sent
 	onSend  func(node string, env *gwpb.Envelope) error
+	proven  map[string]string // SetProvenAddr's
 }
 
 var _ Mesh = (*FakeMesh)(nil)
@@ -46,6 +47,26 @@ func NewFakeMesh(h mesh.Handler) *FakeMesh {
 		f.now = s.clock.Now
 	}
 	return f
+}
+
+// SetProvenAddr records addr as where node proved it is reached (as
+// mesh.Mesh.SetProvenAddr does, without checking it).
+func (f *FakeMesh) SetProvenAddr(node, addr string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.proven == nil {
+		f.proven = map[string]string{}
+	}
+	f.proven[node] = addr
+	return nil
+}
+
+// ProvenAddr returns what SetProvenAddr recorded for node.
+func (f *FakeMesh) ProvenAddr(node string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.proven[node]
+	return a, ok
 }
 
 // SetMember adds or replaces a member and tells the Handler.

@@ -209,6 +209,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		restarted := restartedSince(in.Update, upd)
 		if replacesUpdate(in.Update, upd) {
 			in.Update = upd
+			s.provenAddr(from, u.GetMeta().GetAddr())
 		} else if in.Update != nil && newer(in.Update.Meta, upd.Meta) {
 			s.log.Debug("older state update ignored (late, or replayed)", "node", from,
 				"incarnation", upd.Meta.Incarnation, "seq", upd.Meta.Seq)

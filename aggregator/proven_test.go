@@ -65,6 +65,34 @@ func TestProvenOnlyUpdateOrder(t *testing.T) {
 	h.wantState("node1", StateUp)
 }
 
+// The address a node named in its newest proven update is handed to the
+// mesh, which reaches the node there (mesh/reach.go): an older update, or
+// one heard without node restriction, moves nothing.
+func TestProvenAddrFromNewestUpdate(t *testing.T) {
+	meta := func(seq uint64, addr string) *gwpb.Meta {
+		return &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: seq, State: gwpb.State_STATE_UP, Addr: addr}
+	}
+	h := newHarness(t, provenOnly)
+	h.update("node1", &gwpb.StateUpdate{Meta: meta(5, "10.0.0.1:7946"), StartedMs: 1000})
+	if got, _ := h.mesh.ProvenAddr("node1"); got != "10.0.0.1:7946" {
+		t.Fatalf("proven address %q after the first update", got)
+	}
+	h.update("node1", &gwpb.StateUpdate{Meta: meta(4, "10.6.6.6:7946"), StartedMs: 1000}) // older: late or replayed
+	if got, _ := h.mesh.ProvenAddr("node1"); got != "10.0.0.1:7946" {
+		t.Errorf("an older update moved the proven address to %q", got)
+	}
+	h.update("node1", &gwpb.StateUpdate{Meta: meta(6, "10.0.0.2:7946"), StartedMs: 1000}) // the node moved
+	if got, _ := h.mesh.ProvenAddr("node1"); got != "10.0.0.2:7946" {
+		t.Errorf("proven address %q after a newer update, want 10.0.0.2:7946", got)
+	}
+
+	open := newHarness(t) // no node restriction: no word is proven
+	open.update("node1", &gwpb.StateUpdate{Meta: meta(5, "10.0.0.1:7946"), StartedMs: 1000})
+	if got, ok := open.mesh.ProvenAddr("node1"); ok {
+		t.Errorf("without node restriction the address %q was taken", got)
+	}
+}
+
 // An aggregator whose proof the mesh withdrew stops counting for
 // leadership.
 func TestAggregatorRoleWithdrawn(t *testing.T) {

@@ -484,6 +484,59 @@ func TestLivenessAttacks(t *testing.T) {
 			t.Errorf("actuators ran %q", got)
 		}
 	})
+
+	t.Run("a node's address taken over: a forged leave, an alive at another address, a dead", func(t *testing.T) {
+		// The rogue's address for n2: it accepts and closes (so a send
+		// there "succeeds" and no answer ever comes).
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go func() {
+			for {
+				conn, err := l.Accept()
+				if err != nil {
+					return
+				}
+				conn.Close()
+			}
+		}()
+		evil := l.Addr().String()
+		mark := fileSize(actions)
+		states := pollStates(t, agg)
+		answered := probesAnswered(t, agg, "gone")
+		// memberlist takes the address of a member it holds left (the
+		// forged leave: a dead message from n2 itself) from the next
+		// alive message, then holds it dead there. One step at a time:
+		// memberlist handles the queued dead messages last in, first out,
+		// and its alive messages before them.
+		at := func(addr string) string { return `"node":"n2","addr":"` + addr + `"` }
+		stop := repeat(t, r, aggAddr, craft.Dead("n2", "n2", craft.MaxIncarnation))
+		waitLogged(t, agg.proc, "the forged leave", `"msg":"member gone","aggregator":"agg-1","component":"mesh",`+at(meshAddr(t, n2.config)))
+		stop()
+		stop = repeat(t, r, aggAddr, craft.Alive("n2", evil, craft.MaxIncarnation, nil))
+		waitLogged(t, agg.proc, "the alive at the rogue's address", `"msg":"member back","aggregator":"agg-1","component":"mesh",`+at(evil))
+		stop()
+		stop = repeat(t, r, aggAddr, craft.Dead("n2", "rogue", craft.MaxIncarnation))
+		waitLogged(t, agg.proc, "the takeover", `"msg":"member gone","aggregator":"agg-1","component":"mesh",`+at(evil)+`,"status":"dead"`)
+		// The probes that ask n2 whether it is gone go where n2 said it is
+		// (its own signed update), not to the rogue's address. Its leave
+		// and its death are one probe each at once (or one, if the first
+		// is still out); after that, while answered, it is asked every
+		// 5 s: the third answer comes after unreachable_after (2 s) has
+		// passed since the death, and its result recomputes n2 on the
+		// aggregator's loop, past the time n2 would have been served
+		// unreachable without an answer.
+		testutil.Eventually(t, 60*time.Second, "n2's third answer to a probe since the takeover", func() bool {
+			return probesAnswered(t, agg, "gone") >= answered+3
+		})
+		stop()
+		states.only(t, "n2", "up")
+		if got := actionsSince(t, actions, mark); strings.Contains(got, "down n2") {
+			t.Errorf("actuators ran %q: n2 drained by the takeover", got)
+		}
+	})
 }
 
 // memKB reads a field of /proc/PID/status in kB (VmRSS, VmHWM).

@@ -36,7 +36,9 @@ package mesh
 // DeadNodeReclaimTime stays 0 (memberlist's default): the address of a
 // member memberlist holds dead is never reclaimed by another; that of a
 // member it holds left (a dead message claimed from the member itself,
-// which anyone can forge) is, except for an aggregator of the book.
+// which anyone can forge) is, except for an aggregator of the book. Such a
+// takeover moves only memberlist's table: what the mesh sends a node goes
+// to the address the node proved in its own signed message (reach.go).
 
 import (
 	"bytes"

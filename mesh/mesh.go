@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -113,6 +114,8 @@ type Mesh struct {
 	// seedAddrs the configured seeds' addresses.
 	book      map[string]*bookEntry
 	seedAddrs map[string]bool
+	// reach is the address each node proved it is reached at (reach.go).
+	reach map[string]netip.AddrPort
 
 	joined      atomic.Bool
 	joinFailing atomic.Bool // the last join attempt failed (log the change only)
@@ -208,6 +211,7 @@ func New(o Options) (*Mesh, error) {
 		handler: o.Handler,
 		members: make(map[string]*memberState),
 		book:    make(map[string]*bookEntry),
+		reach:   make(map[string]netip.AddrPort),
 		stop:    make(chan struct{}),
 		badMsgs: ratelog.New(badMessageLogEvery),
 		meta:    initialMeta(o.Meta, o.Role),
@@ -455,6 +459,7 @@ func (m *Mesh) Forget(name string) bool {
 		return false
 	}
 	delete(m.members, name)
+	delete(m.reach, name)
 	return true
 }
 

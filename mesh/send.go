@@ -84,12 +84,16 @@ func (m *Mesh) sendBytes(node string, b []byte) error {
 	// memberlist's word that a member is dead or left is no proof (see
 	// alive.go): the message goes to the last address known, and for an
 	// aggregator of the book to the address it signed. Only a member never
-	// seen is not tried.
+	// seen is not tried. A node that proved its address (reach.go) is
+	// reached there, whatever gossip says.
 	m.mu.Lock()
 	var to memberlist.Node
 	var addr string
 	if e := m.book[node]; e != nil {
 		to, addr = memberlist.Node{Name: node, Addr: e.ip, Port: e.port}, e.Addr
+	} else if ap, ok := m.reach[node]; ok {
+		// The address the node proved (reach.go), not gossip's.
+		to, addr = memberlist.Node{Name: node, Addr: ap.Addr().AsSlice(), Port: ap.Port()}, ap.String()
 	} else if st := m.members[node]; st != nil && st.ip != nil {
 		to, addr = memberlist.Node{Name: node, Addr: st.ip, Port: st.port}, st.Addr
 	} else {

@@ -265,7 +265,10 @@ type Meta struct {
 	Reason      string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`                            // short reason; empty when up
 	// An aggregator's own mesh address (IP:port), covered by its meta's
 	// signature: a member that copies the signed meta cannot announce it
-	// from another address. Empty in an agent's meta.
+	// from another address. In the meta of an agent's direct StateUpdate,
+	// the agent's own mesh address, covered by the message's proof: the
+	// aggregator reaches the node there, not where gossip alone says
+	// (mesh/reach.go). Empty in an agent's gossiped meta.
 	Addr string `protobuf:"bytes,10,opt,name=addr,proto3" json:"addr,omitempty"`
 	// When this aggregator process started (Unix ms), covered by its meta's
 	// signature as addr is. Set by aggregators only; 0 in an agent's meta. A
