@@ -14,6 +14,24 @@ func (s *Service) HandleMessage(from string, env *gwpb.Envelope) {
 	if env == nil {
 		return
 	}
+	// Bounded here, on the mesh's goroutine, before it waits in the
+	// inbox: a node's maximal update (4 MiB) queued whole while the loop
+	// is busy cost its size for every message waiting, and maximal
+	// updates from many source addresses at once held hundreds of MB
+	// (e2e TestMeshFloodBounded). Bounded, an update holds at most a
+	// report's detail and the short fields (bounds.go).
+	// A new envelope of the known fields: unknown ones (a newer schema's,
+	// or padding) are not kept either.
+	switch b := env.GetBody().(type) {
+	case *gwpb.Envelope_State:
+		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
+			Body: &gwpb.Envelope_State{State: boundUpdate(b.State)}}
+	case *gwpb.Envelope_Ack:
+		a := b.Ack
+		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
+			Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: cutText(a.GetId(), maxFieldBytes), Ok: a.GetOk(),
+				Error: cutText(a.GetError(), maxUpdateReasonBytes), Meta: boundMeta(a.GetMeta())}}}
+	}
 	s.enqueue(input{kind: inMessage, from: from, env: env, at: s.clock.Now()})
 }
 

@@ -142,11 +142,31 @@ func (b *browser) waitFor(what, expr string) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.tab, browserStep)
 	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
-		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(browserStep)))
+	var err error
+	for {
+		_, err = chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
+			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(browserStep)))
+		// Right after a navigation the poll may still be sent to the old
+		// page's JavaScript context, which is gone: the new page's comes
+		// with its own event, later on a busy machine. Asked again.
+		if err == nil || ctx.Err() != nil || !navigating(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		b.t.Fatalf("waiting for %s: %v\npage: %+v", what, err, b.page())
 	}
+}
+
+// navigating reports whether err is the browser's answer to a script sent
+// to a JavaScript context that a navigation destroyed.
+func navigating(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Cannot find context with specified id") || strings.Contains(msg, "Execution context was destroyed")
 }
 
 // checkProblems fails the test for every exception or CSP violation the

@@ -80,13 +80,16 @@ const (
 	refusedMerge         = "merge_too_large"
 	refusedSelf          = "self_meta"
 	refusedStreams       = "streams_per_peer"
+	refusedStreamsTotal  = "streams_total"
+	refusedStreamBytes   = "stream_bytes"
 )
 
-var refusalReasons = []string{refusedName, refusedTableFull, refusedAggregatorMet, refusedTakeover, refusedConflict, refusedMerge, refusedSelf, refusedStreams}
+var refusalReasons = []string{refusedName, refusedTableFull, refusedAggregatorMet, refusedTakeover, refusedConflict, refusedMerge, refusedSelf, refusedStreams,
+	refusedStreamsTotal, refusedStreamBytes}
 
 // refusals counts the refusals by reason.
 type refusals struct {
-	n [8]atomic.Uint64
+	n [10]atomic.Uint64
 }
 
 func (r *refusals) add(reason string) {
@@ -237,12 +240,21 @@ func (m *Mesh) refuseAlive(reason, name, addr string, err error) error {
 	return fmt.Errorf("%s: %w", reason, err)
 }
 
-// refuseStream counts and logs (rate-limited per peer) an inbound stream
-// closed for its peer's bound (transport.go).
-func (m *Mesh) refuseStream(peer string) {
-	m.refused.add(refusedStreams)
-	if ok, suppressed := m.badMsgs.Allow("streams:"+peer, time.Now()); ok {
-		m.log.Warn("closed an inbound stream: its peer has too many open", "peer", peer, "max", maxStreamsPerPeer, "suppressed", suppressed)
+// refuseStream counts and logs (rate-limited per peer and reason) an
+// inbound stream closed or failed for a bound of the stream guard
+// (transport.go).
+func (m *Mesh) refuseStream(peer, why string) {
+	m.refused.add(why)
+	if ok, suppressed := m.badMsgs.Allow("streams:"+why+":"+peer, time.Now()); ok {
+		switch why {
+		case refusedStreams:
+			m.log.Warn("closed an inbound stream: its peer has too many open", "peer", peer, "max", maxStreamsPerPeer, "suppressed", suppressed)
+		case refusedStreamsTotal:
+			m.log.Warn("closed an inbound stream: too many open from all peers", "peer", peer, "max", maxStreamsTotal, "suppressed", suppressed)
+		default:
+			m.log.Warn("dropped an inbound stream: the streams open at once hold their byte bound", "peer", peer,
+				"max_bytes", maxStreamBytes, "free_bytes_each", streamFreeBytes, "suppressed", suppressed)
+		}
 	}
 }
 

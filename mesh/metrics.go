@@ -32,7 +32,7 @@ var (
 		"Aggregators this member knows from their signed metas, by what gossip says: alive, or lost (dead or left in memberlist's word, or its proof expired); a lost one is still reached directly.",
 		[]string{"gossip"}, nil)
 	refusedDesc = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "mesh", "refused_total"),
-		"Alive messages of memberlist's failure detector refused, by reason: invalid_name, table_full, aggregator_meta (an aggregator without its signed meta, or an unsigned claim of the role), address_takeover, address_conflict, merge_too_large, self_meta; and inbound streams closed at once for their peer's bound (streams_per_peer).",
+		"Alive messages of memberlist's failure detector refused, by reason: invalid_name, table_full, aggregator_meta (an aggregator without its signed meta, or an unsigned claim of the role), address_takeover, address_conflict, merge_too_large, self_meta; and inbound streams closed at once for their peer's bound (streams_per_peer) or the bound of all peers (streams_total), or dropped for the bytes the open streams hold (stream_bytes).",
 		[]string{"reason"}, nil)
 	droppedDesc = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "mesh", "messages_dropped_total"),
 		"Direct messages dropped before they were handled, by reason: undecodable (not an envelope, over the size limit, an invalid sender name, addressed to another member) or unproven (a proof that does not verify, none where one is required, a replay, too old). Their log lines are rate-limited; this counts each.",

@@ -3,14 +3,29 @@ package mesh
 // The stream guard: memberlist reads every inbound stream (a direct
 // message, a push-pull) whole into memory before anything of gracewatch's
 // sees it, up to 20 MB each, with no bound on how many at once: 40 direct
-// messages of 4 MiB each from one member held 575 MB. The guard bounds the
-// inbound streams of one peer address open at once; past the bound a new
-// one is closed at once (its sender's send fails; an agent's state sender
-// retries). A peer's messages go one after the other on few connections:
-// an agent opens at most 4 at once to an aggregator (agent/sender.go), a
-// push-pull one more.
+// messages of 4 MiB each from one member held 575 MB, and the same from 30
+// source addresses (8 streams each) 2,275 MB. The guard bounds, in total
+// and not per source address:
+//
+//   - the inbound streams of one peer address open at once
+//     (maxStreamsPerPeer), and of all peers (maxStreamsTotal); past either
+//     a new one is closed at once (its sender's send fails; an agent's
+//     state sender retries);
+//   - the bytes read by the streams open at once past the first
+//     streamFreeBytes of each (maxStreamBytes): a read that would pass it
+//     fails, and memberlist drops that stream. A state update, an ack, a
+//     control are a few KB and never touch it, so a peer that sends
+//     maximal messages from many addresses holds at most maxStreamBytes
+//     of them (and memberlist's copies of those) in memory, and the
+//     small messages of every other node still pass. A push-pull of a
+//     full member table (16,384 members) is about 10 MB: several fit.
+//
+// A peer's messages go one after the other on few connections: an agent
+// opens at most 4 at once to an aggregator (agent/sender.go), a push-pull
+// one more.
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -21,9 +36,28 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// maxStreamsPerPeer bounds the inbound streams of one peer address open at
-// once.
-const maxStreamsPerPeer = 8
+// Bounds of the inbound streams (see the top of this file).
+const (
+	// maxStreamsPerPeer bounds the inbound streams of one peer address
+	// open at once.
+	maxStreamsPerPeer = 8
+	// maxStreamsTotal bounds the inbound streams of all peers open at
+	// once: 64 source addresses at their bound. Each holds at most
+	// streamFreeBytes outside maxStreamBytes.
+	maxStreamsTotal = 512
+	// streamFreeBytes is what a stream reads before its bytes count
+	// against maxStreamBytes: more than any state update without a
+	// diagnostics report.
+	streamFreeBytes = 64 << 10
+	// maxStreamBytes bounds the bytes read past streamFreeBytes by the
+	// streams open at once: 4 maximal direct messages (EnvelopeLimit),
+	// each of which memberlist and the decoding copy about four times
+	// before it is handled; or 8 push-pulls of a full member table.
+	maxStreamBytes = 16 << 20
+)
+
+// errStreamBytes fails the read of a stream past maxStreamBytes.
+var errStreamBytes = errors.New("inbound stream refused: the streams open at once hold their byte bound")
 
 // streamGuard wraps memberlist's transport (see the top of this file). It
 // is safe for concurrent use.
@@ -33,12 +67,16 @@ type streamGuard struct {
 	done     chan struct{}
 	stop     sync.Once
 	wg       sync.WaitGroup
-	max      int
-	onRefuse func(peer string)
-	local    net.IP // the bound IP streams are dialled from (dialFrom)
+	max      int // per peer
+	maxTotal int
+	maxBytes int64
+	onRefuse func(peer, why string) // why: refusedStreams, refusedStreamsTotal, refusedStreamBytes
+	local    net.IP                 // the bound IP streams are dialled from (dialFrom)
 
-	mu   sync.Mutex
-	open map[string]int // peer IP -> streams open
+	mu    sync.Mutex
+	open  map[string]int // peer IP -> streams open
+	total int            // streams open
+	bytes int64          // bytes read past streamFreeBytes by the streams open
 }
 
 // newNetTransport makes memberlist's NetTransport as memberlist.Create
@@ -68,15 +106,17 @@ func newNetTransport(mc *memberlist.Config, logger *log.Logger) (*memberlist.Net
 	return nil, fmt.Errorf("could not set up network transport: %w", err)
 }
 
-// guardStreams wraps t, dialling from local (see dialFrom); onRefuse is called (on the guard's goroutine) for
-// each stream closed for the bound.
-func guardStreams(t memberlist.Transport, local net.IP, max int, onRefuse func(peer string)) *streamGuard {
+// guardStreams wraps t, dialling from local (see dialFrom), with at most
+// max streams per peer and the package's total bounds; onRefuse is called
+// for each stream closed or failed for a bound (on the guard's goroutine,
+// or on the reader's for the byte bound).
+func guardStreams(t memberlist.Transport, local net.IP, max int, onRefuse func(peer, why string)) *streamGuard {
 	nat, ok := t.(memberlist.NodeAwareTransport)
 	if !ok {
 		nat = nodeAware{t}
 	}
 	g := &streamGuard{NodeAwareTransport: nat, local: local, streams: make(chan net.Conn), done: make(chan struct{}), max: max,
-		onRefuse: onRefuse, open: map[string]int{}}
+		maxTotal: maxStreamsTotal, maxBytes: maxStreamBytes, onRefuse: onRefuse, open: map[string]int{}}
 	g.wg.Add(1)
 	go g.forward()
 	return g
@@ -142,46 +182,94 @@ func (g *streamGuard) forward() {
 		case c = <-in:
 		}
 		peer := peerIP(c.RemoteAddr())
+		why := ""
 		g.mu.Lock()
-		full := g.open[peer] >= g.max
-		if !full {
+		switch {
+		case g.open[peer] >= g.max:
+			why = refusedStreams
+		case g.total >= g.maxTotal:
+			why = refusedStreamsTotal
+		default:
 			g.open[peer]++
+			g.total++
 		}
 		g.mu.Unlock()
-		if full {
+		if why != "" {
 			c.Close()
 			if g.onRefuse != nil {
-				g.onRefuse(peer)
+				g.onRefuse(peer, why)
 			}
 			continue
 		}
+		gc := &guardedConn{Conn: c, g: g, peer: peer}
 		select {
-		case g.streams <- &guardedConn{Conn: c, release: func() { g.release(peer) }}:
+		case g.streams <- gc:
 		case <-g.done:
-			c.Close()
+			gc.Close()
 			return
 		}
 	}
 }
 
-func (g *streamGuard) release(peer string) {
+// take counts n more bytes read by a stream past its free bytes; it
+// reports whether they fit.
+func (g *streamGuard) take(n int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.bytes+n > g.maxBytes {
+		return false
+	}
+	g.bytes += n
+	return true
+}
+
+// release gives back a closed stream's slots and bytes.
+func (g *streamGuard) release(peer string, bytes int64) {
 	g.mu.Lock()
 	if g.open[peer]--; g.open[peer] <= 0 {
 		delete(g.open, peer)
 	}
+	g.total--
+	g.bytes -= bytes
 	g.mu.Unlock()
 }
 
-// guardedConn releases its peer's slot once, when closed.
+// guardedConn counts what it reads past streamFreeBytes against the
+// guard's byte bound, fails the read that would pass it, and gives its
+// slots and bytes back once, when closed. memberlist reads a stream on one
+// goroutine.
 type guardedConn struct {
 	net.Conn
+	g       *streamGuard
+	peer    string
+	read    int64 // bytes read
+	counted int64 // of them, counted against the byte bound
+	failed  bool
 	once    sync.Once
-	release func()
+}
+
+func (c *guardedConn) Read(p []byte) (int, error) {
+	if c.failed {
+		return 0, errStreamBytes
+	}
+	n, err := c.Conn.Read(p)
+	c.read += int64(n)
+	if over := c.read - streamFreeBytes - c.counted; over > 0 {
+		if !c.g.take(over) {
+			c.failed = true
+			if c.g.onRefuse != nil {
+				c.g.onRefuse(c.peer, refusedStreamBytes)
+			}
+			return 0, errStreamBytes
+		}
+		c.counted += over
+	}
+	return n, err
 }
 
 func (c *guardedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() { c.g.release(c.peer, c.counted) })
 	return err
 }
 
