@@ -19,7 +19,6 @@ import (
 	"encoding/hex"
 	"time"
 
-	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -250,32 +249,4 @@ func goneSince(in *NodeInput) time.Time {
 		return in.Reached
 	}
 	return in.StatusSince
-}
-
-// addrProver is the part of the mesh that records where a node proved it
-// is reached (*mesh.Mesh; mesh/reach.go).
-type addrProver interface {
-	SetProvenAddr(node, addr string) error
-}
-
-// provenAddr hands the mesh the address a node named in its newest proven
-// StateUpdate, so that the probes that decide whether it is gone, and every
-// control, go there and not to an address gossip alone gave (one forged
-// alive message moved it). Only under node restriction: without it no word
-// of a node is proven, and its claim is worth no more than gossip's. An
-// address that cannot be dialled is logged, at most once per node and
-// staleLogEvery. It runs on the loop.
-func (s *Service) provenAddr(node, addr string) {
-	s.mu.Lock()
-	p, ok := s.mesh.(addrProver)
-	s.mu.Unlock()
-	if !ok || !s.opts.ProvenOnly || addr == "" {
-		return
-	}
-	if err := p.SetProvenAddr(node, addr); err != nil {
-		if ok, suppressed := s.staleLog.Allow("addr:"+node, s.clock.Now()); ok {
-			s.log.Warn("a node's own address refused: it is reached at the address gossip gives", "node", nodename.Quote(node),
-				"err", err, "suppressed", suppressed)
-		}
-	}
 }

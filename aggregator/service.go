@@ -194,7 +194,10 @@ type Service struct {
 	probeAt  map[string]time.Time
 	rescued  map[string]time.Time
 	probeSem chan struct{}
-	done     chan struct{} // closed when Run ends
+	// reach is where the nodes proved they are reached, kept under
+	// state_dir for a restart (reach.go).
+	reach *reachBook
+	done  chan struct{} // closed when Run ends
 
 	// Shared with readers.
 	mu       sync.RWMutex
@@ -315,6 +318,9 @@ func New(o Options) (*Service, error) {
 		if err := s.act.remember(o.StateDir); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
+	}
+	if s.reach, err = openReach(o.StateDir); err != nil {
+		log.Warn("where the nodes were reached: not all of it read; a restart asks only the nodes of it that were", "err", err)
 	}
 	if o.Reservations.Enabled() {
 		s.plan, err = reservation.New(reservation.Options{
@@ -455,6 +461,7 @@ func (s *Service) process(batch []input) {
 				}
 			}
 			membersChanged = true
+			s.askSaved()
 		case inMember:
 			if s.applyMember(in.member, dirty) {
 				membersChanged = true
