@@ -68,12 +68,13 @@ type actuators struct {
 
 	// The blast-radius limit (actuator_limit.go): limit, the slots of
 	// the drains within its window, the known nodes it is a fraction of,
-	// the incidents an administrator confirmed, and the timer that lets
-	// held drains through when a slot expires.
+	// the administrators' confirmations of incidents and what each
+	// covers, and the timer that lets held drains through when a slot
+	// expires.
 	limit      incident.Limit
 	budget     incident.Budget
 	known      int
-	confirmed  map[uint64]bool
+	confirmed  map[uint64]*confirmation
 	limitTimer clock.Timer
 	heldCount  int
 	heldLogged time.Time
@@ -137,7 +138,7 @@ type actInfo struct {
 
 func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration, log *slog.Logger) *actuators {
 	a := &actuators{clock: clk, backoff: backoff, log: log.With("component", "actuator"), nodes: map[string]*actNode{},
-		confirmed: map[uint64]bool{}, runs: make(chan struct{}, maxConcurrentRuns)}
+		confirmed: map[uint64]*confirmation{}, runs: make(chan struct{}, maxConcurrentRuns)}
 	for _, c := range cfgs {
 		switch c.On {
 		case OnDown:
@@ -189,6 +190,7 @@ func (a *actuators) forget(node string) {
 	if n := a.nodes[node]; n != nil && !n.running {
 		a.setHeldLocked(n, false, a.clock.Now())
 		a.budget.Release(node)
+		a.uncoverLocked(node)
 		delete(a.nodes, node)
 		a.saveLocked()
 	}

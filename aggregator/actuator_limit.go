@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -46,14 +47,15 @@ func (a *actuators) setKnown(n int) {
 }
 
 // admitLocked reports whether n's drain may run now: it already took its
-// slot for this down, it is not limited, its incident was confirmed, or a
-// slot is free (taken here). Otherwise it holds n and returns false.
+// slot for this down, it is not limited, a confirmation of its incident
+// covers it (coveredLocked), or a slot is free (taken here). Otherwise it
+// holds n and returns false.
 func (a *actuators) admitLocked(name string, n *actNode) bool {
 	if n.admitted == n.epDown {
 		return true
 	}
 	now := a.clock.Now()
-	free := !a.limit.Enabled() || !n.info.Limited || (n.info.Incident != 0 && a.confirmed[n.info.Incident])
+	free := !a.limit.Enabled() || !n.info.Limited || a.coveredLocked(name, n, now)
 	if !free && a.budget.Used(now, a.limit.Window) < a.limit.Of(a.known) {
 		a.budget.Take(name, now)
 		free = true
@@ -107,6 +109,7 @@ func (a *actuators) releaseLocked(node string) {
 func (a *actuators) leaveDownLocked(name string, n *actNode, back bool) {
 	a.setHeldLocked(n, false, a.clock.Now())
 	if back {
+		a.uncoverLocked(name)
 		a.releaseLocked(name)
 	}
 }
@@ -155,21 +158,85 @@ func (a *actuators) armLimitTimerLocked(now time.Time) {
 	})
 }
 
-// confirm records an administrator's confirmation of incident id: its
-// held drains, and those of the nodes that join it while it is open, run
-// past the limit (and take no slot). It returns how many drains it let
-// through.
-func (a *actuators) confirm(id uint64) int {
+// confirmation is what an administrator's confirmation of an incident
+// covers (docs/DESIGN.md §5b): the drains of the nodes that were in it
+// when confirmed, for their down then (a node leaves nodes when it comes
+// back), and, until until, the drains of every node of the incident. A
+// node that joins later is not covered: its drain takes a slot of the
+// limit like any other, and is held past it until the incident is
+// confirmed again. Confirming again adds the incident's nodes then and
+// keeps the later until.
+type confirmation struct {
+	at, until time.Time
+	nodes     map[string]bool
+}
+
+// coveredLocked reports whether a confirmation of n's incident covers its
+// drain at now; one that its until covers is added to its nodes, so that
+// the answer of /v1/incidents names every node it let through.
+func (a *actuators) coveredLocked(name string, n *actNode, now time.Time) bool {
+	c := a.confirmed[n.info.Incident]
+	switch {
+	case n.info.Incident == 0 || c == nil:
+		return false
+	case c.nodes[name]:
+		return true
+	case now.Before(c.until):
+		c.nodes[name] = true
+		return true
+	}
+	return false
+}
+
+// uncoverLocked drops node from every confirmation: it came back (or was
+// forgotten), and its next down is not what an administrator saw.
+func (a *actuators) uncoverLocked(node string) {
+	for _, c := range a.confirmed {
+		delete(c.nodes, node)
+	}
+}
+
+// ConfirmScope is what an incident's confirmation covers now (the
+// internal form of api.IncidentConfirmation and api.Confirmation): the
+// nodes whose drains it lets past the limit (the incident's nodes when it
+// was confirmed that have not come back since, and those it let through
+// before Until), when it was last confirmed, and until when it covers
+// every drain of the incident (zero: never). Released is how many held
+// drains a confirmation let through (0 but in the answer of confirm).
+type ConfirmScope struct {
+	Released int
+	Nodes    []string
+	At       time.Time
+	Until    time.Time
+}
+
+// confirm records an administrator's confirmation of incident id, whose
+// nodes are nodes now: their held drains run past the limit (and take no
+// slot), and so do, until until (zero: none), those of every node of the
+// incident; not those of the nodes that join it later. It returns how
+// many drains it let through, and what the confirmation covers.
+func (a *actuators) confirm(id uint64, nodes []string, until time.Time) ConfirmScope {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.confirmed[id] = true
+	c := a.confirmed[id]
+	if c == nil {
+		c = &confirmation{nodes: map[string]bool{}}
+		a.confirmed[id] = c
+	}
+	c.at = a.clock.Now()
+	if until.After(c.until) {
+		c.until = until
+	}
+	for _, name := range nodes {
+		c.nodes[name] = true
+	}
 	before := a.heldCount
 	for name, n := range a.nodes {
 		if n.held && n.info.Incident == id {
 			a.kickLocked(name, n)
 		}
 	}
-	return before - a.heldCount
+	return ConfirmScope{Released: before - a.heldCount, Nodes: slices.Sorted(maps.Keys(c.nodes)), At: c.at, Until: c.until}
 }
 
 // forgetIncident drops the confirmation of an incident that closed.
@@ -189,7 +256,9 @@ type limitStatus struct {
 	// Held are the held drains by incident (0: none), sorted.
 	Held      map[uint64][]string
 	HeldCount int
-	Confirmed map[uint64]bool
+	// Confirmed are the incidents an administrator confirmed, with what
+	// each confirmation covers now (Released is 0).
+	Confirmed map[uint64]ConfirmScope
 }
 
 // status returns the limit's state.
@@ -198,7 +267,7 @@ func (a *actuators) limitStatus() limitStatus {
 	defer a.mu.Unlock()
 	now := a.clock.Now()
 	st := limitStatus{Enabled: a.limit.Enabled(), Window: a.limit.Window, Known: a.known, HeldCount: a.heldCount,
-		Held: map[uint64][]string{}, Confirmed: map[uint64]bool{}}
+		Held: map[uint64][]string{}, Confirmed: map[uint64]ConfirmScope{}}
 	if st.Enabled {
 		st.Limit = a.limit.Of(a.known)
 		st.Used = a.budget.Used(now, a.limit.Window)
@@ -213,8 +282,8 @@ func (a *actuators) limitStatus() limitStatus {
 			slices.Sort(names)
 		}
 	}
-	for id := range a.confirmed {
-		st.Confirmed[id] = true
+	for id, c := range a.confirmed {
+		st.Confirmed[id] = ConfirmScope{Nodes: slices.Sorted(maps.Keys(c.nodes)), At: c.at, Until: c.until}
 	}
 	return st
 }

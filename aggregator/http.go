@@ -414,7 +414,13 @@ func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) (string, Act
 // readAction decodes the body of resume, drain and forget; on an error it
 // answers (400, or 413 for a body over MaxBodyBytes) and returns false.
 func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (ActionRequest, bool) {
-	req, err := decodeAction(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	return readBody(s, w, r, decodeAction)
+}
+
+// readBody decodes r's body (at most MaxBodyBytes) with decode, or answers
+// 413 or 400 and returns false.
+func readBody[T any](s *Server, w http.ResponseWriter, r *http.Request, decode func(io.Reader) (T, error)) (T, bool) {
+	req, err := decode(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

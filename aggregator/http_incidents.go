@@ -3,6 +3,8 @@ package aggregator
 import (
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,8 +19,9 @@ import (
 
 // Type names of the API's incident types, as the server serves them.
 type (
-	IncidentList         = api.IncidentList
-	IncidentConfirmation = api.IncidentConfirmation
+	IncidentList           = api.IncidentList
+	IncidentConfirmation   = api.IncidentConfirmation
+	IncidentConfirmRequest = api.IncidentConfirmRequest
 )
 
 func (s *Server) handleIncidents(w http.ResponseWriter, r *http.Request) {
@@ -41,9 +44,13 @@ func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Inc
 		FSType: inc.Cause.FSType, Source: inc.Cause.Source, Mountpoint: inc.Cause.Mountpoint, Wchan: inc.Cause.Wchan,
 		Nodes: apiHostlist(inc.Nodes), Count: len(inc.Nodes), Peak: inc.Peak,
 		Clean: apiHostlist(inc.Clean), CleanCount: len(inc.Clean),
-		Held: apiHostlist(held), HeldCount: len(held), Confirmed: lim.Confirmed[inc.ID],
+		Held: apiHostlist(held), HeldCount: len(held),
 		Classes: inc.Counts.Map(), FirstSeen: servedTime(inc.FirstSeen), LastSeen: servedTime(inc.LastSeen),
 		Duration: inc.Duration(now).Seconds()}
+	if c, ok := lim.Confirmed[inc.ID]; ok {
+		w.Confirmed = true
+		w.Confirmation = wireConfirmation(c)
+	}
 	if !inc.Open() {
 		w.State = "closed"
 		w.Closed = wireTime(servedTime(inc.Closed))
@@ -52,6 +59,12 @@ func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Inc
 		w.Example = &api.IncidentExample{Node: e.Node, Job: e.Job, PID: e.PID, Comm: e.Comm, Class: e.Class, Wchan: e.Wchan}
 	}
 	return w
+}
+
+// wireConfirmation is what a confirmation covers, as the HTTP API serves
+// it.
+func wireConfirmation(c ConfirmScope) *api.Confirmation {
+	return &api.Confirmation{At: servedTime(c.At), Nodes: apiHostlist(c.Nodes), Count: len(c.Nodes), Until: wireTime(servedTime(c.Until))}
 }
 
 // apiHostlist is names as a hostlist; names that make none (they are all
@@ -71,15 +84,15 @@ func (s *Server) handleConfirmIncident(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusBadRequest, "path %s: incident id %q is not a positive integer", r.URL.EscapedPath(), raw)
 		return
 	}
-	req, ok := s.readAction(w, r)
+	req, ok := readBody(s, w, r, decodeConfirm)
 	if !ok {
 		return
 	}
 	by := fmt.Sprintf("%s (HTTP from %s)", s.svc.Name(), r.RemoteAddr)
-	released, err := s.svc.ConfirmIncident(id, req.Reason, by)
+	scope, err := s.svc.ConfirmIncident(id, req.Reason, by, confirmFor(req))
 	switch {
 	case err == nil:
-		s.writeJSON(w, http.StatusOK, api.IncidentConfirmation{ID: id, Released: released})
+		s.writeJSON(w, http.StatusOK, api.IncidentConfirmation{ID: id, Released: scope.Released, Confirmation: *wireConfirmation(scope)})
 	case errors.Is(err, ErrUnknownIncident):
 		s.writeError(w, http.StatusNotFound, "unknown incident %d (GET /v1/incidents lists them; ids are each aggregator's own)", id)
 	case errors.Is(err, ErrIncidentClosed), errors.Is(err, ErrNotLeader):
@@ -87,4 +100,26 @@ func (s *Server) handleConfirmIncident(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.writeError(w, http.StatusInternalServerError, "%v", err)
 	}
+}
+
+// decodeConfirm reads the body of POST /v1/incidents/{id}/confirm: a
+// reason as for a node's resume, and an optional for, in seconds, 0 to
+// MaxConfirmFor.
+func decodeConfirm(r io.Reader) (IncidentConfirmRequest, error) {
+	var req IncidentConfirmRequest
+	if err := decodeStrict(r, &req, `{"reason": "...", "for": seconds}`, "reason and for"); err != nil {
+		return req, err
+	}
+	if err := validateReason(req.Reason); err != nil {
+		return req, err
+	}
+	if f := req.For; math.IsNaN(f) || f < 0 || f > MaxConfirmFor.Seconds() {
+		return req, fmt.Errorf("for: want 0 (the incident's nodes now only) to %v seconds, got %v", MaxConfirmFor.Seconds(), f)
+	}
+	return req, nil
+}
+
+// confirmFor is req's for as a duration (decodeConfirm bounded it).
+func confirmFor(req IncidentConfirmRequest) time.Duration {
+	return time.Duration(req.For * float64(time.Second))
 }

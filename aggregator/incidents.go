@@ -42,6 +42,7 @@ var (
 	ErrUnknownIncident = errors.New("unknown incident")
 	ErrIncidentClosed  = errors.New("incident closed")
 	ErrNotLeader       = errors.New("this aggregator does not lead the actuators")
+	ErrConfirmFor      = errors.New("a confirmation's time out of bounds")
 )
 
 // incidents is the Service's incident state.
@@ -49,7 +50,7 @@ type incidents struct {
 	cfg incident.Config
 
 	// Owned by the loop goroutine.
-	down        map[string]incident.Node // the nodes served down, as Group sees them
+	down        map[string]incident.Node // the nodes served down (and those of an incident served unreachable), as Group sees them
 	dirty       bool                     // down changed since the last Group
 	prefix      map[string]prefixMemo
 	logs        map[uint64]*logMemo
@@ -120,14 +121,23 @@ func incidentNode(n Node, rule string) incident.Node {
 	return in
 }
 
-// trackDown records a node's new served state for the grouping. It runs
-// on the loop.
+// trackDown records a node's new served state for the grouping. A node
+// of an incident that turns unreachable is passed to Group as such, so
+// that its leaving is not taken for its cause clearing. It runs on the
+// loop.
 func (s *Service) trackDown(n Node, rule string) {
-	if n.State != StateDown {
+	var in incident.Node
+	switch _, member := s.inc.state.Member[n.Name]; {
+	case n.State == StateDown:
+		in = incidentNode(n, rule)
+	case n.State == StateUnreachable && member:
+		in = incident.Node{Name: n.Name, Unreachable: true}
+		delete(s.inc.prefix, n.Name)
+		delete(s.inc.asked, n.Name)
+	default:
 		s.untrackDown(n.Name)
 		return
 	}
-	in := incidentNode(n, rule)
 	if prev, ok := s.inc.down[n.Name]; !ok || prev != in {
 		s.inc.down[n.Name] = in
 		s.inc.dirty = true
@@ -239,24 +249,31 @@ func (s *Service) actInfo(n Node) actInfo {
 	return info
 }
 
-// autoResume asks the agents of the clean nodes of every shared,
-// diagnosed incident to clear their latch, when [incidents] auto_resume is
-// on and this aggregator leads (docs/DESIGN.md §5b). Each node is asked
-// once (again after resumeRetry if it is still down and clean), through
-// Control as an administrator's resume; once up, its on="up" actuators run
-// in batches (actuator_batch.go). One log line per incident and call. It
-// runs on the loop.
+// autoResume asks the agents of the clean nodes of every diagnosed
+// incident to clear their latch, when [incidents] auto_resume is on and
+// this aggregator leads (docs/DESIGN.md §5b), each node once the incident
+// holds the word of auto_resume_min_nodes nodes, the node's own included,
+// that its cause was shared and cleared (incident.State.Resumable): never
+// on one node's word and one other's. Each node is asked once (again after
+// resumeRetry if it is still down and clean), through Control as an
+// administrator's resume; once up, its on="up" actuators run in batches
+// (actuator_batch.go). One log line per incident and call. It runs on the
+// loop.
 func (s *Service) autoResume(now time.Time) {
 	if !s.inc.cfg.AutoResume || !s.leading || s.runCtx == nil {
 		return
 	}
+	need := s.inc.cfg.ResumeMin()
 	for _, id := range slices.Sorted(maps.Keys(s.inc.state.Open)) {
 		inc := s.inc.state.Open[id]
-		if !inc.Cause.Kind.Diagnosed() || !inc.Shared(2) || len(inc.Clean) == 0 {
+		if !inc.Cause.Kind.Diagnosed() || len(inc.Clean) == 0 {
 			continue
 		}
 		var ask []string
 		for _, name := range inc.Clean {
+			if !s.inc.state.Resumable(name, need) {
+				continue
+			}
 			n, ok := s.view[name]
 			if !ok || n.State != StateDown || !n.Latch.Clean || n.Latch.AdminDrain {
 				continue
@@ -309,30 +326,54 @@ func (s *Service) Incidents() ([]incident.Incident, limitStatus) {
 	return out, s.act.limitStatus()
 }
 
-// ConfirmIncident records an administrator's confirmation of incident id:
-// its drains held by the blast-radius limit run now, and so do those of
-// the nodes that join it while it is open. It returns how many held
-// drains it let through. Errors: ErrUnknownIncident, ErrIncidentClosed,
-// ErrNotLeader (the leader holds the drains: confirm there; incident ids
-// are each aggregator's own). Safe for concurrent use.
-func (s *Service) ConfirmIncident(id uint64, reason, by string) (int, error) {
+// MaxConfirmFor bounds the time a confirmation covers every drain of its
+// incident (ConfirmIncident's d; POST /v1/incidents/{id}/confirm's for; the
+// CLI's --for): a day covers a storm through a night, and no confirmation
+// leaves the limit open for longer.
+const MaxConfirmFor = 24 * time.Hour
+
+// ConfirmIncident records an administrator's confirmation of incident id
+// (docs/DESIGN.md §5b). It covers what the administrator saw: the drains
+// of the incident's nodes now, held by the blast-radius limit or not yet
+// run, run past it (and take no slot); and, when d is not 0, the drains of
+// every node of the incident for d more. It never covers every node that
+// joins later: their drains take slots of the limit like any other, and
+// past it are held until the incident is confirmed again. It returns how
+// many held drains it let through and what the confirmation covers.
+// Errors: ErrUnknownIncident, ErrIncidentClosed, ErrNotLeader (the leader
+// holds the drains: confirm there; incident ids are each aggregator's
+// own), ErrConfirmFor (d is negative or past MaxConfirmFor). Safe for
+// concurrent use.
+func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration) (ConfirmScope, error) {
+	if d < 0 || d > MaxConfirmFor {
+		return ConfirmScope{}, fmt.Errorf("%w: want 0 (none) to %v, got %v", ErrConfirmFor, MaxConfirmFor, d)
+	}
 	s.inc.mu.RLock()
 	inc, ok := s.inc.state.Find(id)
 	s.inc.mu.RUnlock()
 	switch {
 	case !ok:
-		return 0, fmt.Errorf("%w: %d", ErrUnknownIncident, id)
+		return ConfirmScope{}, fmt.Errorf("%w: %d", ErrUnknownIncident, id)
 	case !inc.Open():
-		return 0, fmt.Errorf("%w: incident %d closed at %s", ErrIncidentClosed, id, formatTime(inc.Closed))
+		return ConfirmScope{}, fmt.Errorf("%w: incident %d closed at %s", ErrIncidentClosed, id, formatTime(inc.Closed))
 	}
 	if len(s.act.down) > 0 && !s.act.stillLeading() {
 		_, leader := s.Aggregators()
-		return 0, fmt.Errorf("%w: confirm on the leader, %s (its incident ids are its own: see its GET /v1/incidents)", ErrNotLeader, leader)
+		return ConfirmScope{}, fmt.Errorf("%w: confirm on the leader, %s (its incident ids are its own: see its GET /v1/incidents)", ErrNotLeader, leader)
 	}
-	released := s.act.confirm(id)
-	s.log.Warn("incident confirmed by an administrator: its drains run past the blast-radius limit", "incident", id,
-		"cause", inc.Cause.String(), "released", released, "by", by, "reason", logText(reason))
-	return released, nil
+	var until time.Time
+	if d > 0 {
+		until = s.clock.Now().Add(d)
+	}
+	scope := s.act.confirm(id, inc.Nodes, until)
+	later := "limited: held past the limit"
+	if !scope.Until.IsZero() {
+		later = "covered until " + formatTime(scope.Until)
+	}
+	s.log.Warn("incident confirmed by an administrator: the drains it covers run past the blast-radius limit", "incident", id,
+		"cause", inc.Cause.String(), "released", scope.Released, "covers", logHostlist(scope.Nodes), "nodes_joining_later", later,
+		"by", by, "reason", logText(reason))
+	return scope, nil
 }
 
 // incidentReadiness adds the held drains and the nodes whose clock is off

@@ -111,6 +111,36 @@ func (f *incFixture) incident(mnt string) incident.Incident {
 
 func count(s, sub string) int { return strings.Count(s, sub) }
 
+// answerResumes makes the fake mesh answer every resume Control like an
+// agent (an ack, then an up state) and returns what lists the nodes asked
+// so far, in the order asked.
+func (f *incFixture) answerResumes() (resumed func() []string) {
+	// An incident's resumes are sent concurrently: the callback locks
+	// what it records.
+	var mu sync.Mutex
+	var resumes []string
+	seqs := map[string]uint64{}
+	f.mesh.OnSend(func(node string, env *gwpb.Envelope) error {
+		c := env.GetControl()
+		if c.GetAction() != gwpb.Action_ACTION_RESUME {
+			return nil
+		}
+		mu.Lock()
+		resumes = append(resumes, node)
+		seqs[node]++
+		up := upMeta(1, 10+seqs[node])
+		mu.Unlock()
+		f.mesh.Deliver(node, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: c.GetId(), Ok: true, Meta: up}}})
+		f.mesh.Deliver(node, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{Meta: up}}})
+		return nil
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(resumes)
+	}
+}
+
 // flushBatch waits for the batched on="up" actuator to gather n nodes,
 // lets BatchDelay pass and waits for the run.
 func (f *incFixture) flushBatch(n int) {
@@ -223,7 +253,7 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	}
 	f.update("n21", &gwpb.StateUpdate{Meta: upMeta(1, 3)})
 	f.update("n22", &gwpb.StateUpdate{Meta: upMeta(1, 3)})
-	if _, err := f.svc.ConfirmIncident(b.ID, "x", "test"); !errors.Is(err, ErrIncidentClosed) {
+	if _, err := f.svc.ConfirmIncident(b.ID, "x", "test", 0); !errors.Is(err, ErrIncidentClosed) {
 		t.Errorf("confirm of a closed incident: %v", err)
 	}
 	if r := call(t, "POST", url+fmt.Sprintf("/v1/incidents/%d/confirm", b.ID), testToken, `{"reason":"x"}`); r.status != 409 {
@@ -240,30 +270,7 @@ func TestIncidentsRecovery(t *testing.T) {
 	for _, auto := range []bool{true, false} {
 		t.Run(fmt.Sprintf("auto_resume=%v", auto), func(t *testing.T) {
 			f := newIncFixture(t, 10, incident.Config{AutoResume: auto})
-			// An incident's resumes are sent concurrently: the callback
-			// locks what it records.
-			var mu sync.Mutex
-			var resumes []string
-			seqs := map[string]uint64{}
-			resumed := func() []string {
-				mu.Lock()
-				defer mu.Unlock()
-				return slices.Clone(resumes)
-			}
-			f.mesh.OnSend(func(node string, env *gwpb.Envelope) error {
-				c := env.GetControl()
-				if c.GetAction() != gwpb.Action_ACTION_RESUME {
-					return nil
-				}
-				mu.Lock()
-				resumes = append(resumes, node)
-				seqs[node]++
-				up := upMeta(1, 10+seqs[node])
-				mu.Unlock()
-				f.mesh.Deliver(node, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: c.GetId(), Ok: true, Meta: up}}})
-				f.mesh.Deliver(node, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{Meta: up}}})
-				return nil
-			})
+			resumed := f.answerResumes()
 			for i := 1; i <= 4; i++ {
 				f.update(fmt.Sprintf("n%d", i), hung(2, "/mnt/a", false))
 			}

@@ -132,11 +132,13 @@ func (c *Client) Incidents(ctx context.Context) (IncidentList, error) {
 	return il, err
 }
 
-// ConfirmIncident lets the drains of incident id that the blast-radius
-// limit holds through (POST /v1/incidents/{id}/confirm, admin token).
-func (c *Client) ConfirmIncident(ctx context.Context, id uint64, reason string) (IncidentConfirmation, error) {
+// ConfirmIncident lets the drains of incident id's nodes now through the
+// blast-radius limit and, if d is not 0, those of every node of the
+// incident for d (POST /v1/incidents/{id}/confirm, admin token).
+func (c *Client) ConfirmIncident(ctx context.Context, id uint64, reason string, d time.Duration) (IncidentConfirmation, error) {
 	var ic IncidentConfirmation
-	err := c.call(ctx, "POST", "/v1/incidents/"+strconv.FormatUint(id, 10)+"/confirm", nil, ActionRequest{Reason: reason}, &ic)
+	err := c.call(ctx, "POST", "/v1/incidents/"+strconv.FormatUint(id, 10)+"/confirm", nil,
+		IncidentConfirmRequest{Reason: reason, For: d.Seconds()}, &ic)
 	return ic, err
 }
 

@@ -285,10 +285,12 @@ type Incident struct {
 	Clean      string `json:"clean"`
 	CleanCount int    `json:"clean_count"`
 	// Held is the nodes whose drain the blast-radius limit holds, as a
-	// hostlist; Confirmed says an administrator let them through.
-	Held      string `json:"held"`
-	HeldCount int    `json:"held_count"`
-	Confirmed bool   `json:"confirmed"`
+	// hostlist; Confirmed says an administrator confirmed the incident,
+	// and Confirmation what that covers (absent: not confirmed).
+	Held         string        `json:"held"`
+	HeldCount    int           `json:"held_count"`
+	Confirmed    bool          `json:"confirmed"`
+	Confirmation *Confirmation `json:"confirmation,omitempty"`
 	// Classes counts its nodes' processes by class.
 	Classes map[string]int   `json:"classes"`
 	Example *IncidentExample `json:"example,omitempty"`
@@ -325,10 +327,40 @@ type DrainLimit struct {
 	Held int `json:"held"`
 }
 
+// Confirmation is what an administrator's confirmation of an incident
+// covers (docs/DESIGN.md §5b): what the administrator saw, never every
+// node that joins the incident later.
+type Confirmation struct {
+	// At is when the incident was last confirmed.
+	At time.Time `json:"at"`
+	// Nodes is the nodes whose drains it lets past the blast-radius limit
+	// (those of the incident when it was confirmed that have not come back
+	// since, and those it let through before Until), as a hostlist; Count
+	// how many. The drains of the other nodes of the incident take slots
+	// of the limit like any other, and are held past it.
+	Nodes string `json:"nodes"`
+	Count int    `json:"count"`
+	// Until, if present, is when it stops covering the drain of every
+	// node of the incident as well (the confirmation's "for").
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// IncidentConfirmRequest is the body of POST /v1/incidents/{id}/confirm.
+type IncidentConfirmRequest struct {
+	// Reason says why (required, at most MaxReasonBytes of printable
+	// UTF-8); it is logged.
+	Reason string `json:"reason"`
+	// For, in seconds, makes the confirmation cover for that long the
+	// drains of every node of the incident, those that join it included;
+	// 0 or absent: the incident's nodes now only. At most 86400.
+	For float64 `json:"for,omitempty"`
+}
+
 // IncidentConfirmation is the answer of POST /v1/incidents/{id}/confirm.
 type IncidentConfirmation struct {
 	ID uint64 `json:"id"`
-	// Released is how many held drains it let through now; the drains of
-	// the nodes that join the incident later run as well.
+	// Released is how many held drains it let through now.
 	Released int `json:"released"`
+	// Confirmation is what the incident's confirmation covers now.
+	Confirmation
 }

@@ -56,13 +56,34 @@ func writeIncidents(w io.Writer, il api.IncidentList) {
 			held, inc.FirstSeen.UTC().Format(time.RFC3339), (time.Duration(inc.Duration) * time.Second).String())
 	}
 	tw.Flush()
+	for _, inc := range il.Incidents {
+		if c := inc.Confirmation; c != nil {
+			fmt.Fprintf(w, "incident %d confirmed at %s: %s\n", inc.ID, c.At.UTC().Format(time.RFC3339), coverage(*c))
+		}
+	}
 }
 
-// runIncident ("incident confirm ID") lets an incident's held drains
-// through.
+// coverage says what a confirmation covers, in words.
+func coverage(c api.Confirmation) string {
+	nodes := "no node's drain"
+	switch {
+	case c.Count == 1:
+		nodes = "the drain of " + c.Nodes
+	case c.Count > 1:
+		nodes = fmt.Sprintf("the drains of %s (%d nodes)", c.Nodes, c.Count)
+	}
+	if c.Until != nil {
+		return fmt.Sprintf("covers %s, and every drain of the incident until %s", nodes, c.Until.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("covers %s; nodes that join later are held past the limit", nodes)
+}
+
+// runIncident ("incident confirm ID") lets the held drains of an
+// incident's nodes through.
 func runIncident(c *cli, name string, args []string) int {
 	f := c.newFlags(name)
 	reason := f.String("reason", "", "why (required, logged)")
+	forD := f.Duration("for", 0, "for this `duration` as well, let through the drains of every node of the incident, those that join it included (at most 24h; default: none, only the incident's nodes now)")
 	asJSON := f.Bool("json", false, "print the answer as JSON")
 	f.Required = []string{"reason"}
 	if code, ok := f.ParseN(args, 2, "confirm ID"); !ok {
@@ -78,10 +99,12 @@ func runIncident(c *cli, name string, args []string) int {
 	if len(*reason) > aggregator.MaxReasonBytes || strings.TrimSpace(*reason) == "" {
 		return f.UsageErrorf("--reason: want 1 to %d bytes", aggregator.MaxReasonBytes)
 	}
+	if *forD < 0 || *forD > aggregator.MaxConfirmFor {
+		return f.UsageErrorf("--for: want 0 (none) to %v, got %v", aggregator.MaxConfirmFor, *forD)
+	}
 	return call(c, f, true, *asJSON, func(ctx context.Context, cl *api.Client) (api.IncidentConfirmation, error) {
-		return cl.ConfirmIncident(ctx, id, *reason)
+		return cl.ConfirmIncident(ctx, id, *reason, *forD)
 	}, func(w io.Writer, ic api.IncidentConfirmation) {
-		fmt.Fprintf(w, "incident %d confirmed: %d held drains let through; its nodes' drains run past the limit while it is open\n",
-			ic.ID, ic.Released)
+		fmt.Fprintf(w, "incident %d confirmed: %d held drains let through; it %s\n", ic.ID, ic.Released, coverage(ic.Confirmation))
 	})
 }

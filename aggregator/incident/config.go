@@ -42,12 +42,19 @@ type Config struct {
 	// or absent means DefaultWindow.
 	Window config.Duration `toml:"window"`
 	// AutoResume resumes the nodes of a shared, diagnosed incident (a file
-	// system or a wait channel that hung at least two nodes) by
-	// themselves, each once its agent has verified it clean (every
-	// process of its violations gone), whatever the agent's own
+	// system or a wait channel) by themselves, each once its agent has
+	// verified it clean (every process of its violations gone) and at
+	// least AutoResumeMinNodes-1 other nodes that hung on the cause with
+	// it have cleared too (State.Resumable), whatever the agent's own
 	// auto_resume: a shared external cause is not the node's fault. Off
 	// by default, as the agent's auto_resume is "never": a site opts in.
 	AutoResume bool `toml:"auto_resume"`
+	// AutoResumeMinNodes is the number of nodes, the one resumed
+	// included, whose word the auto-resume needs: 0 or absent means
+	// MinResumeNodes (3), which is also the least, since one compromised
+	// node must never be enough with the node resumed; a site that fears
+	// k compromised nodes sets k+2. At most MaxGone.
+	AutoResumeMinNodes int `toml:"auto_resume_min_nodes"`
 	// LimitNodes and LimitFraction are the blast-radius limit: at most
 	// max(LimitNodes, ⌊LimitFraction × known nodes⌋), and at least one,
 	// nodes drained by the on="down" actuators within LimitWindow without
@@ -60,10 +67,11 @@ type Config struct {
 // DefaultConfig returns the defaults of Config.
 func DefaultConfig() Config {
 	return Config{
-		Window:        config.Dur(DefaultWindow),
-		LimitNodes:    DefaultLimitNodes,
-		LimitFraction: DefaultLimitFraction,
-		LimitWindow:   config.Dur(DefaultLimitWindow),
+		Window:             config.Dur(DefaultWindow),
+		AutoResumeMinNodes: MinResumeNodes,
+		LimitNodes:         DefaultLimitNodes,
+		LimitFraction:      DefaultLimitFraction,
+		LimitWindow:        config.Dur(DefaultLimitWindow),
 	}
 }
 
@@ -81,6 +89,13 @@ func (c *Config) Validate(prefix string) error {
 	case d < 0 || d > 24*time.Hour:
 		bad("window", "want 0 (the default, %v) to 24h, got %v", DefaultWindow, d)
 	}
+	switch n := c.AutoResumeMinNodes; {
+	case n == 0:
+		c.AutoResumeMinNodes = MinResumeNodes
+	case n < MinResumeNodes || n > MaxGone:
+		bad("auto_resume_min_nodes", "want 0 (the default, %d) or %d to %d (one compromised node and the node resumed are never enough), got %d",
+			MinResumeNodes, MinResumeNodes, MaxGone, n)
+	}
 	if c.LimitNodes < 0 || c.LimitNodes > 1_000_000 {
 		bad("drain_limit_nodes", "want 0 to 1000000, got %d", c.LimitNodes)
 	}
@@ -95,6 +110,10 @@ func (c *Config) Validate(prefix string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// ResumeMin is AutoResumeMinNodes, at least MinResumeNodes and at most
+// MaxGone whatever was set.
+func (c Config) ResumeMin() int { return min(max(c.AutoResumeMinNodes, MinResumeNodes), MaxGone) }
 
 // window is Window or its default.
 func (c Config) window() time.Duration {

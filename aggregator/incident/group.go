@@ -13,9 +13,14 @@ type State struct {
 	// NextID is the id of the last incident opened.
 	NextID uint64
 	// Open are the open incidents by id; Member the open incident of each
-	// node in one.
+	// node in one, and Since the Round it joined it in.
 	Open   map[uint64]Incident
 	Member map[string]uint64
+	Since  map[string]uint64
+	// Round counts the calls of Group: it orders joins and departures
+	// (Since, Departure.Round) where times cannot, several calls being
+	// made at the same time.
+	Round uint64
 	// Closed are the last MaxClosed closed incidents, oldest first.
 	Closed []Incident
 }
@@ -59,19 +64,44 @@ type Change struct {
 //     last MaxClosed closed ones are kept.
 //  5. Ids count up from prev.NextID + 1 and are never reused; nodes join in
 //     the order of their names, so ids do not depend on the order of down.
+//  6. A node that leaves a diagnosed incident because its cause cleared
+//     (it is not passed, or passed without a cause, or down for another
+//     diagnosed cause) is one of the incident's Gone; one that leaves
+//     because it is Unreachable, or down by the view's rule without a
+//     diagnosis (no report, unreachable), is not: its cause may still
+//     hold it.
 func Group(prev State, down []Node, now time.Time, cfg Config) (State, []Change) {
-	next := State{NextID: prev.NextID, Open: maps.Clone(prev.Open), Member: maps.Clone(prev.Member), Closed: prev.Closed}
+	next := State{NextID: prev.NextID, Open: maps.Clone(prev.Open), Member: maps.Clone(prev.Member),
+		Since: prev.Since, Round: prev.Round + 1, Closed: prev.Closed}
 	if next.Open == nil {
 		next.Open = map[uint64]Incident{}
 	}
 	if next.Member == nil {
 		next.Member = map[string]uint64{}
 	}
+	// Since is copied on its first change only: most calls move no node.
+	sinceCopied := false
+	since := func() map[string]uint64 {
+		if !sinceCopied {
+			next.Since, sinceCopied = maps.Clone(prev.Since), true
+			if next.Since == nil {
+				next.Since = map[string]uint64{}
+			}
+		}
+		return next.Since
+	}
 	byName := make(map[string]*Node, len(down))
+	unknown := map[string]bool{}
 	names := make([]string, 0, len(down))
 	for i := range down {
 		n := &down[i]
-		if n.Cause.Kind == "" || byName[n.Name] != nil {
+		if n.Cause.Kind == "" {
+			if n.Unreachable {
+				unknown[n.Name] = true
+			}
+			continue
+		}
+		if byName[n.Name] != nil {
 			continue
 		}
 		byName[n.Name] = n
@@ -81,9 +111,10 @@ func Group(prev State, down []Node, now time.Time, cfg Config) (State, []Change)
 
 	joined := map[uint64][]string{}
 	left := map[uint64][]string{}
+	gone := map[uint64][]string{}
 	opened := map[uint64]bool{}
 
-	// Rules 1 and 2: who leaves.
+	// Rules 1, 2 and 6: who leaves, and whose cause cleared.
 	members := slices.Sorted(maps.Keys(next.Member))
 	for _, name := range members {
 		id := next.Member[name]
@@ -93,7 +124,11 @@ func Group(prev State, down []Node, now time.Time, cfg Config) (State, []Change)
 			continue
 		}
 		delete(next.Member, name)
+		delete(since(), name)
 		left[id] = append(left[id], name)
+		if inc.Cause.Kind.Diagnosed() && (n == nil && !unknown[name] || n != nil && n.Cause.Kind.Diagnosed()) {
+			gone[id] = append(gone[id], name)
+		}
 	}
 
 	// Rule 3: who joins where.
@@ -128,6 +163,7 @@ func Group(prev State, down []Node, now time.Time, cfg Config) (State, []Change)
 			}
 		}
 		next.Member[name] = id
+		since()[name] = next.Round
 		joined[id] = append(joined[id], name)
 	}
 
@@ -171,10 +207,14 @@ func Group(prev State, down []Node, now time.Time, cfg Config) (State, []Change)
 		if len(joined[id]) > 0 || len(left[id]) > 0 {
 			inc.LastSeen = now
 		}
+		if len(joined[id]) > 0 || len(gone[id]) > 0 {
+			inc.Gone = departures(inc.Gone, joined[id], gone[id], next.Round)
+		}
 		ch := Change{Joined: joined[id], Left: left[id]}
 		switch {
 		case len(inc.Nodes) == 0:
 			inc.Closed = now
+			inc.Gone = nil
 			delete(next.Open, id)
 			next.Closed = append(slices.Clone(next.Closed), inc)
 			if over := len(next.Closed) - MaxClosed; over > 0 {
@@ -195,6 +235,70 @@ func Group(prev State, down []Node, now time.Time, cfg Config) (State, []Change)
 		}
 	}
 	return next, changes
+}
+
+// departures returns prev (not modified) without the nodes that joined
+// again, with the nodes gone in round appended, and cut to the latest
+// MaxGone.
+func departures(prev []Departure, joined, gone []string, round uint64) []Departure {
+	out := make([]Departure, 0, len(prev)+len(gone))
+	for _, d := range prev {
+		if _, again := slices.BinarySearch(joined, d.Node); !again {
+			out = append(out, d)
+		}
+	}
+	for _, name := range gone {
+		out = append(out, Departure{Node: name, Round: round})
+	}
+	if over := len(out) - MaxGone; over > 0 {
+		out = slices.Clone(out[over:])
+	}
+	return out
+}
+
+// Resumable reports whether node, a member of an open incident that its
+// agent verified clean, may be resumed on the incident's evidence that its
+// cause was shared, external and has cleared (docs/DESIGN.md §5b): the
+// incident is of a diagnosed cause (a file system or a wait channel), and
+// at least min-1 other nodes (min is raised to MinResumeNodes) shared that
+// cause with node and cleared since: members verified clean now, or
+// departures (Incident.Gone) after node joined.
+//
+// Every node counted is a distinct node name, and each node speaks only
+// for itself, so one compromised node adds at most one to the count
+// however it flips: with min at 3, a node is never resumed on its own
+// word and one other node's; at least one more, honest node must have hung
+// on the same cause with it and cleared. The measure is of the nodes that
+// were down for the cause while node was (it was a member all along
+// since), not the incident's Peak nor the distinct nodes it ever held:
+// a file-system incident stays open as long as any one node, a liar's
+// included, stays down for it, so its Peak (and its past members) may
+// vouch for a storm long over, not for node. The nodes cleared are
+// counted rather than the nodes hung, so that one node clearing itself
+// never passes for the cause clearing while the others still hang. The
+// memory it needs is bounded: a Round per member, and at most MaxGone
+// departures per incident, the latest (more than min-1 is never needed,
+// min being at most MaxGone).
+func (s State) Resumable(node string, min int) bool {
+	id, ok := s.Member[node]
+	if !ok {
+		return false
+	}
+	inc := s.Open[id]
+	if !inc.Cause.Kind.Diagnosed() {
+		return false
+	}
+	if _, clean := slices.BinarySearch(inc.Clean, node); !clean {
+		return false
+	}
+	since := s.Since[node]
+	cleared := len(inc.Clean) - 1
+	for _, d := range inc.Gone {
+		if d.Round > since {
+			cleared++
+		}
+	}
+	return cleared >= max(min, MinResumeNodes)-1
 }
 
 // stays reports whether node n, a member of inc, stays in it (rule 2).

@@ -2,6 +2,7 @@ package incident
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -78,7 +79,7 @@ func TestGroupTwoMounts(t *testing.T) {
 	if e := incs[0].Example; e.Node != "n1" || e.PID != 101 {
 		t.Errorf("example %+v, want n1's process", e)
 	}
-	if incs[0].Peak != 20 || !incs[0].Shared(2) {
+	if incs[0].Peak != 20 {
 		t.Errorf("peak %d", incs[0].Peak)
 	}
 	// The same input again changes nothing.
@@ -264,9 +265,196 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate("incidents"); err != nil {
 		t.Fatal(err)
 	}
+	if c.ResumeMin() != 3 {
+		t.Errorf("default auto_resume_min_nodes %d, want 3", c.ResumeMin())
+	}
 	c.LimitFraction, c.LimitNodes = 1.5, -1
 	err := c.Validate("incidents")
 	if err == nil || !strings.Contains(err.Error(), `"incidents.drain_limit_fraction"`) || !strings.Contains(err.Error(), `"incidents.drain_limit_nodes"`) {
 		t.Errorf("err = %v", err)
+	}
+	// auto_resume_min_nodes: never below what one liar and the node
+	// resumed make, never past what Gone keeps.
+	for n, ok := range map[int]bool{0: true, 1: false, 2: false, 3: true, 5: true, MaxGone: true, MaxGone + 1: false, -1: false} {
+		c := DefaultConfig()
+		c.AutoResumeMinNodes = n
+		err := c.Validate("incidents")
+		if (err == nil) != ok || (!ok && !strings.Contains(err.Error(), `"incidents.auto_resume_min_nodes"`)) {
+			t.Errorf("auto_resume_min_nodes %d: %v", n, err)
+		}
+		if ok && c.ResumeMin() != max(n, 3) {
+			t.Errorf("auto_resume_min_nodes %d: ResumeMin %d", n, c.ResumeMin())
+		}
+	}
+	if (Config{AutoResumeMinNodes: 2}).ResumeMin() != 3 || (Config{AutoResumeMinNodes: 1000}).ResumeMin() != MaxGone {
+		t.Error("ResumeMin does not bound an unvalidated value")
+	}
+}
+
+// clean returns ns with every node verified clean.
+func clean(ns []Node) []Node {
+	out := slices.Clone(ns)
+	for i := range out {
+		out[i].Clean = true
+	}
+	return out
+}
+
+// resumable lists the nodes of s that Resumable lets resume with min.
+func resumable(s State, min int) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(s.Member)) {
+		if s.Resumable(name, min) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Issue 26, item A, in the pure part: one node's word (the liar, "x1",
+// down for any cause it likes, clean or not, flipping at will) never makes
+// another node resumable; three honest nodes are; and the nodes counted
+// are those that hung with the node and cleared since.
+func TestResumableNeedsTwoOtherNodes(t *testing.T) {
+	w := wchan("request_wait_answer")
+	victim := clean(nodes("n", 1, 1, w))
+	liar := nodes("x", 1, 1, w)
+	step := func(s State, down ...[]Node) State {
+		s, _ = Group(s, slices.Concat(down...), t0, Config{})
+		return s
+	}
+
+	t.Run("the victim and one liar", func(t *testing.T) {
+		s := step(State{}, victim)
+		if got := resumable(s, 0); got != nil {
+			t.Fatalf("alone: %v resumable", got)
+		}
+		for i, down := range [][][]Node{
+			{victim, liar},        // the liar joins
+			{victim, clean(liar)}, // says it is clean
+			{victim},              // comes back
+			{victim, clean(liar)}, // down and clean again
+			{victim},              // back again
+		} {
+			s = step(s, down...)
+			if got := resumable(s, 0); got != nil {
+				t.Fatalf("step %d: %v resumable, want none", i, got)
+			}
+		}
+		if inc := s.Open[s.Member["n1"]]; len(inc.Gone) != 1 || inc.Gone[0].Node != "x1" {
+			t.Errorf("gone %+v, want the liar once however often it left", inc.Gone)
+		}
+	})
+
+	t.Run("three honest nodes", func(t *testing.T) {
+		s := step(State{}, nodes("n", 1, 3, w))
+		s = step(s, clean(nodes("n", 1, 2, w)), nodes("n", 3, 3, w))
+		if got := resumable(s, 0); got != nil {
+			t.Fatalf("two of three clean: %v resumable, want none (each has one other)", got)
+		}
+		s = step(s, clean(nodes("n", 1, 3, w)))
+		if got := resumable(s, 0); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
+			t.Fatalf("three clean: %v resumable, want n[1-3]", got)
+		}
+		// n1 and n2 are resumed (they leave: gone); n3 still is.
+		s = step(s, clean(nodes("n", 3, 3, w)))
+		if got := resumable(s, 0); !slices.Equal(got, []string{"n3"}) {
+			t.Fatalf("the last one: %v resumable, want n3", got)
+		}
+		if got := resumable(s, 4); got != nil {
+			t.Errorf("min 4: %v resumable", got)
+		}
+		if got := resumable(s, 1); !slices.Equal(got, []string{"n3"}) {
+			t.Errorf("min 1 (raised to 3): %v", got)
+		}
+	})
+
+	t.Run("the cause still hangs the others", func(t *testing.T) {
+		a := fs("/mnt/a")
+		honest := nodes("n", 1, 3, a)
+		liarA := nodes("x", 1, 1, a)
+		s := step(State{}, honest, liarA)
+		s = step(s, clean(honest[:1]), honest[1:], clean(liarA))
+		if got := resumable(s, 0); got != nil {
+			t.Fatalf("n1 and the liar clean, n2 and n3 hung: %v resumable", got)
+		}
+		s = step(s, clean(honest[:1]), honest[1:]) // the liar comes back
+		if got := resumable(s, 0); got != nil {
+			t.Fatalf("n1 clean, the liar back, n2 and n3 hung: %v resumable", got)
+		}
+		s = step(s, clean(honest[:2]), honest[2:])
+		if got := resumable(s, 0); !slices.Equal(got, []string{"n1", "n2"}) {
+			t.Fatalf("n1 and n2 clean, the liar back: %v resumable, want n1 and n2", got)
+		}
+	})
+
+	t.Run("a storm long over vouches for no later node", func(t *testing.T) {
+		// Five nodes hung on /mnt/a and came back; the liar stayed down
+		// for it all along, so the incident stayed open with its peak.
+		a := fs("/mnt/a")
+		liarA := nodes("x", 1, 1, a)
+		s := step(State{}, nodes("n", 2, 6, a), liarA)
+		s = step(s, clean(nodes("n", 2, 6, a)), clean(liarA))
+		s = step(s, clean(liarA))
+		// n1 hangs on /mnt/a alone, later, and is clean.
+		s = step(s, clean(liarA), clean(nodes("n", 1, 1, a)))
+		inc := s.Open[s.Member["n1"]]
+		if inc.Peak != 6 || len(inc.Gone) != 5 {
+			t.Fatalf("incident %+v, want peak 6 and 5 gone", inc)
+		}
+		if s.Resumable("n1", 0) {
+			t.Fatal("n1 resumable on the storm before it")
+		}
+		// n7 hangs with it and clears: now one honest node besides the liar.
+		s = step(s, clean(liarA), clean(nodes("n", 1, 1, a)), nodes("n", 7, 7, a))
+		s = step(s, clean(liarA), clean(nodes("n", 1, 1, a)))
+		if !s.Resumable("n1", 0) {
+			t.Error("n1 not resumable once n7 hung with it and cleared")
+		}
+	})
+
+	t.Run("a node whose state is unknown has not cleared", func(t *testing.T) {
+		s := step(State{}, nodes("n", 1, 3, w))
+		s = step(s, clean(nodes("n", 1, 1, w)), []Node{{Name: "n2", Unreachable: true}}, clean(nodes("n", 3, 3, w)))
+		if inc := s.Open[s.Member["n1"]]; len(inc.Gone) != 0 || s.Resumable("n1", 0) {
+			t.Fatalf("n2 unreachable counted as cleared: gone %+v", inc.Gone)
+		}
+		// Down for another diagnosed cause: its cause here cleared. Down
+		// without a diagnosis: it stays (rule 2), not cleared.
+		s = step(State{}, nodes("n", 1, 4, w))
+		moved := nodes("n", 2, 2, fs("/mnt/b"))
+		undiagnosed := []Node{{Name: "n3", Cause: Cause{Kind: KindUndiagnosed}}}
+		s = step(s, clean(nodes("n", 1, 1, w)), moved, undiagnosed, nodes("n", 4, 4, w))
+		inc := s.Open[s.Member["n1"]]
+		if len(inc.Gone) != 1 || inc.Gone[0].Node != "n2" || !slices.Contains(inc.Nodes, "n3") {
+			t.Errorf("gone %+v, nodes %v: want n2 gone, n3 still in", inc.Gone, inc.Nodes)
+		}
+	})
+}
+
+// Gone keeps the latest MaxGone departures, never a member, and a
+// windowless incident's departures are kept only while it is open.
+func TestGoneBounded(t *testing.T) {
+	a := fs("/mnt/a")
+	all := nodes("n", 1, MaxGone+20, a)
+	s, _ := Group(State{}, all, t0, Config{})
+	for i := 1; i < len(all); i++ {
+		s, _ = Group(s, all[i:], t0, Config{}) // one node back at a time
+	}
+	inc := s.Open[s.Member[all[len(all)-1].Name]]
+	if len(inc.Gone) != MaxGone || inc.Gone[0].Node != all[len(all)-1-MaxGone].Name || inc.Gone[MaxGone-1].Node != all[len(all)-2].Name {
+		t.Fatalf("gone: %d, from %v to %v; want the latest %d", len(inc.Gone), inc.Gone[0], inc.Gone[len(inc.Gone)-1], MaxGone)
+	}
+	// Some come back down: they leave Gone.
+	s, _ = Group(s, slices.Concat(all[len(all)-3:], all[30:32]), t0, Config{})
+	inc = s.Open[s.Member[all[len(all)-1].Name]]
+	for _, d := range inc.Gone {
+		if slices.Contains(inc.Nodes, d.Node) {
+			t.Errorf("%s is gone and a member", d.Node)
+		}
+	}
+	s, _ = Group(s, nil, t0, Config{})
+	if len(s.Closed) != 1 || s.Closed[0].Gone != nil || len(s.Since) != 0 {
+		t.Errorf("closed %+v, since %v: want no departures and no member kept", s.Closed, s.Since)
 	}
 }

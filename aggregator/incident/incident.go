@@ -14,8 +14,12 @@
 // StateUpdate.cause, checked at the aggregator's intake; or the rule of the
 // view that served the node down), never from a free-text reason, and a node
 // speaks only for itself: it joins at most one incident, its own, so no node
-// can put another into an incident. The number of open incidents is bounded
-// by MaxOpen; past it the newcomers share one overflow incident.
+// can put another into an incident. What moves other nodes because several
+// share a cause needs several nodes' word: State.Resumable, the auto-resume's
+// evidence, counts distinct nodes that hung with the node resumed and
+// cleared, at least MinResumeNodes-1 of them, which one compromised node
+// cannot make up. The number of open incidents is bounded by MaxOpen; past it
+// the newcomers share one overflow incident.
 package incident
 
 import (
@@ -176,6 +180,12 @@ type Node struct {
 	// Clean: the agent verified that every process of its violations is
 	// gone (StateUpdate.clean).
 	Clean bool
+	// Unreachable: the node is not down but its state is not known (its
+	// agent is unreachable, unreachable_is_down off). It is in no
+	// incident, like a node that is not passed at all, but its leaving an
+	// incident says nothing of its cause: it is no evidence that the cause
+	// cleared (see State.Resumable).
+	Unreachable bool
 }
 
 // Incident is one group of DOWN nodes that share a cause. Times are the
@@ -200,6 +210,20 @@ type Incident struct {
 	// Counts are its nodes' processes by class.
 	Counts  Counts
 	Example Example
+	// Gone are the nodes that left it because their cause cleared (they
+	// came back or an administrator forgot them, or they went down for
+	// another diagnosed cause; not those whose state is no longer known),
+	// with the Group round they left in: the latest MaxGone, oldest first. A node that joins again is
+	// taken out, so that none is in Gone and Nodes at once. Empty once
+	// closed.
+	Gone []Departure
+}
+
+// Departure is a node that left an incident because its cause cleared.
+type Departure struct {
+	Node string
+	// Round is State.Round of the Group call it left in.
+	Round uint64
 }
 
 // Open reports whether i has nodes.
@@ -212,10 +236,6 @@ func (i *Incident) Duration(now time.Time) time.Duration {
 	}
 	return now.Sub(i.FirstSeen)
 }
-
-// Shared reports whether i's cause hung more than one node: only then is
-// it an external cause rather than the node's own.
-func (i *Incident) Shared(min int) bool { return i.Peak >= max(min, 2) }
 
 // Bounds and defaults.
 const (
@@ -235,4 +255,14 @@ const (
 	// nodes: a storm that lasts a few minutes is one incident; the same
 	// wait channel an hour later is another.
 	DefaultWindow = 10 * time.Minute
+	// MinResumeNodes is the least, and the default, auto_resume_min_nodes:
+	// a node is resumed on an incident's evidence only if at least
+	// MinResumeNodes-1 other nodes shared its cause with it and cleared
+	// (State.Resumable). 3, because one compromised node speaks for one
+	// node: with the node resumed and the liar, a third, honest node must
+	// have hung on the cause and cleared, which one liar cannot forge.
+	MinResumeNodes = 3
+	// MaxGone bounds Incident.Gone, and so auto_resume_min_nodes (at most
+	// MaxGone): the evidence never needs more departures than that.
+	MaxGone = 64
 )
