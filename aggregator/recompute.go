@@ -3,6 +3,7 @@ package aggregator
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -92,9 +93,9 @@ func (s *Service) recompute(dirty map[string]bool) {
 		s.observePlan(c.node)
 		if c.first || c.prev != c.node.State {
 			if c.first {
-				s.log.Info("node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
+				s.nodeLine(slog.LevelInfo, c.node.Name, "node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
 			} else {
-				s.log.Info("node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
+				s.nodeLine(slog.LevelInfo, c.node.Name, "node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
 					"reason", logText(c.node.Reason))
 				var d time.Time
 				if c.node.State == StateDown {
@@ -116,7 +117,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		if n, ok := s.view[name]; ok {
 			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
 		}
-		s.log.Debug("settle over: the actuators decide on the node", "node", name)
+		s.nodeLine(slog.LevelDebug, name, "settle over: the actuators decide on the node", "node", name)
 	}
 	if added {
 		s.act.setKnown(len(s.view))
