@@ -79,7 +79,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 	}
 	mixed := s.modes.mixed(s.ownMode())
 	s.mu.Unlock()
-	s.logMixed(mixed)
+	s.logMixed(mixed, now)
 	for _, name := range asked {
 		s.scheduleProbe(name, s.inputs[name], now)
 	}
@@ -133,8 +133,9 @@ func sameNode(a, b Node) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
 
-// armTimer arms the one timer for the earliest time in s.enforce and
-// s.held.
+// armTimer arms the one timer for the earliest time in s.enforce, s.held
+// and s.probeAt, and the line about the cluster's modes that its bound
+// held back (logMixed).
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
 	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
@@ -143,6 +144,9 @@ func (s *Service) armTimer(now time.Time) {
 				next = at
 			}
 		}
+	}
+	if at := s.modes.lineDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+		next = at
 	}
 	if next.Equal(s.timerAt) && s.timer != nil {
 		return

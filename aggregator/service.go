@@ -506,7 +506,9 @@ func (s *Service) process(batch []input) {
 	if len(dirty) > 0 {
 		s.recompute(dirty)
 	} else if ticked {
-		s.armTimer(s.clock.Now())
+		now := s.clock.Now()
+		s.logMixed(s.mixedModes(), now) // a line its bound held back may be due
+		s.armTimer(now)
 	}
 	if len(s.handoverTo) > 0 {
 		s.sendHandovers(s.handoverTo)
