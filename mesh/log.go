@@ -18,19 +18,21 @@ import (
 // kind of line: anyone who reaches the port can make memberlist log a
 // warning per packet (junk, a wrong key, a wrong label), and anyone with
 // the mesh key an info line per packet (a node's address updated after its
-// forged death) or a debug line per connection.
+// forged death) or a debug line per connection. The debug lines, when the
+// logger writes them, have a limiter of their own: they do not take the
+// overall burst of the others.
 type slogWriter struct {
-	log   *slog.Logger
-	limit *ratelog.Limiter
+	log          *slog.Logger
+	limit, debug *ratelog.Limiter
 }
 
-// memberlistLogEvery rate-limits each kind of memberlist warning or error.
+// memberlistLogEvery rate-limits each kind of memberlist line.
 const memberlistLogEvery = 10 * time.Second
 
 // newStdLogger returns the *log.Logger memberlist's Config.Logger wants,
 // writing into l.
 func newStdLogger(l *slog.Logger) *log.Logger {
-	return log.New(slogWriter{log: l, limit: ratelog.New(memberlistLogEvery)}, "", 0)
+	return log.New(slogWriter{log: l, limit: ratelog.New(memberlistLogEvery), debug: ratelog.New(memberlistLogEvery)}, "", 0)
 }
 
 // lineKind is what a memberlist line is rate-limited by: its text up to
@@ -57,8 +59,15 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	line, _ = bytes.CutPrefix(line, []byte("memberlist: "))
-	if w.limit != nil {
-		ok, suppressed := w.limit.Allow(lineKind(line), time.Now())
+	if !w.log.Enabled(context.Background(), level) {
+		return len(p), nil // costs no limiter's burst
+	}
+	limit := w.limit
+	if level < slog.LevelInfo {
+		limit = w.debug
+	}
+	if limit != nil {
+		ok, suppressed := limit.Allow(lineKind(line), time.Now())
 		if !ok {
 			return len(p), nil
 		}

@@ -162,3 +162,33 @@ func TestMemberFlapLogBounded(t *testing.T) {
 		t.Errorf("the next line reports %d suppressed, want %d", s, held)
 	}
 }
+
+// memberlist's info lines are limited per kind as its warnings are (one per
+// forged death of a member would otherwise be a line), its debug lines by
+// a limiter of their own, and a level the logger does not write takes from
+// neither.
+func TestMemberlistInfoLinesLimited(t *testing.T) {
+	c := &capture{}
+	l := newStdLogger(slog.New(c))
+	for i := range 100 {
+		l.Printf("[INFO] memberlist: Updating address for left or failed node node-%d from 10.0.0.%d:7946 to 10.0.1.%d:7946", i%7, i%250, i%250)
+		l.Printf("[DEBUG] memberlist: Stream connection from=10.0.0.%d:%d", i%250, 40000+i)
+	}
+	if len(c.recs) != 2 {
+		t.Errorf("%d records for 100 info and 100 debug lines of one kind each, want 2", len(c.recs))
+	}
+
+	var buf strings.Builder
+	info := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	kinds := []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
+		"nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"}
+	for _, k := range kinds { // debug lines the logger does not write
+		info.Printf("[DEBUG] memberlist: %s", k)
+	}
+	for _, k := range kinds[:ratelog.Burst] {
+		info.Printf("[WARN] memberlist: %s", k)
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != ratelog.Burst {
+		t.Errorf("%d of %d warnings of distinct kinds written after unwritten debug lines, want all", n, ratelog.Burst)
+	}
+}
