@@ -18,21 +18,22 @@ import (
 // kind of line: anyone who reaches the port can make memberlist log a
 // warning per packet (junk, a wrong key, a wrong label), and anyone with
 // the mesh key an info line per packet (a node's address updated after its
-// forged death) or a debug line per connection. The debug lines, when the
-// logger writes them, have a limiter of their own: they do not take the
-// overall burst of the others.
+// forged death). Its debug lines are not limited: they are its trace of
+// every connection and exchange, what an operator sets log_level =
+// "debug" for, for a while, and useless when sampled.
 type slogWriter struct {
-	log          *slog.Logger
-	limit, debug *ratelog.Limiter
+	log   *slog.Logger
+	limit *ratelog.Limiter
 }
 
-// memberlistLogEvery rate-limits each kind of memberlist line.
+// memberlistLogEvery rate-limits each kind of memberlist line (info and
+// above).
 const memberlistLogEvery = 10 * time.Second
 
 // newStdLogger returns the *log.Logger memberlist's Config.Logger wants,
 // writing into l.
 func newStdLogger(l *slog.Logger) *log.Logger {
-	return log.New(slogWriter{log: l, limit: ratelog.New(memberlistLogEvery), debug: ratelog.New(memberlistLogEvery)}, "", 0)
+	return log.New(slogWriter{log: l, limit: ratelog.New(memberlistLogEvery)}, "", 0)
 }
 
 // lineKind is what a memberlist line is rate-limited by: its text up to
@@ -62,12 +63,8 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	if !w.log.Enabled(context.Background(), level) {
 		return len(p), nil // costs no limiter's burst
 	}
-	limit := w.limit
-	if level < slog.LevelInfo {
-		limit = w.debug
-	}
-	if limit != nil {
-		ok, suppressed := limit.Allow(lineKind(line), time.Now())
+	if level >= slog.LevelInfo && w.limit != nil {
+		ok, suppressed := w.limit.Allow(lineKind(line), time.Now())
 		if !ok {
 			return len(p), nil
 		}
@@ -93,13 +90,16 @@ const (
 // memberLogLines per memberLogEvery: past it, lines are counted
 // (gracewatch_mesh_log_lines_suppressed_total) and their number is
 // reported, as "suppressed", with the member's next line. A level the
-// logger does not write costs no budget.
+// logger does not write costs no budget. Safe for concurrent use.
 func (m *Mesh) memberLine(level slog.Level, name, msg string, args ...any) {
 	ctx := context.Background()
 	if !m.log.Enabled(ctx, level) {
 		return
 	}
-	ok, n := m.memberLines.Allow(name, m.now())
+	ok, n := true, 0
+	if m.memberLines != nil { // nil: a Mesh not made by New (tests)
+		ok, n = m.memberLines.Allow(name, m.now())
+	}
 	if !ok {
 		m.linesHeld.Add(1)
 		return

@@ -164,9 +164,9 @@ func TestMemberFlapLogBounded(t *testing.T) {
 }
 
 // memberlist's info lines are limited per kind as its warnings are (one per
-// forged death of a member would otherwise be a line), its debug lines by
-// a limiter of their own, and a level the logger does not write takes from
-// neither.
+// forged death of a member would otherwise be a line), its debug lines
+// (its trace) are not, and a level the logger does not write takes nothing
+// from the limiter's burst.
 func TestMemberlistInfoLinesLimited(t *testing.T) {
 	c := &capture{}
 	l := newStdLogger(slog.New(c))
@@ -174,21 +174,21 @@ func TestMemberlistInfoLinesLimited(t *testing.T) {
 		l.Printf("[INFO] memberlist: Updating address for left or failed node node-%d from 10.0.0.%d:7946 to 10.0.1.%d:7946", i%7, i%250, i%250)
 		l.Printf("[DEBUG] memberlist: Stream connection from=10.0.0.%d:%d", i%250, 40000+i)
 	}
-	if len(c.recs) != 2 {
-		t.Errorf("%d records for 100 info and 100 debug lines of one kind each, want 2", len(c.recs))
+	if len(c.recs) != 101 {
+		t.Errorf("%d records for 100 info lines of one kind and 100 debug lines, want 101", len(c.recs))
 	}
 
 	var buf strings.Builder
-	info := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	warn := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	kinds := []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
 		"nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"}
-	for _, k := range kinds { // debug lines the logger does not write
-		info.Printf("[DEBUG] memberlist: %s", k)
+	for _, k := range kinds { // info lines the logger does not write
+		warn.Printf("[INFO] memberlist: %s", k)
 	}
 	for _, k := range kinds[:ratelog.Burst] {
-		info.Printf("[WARN] memberlist: %s", k)
+		warn.Printf("[WARN] memberlist: %s", k)
 	}
 	if n := strings.Count(buf.String(), "level=WARN"); n != ratelog.Burst {
-		t.Errorf("%d of %d warnings of distinct kinds written after unwritten debug lines, want all", n, ratelog.Burst)
+		t.Errorf("%d of %d warnings of distinct kinds written after unwritten info lines, want all", n, ratelog.Burst)
 	}
 }
