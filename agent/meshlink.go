@@ -14,6 +14,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -76,7 +77,15 @@ type meshLink struct {
 	// execCheck asks the exec systems for their kill path
 	// (CheckExecSystems; tests replace it).
 	execCheck func(ctx context.Context) ([]ExecCheck, []error)
+	// dropLog rate-limits the lines of controls dropped for a full
+	// queue, per sender: a flood fills it (an aggregator's, or anyone's
+	// where the mesh accepts unproven controls, mesh.allow_unsigned).
+	dropLog *ratelog.Limiter
 }
+
+// controlDropLogEvery spaces the lines of one sender's controls dropped
+// for a full queue.
+const controlDropLogEvery = 10 * time.Second
 
 type ctrlMsg struct {
 	from string
@@ -98,6 +107,7 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 	}
 	l.targetsOf = l.targets
 	l.execCheck = CheckExecSystems
+	l.dropLog = ratelog.New(controlDropLogEvery)
 	return l
 }
 
@@ -144,7 +154,9 @@ func (l *meshLink) HandleMessage(from string, env *gwpb.Envelope) {
 	select {
 	case q <- ctrlMsg{from: from, c: c}:
 	default:
-		l.log.Warn("control queue full, dropped", "from", from, "id", c.GetId(), "action", c.GetAction().String())
+		if ok, suppressed := l.dropLog.Allow(from, l.now()); ok {
+			l.log.Warn("control queue full, dropped", "from", from, "id", c.GetId(), "action", c.GetAction().String(), "suppressed", suppressed)
+		}
 	}
 }
 

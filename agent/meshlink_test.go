@@ -163,6 +163,27 @@ func TestLateControl(t *testing.T) {
 	}
 }
 
+// Controls that flood a full queue are dropped with one line per sender
+// and 10 s, which reports how many it held back.
+func TestControlDropsLogBounded(t *testing.T) {
+	logs := &testutil.SyncBuffer{}
+	l := newMeshLink(nil, slog.New(slog.NewTextHandler(logs, nil)))
+	now := time.Unix(1_764_750_000, 0)
+	l.now = func() time.Time { return now }
+	const sent = 1000
+	for i := range sent {
+		l.HandleMessage("agg-1", &gwpb.Envelope{Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: fmt.Sprint(i), Action: gwpb.Action_ACTION_DRAIN}}})
+	}
+	if n := strings.Count(logs.String(), "control queue full"); n != 1 {
+		t.Errorf("%d lines for %d controls past a full queue, want 1", n, sent-cap(l.ctrl))
+	}
+	now = now.Add(controlDropLogEvery)
+	l.HandleMessage("agg-1", &gwpb.Envelope{Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: "late", Action: gwpb.Action_ACTION_DRAIN}}})
+	if want := fmt.Sprintf("suppressed=%d", sent-cap(l.ctrl)-1); !strings.Contains(logs.String(), want) {
+		t.Errorf("the next line does not report %s:\n%s", want, logs.String())
+	}
+}
+
 // A newly seen aggregator gets the state at once; the same aggregator's
 // meta changing again (it signs it every few minutes) does not send it
 // again, nor does an agent's change.

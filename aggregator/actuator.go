@@ -46,6 +46,9 @@ type actuators struct {
 	clock             clock.Clock
 	backoff           time.Duration
 	log               *slog.Logger
+	// lines, if set, bounds the lines about one node (nodelog.go): its
+	// runs, its failures. Set before the first observe.
+	lines *nodeLog
 	// onRun, if set, is told every run's transition and error (nil:
 	// success), from the run's goroutine; it must not block. Set before
 	// the first observe.
@@ -368,7 +371,7 @@ func (a *actuators) kickLocked(name string, n *actNode) {
 		return
 	}
 	n.running = true
-	a.log.Debug("actuating", "node", name, "transition", on)
+	a.lines.emit(a.log, slog.LevelDebug, name, "actuating", "node", name, "transition", on)
 	a.wg.Add(1)
 	go a.runNode(name, n)
 }
@@ -376,7 +379,7 @@ func (a *actuators) kickLocked(name string, n *actNode) {
 // runNode actuates one node until nothing is needed.
 func (a *actuators) runNode(name string, n *actNode) {
 	defer a.wg.Done()
-	defer a.log.Debug("actuated: nothing more to run for the node", "node", name)
+	defer a.lines.emit(a.log, slog.LevelDebug, name, "actuated: nothing more to run for the node", "node", name)
 	for {
 		a.mu.Lock()
 		on, ep := a.neededLocked(n)
@@ -433,11 +436,11 @@ func (a *actuators) runNode(name string, n *actNode) {
 			n.told, n.toldAt = reason, a.clock.Now()
 		case on == OnReason:
 			n.failedReason = reason
-			a.log.Error("the on=reason actuators failed: the scheduler keeps the previous reason", "node", name)
+			a.lines.emit(a.log, slog.LevelError, name, "the on=reason actuators failed: the scheduler keeps the previous reason", "node", name)
 		case on == OnDown:
 			n.failedDown = ep
 			a.releaseLocked(name)
-			a.log.Error("not every on=down actuator succeeded: on=up will not run for this down", "node", name)
+			a.lines.emit(a.log, slog.LevelError, name, "not every on=down actuator succeeded: on=up will not run for this down", "node", name)
 		default:
 			n.failedUp = ep
 		}
@@ -456,15 +459,20 @@ func (a *actuators) runWithRetries(ctx context.Context, node, on, reason string,
 	argv := expandArgv(c.Command, node, reason)
 	return a.runRetrying(ctx, c, on, argv, func(ctx context.Context) (int, string, error) {
 		return runCommand(ctx, argv, c.Timeout.D(), node, on, reason)
-	}, a.log.With("node", node, "transition", on, "actuator", index))
+	}, a.log.With("node", node, "transition", on, "actuator", index), node)
 }
 
 // runRetrying runs actuator c's command argv for transition on (run runs
 // it once), retrying with back-off, at most maxConcurrentRuns at once; it
 // gives up early when leadership is lost or the aggregator stops. log
-// names the run.
+// names the run; its lines take from node's budget (a.lines), none for a
+// batch (node ""), whose runs BatchDelay spaces.
 func (a *actuators) runRetrying(ctx context.Context, c ActuatorConfig, on string, argv []string,
-	run func(context.Context) (int, string, error), log *slog.Logger) bool {
+	run func(context.Context) (int, string, error), log *slog.Logger, node string) bool {
+	lines := a.lines
+	if node == "" {
+		lines = nil
+	}
 	retries := DefaultActuatorRetries
 	if c.Retries != nil {
 		retries = *c.Retries
@@ -482,10 +490,10 @@ func (a *actuators) runRetrying(ctx context.Context, c ActuatorConfig, on string
 		}
 		log := log.With("attempt", attempt, "exit", exit, "duration", time.Since(start).Round(time.Millisecond))
 		if err == nil {
-			log.Info("actuator ran", "argv", argv)
+			lines.emit(log, slog.LevelInfo, node, "actuator ran", "argv", argv)
 			return true
 		}
-		log.Warn("actuator failed", "argv", argv, "err", err, "output", out)
+		lines.emit(log, slog.LevelWarn, node, "actuator failed", "argv", argv, "err", err, "output", out)
 		if attempt > retries || !a.stillLeading() || !sleep(ctx, a.clock, delay) {
 			break
 		}

@@ -132,7 +132,7 @@ func (a *actuators) runBatch(bt *batch) bool {
 	}
 	return a.runRetrying(ctx, bt.c, bt.on, argv, func(ctx context.Context) (int, string, error) {
 		return runCommandEnv(ctx, argv, bt.c.Timeout.D(), "GRACEWATCH_NODES="+hl, "GRACEWATCH_TRANSITION="+bt.on)
-	}, a.log.With("nodes", hl, "count", len(bt.nodes), "transition", bt.on, "actuator", bt.index))
+	}, a.log.With("nodes", hl, "count", len(bt.nodes), "transition", bt.on, "actuator", bt.index), "")
 }
 
 // gathering returns how many nodes wait for a batch to run (tests).

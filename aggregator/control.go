@@ -46,9 +46,9 @@ func (s *Service) deliverAck(from string, ack *gwpb.ControlAck) {
 	s.mu.Unlock()
 	switch {
 	case w == nil:
-		s.log.Debug("control ack without a waiting request (late or foreign)", "node", from, "id", ack.GetId())
+		s.nodeLine(slog.LevelDebug, from, "control ack without a waiting request (late or foreign)", "node", from, "id", ack.GetId())
 	case w.node != from:
-		s.log.Warn("control ack from the wrong node ignored", "node", from, "want", w.node, "id", ack.GetId())
+		s.nodeLine(slog.LevelWarn, from, "control ack from the wrong node ignored", "node", from, "want", w.node, "id", ack.GetId())
 	default:
 		w.ch <- ack // buffered, one ack per waiter
 	}

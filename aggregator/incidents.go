@@ -171,6 +171,10 @@ func (s *Service) regroup(now time.Time) {
 }
 
 // logIncident logs one incident change (see incidentLogEvery) and counts it.
+// A change that one node made alone (the only one that joined or left)
+// takes from that node's budget of lines (incidentLine): a node that flips
+// its own cause in every update opens and closes an incident of its own
+// each time.
 func (s *Service) logIncident(ch incident.Change, now time.Time) {
 	inc := ch.Incident
 	memo := s.inc.logs[inc.ID]
@@ -186,12 +190,12 @@ func (s *Service) logIncident(ch incident.Change, now time.Time) {
 	case incident.Opened:
 		s.met.incidentsOpened.Inc()
 		attrs = append(attrs, "example", exampleText(inc.Example))
-		s.log.Warn("incident opened", attrs...)
+		s.incidentLine(slog.LevelWarn, ch, "incident opened", attrs...)
 	case incident.Closed:
 		s.met.incidentsClosed.Inc()
 		delete(s.inc.logs, inc.ID)
 		s.act.forgetIncident(inc.ID)
-		s.log.Info("incident closed", "incident", inc.ID, "kind", string(inc.Cause.Kind), "cause", inc.Cause.String(),
+		s.incidentLine(slog.LevelInfo, ch, "incident closed", "incident", inc.ID, "kind", string(inc.Cause.Kind), "cause", inc.Cause.String(),
 			"duration", inc.Duration(now).Round(time.Second).String(), "peak_nodes", inc.Peak, "joined", memo.joined, "left", memo.left)
 		return
 	case incident.Changed:
@@ -199,9 +203,24 @@ func (s *Service) logIncident(ch incident.Change, now time.Time) {
 			return
 		}
 		attrs = append(attrs, "joined", memo.joined, "left", memo.left)
-		s.log.Info("incident changed", attrs...)
+		if !s.incidentLine(slog.LevelInfo, ch, "incident changed", attrs...) {
+			return // held back: the next line counts these nodes too
+		}
 	}
 	memo.at, memo.joined, memo.left = now, 0, 0
+}
+
+// incidentLine writes a line about ch: within the budget of its node when
+// one node alone joined or left (nodelog.go), always when several did (no
+// node's input alone makes such a change). It reports whether the line
+// was written (or its level is not logged).
+func (s *Service) incidentLine(level slog.Level, ch incident.Change, msg string, args ...any) bool {
+	var lines *nodeLog // nil: not bounded
+	node := ""
+	if movers := append(slices.Clip(ch.Joined), ch.Left...); len(movers) == 1 {
+		lines, node = s.lines, movers[0]
+	}
+	return lines.write(s.log, level, node, msg, callerPC(), args)
 }
 
 // logHostlist is names as a hostlist, cut for a log line.

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/nodename"
@@ -164,7 +165,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 	// of the sender here. One known as an agent is refused.
 	if env.GetForget() != nil || env.GetHandover() != nil {
 		if in, agent := s.inputs[from]; agent && in.Role == roleAgent {
-			s.log.Warn("forget or handover from an agent ignored", "from", from)
+			s.nodeLine(slog.LevelWarn, from, "forget or handover from an agent ignored", "from", from)
 			return false
 		}
 	}
@@ -194,7 +195,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		return false
 	}
 	if _, isAgg := s.aggs[from]; isAgg {
-		s.log.Debug("message from an aggregator ignored", "from", from)
+		s.nodeLine(slog.LevelDebug, from, "message from an aggregator ignored", "from", from)
 		return false
 	}
 	var offset time.Duration
@@ -229,7 +230,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			in.Update = upd
 			s.provenAddr(from, u.GetMeta().GetAddr())
 		} else if in.Update != nil && newer(in.Update.Meta, upd.Meta) {
-			s.log.Debug("older state update ignored (late, or replayed)", "node", from,
+			s.nodeLine(slog.LevelDebug, from, "older state update ignored (late, or replayed)", "node", from,
 				"incarnation", upd.Meta.Incarnation, "seq", upd.Meta.Seq)
 		}
 		earlier := restartedSince(upd, in.Update) // of an earlier start: late or replayed
@@ -266,9 +267,9 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		env.From = from
 		return true
 	case *gwpb.Envelope_Control:
-		s.log.Debug("control message to an aggregator ignored", "from", from)
+		s.nodeLine(slog.LevelDebug, from, "control message to an aggregator ignored", "from", from)
 	default:
-		s.log.Debug("message of an unknown type ignored", "from", from)
+		s.nodeLine(slog.LevelDebug, from, "message of an unknown type ignored", "from", from)
 	}
 	return false
 }

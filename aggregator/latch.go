@@ -6,6 +6,7 @@ package aggregator
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
@@ -59,16 +60,17 @@ func skewedOffset(off, allowance time.Duration) bool {
 // minus the send time the node proved, in.ClockOffset), a node whose clock disagrees with this
 // aggregator's by more than the allowance: counted
 // (gracewatch_aggregator_clock_skewed_nodes), shown by /readyz, and logged
-// once when it starts and once when it ends. It runs on the loop.
+// once when it starts and once when it ends (within the node's budget of
+// lines, nodelog.go). It runs on the loop.
 func (s *Service) clockSkew(in *NodeInput) {
 	off, was := s.inc.skewed[in.Name]
 	bad := skewedOffset(in.ClockOffset, s.clockAllowance())
 	switch {
 	case bad && !was:
-		s.log.Warn("a node's clock disagrees with this aggregator's: its deadline DOWNs are not drained before the deadline passes here",
+		s.nodeLine(slog.LevelWarn, in.Name, "a node's clock disagrees with this aggregator's: its deadline DOWNs are not drained before the deadline passes here",
 			"node", in.Name, "ahead", (-in.ClockOffset).Round(time.Millisecond).String(), "allowance", s.clockAllowance())
 	case !bad && was:
-		s.log.Info("a node's clock agrees with this aggregator's again", "node", in.Name, "was_ahead", (-off).Round(time.Millisecond).String())
+		s.nodeLine(slog.LevelInfo, in.Name, "a node's clock agrees with this aggregator's again", "node", in.Name, "was_ahead", (-off).Round(time.Millisecond).String())
 	}
 	s.inc.mu.Lock()
 	if bad {

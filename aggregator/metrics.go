@@ -71,6 +71,7 @@ type serviceMetrics struct {
 	refused         *prometheus.CounterVec
 	probes          *prometheus.CounterVec
 	stateWrites     prometheus.Counter
+	logSuppressed   *prometheus.CounterVec
 	state           *stateCollector
 	nodes           *nodeCollector
 	stateDir        prometheus.Collector // nil without Options.Host
@@ -105,6 +106,9 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 			[]string{"what"}),
 		stateWrites: prometheus.NewCounter(prometheus.CounterOpts(opts("state_write_failures_total",
 			"Failed writes of the drained set under state_dir (a full or read-only disk): a restart would forget which nodes gracewatch drained."))),
+		logSuppressed: prometheus.NewCounterVec(prometheus.CounterOpts(opts("log_lines_suppressed_total",
+			"Log lines held back by their bound, by scope: node (a node's lines past 20 a minute, whatever their kind: its state, clock, incident, actuators), cluster (changes of the cluster's modes within a minute of the last line about them). Each is reported as suppressed on the next line of its node or kind.")),
+			[]string{"scope"}),
 		state:           newStateCollector(s),
 		nodes:           newNodeCollector(s),
 		incidentMetrics: newIncidentMetrics(),
@@ -129,12 +133,16 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 			m.actuatorRuns.WithLabelValues(on, r)
 		}
 	}
+	for _, scope := range []string{scopeNode, scopeCluster} {
+		m.logSuppressed.WithLabelValues(scope)
+	}
 	return m
 }
 
 // collectors returns every collector of m.
 func (m *serviceMetrics) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.probes, m.stateWrites, m.state, m.nodes,
+	cs := []prometheus.Collector{m.transitions, m.downLatency, m.actuatorRuns, m.watchersDropped, m.refused, m.probes, m.stateWrites, m.logSuppressed,
+		m.state, m.nodes,
 		m.incidentsOpened, m.incidentsClosed, m.incidentResumes, m.incidents}
 	if m.stateDir != nil {
 		cs = append(cs, m.stateDir)

@@ -17,6 +17,7 @@ package aggregator
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"time"
 
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -154,7 +155,7 @@ func (s *Service) startProbe(node, why string, now time.Time) {
 	wait := s.opts.Policy.ProbeWait
 	c := &gwpb.Control{Id: id, Action: gwpb.Action_ACTION_PROBE, By: s.opts.Name,
 		AskedMs: now.UnixMilli(), DeadlineMs: now.Add(wait).UnixMilli()}
-	s.log.Debug("probe", "node", node, "why", why, "id", id)
+	s.nodeLine(slog.LevelDebug, node, "probe", "node", node, "why", why, "id", id)
 	go func() {
 		answered := false
 		defer func() {
@@ -173,7 +174,7 @@ func (s *Service) startProbe(node, why string, now time.Time) {
 		t := s.clock.AfterFunc(wait, func() { close(timedOut) })
 		defer t.Stop()
 		if err := m.Send(node, &gwpb.Envelope{Body: &gwpb.Envelope_Control{Control: c}}); err != nil {
-			s.log.Debug("probe not delivered", "node", node, "why", why, "err", err)
+			s.nodeLine(slog.LevelDebug, node, "probe not delivered", "node", node, "why", why, "err", err)
 			return
 		}
 		select {
@@ -206,7 +207,7 @@ func (s *Service) probed(r probeResult) bool {
 		}
 		if _, said := s.rescued[r.node]; !said || s.rescued[r.node].Before(in.StatusSince) {
 			s.rescued[r.node] = r.at
-			s.log.Info("node answered directly: memberlist's word that it is gone is not taken", "node", r.node,
+			s.nodeLine(slog.LevelInfo, r.node, "node answered directly: memberlist's word that it is gone is not taken", "node", r.node,
 				"member", string(in.Status), "since", in.StatusSince.UTC().Format(time.RFC3339Nano))
 		}
 	}

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -78,7 +79,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 	}
 	mixed := s.modes.mixed(s.ownMode())
 	s.mu.Unlock()
-	s.logMixed(mixed)
+	s.logMixed(mixed, now)
 	for _, name := range asked {
 		s.scheduleProbe(name, s.inputs[name], now)
 	}
@@ -92,9 +93,9 @@ func (s *Service) recompute(dirty map[string]bool) {
 		s.observePlan(c.node)
 		if c.first || c.prev != c.node.State {
 			if c.first {
-				s.log.Info("node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
+				s.nodeLine(slog.LevelInfo, c.node.Name, "node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
 			} else {
-				s.log.Info("node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
+				s.nodeLine(slog.LevelInfo, c.node.Name, "node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
 					"reason", logText(c.node.Reason))
 				var d time.Time
 				if c.node.State == StateDown {
@@ -116,7 +117,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		if n, ok := s.view[name]; ok {
 			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
 		}
-		s.log.Debug("settle over: the actuators decide on the node", "node", name)
+		s.nodeLine(slog.LevelDebug, name, "settle over: the actuators decide on the node", "node", name)
 	}
 	if added {
 		s.act.setKnown(len(s.view))
@@ -132,8 +133,9 @@ func sameNode(a, b Node) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
 
-// armTimer arms the one timer for the earliest time in s.enforce and
-// s.held.
+// armTimer arms the one timer for the earliest time in s.enforce, s.held
+// and s.probeAt, and the line about the cluster's modes that its bound
+// held back (logMixed).
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
 	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
@@ -142,6 +144,9 @@ func (s *Service) armTimer(now time.Time) {
 				next = at
 			}
 		}
+	}
+	if at := s.modes.lineDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+		next = at
 	}
 	if next.Equal(s.timerAt) && s.timer != nil {
 		return

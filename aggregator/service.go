@@ -150,6 +150,7 @@ type Service struct {
 	met   *serviceMetrics
 	inc   *incidents
 	hist  *teardownHistory // nil: off
+	lines *nodeLog         // the lines about one node, within its budget
 	// runCtx is Run's context (set before the loop starts).
 	runCtx context.Context
 
@@ -344,6 +345,8 @@ func New(o Options) (*Service, error) {
 	s.met = newServiceMetrics(s)
 	s.act.onSaveError = s.met.stateWrites.Inc
 	s.act.onRun = s.met.actuatorRun
+	s.lines = newNodeLog(o.Clock, func(scope string) { s.met.logSuppressed.WithLabelValues(scope).Inc() })
+	s.act.lines = s.lines
 	if o.Registry != nil {
 		cs := s.met.collectors()
 		if s.hist != nil {
@@ -510,7 +513,9 @@ func (s *Service) process(batch []input) {
 	if len(dirty) > 0 {
 		s.recompute(dirty)
 	} else if ticked {
-		s.armTimer(s.clock.Now())
+		now := s.clock.Now()
+		s.logMixed(s.mixedModes(), now) // a line its bound held back may be due
+		s.armTimer(now)
 	}
 	if len(s.handoverTo) > 0 {
 		s.sendHandovers(s.handoverTo)

@@ -15,6 +15,7 @@ package mesh
 
 import (
 	"bytes"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -170,10 +171,10 @@ func (m *Mesh) upkeepBook(now time.Time) {
 		a := c.ref
 		switch c.kind {
 		case "lost":
-			m.log.Warn("aggregator lost by gossip: still reached directly at the address it signed (memberlist's word alone is not proof: its leave is not signed)",
+			m.memberLine(slog.LevelWarn, a.Name, "aggregator lost by gossip: still reached directly at the address it signed (memberlist's word alone is not proof: its leave is not signed)",
 				"aggregator", a.Name, "addr", a.Addr, "gossip", string(a.Gossip), "signed_at", a.SignedAt.UTC().Format(time.RFC3339))
 		case "found":
-			m.log.Info("aggregator back in gossip", "aggregator", a.Name, "addr", a.Addr)
+			m.memberLine(slog.LevelInfo, a.Name, "aggregator back in gossip", "aggregator", a.Name, "addr", a.Addr)
 		case "dropped":
 			m.log.Warn("aggregator dropped: gone from gossip and not reached directly since",
 				"aggregator", a.Name, "addr", a.Addr, "last_contact", a.LastContact.UTC().Format(time.RFC3339), "keep", bookKeep)

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/internal/testutil/rogue"
@@ -114,5 +117,78 @@ func TestJunkPacketsLogBounded(t *testing.T) {
 	}
 	if warnings == 0 || warnings > 2*ratelog.Burst {
 		t.Errorf("%d warning/error lines for %d junk packets, want 1..%d", warnings, sent, 2*ratelog.Burst)
+	}
+}
+
+// A member that flaps (anyone with the mesh key can have memberlist call it
+// dead, and it refutes) makes at most memberLogLines lines a minute about
+// it; the rest are counted and reported with its next line.
+func TestMemberFlapLogBounded(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now() // the mesh's clock, stopped: moved on by the test only
+	n := start(t, "agg-1", aggr, func(o *Options) {
+		o.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	})
+	node := &memberlist.Node{Name: "node-1", Addr: net.IPv4(127, 0, 0, 9), Port: 7946}
+	const flaps = 1000
+	for range flaps {
+		n.observe(node, eventLeave)
+		n.observe(node, eventJoin)
+	}
+	lines := func() (count, suppressed int) {
+		for _, line := range strings.Split(n.logs.String(), "\n") {
+			if strings.Contains(line, "node=node-1") && (strings.Contains(line, `msg="member gone"`) || strings.Contains(line, `msg="member back"`)) {
+				count++
+				if _, s, ok := strings.Cut(line, " suppressed="); ok {
+					k, _ := strconv.Atoi(strings.Fields(s)[0])
+					suppressed += k
+				}
+			}
+		}
+		return count, suppressed
+	}
+	if c, _ := lines(); c != memberLogLines {
+		t.Errorf("%d lines about a member that flapped %d times in a minute, want %d", c, flaps, memberLogLines)
+	}
+	held := n.linesHeld.Load()
+	if held != 2*flaps-memberLogLines {
+		t.Errorf("%d lines counted held back, want %d", held, 2*flaps-memberLogLines)
+	}
+	mu.Lock()
+	now = now.Add(memberLogEvery)
+	mu.Unlock()
+	n.observe(node, eventLeave)
+	if _, s := lines(); s != int(held) {
+		t.Errorf("the next line reports %d suppressed, want %d", s, held)
+	}
+}
+
+// memberlist's info lines are limited per kind as its warnings are (one per
+// forged death of a member would otherwise be a line), its debug lines
+// (its trace) are not, and a level the logger does not write takes nothing
+// from the limiter's burst.
+func TestMemberlistInfoLinesLimited(t *testing.T) {
+	c := &capture{}
+	l := newStdLogger(slog.New(c))
+	for i := range 100 {
+		l.Printf("[INFO] memberlist: Updating address for left or failed node node-%d from 10.0.0.%d:7946 to 10.0.1.%d:7946", i%7, i%250, i%250)
+		l.Printf("[DEBUG] memberlist: Stream connection from=10.0.0.%d:%d", i%250, 40000+i)
+	}
+	if len(c.recs) != 101 {
+		t.Errorf("%d records for 100 info lines of one kind and 100 debug lines, want 101", len(c.recs))
+	}
+
+	var buf strings.Builder
+	warn := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	kinds := []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
+		"nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega"}
+	for _, k := range kinds { // info lines the logger does not write
+		warn.Printf("[INFO] memberlist: %s", k)
+	}
+	for _, k := range kinds[:ratelog.Burst] {
+		warn.Printf("[WARN] memberlist: %s", k)
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != ratelog.Burst {
+		t.Errorf("%d of %d warnings of distinct kinds written after unwritten info lines, want all", n, ratelog.Burst)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -186,11 +187,11 @@ func (m *Mesh) observe(n *memberlist.Node, kind eventKind) {
 	// each member (thousands when an aggregator starts) does not.
 	switch {
 	case kind == eventLeave:
-		m.log.Info("member gone", "node", mem.Name, "addr", addr, "status", string(mem.Status))
+		m.memberLine(slog.LevelInfo, mem.Name, "member gone", "node", mem.Name, "addr", addr, "status", string(mem.Status))
 	case kind == eventJoin && (prev == StatusDead || prev == StatusLeft):
-		m.log.Info("member back", "node", mem.Name, "addr", addr, "role", mem.Role.String(), "was", string(prev))
+		m.memberLine(slog.LevelInfo, mem.Name, "member back", "node", mem.Name, "addr", addr, "role", mem.Role.String(), "was", string(prev))
 	case kind == eventJoin:
-		m.log.Debug("member joined", "node", mem.Name, "addr", addr, "role", mem.Role.String())
+		m.memberLine(slog.LevelDebug, mem.Name, "member joined", "node", mem.Name, "addr", addr, "role", mem.Role.String())
 	}
 	if changed && m.handler != nil {
 		m.handler.MemberChanged(mem)

@@ -135,6 +135,12 @@ type Mesh struct {
 	guard    *guard
 	now      func() time.Time // the wall clock; tests move it
 	authDone chan struct{}    // nil when the auth loop does not run
+
+	// memberLines bounds the lines about one member (log.go); linesHeld
+	// counts those it held back.
+	memberLines *ratelog.Budget
+	linesHeld   atomic.Uint64
+
 	// started is when this Mesh was made: an aggregator signs it in its
 	// meta (started_ms), and an alive message about itself with a meta it
 	// signed before then is its previous life's (alive.go).
@@ -226,6 +232,7 @@ func New(o Options) (*Mesh, error) {
 	if m.maxMembers <= 0 {
 		m.maxMembers = DefaultMaxMembers
 	}
+	m.memberLines = ratelog.NewBudget(memberLogLines, memberLogEvery, m.maxMembers)
 	m.seedAddrs = literalSeeds(m.seeds)
 	if err := m.storeMetaLocked(); err != nil {
 		return nil, err

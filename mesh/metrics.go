@@ -18,7 +18,9 @@ import (
 //     (alive.go) and address conflicts memberlist refused;
 //   - gracewatch_mesh_messages_dropped_total{reason}: direct messages
 //     dropped before the Handler, undecodable or unproven (their log lines
-//     are rate-limited).
+//     are rate-limited);
+//   - gracewatch_mesh_log_lines_suppressed_total: lines about one member
+//     held back by its budget (log.go).
 //
 // Safe for concurrent use; it takes the Mesh's lock for a count.
 type meshCollector struct{ m *Mesh }
@@ -37,6 +39,9 @@ var (
 	droppedDesc = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "mesh", "messages_dropped_total"),
 		"Direct messages dropped before they were handled, by reason: undecodable (not an envelope, over the size limit, an invalid sender name, addressed to another member) or unproven (a proof that does not verify, none where one is required, a replay, too old). Their log lines are rate-limited; this counts each.",
 		[]string{"reason"}, nil)
+	linesHeldDesc = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, "mesh", "log_lines_suppressed_total"),
+		"Log lines about one member (its departures and returns, an aggregator lost and found by gossip) held back past 10 a minute per member; each member's next line reports its count as suppressed.",
+		nil, nil)
 )
 
 // Reasons of gracewatch_mesh_messages_dropped_total, indexes of Mesh.dropped.
@@ -53,6 +58,7 @@ func (c meshCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- aggregatorsDesc
 	ch <- refusedDesc
 	ch <- droppedDesc
+	ch <- linesHeldDesc
 }
 
 func (c meshCollector) Collect(ch chan<- prometheus.Metric) {
@@ -79,4 +85,5 @@ func (c meshCollector) Collect(ch chan<- prometheus.Metric) {
 	for i, r := range droppedReasons {
 		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(m.dropped[i].Load()), r)
 	}
+	ch <- prometheus.MustNewConstMetric(linesHeldDesc, prometheus.CounterValue, float64(m.linesHeld.Load()))
 }

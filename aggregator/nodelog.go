@@ -1,0 +1,114 @@
+package aggregator
+
+// The bound of the log lines that the nodes' input can cause (docs/DESIGN.md
+// §6): every line about one node, whatever its kind (its state, its clock,
+// its incident, its actuators, a message of its refused), takes from that
+// node's budget; the lines about the cluster as a whole that the nodes
+// change (its modes) are spaced apart (observe.go). What is held back is
+// counted in gracewatch_aggregator_log_lines_suppressed_total{scope} and
+// reported, as "suppressed", with the node's next line.
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/ratelog"
+)
+
+const (
+	// nodeLogLines is how many lines one node's input may cause per
+	// nodeLogEvery. A real hang takes a few: the node's change of state,
+	// its incident's opening, its clock, its actuators' runs (six
+	// attempts of a failing one); a node that flips its mode, clock and
+	// cause in every update is held to it.
+	nodeLogLines = 20
+	// nodeLogEvery is the interval of nodeLogLines.
+	nodeLogEvery = time.Minute
+	// maxNodeLogKeys bounds the nodes whose budget is remembered: the
+	// mesh's member table holds as many (16,384), and past it the nodes
+	// whose minute is over are forgotten first (ratelog.Budget).
+	maxNodeLogKeys = 16384
+	// clusterLogEvery spaces the lines about the cluster as a whole that
+	// the nodes' input changes (mixed modes, one mode again).
+	clusterLogEvery = time.Minute
+)
+
+// The scopes of gracewatch_aggregator_log_lines_suppressed_total.
+const (
+	scopeNode    = "node"
+	scopeCluster = "cluster"
+)
+
+// nodeLog writes the lines about one node within that node's budget. Safe
+// for concurrent use (the actuators' goroutines use it); a nil *nodeLog
+// writes every line.
+type nodeLog struct {
+	budget *ratelog.Budget
+	clock  clock.Clock
+	// held counts a line held back (the metric); it must not block.
+	held func(scope string)
+}
+
+func newNodeLog(clk clock.Clock, held func(scope string)) *nodeLog {
+	return &nodeLog{budget: ratelog.NewBudget(nodeLogLines, nodeLogEvery, maxNodeLogKeys), clock: clk, held: held}
+}
+
+// allow takes one line from node's budget: whether it may be written, and
+// how many of node's lines were held back since its last one. The caller
+// writes the count as "suppressed" when it is not 0.
+func (l *nodeLog) allow(node string) (bool, int) {
+	if l == nil {
+		return true, 0
+	}
+	ok, n := l.budget.Allow(node, l.clock.Now())
+	if !ok && l.held != nil {
+		l.held(scopeNode)
+	}
+	return ok, n
+}
+
+// emit writes msg with args at level to log when node's budget allows
+// (see allow), with "suppressed" when lines were held back before it. A
+// level that log does not write costs no budget.
+func (l *nodeLog) emit(log *slog.Logger, level slog.Level, node, msg string, args ...any) {
+	l.write(log, level, node, msg, callerPC(), args)
+}
+
+// write is emit with the source to name (pc). It reports whether the line
+// was written, or would have been at a level log writes.
+func (l *nodeLog) write(log *slog.Logger, level slog.Level, node, msg string, pc uintptr, args []any) bool {
+	ctx := context.Background()
+	if !log.Enabled(ctx, level) {
+		return true
+	}
+	ok, n := l.allow(node)
+	if !ok {
+		return false
+	}
+	if n > 0 {
+		args = append(slices.Clip(args), "suppressed", n)
+	}
+	r := slog.NewRecord(time.Now(), level, msg, pc)
+	r.Add(args...)
+	_ = log.Handler().Handle(ctx, r)
+	return true
+}
+
+// callerPC is the program counter of the caller of its caller: the line
+// the source of a record names, as if that code had called the logger
+// itself.
+func callerPC() uintptr {
+	var pcs [1]uintptr
+	runtime.Callers(3, pcs[:]) // runtime.Callers, callerPC, its caller
+	return pcs[0]
+}
+
+// nodeLine writes a line about node to the Service's log within node's
+// budget (nodeLog.emit).
+func (s *Service) nodeLine(level slog.Level, node, msg string, args ...any) {
+	s.lines.write(s.log, level, node, msg, callerPC(), args)
+}
