@@ -205,7 +205,8 @@ func TestWatchersCap(t *testing.T) {
 	h := newHarness(t)
 	h.member("n1", upMeta(1, 1))
 	const max = 64
-	base := h.serve(ServerOptions{MaxWatchers: max})
+	// Every client here is 127.0.0.1: the per-source bound is lifted.
+	base := h.serve(ServerOptions{MaxWatchers: max, MaxConnsPerSource: DefaultMaxConns})
 	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: testTimeout}

@@ -28,7 +28,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if cfg.Name != "aggregator-"+host {
 		t.Errorf("name = %q, want aggregator-%s", cfg.Name, host)
 	}
-	if cfg.HTTP.Listen != "127.0.0.1:8470" || cfg.HTTP.ReadToken {
+	if cfg.HTTP.Listen != "127.0.0.1:8470" || cfg.HTTP.ReadToken || cfg.HTTP.MaxConnsPerSource != DefaultMaxConnsPerSource {
 		t.Errorf("http = %+v", cfg.HTTP)
 	}
 	if cfg.Policy.Grace.D() != 120*time.Second || cfg.Policy.ClockSkewAllowance.D() != 5*time.Second || cfg.Policy.UnreachableIsDown ||
@@ -56,6 +56,7 @@ listen = "0.0.0.0:8470"
 admin_token_file = "/etc/gracewatch/admin.token"
 read_token_file = "/etc/gracewatch/read.token"
 read_token = true
+max_conns_per_source = 128
 
 [policy]
 grace = "90s"
@@ -81,7 +82,7 @@ retries = 0
 	if cfg.Name != "agg-1" || cfg.LogFormat != "json" || cfg.Mesh.Join[0] != "10.0.0.1:7946" {
 		t.Errorf("cfg = %+v", cfg)
 	}
-	if h := cfg.HTTP; h.AdminTokenFile != "/etc/gracewatch/admin.token" || h.ReadTokenFile != "/etc/gracewatch/read.token" || !h.ReadToken {
+	if h := cfg.HTTP; h.AdminTokenFile != "/etc/gracewatch/admin.token" || h.ReadTokenFile != "/etc/gracewatch/read.token" || !h.ReadToken || h.MaxConnsPerSource != 128 {
 		t.Errorf("http = %+v", h)
 	}
 	if w := cfg.Warnings(); len(w) != 0 {
@@ -132,6 +133,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"read_token without a token", "[mesh]\ninsecure = true\n[http]\nread_token = true\n", []string{`"http.read_token"`, "needs http.read_token_file"}},
 		{"read token file is the admin one", "[mesh]\ninsecure = true\n[http]\nadmin_token_file = \"/etc/gracewatch/admin.token\"\nread_token_file = \"/etc/gracewatch/./admin.token\"\n",
 			[]string{`"http.read_token_file"`, "must differ from the admin token"}},
+		{"negative max_conns_per_source", "[mesh]\ninsecure = true\n[http]\nmax_conns_per_source = -1\n", []string{`"http.max_conns_per_source"`, "0 (the default, 64) to 1024"}},
+		{"max_conns_per_source past max_conns", "[mesh]\ninsecure = true\n[http]\nmax_conns_per_source = 1025\n", []string{`"http.max_conns_per_source"`, "got 1025"}},
 		{"bad listen", "[mesh]\ninsecure = true\n[http]\nlisten = \"8470\"\n", []string{`"http.listen"`}},
 		{"negative allowance", "[mesh]\ninsecure = true\n[policy]\nclock_skew_allowance = \"-1s\"\n", []string{`"policy.clock_skew_allowance"`}},
 		{"negative unreachable_after", "[mesh]\ninsecure = true\n[policy]\nunreachable_after = \"-1s\"\n", []string{`"policy.unreachable_after"`}},

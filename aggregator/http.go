@@ -59,8 +59,9 @@ const (
 	// its request is read).
 	DefaultReadTimeout = 15 * time.Second
 	// DefaultMaxConns bounds the connections open at once; past it a new
-	// one is closed at once (listener.go). Each costs a descriptor and a
-	// goroutine; watchers are bounded apart (DefaultMaxWatchers).
+	// one is closed at once (listener.go, where the per-source bound and
+	// the reserve are too). Each costs a descriptor and a goroutine;
+	// watchers are bounded apart (DefaultMaxWatchers).
 	DefaultMaxConns = 1024
 	idleTimeout     = 2 * time.Minute
 	maxHeaderBytes  = 64 << 10
@@ -108,6 +109,10 @@ type ServerOptions struct {
 	// MaxConns bounds the connections open at once; 0 means
 	// DefaultMaxConns.
 	MaxConns int
+	// MaxConnsPerSource bounds the connections open at once from one IPv4
+	// address or IPv6 /64 (listener.go); 0 means DefaultMaxConnsPerSource,
+	// and more than MaxConns means MaxConns.
+	MaxConnsPerSource int
 	// Registry, if set, is served on GET /metrics (a read endpoint: with
 	// ReadToken or GuardReads it needs a token) and receives the
 	// server's own metrics (gracewatch_aggregator_http_requests_total).
@@ -131,9 +136,10 @@ type Server struct {
 	requests *prometheus.CounterVec
 	// watchers counts the /v1/watch streams being served.
 	watchers atomic.Int64
-	// authLog rate-limits the log of refused tokens (auth.go), connLog
-	// that of connections closed for the cap (listener.go).
-	authLog, connLog *ratelog.Limiter
+	// authLog rate-limits the log of refused tokens (auth.go).
+	authLog *ratelog.Limiter
+	// conns admits and tracks the connections (listener.go, conns.go).
+	conns *connTracker
 
 	// stopping ends when Shutdown starts; watch streams end with it.
 	stopping context.Context
@@ -155,9 +161,11 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	opt.Default(&o.MaxWatchers, DefaultMaxWatchers)
 	opt.Default(&o.ReadTimeout, DefaultReadTimeout)
 	opt.Default(&o.MaxConns, DefaultMaxConns)
+	opt.Default(&o.MaxConnsPerSource, DefaultMaxConnsPerSource)
+	o.MaxConnsPerSource = min(o.MaxConnsPerSource, o.MaxConns)
 	log := o.Logger.With("component", "http")
 	s := &Server{svc: svc, opts: o, log: log, clock: o.Clock, mux: http.NewServeMux(),
-		authLog: ratelog.New(authLogEvery), connLog: ratelog.New(authLogEvery)}
+		authLog: ratelog.New(authLogEvery)}
 	if len(o.Token) > 0 {
 		s.adminSum = sha256.Sum256(o.Token)
 	}
@@ -173,6 +181,11 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 	if s.requests, err = newRequestsCounter(reg); err != nil {
 		log.Error("cannot register the HTTP metrics", "err", err)
 	}
+	closed, err := newConnsClosedCounter(reg)
+	if err != nil {
+		log.Error("cannot register the HTTP metrics", "err", err)
+	}
+	s.conns = newConnTracker(o, log, closed)
 	s.routes()
 	s.hs = &http.Server{
 		Handler:           s,
@@ -180,14 +193,15 @@ func NewServer(svc *Service, o ServerOptions) *Server {
 		ReadTimeout:       o.ReadTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
+		ConnState:         s.conns.connState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	s.hs.RegisterOnShutdown(s.stop)
 	return s
 }
 
-// Serve accepts connections on l until Shutdown, then returns nil, with at
-// most ServerOptions.MaxConns open at once. It blocks.
+// Serve accepts connections on l until Shutdown, then returns nil, within
+// ServerOptions.MaxConns and MaxConnsPerSource (listener.go). It blocks.
 func (s *Server) Serve(l net.Listener) error {
 	err := s.hs.Serve(s.limit(l))
 	if errors.Is(err, http.ErrServerClosed) {
@@ -274,6 +288,7 @@ func (s *Server) routes() {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
 	s.mux.ServeHTTP(rec, r)
+	s.conns.shortenDiscard(w, r)
 	// The mux has set r.Pattern to the pattern that matched.
 	s.requests.WithLabelValues(routeLabel(r), methodLabel(r.Method), rec.status()).Inc()
 }

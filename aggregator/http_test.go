@@ -24,7 +24,14 @@ const testToken = "s3cret-token-0123456789"
 // returns its base URL.
 func (h *harness) serve(o ServerOptions) string {
 	h.t.Helper()
-	if o.Clock == nil {
+	_, base := h.server(o)
+	return base
+}
+
+// server is serve that returns the Server too.
+func (h *harness) server(o ServerOptions) (*Server, string) {
+	h.t.Helper()
+	if o.Clock == nil && h.clk != nil { // not a nil *clock.Fake in an interface
 		o.Clock = h.clk
 	}
 	if o.Logger == nil {
@@ -47,7 +54,7 @@ func (h *harness) serve(o ServerOptions) string {
 			h.t.Errorf("Serve: %v", err)
 		}
 	})
-	return "http://" + l.Addr().String()
+	return srv, "http://" + l.Addr().String()
 }
 
 type response struct {

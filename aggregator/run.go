@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 		log.Warn("the tokens travel in clear text: set http.tls_cert and http.tls_key", "listen", l.Addr().String())
 	}
 	srv := NewServer(svc, ServerOptions{Token: token, ReadToken: readToken, GuardReads: cfg.HTTP.ReadToken, MaxWatchers: cfg.HTTP.MaxWatchers,
-		Logger: logger, Registry: reg})
+		MaxConnsPerSource: cfg.HTTP.MaxConnsPerSource, Logger: logger, Registry: reg})
 	serveErr := make(chan error, 1)
 	go func() {
 		if cfg.HTTP.TLSCert != "" {
