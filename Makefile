@@ -109,7 +109,7 @@ bench-storm:
 # An aggregator killed with SIGKILL and restarted, at 100 and 1,000 light
 # simulated nodes, with and without a flood of invented members before the
 # kill: how soon it serves every node again (BENCHMARKS.md, "Crash recovery
-# at 1,000 nodes"; a few minutes).
+# at 1,000 nodes"; about a minute).
 CRASH_NODES ?= 100,1000
 .PHONY: bench-crash
 bench-crash:
