@@ -106,6 +106,15 @@ bench-scale:
 bench-storm:
 	$(GO) test -run '^$$' -bench IncidentStorm -benchtime 1x -v -timeout 30m ./e2e/
 
+# An aggregator killed with SIGKILL and restarted, at 100 and 1,000 light
+# simulated nodes, with and without a flood of invented members before the
+# kill: how soon it serves every node again (BENCHMARKS.md, "Crash recovery
+# at 1,000 nodes"; about a minute).
+CRASH_NODES ?= 100,1000
+.PHONY: bench-crash
+bench-crash:
+	GW_BENCH_CRASH_NODES=$(CRASH_NODES) $(GO) test -run '^$$' -bench CrashRecovery -benchtime 1x -v -timeout 30m ./e2e/
+
 # A local demonstration (scripts/demo.sh; root, cgroup v2, python3, and
 # /dev/fuse for a truly unkillable epilogue): an aggregator and three node
 # agents on loopback, three jobs ending at once (one epilogue normal, one

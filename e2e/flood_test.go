@@ -27,7 +27,7 @@ import (
 )
 
 // memKB reads a field of /proc/PID/status in kB (VmRSS, VmHWM).
-func memKB(t *testing.T, pid int, field string) int {
+func memKB(t testing.TB, pid int, field string) int {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -45,7 +45,7 @@ func memKB(t *testing.T, pid int, field string) int {
 }
 
 // resetPeak resets the peak RSS (VmHWM) of pid to its current RSS.
-func resetPeak(t *testing.T, pid int) {
+func resetPeak(t testing.TB, pid int) {
 	t.Helper()
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func resetPeak(t *testing.T, pid int) {
 
 // metric returns the value of the series whose line starts with prefix in
 // the aggregator's /metrics.
-func metric(t *testing.T, g *aggregator, prefix string) float64 {
+func metric(t testing.TB, g *aggregator, prefix string) float64 {
 	t.Helper()
 	resp, err := http.Get(g.url + "/metrics")
 	if err != nil {
@@ -79,7 +79,7 @@ func metric(t *testing.T, g *aggregator, prefix string) float64 {
 // one goroutine in the order they came (those its queue had no room for
 // are dropped), so every alive message r sent before has been handled, or
 // dropped, by then. A marker dropped with the flood is sent again.
-func flushAlives(t *testing.T, r *craft.Crafter, addr string, g *aggregator) {
+func flushAlives(t testing.TB, r *craft.Crafter, addr string, g *aggregator) {
 	t.Helper()
 	const refused = `gracewatch_mesh_refused_total{reason="invalid_name"}`
 	before := metric(t, g, refused)

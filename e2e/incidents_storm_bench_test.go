@@ -231,6 +231,9 @@ type benchMesh struct {
 	keys                      *siteKeys
 	site                      [][]byte
 	aggKeys                   *mesh.Keys
+	// stateDir, if set, is the aggregator's state_dir (kept across its
+	// restarts).
+	stateDir string
 }
 
 func newBenchMesh(b *testing.B, prefix string) *benchMesh {
@@ -254,17 +257,22 @@ func newBenchMesh(b *testing.B, prefix string) *benchMesh {
 }
 
 // startAggregator starts the bench's aggregator, agg-1, seeded at bm.seed,
-// with allow_unsigned as given and extra appended to its configuration, and
-// returns it once it is healthy. It is stopped when the benchmark ends.
+// with allow_unsigned as given, bm.stateDir as its state_dir (if set) and
+// extra appended to its configuration, and returns it once it is healthy.
+// It is stopped when the benchmark ends.
 func (bm *benchMesh) startAggregator(unsigned bool, extra string) *aggregator {
 	b := bm.b
 	b.Helper()
 	hport := freePort(b)
 	cfg := filepath.Join(bm.dir, "aggregator.toml")
+	top := ""
+	if bm.stateDir != "" {
+		top = fmt.Sprintf("state_dir = %q\n", bm.stateDir)
+	}
 	text := fmt.Sprintf(`name = "agg-1"
 log_format = "json"
 log_level = "info"
-
+%s
 [mesh]
 bind = %q
 label = %q
@@ -274,7 +282,7 @@ allow_unsigned = %t
 
 [http]
 listen = "127.0.0.1:%d"
-`, bm.seed, bm.label, bm.keyfile, bm.keys.site, unsigned, hport) + extra
+`, top, bm.seed, bm.label, bm.keyfile, bm.keys.site, unsigned, hport) + extra
 	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		b.Fatal(err)
 	}
