@@ -1,9 +1,11 @@
 package aggregator
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +76,26 @@ func TestReachKeptAndAskedAfterRestart(t *testing.T) {
 	open.clk.Advance(reachSaveEvery)
 	if _, err := os.Stat(filepath.Join(open.svc.opts.StateDir, reachFileName)); err == nil {
 		t.Error("a reach file written without node restriction")
+	}
+}
+
+// Nodes added a few at a time (an aggregator asking its nodes after a
+// restart) or many at once keep the served list sorted and whole.
+func TestNamesStaySorted(t *testing.T) {
+	h := newHarness(t, provenOnly)
+	up := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 1, State: gwpb.State_STATE_UP}
+	for _, name := range []string{"n5", "n1", "n9", "n3", "n7", "n2", "n8", "n4", "n6", "n0"} {
+		h.update(name, &gwpb.StateUpdate{Meta: up, StartedMs: 1000})
+	}
+	for i := range 200 { // many in one batch
+		h.mesh.Deliver(fmt.Sprintf("m%03d", 199-i), &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{Meta: up, StartedMs: 1000}}})
+	}
+	h.sync()
+	var names []string
+	for _, n := range h.svc.Nodes() {
+		names = append(names, n.Name)
+	}
+	if len(names) != 210 || !slices.IsSorted(names) {
+		t.Errorf("%d nodes served, sorted %v: %v", len(names), slices.IsSorted(names), names[:min(len(names), 20)])
 	}
 }
