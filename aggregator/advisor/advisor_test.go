@@ -16,7 +16,7 @@ var t0 = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 
 // randomStore writes n random teardowns into a store of small segments
 // (so that scans cross many segments and their string tables): durations
-// with many ties, a few past 65.5 s blocks and up to weeks,
+// with many ties, a few past 65.5 s blocks and up to the bound (8 days),
 // every outcome, users and commands missing or not.
 func randomStore(t *testing.T, rng *rand.Rand, seed uint64, n int) *history.Store {
 	t.Helper()
@@ -31,7 +31,7 @@ func randomStore(t *testing.T, rng *rand.Rand, seed uint64, n int) *history.Stor
 		var d int64
 		switch rng.IntN(10) {
 		case 0:
-			d = rng.Int64N(1 << 32)
+			d = rng.Int64N(history.MaxDurationMs + 1)
 		case 1, 2:
 			d = rng.Int64N(400_000)
 		default:

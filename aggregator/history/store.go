@@ -356,9 +356,11 @@ func (ns *nodeState) has(k uint64) bool { return slices.Contains(ns.keys[:], k) 
 
 // Add stores r (cleaned by Clean) at now, unless it is a duplicate, over
 // its node's rate, implausible (its release before its start, more than
-// MaxAhead after now), too old for the age bound, or invalid: then it
-// returns why (and counts it). It returns "" when stored. The bytes are
-// written by Flush.
+// MaxAhead after now), too old for the age bound, past the bounds (a grace
+// past MaxGraceMs, a self-ended teardown longer than MaxDurationMs), or
+// invalid: then it returns why (and counts it). It returns "" when stored;
+// a teardown not self-ended and longer than MaxDurationMs is stored as that
+// long. The bytes are written by Flush.
 func (s *Store) Add(r Record, now time.Time) Refusal {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -371,16 +373,24 @@ func (s *Store) Add(r Record, now time.Time) Refusal {
 
 func (s *Store) add(r Record, now time.Time) Refusal {
 	r, userDropped, err := Clean(r)
-	if err != nil {
-		return RefusedInvalid
-	}
 	switch {
+	case errors.Is(err, errBounds):
+		return RefusedBounds
+	case err != nil:
+		return RefusedInvalid
 	case r.ReleasedMs < r.StartMs:
 		return RefusedClock
 	case r.ReleasedMs > now.Add(MaxAhead).UnixMilli():
 		return RefusedFuture
 	case r.StartMs < now.Add(-s.o.MaxAge).UnixMilli():
 		return RefusedOld
+	}
+	// Both ends are positive and in order: the difference cannot wrap.
+	if r.ReleasedMs-r.StartMs > MaxDurationMs {
+		if r.Outcome.SelfEnded() {
+			return RefusedBounds
+		}
+		r.ReleasedMs = r.StartMs + MaxDurationMs // a lower bound, as a signalled one's length is
 	}
 	ns := s.node(r.Node)
 	k := key(r.Job, r.StartMs)
