@@ -134,9 +134,9 @@ func TestDistribution(t *testing.T) {
 			want := Distribution{Count: n, P50: at(0.5), P99: at(0.99), P999: at(0.999), Max: ms(int64(s[n-1]))}
 			var dd durations
 			for _, v := range d {
-				dd.add(v)
+				dd.add(v, 0)
 			}
-			if got := distribution(&dd); got != want {
+			if got := distribution(&dd, &counting{}); !reflect.DeepEqual(got, want) {
 				t.Errorf("n %d spread %d: got %+v, want %+v", n, spread, got, want)
 			}
 		}

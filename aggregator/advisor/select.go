@@ -5,43 +5,97 @@ import (
 	"time"
 )
 
-// durations holds the window's durations in ms, in blocks of 64 Ki (no
-// copying as it grows, at most one block unused).
+// durations holds the window's durations in ms and the node index of
+// each, in blocks of 64 Ki (no copying as it grows, at most one block
+// unused): 8 bytes a teardown.
 type durations struct {
 	blocks [][]uint32
+	nodes  [][]int32
 	n      int
 }
 
 const durBlock = 1 << 16
 
-func (d *durations) add(v uint32) {
+func (d *durations) add(v uint32, node int32) {
 	if d.n%durBlock == 0 {
 		d.blocks = append(d.blocks, make([]uint32, 0, durBlock))
+		d.nodes = append(d.nodes, make([]int32, 0, durBlock))
 	}
-	b := &d.blocks[len(d.blocks)-1]
+	b, nb := &d.blocks[len(d.blocks)-1], &d.nodes[len(d.nodes)-1]
 	*b = append(*b, v)
+	*nb = append(*nb, node)
 	d.n++
 }
 
-// distribution computes the exact nearest-rank percentiles of d (the p-th
-// is the ⌈p·n⌉-th smallest) by a two-level radix selection: a count of
-// the values by their high 16 bits finds the block of 65,536 ms holding
-// each rank, a count of the low 16 bits of the values in those blocks (at
-// most four) finds the value. Two passes over d, no reordering, no sort:
-// O(n) whatever the values, with 1 MiB of counts.
-func distribution(d *durations) Distribution {
-	n := d.n
-	if n == 0 {
+// counting is how the records of d count in the percentiles (see
+// nodeShare): a node's records beyond nodeCap count as nodeCap of them
+// spread evenly over its own (counts[node] is its records in d; nil: every
+// record counts), and no duration counts as longer than bound (0: none).
+type counting struct {
+	nodeCap int
+	counts  []int
+	bound   uint32
+}
+
+// thinner decides, in the order d holds them, which records count: the
+// i-th record of a node of c records over the cap C counts when
+// ⌊(i+1)·C/c⌋ > ⌊i·C/c⌋ (C of its c, evenly spread), computed without a
+// product (Bresenham's stepping) so that no count overflows.
+type thinner struct {
+	c    *counting
+	step []int
+}
+
+func (c *counting) thinner() *thinner {
+	if c.counts == nil {
+		return &thinner{c: c}
+	}
+	return &thinner{c: c, step: make([]int, len(c.counts))}
+}
+
+func (t *thinner) counts(node int32) bool {
+	if t.step == nil || t.c.counts[node] <= t.c.nodeCap {
+		return true
+	}
+	t.step[node] += t.c.nodeCap
+	if t.step[node] >= t.c.counts[node] {
+		t.step[node] -= t.c.counts[node]
+		return true
+	}
+	return false
+}
+
+func (c *counting) value(v uint32) uint32 {
+	if c.bound > 0 && v > c.bound {
+		return c.bound
+	}
+	return v
+}
+
+// distribution computes the exact nearest-rank percentiles (the p-th is
+// the ⌈p·n⌉-th smallest) of the records of d as c counts them, by a
+// two-level radix selection: a count of the values by their high 16 bits
+// finds the block of 65,536 ms holding each rank, a count of the low 16
+// bits of the values in those blocks (at most four) finds the value. Two
+// passes over d, no reordering, no sort: O(n) whatever the values, with 1
+// MiB of counts (and a word per node when a node is over the cap).
+func distribution(d *durations, c *counting) Distribution {
+	if d.n == 0 {
 		return Distribution{}
+	}
+	hi := make([]uint32, 1<<16)
+	n := 0
+	th := c.thinner()
+	for i, blk := range d.blocks {
+		for j, v := range blk {
+			if th.counts(d.nodes[i][j]) {
+				hi[c.value(v)>>16]++
+				n++
+			}
+		}
 	}
 	rank := func(p float64) int { return max(int(math.Ceil(p*float64(n))), 1) - 1 }
 	ranks := [4]int{rank(0.5), rank(0.99), rank(0.999), n - 1}
-	hi := make([]uint32, 1<<16)
-	for _, blk := range d.blocks {
-		for _, v := range blk {
-			hi[v>>16]++
-		}
-	}
 	// For each rank: its block, and its rank within the block.
 	var block, within [4]int
 	for k, r := range ranks {
@@ -75,22 +129,27 @@ func distribution(d *durations) Distribution {
 	for j, b := range blocks {
 		slotOf[b] = int8(j + 1)
 	}
-	for _, blk := range d.blocks {
-		for _, v := range blk {
-			if j := slotOf[v>>16]; j > 0 {
-				los[j-1][v&0xffff]++
+	th = c.thinner() // the same records again
+	for i, blk := range d.blocks {
+		for j, v := range blk {
+			if !th.counts(d.nodes[i][j]) {
+				continue
+			}
+			v = c.value(v)
+			if k := slotOf[v>>16]; k > 0 {
+				los[k-1][v&0xffff]++
 			}
 		}
 	}
 	var vals [4]time.Duration
 	for k := range ranks {
 		seen := 0
-		for lo, c := range los[slot[k]] {
-			if seen+int(c) > within[k] {
+		for lo, cnt := range los[slot[k]] {
+			if seen+int(cnt) > within[k] {
 				vals[k] = ms(int64(block[k])<<16 | int64(lo))
 				break
 			}
-			seen += int(c)
+			seen += int(cnt)
 		}
 	}
 	return Distribution{Count: n, P50: vals[0], P99: vals[1], P999: vals[2], Max: vals[3]}
