@@ -80,13 +80,19 @@ type leaders struct {
 }
 
 // offer takes node's teardown of d ms (r, read for its evidence only when
-// it enters top).
+// it enters top). It runs for every record: what is not a node's new
+// longest returns at once.
 func (l *leaders) offer(node int32, d int64, r *history.Raw) {
+	if int(node) < len(l.best) && d <= l.best[node] {
+		return
+	}
+	l.raise(node, d, r)
+}
+
+// raise makes d node's longest.
+func (l *leaders) raise(node int32, d int64, r *history.Raw) {
 	for int(node) >= len(l.best) {
 		l.best = append(l.best, -1)
-	}
-	if d <= l.best[node] {
-		return
 	}
 	l.best[node] = d
 	if i := slices.IndexFunc(l.top, func(b nodeBest) bool { return b.node == node }); i >= 0 {
