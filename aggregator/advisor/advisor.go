@@ -233,11 +233,11 @@ func candidates(q Query) []time.Duration {
 }
 
 // Advise answers q over the records of src and the running teardowns, with
-// the nodes' kill-path floors. It reads the window once (twice when more
-// than maxPending teardowns may be long: see acc) and holds, besides its
-// fixed tables, 8 bytes per released teardown in the window (its duration
-// and node, for the exact percentiles as each node counts) and a few words
-// per distinct node, user and command.
+// the nodes' kill-path floors. It reads the window once (again when a node
+// is over the cap of the percentiles, see acc.thin, and when more than
+// maxPending teardowns may be long, see acc) and holds, besides its fixed
+// tables, 4 bytes per released teardown in the window (for the exact
+// percentiles) and a few words per distinct node, user and command.
 func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, error) {
 	if q.ToMs <= q.FromMs {
 		return nil, fmt.Errorf("advisor: empty window [%d, %d)", q.FromMs, q.ToMs)
@@ -276,6 +276,11 @@ func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, er
 		}
 	}
 	share := nodeShare(a.counts, &a.rel)
+	if share.counts != nil {
+		if err := a.thin(src, share); err != nil {
+			return nil, err
+		}
+	}
 	out.Durations = distribution(&a.durs, share)
 	out.Durations.NodeCap, out.Durations.Capped = share.nodeCap, capped(share, a.nodes)
 	if share.bound > 0 {

@@ -80,13 +80,14 @@ type leaders struct {
 }
 
 // offer takes node's teardown of d ms (r, read for its evidence only when
-// it enters top). It runs for every record: what is not a node's new
-// longest returns at once.
-func (l *leaders) offer(node int32, d int64, r *history.Raw) {
+// it enters top) and reports whether it is the node's new longest. It runs
+// for every record: what is not returns at once.
+func (l *leaders) offer(node int32, d int64, r *history.Raw) bool {
 	if int(node) < len(l.best) && d <= l.best[node] {
-		return
+		return false
 	}
 	l.raise(node, d, r)
+	return true
 }
 
 // raise makes d node's longest.
@@ -109,12 +110,12 @@ func (l *leaders) raise(node int32, d int64, r *history.Raw) {
 }
 
 // kth returns the k-th longest of the nodes' own longest (k from 1): the
-// longest that k nodes reached.
-func (l *leaders) kth(k int) (nodeBest, bool) {
+// longest that k nodes reached; nil when fewer nodes have one.
+func (l *leaders) kth(k int) *nodeBest {
 	if len(l.top) < k {
-		return nodeBest{}, false
+		return nil
 	}
-	return l.top[k-1], true
+	return &l.top[k-1]
 }
 
 // reaching counts the nodes whose longest is at least v, and names the
@@ -161,7 +162,7 @@ func nodeShare(counts []int, rel *leaders) *counting {
 		}
 	}
 	c := &counting{}
-	if b, ok := rel.kth(MinBacking); ok {
+	if b := rel.kth(MinBacking); b != nil {
 		c.bound = uint32(min(b.d, history.MaxDurationMs))
 	}
 	if len(nz) == 0 {

@@ -214,15 +214,16 @@ func (a *acc) record(r *history.Raw) bool {
 		return true
 	}
 	d := min(max(r.DurationMs, 0), history.MaxDurationMs) // the intake's bound (older files may hold more)
+	if d > a.nodeMax[node] {
+		a.rel.raise(node, d, r) // its new longest (nodeMax holds released ones only until the scan ends)
+	}
 	a.add(node, d, r.Outcome, false)
-	a.durs.add(uint32(d), node)
+	a.durs.add(uint32(d))
 	a.counts[node]++
 	a.outcomes[r.Outcome%8]++
 	self, hung := r.Outcome.SelfEnded(), r.Outcome == history.OutcomeHung
-	a.rel.offer(node, d, r)
-	if self {
-		a.selfEnded.offer(node, d, r)
-		if b, ok := a.selfEnded.kth(MinBacking); ok {
+	if self && a.selfEnded.offer(node, d, r) {
+		if b := a.selfEnded.kth(MinBacking); b != nil {
 			a.lb = max(a.lb, b.d)
 		}
 	}
@@ -251,6 +252,34 @@ func (a *acc) record(r *history.Raw) bool {
 	return true
 }
 
+// thin reads the window again and keeps as the durations only those that
+// count (c.thinner: of a node over the cap, its share spread evenly). To
+// thin in the first scan's durations would take each one's node, 4 bytes
+// more a teardown; a second scan costs only the answers that have a node
+// over the cap (twice the median node's records), which an honest
+// cluster's nodes, sending like numbers, do not.
+func (a *acc) thin(src Source, c *counting) error {
+	a.durs = durations{}
+	th := c.thinner()
+	seg := -1
+	err := src(a.q.FromMs, a.q.ToMs, func(r *history.Raw) bool {
+		if r.Seg != seg {
+			seg = r.Seg
+			a.nodeID.reset()
+		}
+		node := a.nodeID.get(r, r.Node)
+		a.nodeIndex(node)
+		if a.keepNode[node] && th.counts(node) {
+			a.durs.add(uint32(min(max(r.DurationMs, 0), history.MaxDurationMs)))
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("advisor: %w", err)
+	}
+	return nil
+}
+
 // topG is the G the scan's top lists count over: TopG, else InForce.
 func (a *acc) topG() int64 {
 	if a.q.TopG > 0 {
@@ -263,7 +292,7 @@ func (a *acc) topG() int64 {
 // top lists over the recommended G.
 func (a *acc) recommend(out *Advice, src Source) error {
 	counted := out.Durations.Count
-	driver, ok := a.selfEnded.kth(MinBacking)
+	driver := a.selfEnded.kth(MinBacking)
 	switch {
 	case out.Records == 0:
 		out.Thin = "no released teardowns in the window for these nodes"
@@ -278,7 +307,7 @@ func (a *acc) recommend(out *Advice, src Source) error {
 	case len(a.selfEnded.top) == 0:
 		out.Thin = "no teardown in the window ended by itself (every one was signalled or unreported): nothing bounds G from below"
 		return nil
-	case !ok:
+	case driver == nil:
 		e := a.selfEnded.top[0].ev
 		out.Thin = fmt.Sprintf("only one node's teardowns ended by themselves (%s, the longest %v): the advisor follows a value at least %d nodes reached",
 			e.node, ms(e.d), MinBacking)

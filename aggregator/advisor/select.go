@@ -5,61 +5,63 @@ import (
 	"time"
 )
 
-// durations holds the window's durations in ms and the node index of
-// each, in blocks of 64 Ki (no copying as it grows, at most one block
-// unused): 8 bytes a teardown.
+// durations holds the window's durations in ms, in blocks of 64 Ki (no
+// copying as it grows, at most one block unused).
 type durations struct {
 	blocks [][]uint32
-	nodes  [][]int32
 	n      int
 }
 
 const durBlock = 1 << 16
 
-func (d *durations) add(v uint32, node int32) {
+func (d *durations) add(v uint32) {
 	if d.n%durBlock == 0 {
 		d.blocks = append(d.blocks, make([]uint32, 0, durBlock))
-		d.nodes = append(d.nodes, make([]int32, 0, durBlock))
 	}
-	b, nb := &d.blocks[len(d.blocks)-1], &d.nodes[len(d.nodes)-1]
+	b := &d.blocks[len(d.blocks)-1]
 	*b = append(*b, v)
-	*nb = append(*nb, node)
 	d.n++
 }
 
-// counting is how the records of d count in the percentiles (see
-// nodeShare): a node's records beyond nodeCap count as nodeCap of them
-// spread evenly over its own (counts[node] is its records in d; nil: every
-// record counts), and no duration counts as longer than bound (0: none).
+// counting is how the records count in the percentiles (see nodeShare): a
+// node's records beyond nodeCap count as nodeCap of them spread evenly over
+// its own (counts[node] is its records; nil: no node is over the cap), and
+// no duration counts as longer than bound (0: none).
 type counting struct {
 	nodeCap int
 	counts  []int
 	bound   uint32
 }
 
-// thinner decides, in the order d holds them, which records count: the
-// i-th record of a node of c records over the cap C counts when
-// ⌊(i+1)·C/c⌋ > ⌊i·C/c⌋ (C of its c, evenly spread), computed without a
-// product (Bresenham's stepping) so that no count overflows.
+// thinner decides, in the order of the scan, which records of a node over
+// the cap count: the i-th of its c records counts when ⌊(i+1)·C/c⌋ >
+// ⌊i·C/c⌋ (C of its c, evenly spread), computed without a product
+// (Bresenham's stepping) so that no count overflows. A record past the
+// node's c (added to the history since c was counted) does not count.
 type thinner struct {
-	c    *counting
-	step []int
+	c          *counting
+	step, seen []int
 }
 
 func (c *counting) thinner() *thinner {
-	if c.counts == nil {
-		return &thinner{c: c}
-	}
-	return &thinner{c: c, step: make([]int, len(c.counts))}
+	return &thinner{c: c, step: make([]int, len(c.counts)), seen: make([]int, len(c.counts))}
 }
 
 func (t *thinner) counts(node int32) bool {
-	if t.step == nil || t.c.counts[node] <= t.c.nodeCap {
+	if int(node) >= len(t.c.counts) {
+		return false // a node new since
+	}
+	t.seen[node]++
+	n := t.c.counts[node]
+	switch {
+	case t.seen[node] > n:
+		return false
+	case n <= t.c.nodeCap:
 		return true
 	}
 	t.step[node] += t.c.nodeCap
-	if t.step[node] >= t.c.counts[node] {
-		t.step[node] -= t.c.counts[node]
+	if t.step[node] >= n {
+		t.step[node] -= n
 		return true
 	}
 	return false
@@ -73,25 +75,21 @@ func (c *counting) value(v uint32) uint32 {
 }
 
 // distribution computes the exact nearest-rank percentiles (the p-th is
-// the ⌈p·n⌉-th smallest) of the records of d as c counts them, by a
-// two-level radix selection: a count of the values by their high 16 bits
-// finds the block of 65,536 ms holding each rank, a count of the low 16
-// bits of the values in those blocks (at most four) finds the value. Two
-// passes over d, no reordering, no sort: O(n) whatever the values, with 1
-// MiB of counts (and a word per node when a node is over the cap).
+// the ⌈p·n⌉-th smallest) of the durations of d (those that count: see
+// acc.thin), none as longer than c's bound, by a two-level radix
+// selection: a count of the values by their high 16 bits finds the block
+// of 65,536 ms holding each rank, a count of the low 16 bits of the values
+// in those blocks (at most four) finds the value. Two passes over d, no
+// reordering, no sort: O(n) whatever the values, with 1 MiB of counts.
 func distribution(d *durations, c *counting) Distribution {
-	if d.n == 0 {
+	n := d.n
+	if n == 0 {
 		return Distribution{}
 	}
 	hi := make([]uint32, 1<<16)
-	n := 0
-	th := c.thinner()
-	for i, blk := range d.blocks {
-		for j, v := range blk {
-			if th.counts(d.nodes[i][j]) {
-				hi[c.value(v)>>16]++
-				n++
-			}
+	for _, blk := range d.blocks {
+		for _, v := range blk {
+			hi[c.value(v)>>16]++
 		}
 	}
 	rank := func(p float64) int { return max(int(math.Ceil(p*float64(n))), 1) - 1 }
@@ -129,12 +127,8 @@ func distribution(d *durations, c *counting) Distribution {
 	for j, b := range blocks {
 		slotOf[b] = int8(j + 1)
 	}
-	th = c.thinner() // the same records again
-	for i, blk := range d.blocks {
-		for j, v := range blk {
-			if !th.counts(d.nodes[i][j]) {
-				continue
-			}
+	for _, blk := range d.blocks {
+		for _, v := range blk {
 			v = c.value(v)
 			if k := slotOf[v>>16]; k > 0 {
 				los[k-1][v&0xffff]++
