@@ -25,10 +25,14 @@ type histService struct {
 	stop func()
 }
 
-func startHistService(t *testing.T, clk *clock.Fake, dir string) *histService {
+func startHistService(t *testing.T, clk *clock.Fake, dir string, opts ...func(*Options)) *histService {
 	t.Helper()
-	h, stopService := startHarness(t, clk, Options{Name: "agg-1", Policy: defaultPolicy, Grace: 120 * time.Second, Clock: clk,
-		Logger: testLogger(t), TeardownHistory: history.Options{Dir: dir}})
+	o := Options{Name: "agg-1", Policy: defaultPolicy, Grace: 120 * time.Second, Clock: clk,
+		Logger: testLogger(t), TeardownHistory: history.Options{Dir: dir}}
+	for _, f := range opts {
+		f(&o)
+	}
+	h, stopService := startHarness(t, clk, o)
 	srv := NewServer(h.svc, ServerOptions{Clock: clk, Logger: testLogger(t)})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -138,9 +142,13 @@ func checkGraceTable(t *testing.T, ga api.GraceAdvice) {
 	}
 	// Nearest rank of 1,206: p50 the 603rd (600 gen ≤ 30 s and 10, 30:
 	// 602 ≤ 30 s, so 31 s), p99 the 1194th (60 s), p99.9 the 1205th
-	// (1,203 ≤ 60 s, then 90, 200), max 400.
-	if want := (api.GraceDistribution{Count: 1206, P50: 31, P99: 60, P999: 200, Max: 400}); ga.Durations != want {
-		t.Errorf("durations %+v, want %+v", ga.Durations, want)
+	// (1,203 ≤ 60 s, then 90, 200), max 200: no duration counts past the
+	// second-longest node's own longest (n2's 200 s; n3's 400 s is one
+	// node's). The median node holds 30 (the gen ones): none over 60.
+	wantD := api.GraceDistribution{Count: 1206, P50: 31, P99: 60, P999: 200, Max: 200, NodeCap: 60, Capped: []api.GraceNodeCount{}, Bound: 200,
+		Above: []api.GraceEvidence{{Node: "n3", Job: "5", User: "carol", Command: "cat", Cause: "fuse.hangfs /scratch", Duration: 400, Outcome: "hung"}}}
+	if !reflect.DeepEqual(ga.Durations, wantD) {
+		t.Errorf("durations %+v, want %+v", ga.Durations, wantD)
 	}
 	// Per G (s): overdue = released longer + the running one (300 s);
 	// nodes: every gen node's longest is 41..60 s; planned wrong =
@@ -157,21 +165,31 @@ func checkGraceTable(t *testing.T, ga api.GraceAdvice) {
 	if !reflect.DeepEqual(ga.Candidates, want) {
 		t.Errorf("candidates\n got %+v\nwant %+v", ga.Candidates, want)
 	}
-	if f := ga.KillPathFloor; f == nil || f.Seconds != 95 || f.Node != "n1" || f.Path != "slurm: KillWait 30s + UnkillableStepTimeout 65s" {
-		t.Errorf("floor %+v", f)
+	// The floor two nodes report: n2's 70 s (n1's 95 s is one node's).
+	wantF := &api.GraceFloor{Seconds: 70, Node: "n2", Path: "flux: kill-timeout 70s", Backing: 2, Nodes: []string{"n1", "n2"},
+		Above: []api.GraceNodeFloor{{Node: "n1", Seconds: 95, Path: "slurm: KillWait 30s + UnkillableStepTimeout 65s"}}}
+	if !reflect.DeepEqual(ga.KillPathFloor, wantF) {
+		t.Errorf("floor %+v, want %+v", ga.KillPathFloor, wantF)
 	}
 	r := ga.Recommendation
 	if r == nil {
 		t.Fatalf("no recommendation: %s", ga.Thin)
 	}
-	// G = max(floor 95, longest self-ended 90) = 95: it catches the hung
-	// one (400) and the running one (300), misses none, and drains the
-	// terminated one (200) without knowing.
-	if r.G != 95 || r.Caught != 2 || r.Missed != 0 || r.Signalled != 1 || r.Unreported != 0 {
+	// The nodes' own longest self-ended: n2 90 s (exited), gen19 and
+	// gen39 60 s (by name), the other gen ones 41 to 59 s, n1 50 s, n4
+	// 30 s. G = max(floor 70, the second node's 60) = 70, driven by the
+	// floor: it catches the hung one (400) and the running one (300),
+	// misses none, drains the terminated one (200) without knowing, and
+	// n2's 90 s one, which no other node reached, for nothing.
+	if r.G != 70 || r.Driver != "floor" || r.Caught != 2 || r.Missed != 0 || r.Signalled != 1 || r.Unreported != 0 || r.FalseDrains != 1 {
 		t.Errorf("recommendation %+v", r)
 	}
-	if e := r.LongestSelfEnded; e == nil || *e != (api.GraceEvidence{Node: "n2", Job: "3", User: "bob", Command: "sync", Duration: 90, Outcome: "exited"}) {
+	if e := r.LongestSelfEnded; e == nil || *e != (api.GraceEvidence{Node: "gen19", Job: "10059", User: "gen", Command: "epilog", Duration: 60, Outcome: "clean"}) {
 		t.Errorf("longest self-ended %+v", e)
+	}
+	if r.Backing != 3 || !reflect.DeepEqual(r.Nodes, []string{"n2", "gen19", "gen39"}) ||
+		!reflect.DeepEqual(r.Unbacked, []api.GraceEvidence{{Node: "n2", Job: "3", User: "bob", Command: "sync", Duration: 90, Outcome: "exited"}}) {
+		t.Errorf("backed by %d nodes %v, not followed %+v", r.Backing, r.Nodes, r.Unbacked)
 	}
 	wantCaught := []api.GraceEvidence{
 		{Node: "n3", Job: "5", User: "carol", Command: "cat", Cause: "fuse.hangfs /scratch", Duration: 400, Outcome: "hung"},
@@ -180,12 +198,12 @@ func checkGraceTable(t *testing.T, ga api.GraceAdvice) {
 	if !reflect.DeepEqual(r.CaughtExamples, wantCaught) {
 		t.Errorf("caught %+v", r.CaughtExamples)
 	}
-	// Over 95 s: carol (400, hung), dave (running 300: long and hung),
-	// bob (200, terminated).
-	if want := []api.GraceTop{{Name: "carol", Long: 1, Hung: 1}, {Name: "dave", Long: 1, Hung: 1}, {Name: "bob", Long: 1}}; ga.TopG != 95 || !reflect.DeepEqual(ga.TopUsers, want) {
+	// Over 70 s: carol (400, hung), dave (running 300: long and hung),
+	// bob (200, terminated; 90, exited).
+	if want := []api.GraceTop{{Name: "carol", Long: 1, Hung: 1}, {Name: "dave", Long: 1, Hung: 1}, {Name: "bob", Long: 2}}; ga.TopG != 70 || !reflect.DeepEqual(ga.TopUsers, want) {
 		t.Errorf("top users over %v: %+v", ga.TopG, ga.TopUsers)
 	}
-	if want := []api.GraceTop{{Name: "cat", Long: 1, Hung: 1}, {Name: "dd", Long: 1, Hung: 1}, {Name: "lfs", Long: 1}}; !reflect.DeepEqual(ga.TopCommands, want) {
+	if want := []api.GraceTop{{Name: "cat", Long: 1, Hung: 1}, {Name: "dd", Long: 1, Hung: 1}, {Name: "lfs", Long: 1}, {Name: "sync", Long: 1}}; !reflect.DeepEqual(ga.TopCommands, want) {
 		t.Errorf("top commands: %+v", ga.TopCommands)
 	}
 	if ga.Outcomes["clean"] != 1203 || ga.Outcomes["exited"] != 1 || ga.Outcomes["terminated"] != 1 || ga.Outcomes["hung"] != 1 {

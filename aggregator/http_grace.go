@@ -194,6 +194,22 @@ func wireEvidence(e *advisor.Evidence) *api.GraceEvidence {
 	return &api.GraceEvidence{Node: e.Node, Job: e.Job, User: e.User, Command: e.Command, Cause: e.Cause, Duration: secs(e.Duration), Outcome: e.Outcome}
 }
 
+func wireEvidences(es []advisor.Evidence) []api.GraceEvidence {
+	out := make([]api.GraceEvidence, 0, len(es))
+	for i := range es {
+		out = append(out, *wireEvidence(&es[i]))
+	}
+	return out
+}
+
+// nonNil is ss, or an empty list for none (the API's lists are never null).
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
 func wireTops(ts []advisor.Top) []api.GraceTop {
 	out := make([]api.GraceTop, 0, len(ts))
 	for _, t := range ts {
@@ -207,7 +223,8 @@ func wireAdvice(a *advisor.Advice, inForce time.Duration) api.GraceAdvice {
 	out := api.GraceAdvice{From: time.UnixMilli(a.FromMs).UTC(), To: time.UnixMilli(a.ToMs).UTC(), Now: time.UnixMilli(a.NowMs).UTC(),
 		Records: a.Records, Running: a.Running, NodesSeen: a.Nodes, LongestRunning: wireEvidence(a.LongestRunning),
 		Durations: api.GraceDistribution{Count: a.Durations.Count, P50: secs(a.Durations.P50), P99: secs(a.Durations.P99),
-			P999: secs(a.Durations.P999), Max: secs(a.Durations.Max)},
+			P999: secs(a.Durations.P999), Max: secs(a.Durations.Max), NodeCap: a.Durations.NodeCap,
+			Capped: make([]api.GraceNodeCount, 0, len(a.Durations.Capped)), Bound: secs(a.Durations.Bound), Above: wireEvidences(a.Durations.Above)},
 		Outcomes: a.Outcomes, GraceInForce: secs(inForce), Thin: a.Thin, TopG: secs(a.TopG),
 		TopUsers: wireTops(a.TopUsers), TopCommands: wireTops(a.TopCommand), Notes: a.Notes,
 		Candidates: make([]api.GraceCandidate, 0, len(a.Candidates))}
@@ -218,16 +235,22 @@ func wireAdvice(a *advisor.Advice, inForce time.Duration) api.GraceAdvice {
 		out.Candidates = append(out.Candidates, api.GraceCandidate{G: secs(c.G), InForce: c.InForce, Overdue: c.Overdue, Nodes: c.Nodes,
 			PlannedWrong: secs(c.PlannedWrong), FalseDrains: c.FalseDrains, Unknown: c.Unknown})
 	}
+	for _, c := range a.Durations.Capped {
+		out.Durations.Capped = append(out.Durations.Capped, api.GraceNodeCount{Node: c.Node, Records: c.Records})
+	}
 	if a.FloorKnown {
-		out.KillPathFloor = &api.GraceFloor{Seconds: float64(a.Floor.Ms) / 1000, Node: a.Floor.Node, Path: a.Floor.Path}
+		fl := &api.GraceFloor{Seconds: float64(a.Floor.Ms) / 1000, Node: a.Floor.Node, Path: a.Floor.Path, Backing: a.FloorBacking,
+			Nodes: nonNil(a.FloorNodes), Above: make([]api.GraceNodeFloor, 0, len(a.FloorAbove))}
+		for _, f := range a.FloorAbove {
+			fl.Above = append(fl.Above, api.GraceNodeFloor{Node: f.Node, Seconds: float64(f.Ms) / 1000, Path: f.Path})
+		}
+		out.KillPathFloor = fl
 	}
 	if r := a.Recommendation; r != nil {
-		wr := &api.GraceRecommendation{G: secs(r.G), LongestSelfEnded: wireEvidence(r.LongestSelfEnded), Caught: r.Caught,
-			Missed: r.Missed, Signalled: r.Signalled, Unreported: r.Unreported, CaughtExamples: []api.GraceEvidence{}}
-		for i := range r.CaughtExamples {
-			wr.CaughtExamples = append(wr.CaughtExamples, *wireEvidence(&r.CaughtExamples[i]))
-		}
-		out.Recommendation = wr
+		out.Recommendation = &api.GraceRecommendation{G: secs(r.G), Driver: r.Driver, LongestSelfEnded: wireEvidence(r.LongestSelfEnded),
+			Backing: r.SelfEndedBacking, Nodes: nonNil(r.SelfEndedNodes), Unbacked: wireEvidences(r.Unbacked), Caught: r.Caught,
+			Missed: r.Missed, Signalled: r.Signalled, Unreported: r.Unreported, FalseDrains: r.FalseDrains,
+			CaughtExamples: wireEvidences(r.CaughtExamples)}
 	}
 	return out
 }

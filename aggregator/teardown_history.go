@@ -98,11 +98,12 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 	now := s.clock.Now()
 	tds := u.GetTeardowns()
 	tds = tds[:min(len(tds), maxTeardownsKept)]
+	floor := u.GetKillPathFloorMs()
 	h.mu.Lock()
-	if f := u.GetKillPathFloorMs(); f > 0 {
-		h.floors[node] = advisor.Floor{Node: node, Ms: f, Path: cutText(strings.ToValidUTF8(u.GetKillPath(), "?"), maxKillPathBytes)}
+	if floor > 0 && floor <= history.MaxFloorMs {
+		h.floors[node] = advisor.Floor{Node: node, Ms: floor, Path: cutText(strings.ToValidUTF8(u.GetKillPath(), "?"), maxKillPathBytes)}
 	} else {
-		delete(h.floors, node)
+		delete(h.floors, node) // none, or past the bound: unknown
 	}
 	for _, c := range []*gwpb.Cause{u.GetCause(), u.GetObservedCause()} {
 		if boundCause(c) == nil || c.GetJob() == "" {
@@ -127,6 +128,12 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 	}
 	causes := h.causes[node]
 	h.mu.Unlock()
+	if floor < 0 || floor > history.MaxFloorMs {
+		if ok, suppressed := h.log.Allow(node+"/floor", now); ok {
+			s.log.Warn("kill-path floor out of bounds: not used for the grace advice", "node", nodename.Quote(node),
+				"kill_path_floor_ms", floor, "max_ms", history.MaxFloorMs, "suppressed", suppressed)
+		}
+	}
 
 	added := 0
 	for _, td := range tds {
@@ -134,10 +141,12 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 			continue
 		}
 		r := history.Record{Node: node, Job: []byte(td.GetJob()), User: td.GetUser(), Command: td.GetCommand(),
-			StartMs: td.GetDeadlineMs() - td.GetGraceMs(), ReleasedMs: td.GetReleasedMs(), GraceMs: td.GetGraceMs(),
-			Outcome: history.ParseOutcome(td.GetOutcome())}
-		if td.GetDeadlineMs() == 0 {
-			r.StartMs = 0 // invalid: refused
+			ReleasedMs: td.GetReleasedMs(), GraceMs: td.GetGraceMs(), Outcome: history.ParseOutcome(td.GetOutcome())}
+		// The start D − G, computed only from a positive deadline and a
+		// grace within the bound (it cannot wrap); else 0, refused (a
+		// grace past the bound as such).
+		if dl, g := td.GetDeadlineMs(), td.GetGraceMs(); dl > 0 && g >= 0 && g <= history.MaxGraceMs {
+			r.StartMs = dl - g
 		}
 		if r.Outcome != history.OutcomeClean {
 			for i := len(causes) - 1; i >= 0; i-- {
@@ -232,7 +241,7 @@ func newHistoryCollector(st *history.Store, now func() time.Time) *historyCollec
 		oldest:          d("history_oldest_record_age_seconds", "Age of the oldest teardown kept in the history (bounded by history.max_age); 0 when empty."),
 		segments:        d("history_segments", "Segment files of the teardown history."),
 		corrupt:         d("history_corrupt_segments", "Segments found damaged at start: read up to the damage, never appended to (the log names them)."),
-		refused:         d("history_refused_total", "Released teardowns not recorded, by reason: duplicate (a resend), rate (over the node's bound), clock_step (released before it started), future (released more than 1h ahead), too_old, invalid, write_error.", "reason"),
+		refused:         d("history_refused_total", "Released teardowns not recorded, by reason: duplicate (a resend), rate (over the node's bound), clock_step (released before it started), future (released more than 1h ahead), too_old, invalid, bounds (a grace past 7 days, or self-ended and longer than 8 days), write_error.", "reason"),
 		usersDropped:    d("history_users_dropped_total", "User names dropped (recorded as unknown) for breaking the rule of Teardown.user."),
 		droppedSegments: d("history_dropped_segments_total", "Oldest segments dropped for the bounds, by bound: bytes or age.", "bound"),
 	}

@@ -29,7 +29,9 @@ import (
 //	3 s   2        2      1
 //	6 s   1        1      0   (only the hung one)
 //
-// Four teardowns are too thin to recommend a G from (the advisor says so);
+// The durations count no teardown as longer than the longest two nodes
+// reached (n1's 1.5 s; n2's 4 s is one node's, named). Four teardowns are
+// too thin to recommend a G from (the advisor says so);
 // the top users over 3 s are bob (one long) and carol (one long, and hung:
 // still running). The
 // same table comes back after the aggregator restarts over its state dir.
@@ -93,8 +95,9 @@ func TestGraceAdvisorRealEpilogues(t *testing.T) {
 		if len(want) > 0 {
 			t.Errorf("%s: candidates missing: %v (got %+v)", when, want, adv.Candidates)
 		}
-		if d := adv.Durations; d.Count != 3 || d.Max < 4 || d.Max > 5.5 || d.P50 < 1.5 || d.P50 > 2.5 {
-			t.Errorf("%s: durations %+v: want 3, the median ~1.5 s, the max ~4 s", when, d)
+		if d := adv.Durations; d.Count != 3 || d.Max < 1.5 || d.Max > 2.5 || d.P50 < 1.5 || d.P50 > 2.5 || d.Bound != d.Max ||
+			len(d.Above) != 1 || d.Above[0].Node != "n2" || d.Above[0].Job != "21" || d.Above[0].Duration < 4 || d.Above[0].Duration > 5.5 {
+			t.Errorf("%s: durations %+v: want 3, the median ~1.5 s, counted up to n1's ~1.5 s (the longest two nodes reached), n2's ~4 s above it", when, d)
 		}
 		if lr := adv.LongestRunning; lr == nil || lr.Node != "n3" || lr.Job != "31" || lr.User != "carol" || lr.Duration < 7 {
 			t.Errorf("%s: longest running %+v: want n3's job 31 of carol, at least 7 s", when, lr)

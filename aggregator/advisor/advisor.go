@@ -2,8 +2,9 @@
 // teardown history (package aggregator/history) and the teardowns still
 // running, over a window and a set of nodes, it tells what each candidate
 // grace G would have done, and the smallest G that would have drained only
-// nodes that really hung. It is pure: the records come from a Source, the
-// time from the Query.
+// nodes that really hung. No one node can steer it: what it rests on
+// counts each node once (backing.go). It is pure: the records come from a
+// Source, the time from the Query.
 package advisor
 
 import (
@@ -17,9 +18,9 @@ import (
 // Bounds and thresholds.
 const (
 	// MinRecords is the fewest released teardowns (in the window and node
-	// set) the advisor recommends a G from: below it the data is too thin.
-	// 50 is where one outlier moves the longest self-ended teardown, which
-	// the recommendation rests on, by a fiftieth of the sample at most.
+	// set, as the percentiles count them: see nodeShare) the advisor
+	// recommends a G from: below it the data is too thin. 50 is where one
+	// outlier is a fiftieth of the sample at most.
 	MinRecords = 50
 	// MinForP999 is the fewest teardowns that give p99.9 a meaning of its
 	// own (below it p99.9 is the maximum or next to it, and a note says so).
@@ -78,10 +79,24 @@ type Query struct {
 }
 
 // Distribution is the released teardowns' durations (nearest rank:
-// the p-th percentile is the ⌈p·n⌉-th smallest).
+// the p-th percentile is the ⌈p·n⌉-th smallest) as they count: no node for
+// more than NodeCap records, no duration as longer than Bound (backing.go).
 type Distribution struct {
+	// Count is the records counted (Advice.Records less the excess of the
+	// Capped nodes).
 	Count               int
 	P50, P99, P999, Max time.Duration
+	// NodeCap is the most records one node counts for: twice the median
+	// node's. Capped are the nodes over it (the most first, at most
+	// MaxEvidence), with their records.
+	NodeCap int
+	Capped  []NodeCount
+	// Bound is the longest duration counted: the longest teardown that
+	// MinBacking nodes reached (the MinBacking-th node's own longest); 0
+	// with fewer nodes. Above are the nodes whose own longest is past it,
+	// each with that teardown: counted as Bound.
+	Bound time.Duration
+	Above []Evidence
 }
 
 // Candidate is what one G would have done over the window.
@@ -116,12 +131,25 @@ type Evidence struct {
 }
 
 // Recommendation is the smallest G at or above the floor that would have
-// drained only nodes that really hung.
+// drained only nodes that really hung, of the values that MinBacking nodes
+// reached.
 type Recommendation struct {
 	G time.Duration
-	// LongestSelfEnded is the longest teardown that ended by itself:
-	// any G below it drains a node for nothing.
+	// Driver says what G rests on: DriverSelfEnded (LongestSelfEnded) or
+	// DriverFloor (Advice.Floor, FloorBacking nodes).
+	Driver string
+	// LongestSelfEnded is the longest teardown that ended by itself on at
+	// least MinBacking nodes: the MinBacking-th node's own longest. Any G
+	// below it drains nodes for nothing. SelfEndedBacking counts the nodes
+	// whose own longest self-ended teardown is at least as long, and
+	// SelfEndedNodes names the first MaxEvidence of them, longest first.
 	LongestSelfEnded *Evidence
+	SelfEndedBacking int
+	SelfEndedNodes   []string
+	// Unbacked are the longer self-ended teardowns, each the own longest
+	// of a node that no MinBacking−1 others reached: not followed (G drains
+	// such a node for nothing, if it recurs).
+	Unbacked []Evidence
 	// Caught counts the really hung teardowns (hung, or still running)
 	// longer than G; CaughtExamples lists the longest MaxEvidence.
 	Caught         int
@@ -135,7 +163,16 @@ type Recommendation struct {
 	// Unreported counts the teardowns longer than G whose end the agent
 	// did not report.
 	Unreported int
+	// FalseDrains counts the teardowns longer than G that ended by
+	// themselves: those of the Unbacked nodes.
+	FalseDrains int
 }
+
+// What a recommendation rests on (Recommendation.Driver).
+const (
+	DriverSelfEnded = "self_ended"
+	DriverFloor     = "floor"
+)
 
 // Top is one user's or command's count of long or hung teardowns.
 type Top struct {
@@ -158,9 +195,16 @@ type Advice struct {
 	// Outcomes counts the released teardowns by outcome.
 	Outcomes   map[string]int
 	Candidates []Candidate
-	// FloorKnown: at least one node of the set sent its kill-path floor.
-	FloorKnown bool
-	Floor      Floor
+	// FloorKnown: at least MinBacking nodes of the set sent a kill-path
+	// floor. Floor is the MinBacking-th largest; FloorBacking counts the
+	// nodes whose floor reaches it and FloorNodes names the first
+	// MaxEvidence; FloorAbove are the larger floors, not followed (or,
+	// when FloorKnown is false, the floors of the fewer nodes).
+	FloorKnown   bool
+	Floor        Floor
+	FloorBacking int
+	FloorNodes   []string
+	FloorAbove   []Floor
 	// Thin says why no G is recommended ("" when one is).
 	Thin           string
 	Recommendation *Recommendation
@@ -174,10 +218,11 @@ type Advice struct {
 // Unknown is how a missing user or command is shown.
 const Unknown = "unknown"
 
-// candidates returns the sorted, distinct candidates of q.
+// candidates returns the sorted, distinct candidates of q (none
+// negative).
 func candidates(q Query) []time.Duration {
-	c := slices.Clone(q.Candidates)
-	if len(c) == 0 {
+	c := slices.DeleteFunc(slices.Clone(q.Candidates), func(g time.Duration) bool { return g < 0 })
+	if len(q.Candidates) == 0 {
 		c = slices.Clone(DefaultCandidates)
 	}
 	if q.InForce > 0 {
@@ -188,9 +233,10 @@ func candidates(q Query) []time.Duration {
 }
 
 // Advise answers q over the records of src and the running teardowns, with
-// the nodes' kill-path floors. It reads the window once (twice when more
-// than maxPending teardowns may be long: see acc) and holds, besides its
-// fixed tables, 4 bytes per released teardown in the window (for the exact
+// the nodes' kill-path floors. It reads the window once (again when a node
+// is over the cap of the percentiles, see acc.thin, and when more than
+// maxPending teardowns may be long, see acc) and holds, besides its fixed
+// tables, 4 bytes per released teardown in the window (for the exact
 // percentiles) and a few words per distinct node, user and command.
 func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, error) {
 	if q.ToMs <= q.FromMs {
@@ -203,7 +249,7 @@ func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, er
 	keep := func(node string) bool { return q.Nodes == nil || q.Nodes(node) }
 	cs := candidates(q)
 	out := &Advice{FromMs: q.FromMs, ToMs: q.ToMs, NowMs: q.NowMs, Outcomes: map[string]int{}}
-	out.Floor, out.FloorKnown = floorOf(floors, keep)
+	out.Floor, out.FloorKnown, out.FloorBacking, out.FloorNodes, out.FloorAbove = floorOf(floors, keep)
 	a := newAcc(q, cs, out)
 	if err := src(q.FromMs, q.ToMs, a.record); err != nil {
 		return nil, fmt.Errorf("advisor: %w", err)
@@ -213,9 +259,9 @@ func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, er
 		if !keep(rt.Node) || rt.StartMs < q.FromMs || rt.StartMs >= q.ToMs {
 			continue
 		}
-		d := max(q.NowMs-rt.StartMs, 0)
+		d := max(satSub(q.NowMs, rt.StartMs), 0) // its time so far
 		out.Running++
-		a.add(a.nodes.of(rt.Node), d, history.OutcomeUnreported, true)
+		a.add(a.nodes.of(rt.Node), min(d, history.MaxDurationMs), history.OutcomeUnreported, true)
 		ev := Evidence{Node: rt.Node, Job: rt.Job, User: orUnknown(rt.User), Command: orUnknown(rt.Command), Duration: ms(d), Outcome: "running"}
 		a.running = append(a.running, ev)
 		if out.LongestRunning == nil || ms(d) > out.LongestRunning.Duration {
@@ -229,7 +275,17 @@ func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, er
 			out.Outcomes[history.Outcome(o).String()] = n
 		}
 	}
-	out.Durations = distribution(&a.durs)
+	share := nodeShare(a.counts, &a.rel)
+	if share.counts != nil {
+		if err := a.thin(src, share); err != nil {
+			return nil, err
+		}
+	}
+	out.Durations = distribution(&a.durs, share)
+	out.Durations.NodeCap, out.Durations.Capped = share.nodeCap, capped(share, a.nodes)
+	if share.bound > 0 {
+		out.Durations.Bound, out.Durations.Above = ms(int64(share.bound)), a.rel.above(int64(share.bound))
+	}
 	a.table(out, cs, q)
 	if err := a.recommend(out, src); err != nil {
 		return nil, err
@@ -251,7 +307,7 @@ func Advise(q Query, src Source, running []Running, floors []Floor) (*Advice, er
 	out.TopG = ms(topG)
 	for _, rt := range running {
 		if keep(rt.Node) && rt.StartMs >= q.FromMs && rt.StartMs < q.ToMs {
-			d := max(q.NowMs-rt.StartMs, 0)
+			d := max(satSub(q.NowMs, rt.StartMs), 0)
 			if d > topG {
 				users.add(users.names.of(orUnknown(rt.User)), true, true)
 				cmds.add(cmds.names.of(orUnknown(rt.Command)), true, true)
@@ -269,7 +325,7 @@ func (a *acc) table(out *Advice, cs []time.Duration, q Query) {
 	// Suffix sums: teardowns in buckets above i are longer than cs[i].
 	sufN, sufSelf, sufSum := make([]int, k+1), make([]int, k+1), make([]int64, k+1)
 	for j := k - 1; j >= 0; j-- {
-		sufN[j], sufSelf[j], sufSum[j] = sufN[j+1]+a.n[j], sufSelf[j+1]+a.self[j], sufSum[j+1]+a.sum[j]
+		sufN[j], sufSelf[j], sufSum[j] = sufN[j+1]+a.n[j], sufSelf[j+1]+a.self[j], satAdd(sufSum[j+1], a.sum[j])
 	}
 	nodeB := make([]int, k)
 	for _, m := range a.nodeMax {
@@ -284,19 +340,38 @@ func (a *acc) table(out *Advice, cs []time.Duration, q Query) {
 		for j := i + 1; j < k; j++ {
 			nodes += nodeB[j]
 		}
-		gm := g.Milliseconds()
+		// Σ (d − G) over the sufN[i+1] teardowns longer than G: at least 0
+		// (saturated sums: 292 years of node time at most).
+		pw := max(satSub(sufSum[i+1], satMul(g.Milliseconds(), sufN[i+1])), 0)
 		out.Candidates = append(out.Candidates, Candidate{G: g, InForce: g == q.InForce, Overdue: sufN[i+1], Nodes: nodes,
-			PlannedWrong: ms(sufSum[i+1] - gm*int64(sufN[i+1])), FalseDrains: sufSelf[i+1], Unknown: sig})
+			PlannedWrong: ms(pw), FalseDrains: sufSelf[i+1], Unknown: sig})
 	}
 }
 
 // notes adds the answer's caveats.
 func (a *acc) notes(out *Advice) {
-	if out.Records > 0 && out.Records < MinForP999 {
-		out.Notes = append(out.Notes, fmt.Sprintf("p99.9 rests on %d teardowns (fewer than %d): it is the maximum or next to it", out.Records, MinForP999))
+	d := out.Durations
+	if d.Count > 0 && d.Count < MinForP999 {
+		out.Notes = append(out.Notes, fmt.Sprintf("p99.9 rests on %d teardowns (fewer than %d): it is the maximum or next to it", d.Count, MinForP999))
 	}
-	if !out.FloorKnown {
+	if len(d.Capped) > 0 {
+		c := d.Capped[0]
+		out.Notes = append(out.Notes, fmt.Sprintf("the percentiles count at most %d teardowns of a node (twice the median node's): %s sent %d (%d nodes over it)",
+			d.NodeCap, c.Node, c.Records, len(d.Capped)))
+	}
+	if len(d.Above) > 0 {
+		e := d.Above[0]
+		out.Notes = append(out.Notes, fmt.Sprintf("the percentiles count no teardown as longer than %v, the longest that %d nodes reached: %s's job %s (%v) is longer",
+			d.Bound, MinBacking, e.Node, e.Job, e.Duration))
+	}
+	switch {
+	case !out.FloorKnown && len(out.FloorAbove) > 0:
+		out.Notes = append(out.Notes, floorNote(out.FloorAbove))
+	case !out.FloorKnown:
 		out.Notes = append(out.Notes, "kill-path floor unknown: no node of the set sent it (an agent that could not read its exec system's settings, or predates it)")
+	case len(out.FloorAbove) > 0:
+		f := out.FloorAbove[0]
+		out.Notes = append(out.Notes, fmt.Sprintf("kill-path floor %v is the largest that %d nodes report: %s's %v is not followed", ms(out.Floor.Ms), MinBacking, f.Node, ms(f.Ms)))
 	}
 	if n := out.Outcomes[history.OutcomeTerminated.String()] + out.Outcomes[history.OutcomeKilled.String()] + out.Outcomes[history.OutcomeHung.String()]; n > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("%d teardowns were ended or outlived a signal at their G: they are known to last at least as long as they did, not how much longer (counted as unknown for a G at or above that)", n))
@@ -306,25 +381,9 @@ func (a *acc) notes(out *Advice) {
 	}
 }
 
-func floorOf(floors []Floor, keep func(string) bool) (Floor, bool) {
-	var best Floor
-	known := false
-	for _, f := range floors {
-		if f.Ms <= 0 || !keep(f.Node) {
-			continue
-		}
-		if !known || f.Ms > best.Ms || (f.Ms == best.Ms && f.Node < best.Node) {
-			best, known = f, true
-		}
-	}
-	return best, known
-}
-
 func orUnknown(s string) string {
 	if s == "" {
 		return Unknown
 	}
 	return s
 }
-
-func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }

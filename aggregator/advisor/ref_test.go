@@ -2,8 +2,10 @@ package advisor
 
 // The advisor as first written (a map per node, user and command, records
 // with their strings, a sort-free but reordering quickselect, a second
-// scan for the top lists), kept as the reference the fast one must agree
-// with on every answer (TestAdviseMatchesReference).
+// scan for the top lists), with each node's share bounded as plainly
+// (every node's durations kept apart, sorted lists of the nodes' longest),
+// kept as the reference the fast one must agree with on every answer
+// (TestAdviseMatchesReference).
 
 import (
 	"cmp"
@@ -17,6 +19,28 @@ import (
 
 type refSource func(fromMs, toMs int64, fn func(r *history.Record) bool) error
 
+// refBest is a node's longest teardown of a kind: its length and the
+// evidence of the first record that long.
+type refBest struct {
+	d  int64
+	ev *Evidence
+}
+
+// refOrder sorts the nodes' longest: longest first, then by node name.
+func refOrder(m map[string]refBest) []refBest {
+	var out []refBest
+	for _, b := range m {
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b refBest) int {
+		if c := cmp.Compare(b.d, a.d); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ev.Node, b.ev.Node)
+	})
+	return out
+}
+
 // refAcc is the scan's accumulator.
 type refAcc struct {
 	q     Query
@@ -27,15 +51,19 @@ type refAcc struct {
 	n, self, sig []int
 	sum          []int64
 	nodeMax      map[string]int64
-	durs         []uint32
 	outcomes     [8]int
-	longestSelf  *Evidence
-	longestSelfD int64
-	hung         []Evidence // hung or running: candidates for Caught
-	hungD        []int64
+	// Each node's durations in the order read, and its longest released
+	// and self-ended teardowns (with when they were reached).
+	nodeDurs          map[string][]int64
+	relBest, selfBest map[string]refBest
+	seq               int
+	hung              []Evidence // hung or running: candidates for Caught
+	hungD             []int64
 	// The durations of the terminated or killed and of the unreported
 	// ones (few: the overdue under enforcement).
 	sigD, unrepD []int64
+	// The self-ended ones' durations.
+	selfD []int64
 }
 
 func (a *refAcc) bucket(d int64) int {
@@ -70,7 +98,7 @@ func refAdvise(q Query, src refSource, running []Running, floors []Floor) (*Advi
 	}
 	q.TopN = min(q.TopN, MaxTopN)
 	cs := candidates(q)
-	a := &refAcc{q: q, nodeMax: map[string]int64{}}
+	a := &refAcc{q: q, nodeMax: map[string]int64{}, nodeDurs: map[string][]int64{}, relBest: map[string]refBest{}, selfBest: map[string]refBest{}}
 	for _, c := range cs {
 		a.cands = append(a.cands, c.Milliseconds())
 	}
@@ -90,12 +118,15 @@ func refAdvise(q Query, src refSource, running []Running, floors []Floor) (*Advi
 		if !keep(r.Node) {
 			return true
 		}
-		d := r.DurationMs()
+		d := min(max(r.DurationMs(), 0), history.MaxDurationMs)
 		a.add(r.Node, d, r.Outcome, false)
-		a.durs = append(a.durs, uint32(min(max(d, 0), math.MaxUint32)))
+		a.nodeDurs[r.Node] = append(a.nodeDurs[r.Node], d)
 		a.outcomes[r.Outcome]++
-		if r.Outcome.SelfEnded() && (a.longestSelf == nil || d > a.longestSelfD) {
-			a.longestSelf, a.longestSelfD = refEvidence(r), d
+		if b, ok := a.relBest[r.Node]; !ok || d > b.d {
+			a.relBest[r.Node] = refBest{d, refEvidence(r)}
+		}
+		if b, ok := a.selfBest[r.Node]; r.Outcome.SelfEnded() && (!ok || d > b.d) {
+			a.selfBest[r.Node] = refBest{d, refEvidence(r)}
 		}
 		switch r.Outcome {
 		case history.OutcomeHung:
@@ -105,6 +136,8 @@ func refAdvise(q Query, src refSource, running []Running, floors []Floor) (*Advi
 			a.sigD = append(a.sigD, d)
 		case history.OutcomeUnreported:
 			a.unrepD = append(a.unrepD, d)
+		case history.OutcomeClean, history.OutcomeExited:
+			a.selfD = append(a.selfD, d)
 		}
 		if topG > 0 {
 			countTop(r.User, r.Command, d, r.Outcome == history.OutcomeHung, topG)
@@ -114,14 +147,16 @@ func refAdvise(q Query, src refSource, running []Running, floors []Floor) (*Advi
 	if err != nil {
 		return nil, fmt.Errorf("advisor: %w", err)
 	}
-	out.Records = len(a.durs)
+	for _, ds := range a.nodeDurs {
+		out.Records += len(ds)
+	}
 	for _, rt := range running {
 		if !keep(rt.Node) || rt.StartMs < q.FromMs || rt.StartMs >= q.ToMs {
 			continue
 		}
 		d := max(q.NowMs-rt.StartMs, 0)
 		out.Running++
-		a.add(rt.Node, d, history.OutcomeUnreported, true)
+		a.add(rt.Node, min(d, history.MaxDurationMs), history.OutcomeUnreported, true)
 		ev := Evidence{Node: rt.Node, Job: rt.Job, User: orUnknown(rt.User), Command: orUnknown(rt.Command), Duration: ms(d), Outcome: "running"}
 		a.hung = append(a.hung, ev)
 		a.hungD = append(a.hungD, d)
@@ -136,9 +171,9 @@ func refAdvise(q Query, src refSource, running []Running, floors []Floor) (*Advi
 			out.Outcomes[history.Outcome(o).String()] = n
 		}
 	}
-	out.Durations = refDistribution(a.durs)
+	out.Durations = a.distribution()
 	a.table(out, cs, q)
-	out.Floor, out.FloorKnown = floorOf(floors, keep)
+	out.Floor, out.FloorKnown, out.FloorBacking, out.FloorNodes, out.FloorAbove = floorOf(floors, keep)
 	a.recommend(out)
 
 	// The top lists.
@@ -197,25 +232,105 @@ func (a *refAcc) table(out *Advice, cs []time.Duration, q Query) {
 	}
 }
 
+// distribution: every node's durations, the excess of a node over twice
+// the median node's count dropped (its i-th of c kept when
+// ⌊(i+1)·cap/c⌋ > ⌊i·cap/c⌋), none counted past the MinBacking-th longest
+// of the nodes' own longest.
+func (a *refAcc) distribution() Distribution {
+	if len(a.nodeDurs) == 0 {
+		return Distribution{}
+	}
+	var counts []int
+	for _, ds := range a.nodeDurs {
+		counts = append(counts, len(ds))
+	}
+	slices.Sort(counts)
+	nodeCap := 2 * counts[(len(counts)-1)/2]
+	var bound int64
+	rel := refOrder(a.relBest)
+	if len(rel) >= MinBacking {
+		bound = rel[MinBacking-1].d
+	}
+	var durs []uint32
+	var over []NodeCount
+	for node, ds := range a.nodeDurs {
+		c := int64(len(ds))
+		if c > int64(nodeCap) {
+			over = append(over, NodeCount{Node: node, Records: len(ds)})
+		}
+		for i, d := range ds {
+			if c > int64(nodeCap) && (int64(i)+1)*int64(nodeCap)/c == int64(i)*int64(nodeCap)/c {
+				continue
+			}
+			if bound > 0 {
+				d = min(d, bound)
+			}
+			durs = append(durs, uint32(d))
+		}
+	}
+	out := refDistribution(durs)
+	out.NodeCap = nodeCap
+	slices.SortFunc(over, func(a, b NodeCount) int {
+		if c := cmp.Compare(b.Records, a.Records); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Node, b.Node)
+	})
+	if len(over) > 0 {
+		out.Capped = over[:min(len(over), MaxEvidence)]
+	}
+	if bound > 0 {
+		out.Bound = ms(bound)
+		for _, b := range rel {
+			if b.d > bound {
+				out.Above = append(out.Above, *b.ev)
+			}
+		}
+	}
+	return out
+}
+
 // recommend fills out.Recommendation, or out.Thin with why not.
 func (a *refAcc) recommend(out *Advice) {
+	self := refOrder(a.selfBest)
+	counted := out.Durations.Count
 	switch {
 	case out.Records == 0:
 		out.Thin = "no released teardowns in the window for these nodes"
 		return
-	case out.Records < MinRecords:
+	case counted < MinRecords && counted < out.Records:
+		out.Thin = fmt.Sprintf("too thin: %d released teardowns in the window count (at most %d of a node), the advisor recommends from %d",
+			counted, out.Durations.NodeCap, MinRecords)
+		return
+	case counted < MinRecords:
 		out.Thin = fmt.Sprintf("too thin: %d released teardowns in the window, the advisor recommends from %d", out.Records, MinRecords)
 		return
-	case a.longestSelf == nil:
+	case len(self) == 0:
 		out.Thin = "no teardown in the window ended by itself (every one was signalled or unreported): nothing bounds G from below"
 		return
+	case len(self) < MinBacking:
+		out.Thin = fmt.Sprintf("only one node's teardowns ended by themselves (%s, the longest %v): the advisor follows a value at least %d nodes reached",
+			self[0].ev.Node, ms(self[0].d), MinBacking)
+		return
 	}
-	g := a.longestSelfD
-	if out.FloorKnown {
-		g = max(g, out.Floor.Ms)
+	drv := self[MinBacking-1]
+	g, why := drv.d, DriverSelfEnded
+	if out.FloorKnown && out.Floor.Ms > g {
+		g, why = out.Floor.Ms, DriverFloor
 	}
 	g = (g + 999) / 1000 * 1000 // a whole second, at or above both
-	r := &Recommendation{G: ms(g), LongestSelfEnded: a.longestSelf}
+	r := &Recommendation{G: ms(g), Driver: why, LongestSelfEnded: drv.ev}
+	for _, b := range self {
+		if b.d > drv.d {
+			r.Unbacked = append(r.Unbacked, *b.ev)
+		}
+		if b.d >= drv.d {
+			r.SelfEndedBacking++
+			if len(r.SelfEndedNodes) < MaxEvidence {
+				r.SelfEndedNodes = append(r.SelfEndedNodes, b.ev.Node)
+			}
+		}
+	}
 	for i, d := range a.hungD {
 		if d > g {
 			r.Caught++
@@ -234,6 +349,11 @@ func (a *refAcc) recommend(out *Advice) {
 	for _, d := range a.unrepD {
 		if d > g {
 			r.Unreported++
+		}
+	}
+	for _, d := range a.selfD {
+		if d > g {
+			r.FalseDrains++
 		}
 	}
 	out.Recommendation = r

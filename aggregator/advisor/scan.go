@@ -118,19 +118,25 @@ type acc struct {
 	nodeID, userID *segIDs
 	cmdID          *segIDs
 
-	durs        durations
-	outcomes    [8]int
-	longestSelf *kept
+	durs     durations
+	outcomes [8]int
+	// counts: each node's released teardowns, by node index. rel,
+	// selfEnded: each node's longest released and longest self-ended
+	// teardown.
+	counts         []int
+	rel, selfEnded leaders
 	// lb is a lower bound of the recommended G so far: the floor and the
-	// longest self-ended teardown seen.
+	// MinBacking-th longest of the nodes' own longest self-ended
+	// teardowns seen (it only grows).
 	lb int64
 	// hungTop: the MaxEvidence longest hung teardowns, longest first (the
 	// earlier first among equal ones); hungN counts them all.
 	hungTop []kept
 	hungN   int
 	running []Evidence
-	// pend: the teardowns not self-ended that were longer than lb when
-	// read, and the hung ones; nil once past maxPending.
+	// pend: the teardowns longer than lb when read (a self-ended one too:
+	// G may stay below the longest of fewer than MinBacking nodes), and
+	// the hung ones; nil once past maxPending.
 	pend     []pending
 	overflow bool
 	// users, cmds count over TopG (or, without it, over InForce);
@@ -165,6 +171,7 @@ func (a *acc) nodeIndex(i int32) {
 		name := a.nodes.list[len(a.keepNode)]
 		a.keepNode = append(a.keepNode, a.q.Nodes == nil || a.q.Nodes(name))
 		a.nodeMax = append(a.nodeMax, -1)
+		a.counts = append(a.counts, 0)
 	}
 }
 
@@ -172,7 +179,7 @@ func (a *acc) add(node int32, d int64, o history.Outcome, running bool) {
 	a.nodeIndex(node)
 	j := a.bucket(d)
 	a.n[j]++
-	a.sum[j] += d
+	a.sum[j] = satAdd(a.sum[j], d)
 	switch {
 	case running:
 	case o.SelfEnded():
@@ -206,15 +213,19 @@ func (a *acc) record(r *history.Raw) bool {
 	if !a.keepNode[node] {
 		return true
 	}
-	d := r.DurationMs
+	d := min(max(r.DurationMs, 0), history.MaxDurationMs) // the intake's bound (older files may hold more)
+	if d > a.nodeMax[node] {
+		a.rel.raise(node, d, r) // its new longest (nodeMax holds released ones only until the scan ends)
+	}
 	a.add(node, d, r.Outcome, false)
-	a.durs.add(uint32(d)) // stored in 32 bits
-	a.outcomes[r.Outcome]++
+	a.durs.add(uint32(d))
+	a.counts[node]++
+	a.outcomes[r.Outcome%8]++
 	self, hung := r.Outcome.SelfEnded(), r.Outcome == history.OutcomeHung
-	if self && (a.longestSelf == nil || d > a.longestSelf.d) {
-		k := keep(r, d)
-		a.longestSelf = &k
-		a.lb = max(a.lb, d)
+	if self && a.selfEnded.offer(node, d, r) {
+		if b := a.selfEnded.kth(MinBacking); b != nil {
+			a.lb = max(a.lb, b.d)
+		}
 	}
 	if hung {
 		a.hungN++
@@ -231,7 +242,7 @@ func (a *acc) record(r *history.Raw) bool {
 		a.users.add(a.userID.get(r, r.User), d > topG, hung)
 		a.cmds.add(a.cmdID.get(r, r.Command), d > topG, hung)
 	}
-	if !self && (d > a.lb || hung) && !a.overflow {
+	if (d > a.lb || hung) && !a.overflow {
 		if len(a.pend) >= maxPending {
 			a.pend, a.overflow = nil, true
 		} else {
@@ -239,6 +250,34 @@ func (a *acc) record(r *history.Raw) bool {
 		}
 	}
 	return true
+}
+
+// thin reads the window again and keeps as the durations only those that
+// count (c.thinner: of a node over the cap, its share spread evenly). To
+// thin in the first scan's durations would take each one's node, 4 bytes
+// more a teardown; a second scan costs only the answers that have a node
+// over the cap (twice the median node's records), which an honest
+// cluster's nodes, sending like numbers, do not.
+func (a *acc) thin(src Source, c *counting) error {
+	a.durs = durations{}
+	th := c.thinner()
+	seg := -1
+	err := src(a.q.FromMs, a.q.ToMs, func(r *history.Raw) bool {
+		if r.Seg != seg {
+			seg = r.Seg
+			a.nodeID.reset()
+		}
+		node := a.nodeID.get(r, r.Node)
+		a.nodeIndex(node)
+		if a.keepNode[node] && th.counts(node) {
+			a.durs.add(uint32(min(max(r.DurationMs, 0), history.MaxDurationMs)))
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("advisor: %w", err)
+	}
+	return nil
 }
 
 // topG is the G the scan's top lists count over: TopG, else InForce.
@@ -252,26 +291,38 @@ func (a *acc) topG() int64 {
 // recommend fills out.Recommendation, or out.Thin with why not, and the
 // top lists over the recommended G.
 func (a *acc) recommend(out *Advice, src Source) error {
+	counted := out.Durations.Count
+	driver := a.selfEnded.kth(MinBacking)
 	switch {
 	case out.Records == 0:
 		out.Thin = "no released teardowns in the window for these nodes"
 		return nil
-	case out.Records < MinRecords:
+	case counted < MinRecords && counted < out.Records:
+		out.Thin = fmt.Sprintf("too thin: %d released teardowns in the window count (at most %d of a node), the advisor recommends from %d",
+			counted, out.Durations.NodeCap, MinRecords)
+		return nil
+	case counted < MinRecords:
 		out.Thin = fmt.Sprintf("too thin: %d released teardowns in the window, the advisor recommends from %d", out.Records, MinRecords)
 		return nil
-	case a.longestSelf == nil:
+	case len(a.selfEnded.top) == 0:
 		out.Thin = "no teardown in the window ended by itself (every one was signalled or unreported): nothing bounds G from below"
 		return nil
+	case driver == nil:
+		e := a.selfEnded.top[0].ev
+		out.Thin = fmt.Sprintf("only one node's teardowns ended by themselves (%s, the longest %v): the advisor follows a value at least %d nodes reached",
+			e.node, ms(e.d), MinBacking)
+		return nil
 	}
-	g := a.longestSelf.d
-	if out.FloorKnown {
-		g = max(g, out.Floor.Ms)
+	g, why := driver.d, DriverSelfEnded
+	if out.FloorKnown && out.Floor.Ms > g {
+		g, why = out.Floor.Ms, DriverFloor
 	}
-	g = (g + 999) / 1000 * 1000 // a whole second, at or above both
-	r := &Recommendation{G: ms(g), LongestSelfEnded: a.longestSelf.evidence()}
-	// Every teardown longer than g that did not end by itself, and every
-	// hung one, is in pend (g is at least lb was when it was read), unless
-	// pend overflowed: then a second scan counts them.
+	g = wholeSecond(g) // at or above both (each within the intake's bounds)
+	r := &Recommendation{G: ms(g), Driver: why, LongestSelfEnded: driver.ev.evidence(), Unbacked: a.selfEnded.above(driver.d)}
+	r.SelfEndedBacking, r.SelfEndedNodes = a.selfEnded.reaching(driver.d)
+	// Every teardown longer than g, and every hung one, is in pend (g is
+	// at least lb was when it was read), unless pend overflowed: then a
+	// second scan counts them.
 	hungLong := 0
 	count := func(d int64, o history.Outcome, user, cmd int32) {
 		long, hung := d > g, o == history.OutcomeHung
@@ -283,6 +334,8 @@ func (a *acc) recommend(out *Advice, src Source) error {
 			r.Signalled++
 		case o == history.OutcomeUnreported:
 			r.Unreported++
+		case o.SelfEnded():
+			r.FalseDrains++
 		}
 		if long || hung {
 			a.longUsers.add(user, long, hung)
@@ -304,8 +357,9 @@ func (a *acc) recommend(out *Advice, src Source) error {
 			}
 			node := a.nodeID.get(rr, rr.Node)
 			a.nodeIndex(node)
-			if a.keepNode[node] && !rr.Outcome.SelfEnded() && (rr.DurationMs > g || rr.Outcome == history.OutcomeHung) {
-				count(rr.DurationMs, rr.Outcome, a.userID.get(rr, rr.User), a.cmdID.get(rr, rr.Command))
+			d := min(max(rr.DurationMs, 0), history.MaxDurationMs)
+			if a.keepNode[node] && (d > g || rr.Outcome == history.OutcomeHung) {
+				count(d, rr.Outcome, a.userID.get(rr, rr.User), a.cmdID.get(rr, rr.Command))
 			}
 			return true
 		})

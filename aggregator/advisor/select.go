@@ -23,25 +23,77 @@ func (d *durations) add(v uint32) {
 	d.n++
 }
 
-// distribution computes the exact nearest-rank percentiles of d (the p-th
-// is the ⌈p·n⌉-th smallest) by a two-level radix selection: a count of
-// the values by their high 16 bits finds the block of 65,536 ms holding
-// each rank, a count of the low 16 bits of the values in those blocks (at
-// most four) finds the value. Two passes over d, no reordering, no sort:
-// O(n) whatever the values, with 1 MiB of counts.
-func distribution(d *durations) Distribution {
+// counting is how the records count in the percentiles (see nodeShare): a
+// node's records beyond nodeCap count as nodeCap of them spread evenly over
+// its own (counts[node] is its records; nil: no node is over the cap), and
+// no duration counts as longer than bound (0: none).
+type counting struct {
+	nodeCap int
+	counts  []int
+	bound   uint32
+}
+
+// thinner decides, in the order of the scan, which records of a node over
+// the cap count: the i-th of its c records counts when ⌊(i+1)·C/c⌋ >
+// ⌊i·C/c⌋ (C of its c, evenly spread), computed without a product
+// (Bresenham's stepping) so that no count overflows. A record past the
+// node's c (added to the history since c was counted) does not count.
+type thinner struct {
+	c          *counting
+	step, seen []int
+}
+
+func (c *counting) thinner() *thinner {
+	return &thinner{c: c, step: make([]int, len(c.counts)), seen: make([]int, len(c.counts))}
+}
+
+func (t *thinner) counts(node int32) bool {
+	if int(node) >= len(t.c.counts) {
+		return false // a node new since
+	}
+	t.seen[node]++
+	n := t.c.counts[node]
+	switch {
+	case t.seen[node] > n:
+		return false
+	case n <= t.c.nodeCap:
+		return true
+	}
+	t.step[node] += t.c.nodeCap
+	if t.step[node] >= n {
+		t.step[node] -= n
+		return true
+	}
+	return false
+}
+
+func (c *counting) value(v uint32) uint32 {
+	if c.bound > 0 && v > c.bound {
+		return c.bound
+	}
+	return v
+}
+
+// distribution computes the exact nearest-rank percentiles (the p-th is
+// the ⌈p·n⌉-th smallest) of the durations of d (those that count: see
+// acc.thin), none as longer than c's bound, by a two-level radix
+// selection: a count of the values by their high 16 bits finds the block
+// of 65,536 ms holding each rank, a count of the low 16 bits of the values
+// in those blocks (at most four) finds the value. Two passes over d, no
+// reordering, no sort: O(n) whatever the values, with 1 MiB of counts.
+func distribution(d *durations, c *counting) Distribution {
 	n := d.n
 	if n == 0 {
 		return Distribution{}
 	}
-	rank := func(p float64) int { return max(int(math.Ceil(p*float64(n))), 1) - 1 }
-	ranks := [4]int{rank(0.5), rank(0.99), rank(0.999), n - 1}
 	hi := make([]uint32, 1<<16)
 	for _, blk := range d.blocks {
 		for _, v := range blk {
-			hi[v>>16]++
+			hi[c.value(v)>>16]++
 		}
 	}
+	rank := func(p float64) int { return max(int(math.Ceil(p*float64(n))), 1) - 1 }
+	ranks := [4]int{rank(0.5), rank(0.99), rank(0.999), n - 1}
 	// For each rank: its block, and its rank within the block.
 	var block, within [4]int
 	for k, r := range ranks {
@@ -77,20 +129,21 @@ func distribution(d *durations) Distribution {
 	}
 	for _, blk := range d.blocks {
 		for _, v := range blk {
-			if j := slotOf[v>>16]; j > 0 {
-				los[j-1][v&0xffff]++
+			v = c.value(v)
+			if k := slotOf[v>>16]; k > 0 {
+				los[k-1][v&0xffff]++
 			}
 		}
 	}
 	var vals [4]time.Duration
 	for k := range ranks {
 		seen := 0
-		for lo, c := range los[slot[k]] {
-			if seen+int(c) > within[k] {
+		for lo, cnt := range los[slot[k]] {
+			if seen+int(cnt) > within[k] {
 				vals[k] = ms(int64(block[k])<<16 | int64(lo))
 				break
 			}
-			seen += int(c)
+			seen += int(cnt)
 		}
 	}
 	return Distribution{Count: n, P50: vals[0], P99: vals[1], P999: vals[2], Max: vals[3]}

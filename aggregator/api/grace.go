@@ -37,7 +37,8 @@ type GraceAdvice struct {
 	GraceInForce float64          `json:"grace_in_force"`
 	Candidates   []GraceCandidate `json:"candidates"`
 	// KillPathFloor is the largest floor of the nodes' exec systems' kill
-	// paths (absent: no node of the set sent one, unknown).
+	// paths that two nodes (the advisor's MinBacking) report (absent: fewer
+	// nodes of the set sent one, unknown; a note names a lone one).
 	KillPathFloor *GraceFloor `json:"kill_path_floor,omitempty"`
 	// Thin says why no G is recommended (absent when one is).
 	Thin           string               `json:"thin,omitempty"`
@@ -51,13 +52,30 @@ type GraceAdvice struct {
 	History GraceHistory `json:"history"`
 }
 
-// GraceDistribution is a count and nearest-rank percentiles, in seconds.
+// GraceDistribution is a count and nearest-rank percentiles, in seconds,
+// of the released teardowns as they count: no node for more than NodeCap
+// of them, none as longer than Bound.
 type GraceDistribution struct {
 	Count int     `json:"count"`
 	P50   float64 `json:"p50"`
 	P99   float64 `json:"p99"`
 	P999  float64 `json:"p999"`
 	Max   float64 `json:"max"`
+	// NodeCap is the most teardowns one node counts for (twice the median
+	// node's); Capped the nodes over it (the most first, at most 10).
+	NodeCap int              `json:"node_cap"`
+	Capped  []GraceNodeCount `json:"capped"`
+	// Bound is the longest duration counted: the longest teardown that two
+	// nodes reached (0: fewer nodes); Above are the longer ones, each the
+	// own longest of a node, counted as Bound.
+	Bound float64         `json:"bound"`
+	Above []GraceEvidence `json:"above"`
+}
+
+// GraceNodeCount is one node's count of teardowns.
+type GraceNodeCount struct {
+	Node    string `json:"node"`
+	Records int    `json:"records"`
 }
 
 // GraceCandidate is one row of the what-if table.
@@ -89,23 +107,50 @@ type GraceEvidence struct {
 	Outcome  string  `json:"outcome"`
 }
 
-// GraceFloor is the kill-path floor and its evidence.
+// GraceFloor is the kill-path floor and its evidence: the node and path
+// of the floor followed, how many nodes report at least it (Backing, the
+// first 10 named in Nodes), and the larger floors fewer nodes report, not
+// followed (Above).
 type GraceFloor struct {
-	Seconds float64 `json:"seconds"`
+	Seconds float64          `json:"seconds"`
+	Node    string           `json:"node"`
+	Path    string           `json:"path"`
+	Backing int              `json:"backing_nodes"`
+	Nodes   []string         `json:"nodes"`
+	Above   []GraceNodeFloor `json:"above"`
+}
+
+// GraceNodeFloor is one node's kill-path floor.
+type GraceNodeFloor struct {
 	Node    string  `json:"node"`
+	Seconds float64 `json:"seconds"`
 	Path    string  `json:"path"`
 }
 
 // GraceRecommendation is the smallest G at or above the floor that drains
-// only nodes that really hung.
+// only nodes that really hung, of the values two nodes reached.
 type GraceRecommendation struct {
-	G                float64         `json:"g"`
+	G float64 `json:"g"`
+	// Driver is what G rests on: "self_ended" (LongestSelfEnded) or
+	// "floor" (KillPathFloor).
+	Driver string `json:"driver"`
+	// LongestSelfEnded is the longest self-ended teardown two nodes
+	// reached (the second node's own longest); Backing counts the nodes
+	// whose own longest reaches it, Nodes names the first 10; Unbacked
+	// are the longer ones (each a node's own longest that no other
+	// reached): not followed, drained for nothing if they recur.
 	LongestSelfEnded *GraceEvidence  `json:"longest_self_ended"`
+	Backing          int             `json:"backing_nodes"`
+	Nodes            []string        `json:"nodes"`
+	Unbacked         []GraceEvidence `json:"unbacked"`
 	Caught           int             `json:"caught"`
 	CaughtExamples   []GraceEvidence `json:"caught_examples"`
 	Missed           int             `json:"missed"`
 	Signalled        int             `json:"signalled"`
 	Unreported       int             `json:"unreported"`
+	// FalseDrains counts the teardowns longer than G that ended by
+	// themselves (those of the Unbacked nodes).
+	FalseDrains int `json:"false_drains"`
 }
 
 // GraceTop is one user's or command's count of long or hung teardowns.

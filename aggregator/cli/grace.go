@@ -92,6 +92,15 @@ func parseG(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// nodeList is "n nodes (a, b, …)": the first of them named.
+func nodeList(n int, names []string) string {
+	s := fmt.Sprintf("%d nodes (%s", n, strings.Join(names, ", "))
+	if n > len(names) {
+		s += ", …"
+	}
+	return s + ")"
+}
+
 func dur(sec float64) string {
 	return (time.Duration(sec * float64(time.Second))).Round(time.Millisecond).String()
 }
@@ -107,14 +116,23 @@ func writeGrace(w io.Writer, ga api.GraceAdvice) {
 	d := ga.Durations
 	if d.Count > 0 {
 		fmt.Fprintf(w, "durations: p50 %s, p99 %s, p99.9 %s, max %s\n", dur(d.P50), dur(d.P99), dur(d.P999), dur(d.Max))
+		for _, e := range d.Above {
+			fmt.Fprintf(w, "  counted as %s, the longest that 2 nodes reached: %s job %s, %s %s\n", dur(d.Bound), e.Node, e.Job, e.Outcome, dur(e.Duration))
+		}
+		for _, c := range d.Capped {
+			fmt.Fprintf(w, "  counted as %d teardowns (twice the median node's): %s sent %d\n", d.NodeCap, c.Node, c.Records)
+		}
 	}
 	if lr := ga.LongestRunning; lr != nil {
 		fmt.Fprintf(w, "longest running: %s job %s (user %s, %s) for at least %s\n", lr.Node, lr.Job, lr.User, lr.Command, dur(lr.Duration))
 	}
 	if fl := ga.KillPathFloor; fl != nil {
-		fmt.Fprintf(w, "kill-path floor: %s (%s: %s)\n", dur(fl.Seconds), fl.Node, fl.Path)
+		fmt.Fprintf(w, "kill-path floor: %s (%s: %s); %s report at least it\n", dur(fl.Seconds), fl.Node, fl.Path, nodeList(fl.Backing, fl.Nodes))
+		for _, a := range fl.Above {
+			fmt.Fprintf(w, "  not followed (fewer nodes report it): %s %s (%s)\n", a.Node, dur(a.Seconds), a.Path)
+		}
 	} else {
-		fmt.Fprintln(w, "kill-path floor: unknown (no node sent it)")
+		fmt.Fprintln(w, "kill-path floor: unknown (fewer than 2 nodes sent one)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "G\tOVERDUE\tNODES DRAINED\tPLANNED WRONG\tFALSE DRAINS\tUNKNOWN\t")
@@ -128,12 +146,20 @@ func writeGrace(w io.Writer, ga api.GraceAdvice) {
 	tw.Flush()
 	fmt.Fprintln(w, "(planned wrong: node time past G, Σ (duration − G) over the overdue teardowns; false drains: overdue ones that ended by themselves; unknown: signalled ones no longer than G)")
 	if r := ga.Recommendation; r != nil {
-		fmt.Fprintf(w, "recommended G: %s", dur(r.G))
-		if e := r.LongestSelfEnded; e != nil {
-			fmt.Fprintf(w, " (longest that ended by itself: %s job %s, user %s, %s, %s)", e.Node, e.Job, e.User, e.Command, dur(e.Duration))
+		by := "the longest teardown that ended by itself on 2 nodes or more"
+		if r.Driver == "floor" {
+			by = "the kill-path floor"
 		}
-		fmt.Fprintf(w, "\n  it drains %d really hung teardowns, misses %d hung ones no G separates, drains %d signalled ones of unknown length, %d unreported\n",
-			r.Caught, r.Missed, r.Signalled, r.Unreported)
+		fmt.Fprintf(w, "recommended G: %s, driven by %s\n", dur(r.G), by)
+		if e := r.LongestSelfEnded; e != nil {
+			fmt.Fprintf(w, "  longest that ended by itself on 2 nodes or more: %s job %s, user %s, %s, %s; %s reach it\n",
+				e.Node, e.Job, e.User, e.Command, dur(e.Duration), nodeList(r.Backing, r.Nodes))
+		}
+		for _, e := range r.Unbacked {
+			fmt.Fprintf(w, "  not followed (no other node reached it): %s job %s, user %s, %s, %s %s\n", e.Node, e.Job, e.User, e.Command, e.Outcome, dur(e.Duration))
+		}
+		fmt.Fprintf(w, "  it drains %d really hung teardowns, misses %d hung ones no G separates, drains %d signalled ones of unknown length, %d unreported, %d that ended by themselves\n",
+			r.Caught, r.Missed, r.Signalled, r.Unreported, r.FalseDrains)
 		for _, e := range r.CaughtExamples {
 			fmt.Fprintf(w, "  caught: %s job %s, user %s, %s, %s %s %s\n", e.Node, e.Job, e.User, e.Command, e.Outcome, dur(e.Duration), e.Cause)
 		}

@@ -88,10 +88,39 @@ const (
 	MaxCauseBytes = 200
 	// MaxNodeBytes is a node name's bound (internal/nodename).
 	MaxNodeBytes = 253
-	// maxDurationMs is the longest duration stored (49.7 days, the file's
-	// 32 bits of milliseconds); a longer one is stored as this, a lower
-	// bound.
+	// maxDurationMs is the longest duration the file holds (49.7 days,
+	// its 32 bits of milliseconds); a longer one is stored as this, a
+	// lower bound. The intake bounds a record well within it
+	// (MaxDurationMs).
 	maxDurationMs = 1<<32 - 1
+)
+
+// Bounds of a record's times and of a node's kill-path floor: what an
+// agent can enforce, so that one node's root, who signs what it likes,
+// sends nothing past them (docs/DESIGN.md §5d). Every arithmetic on them
+// (a start from a deadline and a grace, a duration, a sum of millions of
+// durations, a rounding to the second) stays far from overflowing int64.
+const (
+	// MaxGraceMs is the longest G a record carries: the longest grace an
+	// agent accepts for a job (agent/request.MaxGrace, 7 days). A record
+	// with a longer one is refused (RefusedBounds).
+	MaxGraceMs = int64(request.MaxGrace / time.Millisecond)
+	// MaxFloorMs is the largest kill-path floor taken from a node: a day.
+	// The floor is the exec system's way to its SIGKILL after a job's
+	// limit (Slurm: OverTimeLimit + its 30 s check + KillWait, which is a
+	// 16-bit count of seconds, at most 18.2 h; Flux: kill-timeout) plus 5
+	// s; past a day it says that the exec system lets a job outlive its
+	// limit by more than a day, and no G is advised from that. A larger
+	// (or negative) floor is refused at intake, and logged.
+	MaxFloorMs = 24 * int64(time.Hour/time.Millisecond)
+	// MaxDurationMs is the longest teardown recorded: the longest G plus
+	// the longest kill path, 8 days. A teardown that ended by itself (clean,
+	// exited) and lasted longer cannot have been let run by any G an agent
+	// accepts: refused (RefusedBounds). One that was ended by a signal,
+	// outlived it or was never reported (a node drained for weeks, its
+	// processes gone at a reboot) is kept as this long: a lower bound, as
+	// every signalled one is.
+	MaxDurationMs = MaxGraceMs + MaxFloorMs
 )
 
 // Record is one released teardown of one node. Times are Unix
@@ -173,11 +202,12 @@ const (
 	RefusedFuture    Refusal = "future"      // released more than MaxAhead after now
 	RefusedOld       Refusal = "too_old"     // started before the age bound: it would be dropped at once
 	RefusedInvalid   Refusal = "invalid"     // no job, no start, a negative grace, a bad node name
+	RefusedBounds    Refusal = "bounds"      // a grace past MaxGraceMs, or self-ended and longer than MaxDurationMs
 	RefusedWrite     Refusal = "write_error" // the disk refused it
 )
 
 // Refusals lists every Refusal, for metrics.
-var Refusals = []Refusal{RefusedDuplicate, RefusedRate, RefusedClock, RefusedFuture, RefusedOld, RefusedInvalid, RefusedWrite}
+var Refusals = []Refusal{RefusedDuplicate, RefusedRate, RefusedClock, RefusedFuture, RefusedOld, RefusedInvalid, RefusedBounds, RefusedWrite}
 
 // MaxAhead is how far after the aggregator's now a record's release may
 // lie (the intake's bound of a node's clock ahead).
@@ -219,14 +249,19 @@ func cut(s string, n int) string {
 	return s[:n]
 }
 
-// errInvalid is a record that cannot be stored.
-var errInvalid = errors.New("invalid record")
+// errInvalid is a record that cannot be stored; errBounds one past the
+// bounds an agent enforces.
+var (
+	errInvalid = errors.New("invalid record")
+	errBounds  = errors.New("record out of bounds")
+)
 
 // Clean checks r against the bounds and returns what is stored of it: a
 // user that breaks the proto's rule becomes "" (userDropped true), a
 // command or cause that is not printable UTF-8 becomes "", a long cause is
 // cut. A record without a job or a start, with a job that breaks the
-// bound, a negative grace or a bad node name is refused (errInvalid).
+// bound, a negative grace or a bad node name is refused (errInvalid); one
+// with a grace past MaxGraceMs too (errBounds).
 func Clean(r Record) (_ Record, userDropped bool, err error) {
 	if len(r.Job) == 0 || len(r.Job) > MaxJobBytes || !printable(string(r.Job)) {
 		return r, false, fmt.Errorf("%w: job id %q: want 1 to %d bytes of printable UTF-8", errInvalid, cut(string(r.Job), 64), MaxJobBytes)
@@ -234,7 +269,10 @@ func Clean(r Record) (_ Record, userDropped bool, err error) {
 	if r.Node == "" || len(r.Node) > MaxNodeBytes || !printable(r.Node) {
 		return r, false, fmt.Errorf("%w: node name", errInvalid)
 	}
-	if r.StartMs <= 0 || r.GraceMs < 0 || r.GraceMs > maxDurationMs {
+	if r.GraceMs > MaxGraceMs {
+		return r, false, fmt.Errorf("%w: grace %d ms, at most %d", errBounds, r.GraceMs, MaxGraceMs)
+	}
+	if r.StartMs <= 0 || r.GraceMs < 0 {
 		return r, false, fmt.Errorf("%w: start %d, grace %d ms", errInvalid, r.StartMs, r.GraceMs)
 	}
 	if r.User != "" && !validUser(r.User) {

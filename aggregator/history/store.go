@@ -91,25 +91,6 @@ type nodeState struct {
 	last   time.Time
 }
 
-// Stats is what the store holds and what it refused.
-type Stats struct {
-	Records  int64
-	Bytes    int64
-	Segments int
-	// OldestStartMs is the start of the oldest record kept; 0 none.
-	OldestStartMs int64
-	// Corrupt counts the segments found damaged at Open (read up to the
-	// damage, never appended to).
-	Corrupt int
-	// Refused counts the records not stored, by reason.
-	Refused map[Refusal]uint64
-	// UsersDropped counts the user names dropped for breaking the rule.
-	UsersDropped uint64
-	// Dropped counts the segments dropped for the bounds, by "bytes" and
-	// "age".
-	DroppedBytes, DroppedAge uint64
-}
-
 // Store is the history. Add, Flush and Close are for one writer (the
 // aggregator's loop); Scan, ScanRaw and Stats may run concurrently with it
 // and with each other. Its memory does not grow with the records: per
@@ -356,9 +337,11 @@ func (ns *nodeState) has(k uint64) bool { return slices.Contains(ns.keys[:], k) 
 
 // Add stores r (cleaned by Clean) at now, unless it is a duplicate, over
 // its node's rate, implausible (its release before its start, more than
-// MaxAhead after now), too old for the age bound, or invalid: then it
-// returns why (and counts it). It returns "" when stored. The bytes are
-// written by Flush.
+// MaxAhead after now), too old for the age bound, past the bounds (a grace
+// past MaxGraceMs, a self-ended teardown longer than MaxDurationMs), or
+// invalid: then it returns why (and counts it). It returns "" when stored;
+// a teardown not self-ended and longer than MaxDurationMs is stored as that
+// long. The bytes are written by Flush.
 func (s *Store) Add(r Record, now time.Time) Refusal {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -371,16 +354,24 @@ func (s *Store) Add(r Record, now time.Time) Refusal {
 
 func (s *Store) add(r Record, now time.Time) Refusal {
 	r, userDropped, err := Clean(r)
-	if err != nil {
-		return RefusedInvalid
-	}
 	switch {
+	case errors.Is(err, errBounds):
+		return RefusedBounds
+	case err != nil:
+		return RefusedInvalid
 	case r.ReleasedMs < r.StartMs:
 		return RefusedClock
 	case r.ReleasedMs > now.Add(MaxAhead).UnixMilli():
 		return RefusedFuture
 	case r.StartMs < now.Add(-s.o.MaxAge).UnixMilli():
 		return RefusedOld
+	}
+	// Both ends are positive and in order: the difference cannot wrap.
+	if r.ReleasedMs-r.StartMs > MaxDurationMs {
+		if r.Outcome.SelfEnded() {
+			return RefusedBounds
+		}
+		r.ReleasedMs = r.StartMs + MaxDurationMs // a lower bound, as a signalled one's length is
 	}
 	ns := s.node(r.Node)
 	k := key(r.Job, r.StartMs)
@@ -597,22 +588,4 @@ func (s *Store) Close() error {
 	}
 	s.closeCur()
 	return err
-}
-
-// Stats returns what the store holds and what it refused.
-func (s *Store) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := Stats{Bytes: s.total, Segments: len(s.segs), Corrupt: s.corrupt, Refused: map[Refusal]uint64{},
-		UsersDropped: s.users, DroppedBytes: s.dropB, DroppedAge: s.dropA}
-	for _, sg := range s.segs {
-		st.Records += sg.records
-		if sg.minStart != 0 && (st.OldestStartMs == 0 || sg.minStart < st.OldestStartMs) {
-			st.OldestStartMs = sg.minStart
-		}
-	}
-	for k, v := range s.refused {
-		st.Refused[k] = v
-	}
-	return st
 }

@@ -223,6 +223,52 @@ func TestStoreBounds(t *testing.T) {
 	}
 }
 
+// TestRecordBounds: a record past what an agent enforces is refused (a
+// grace past 7 days; a self-ended teardown longer than the longest G plus
+// kill path, 8 days), or kept as that long (a hung one: a lower bound);
+// the values at the bounds are kept as they are.
+func TestRecordBounds(t *testing.T) {
+	s := open(t, t.TempDir(), Options{NodeBurst: 1 << 30, NodeRate: 1e9}, t0)
+	start := t0.Add(-20 * 24 * time.Hour)
+	with := func(job int, d time.Duration, grace int64, o Outcome) Record {
+		r := rec("n1", job, start, d)
+		r.GraceMs, r.Outcome = grace, o
+		return r
+	}
+	maxD := time.Duration(MaxDurationMs) * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		r    Record
+		want Refusal
+		dur  int64 // stored duration, ms
+	}{
+		{"grace at the bound", with(1, time.Second, MaxGraceMs, OutcomeClean), "", 1000},
+		{"grace past it", with(2, time.Second, MaxGraceMs+1, OutcomeClean), RefusedBounds, 0},
+		{"negative grace", with(3, time.Second, -1, OutcomeClean), RefusedInvalid, 0},
+		{"self-ended at the bound", with(4, maxD, 120000, OutcomeExited), "", MaxDurationMs},
+		{"self-ended past it", with(5, maxD+time.Millisecond, 120000, OutcomeClean), RefusedBounds, 0},
+		{"20 days, ended by itself", with(6, 20*24*time.Hour, 120000, OutcomeExited), RefusedBounds, 0},
+		{"20 days hung", with(7, 20*24*time.Hour, 120000, OutcomeHung), "", MaxDurationMs},
+		{"20 days unreported", with(8, 20*24*time.Hour, 120000, OutcomeUnreported), "", MaxDurationMs},
+	} {
+		if why := s.Add(tc.r, t0); why != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, why, tc.want)
+		}
+		if tc.want != "" {
+			continue
+		}
+		s.Scan(0, 1<<62, func(r *Record) bool {
+			if r.JobString() == string(tc.r.Job) && r.DurationMs() != tc.dur {
+				t.Errorf("%s: stored %d ms, want %d", tc.name, r.DurationMs(), tc.dur)
+			}
+			return true
+		})
+	}
+	if st := s.Stats(); st.Refused[RefusedBounds] != 3 || st.Records != 4 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
 func TestUserRule(t *testing.T) {
 	for u, ok := range map[string]bool{"alice": true, "svc.batch-1": true, "MACHINE$": true, "a_b": true, "": false, "-x": false,
 		"$": false, "a$b": false, "root;rm": false, "ü": false, strings.Repeat("a", 65): false, strings.Repeat("a", 64): true} {
