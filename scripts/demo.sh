@@ -219,6 +219,11 @@ removed() {
 # the FUSE mount: its connection is aborted first.
 cleanup() {
   local rc=$? n f cgs=()
+  # Only the demo's own shell cleans up. A subshell (a pipeline's element,
+  # a command substitution) still holds the traps' text, and bash runs the
+  # EXIT trap in one that a signal ends before it has exec'd its command:
+  # it must not stop the demo's processes behind the main shell's back.
+  [ "$BASHPID" = "$$" ] || exit "$rc"
   trap '' INT TERM HUP QUIT PIPE
   # A signal's trap that bash ran before the line above, in this very
   # function, ran a whole cleanup and exited; one after it sees CLEANING.
@@ -280,6 +285,13 @@ cleanup() {
 # `make demo` stopped by Ctrl-C does not report an error). A signal that
 # comes while a first one is being handled changes nothing.
 on_signal() {
+  if [ "$BASHPID" != "$$" ]; then
+    # A subshell's copy of the trap: the main shell stops the demo (the
+    # signal is passed on, in case it reached only this subshell).
+    trap - EXIT
+    kill -s "$1" "$$" 2>/dev/null
+    exit 1
+  fi
   [ -z "$STOPPING" ] || return 0
   STOPPING=$1
   cleanup
@@ -300,6 +312,10 @@ if [ -z "$MNT" ]; then
   exit 1
 fi
 command -v python3 >/dev/null || { echo "demo: needs python3" >&2; exit 1; }
+# The interpreter itself, not a wrapper that finds it (pyenv's shims are
+# shell scripts: three more processes for every request, which a signal
+# could leave behind).
+PY=$(python3 -c 'import sys; print(sys.executable)')
 for b in aggregator nodeagent nodeagentd; do
   [ -x "$BIN/$b" ] || { echo "demo: no $BIN/$b: run make build (make demo does)" >&2; exit 1; }
 done
@@ -310,7 +326,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/gracewatch-demo.XXXXXX")
 chmod 755 "$T"
 
 free_port() {
-  python3 -c 'import socket
+  "$PY" -c 'import socket
 s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
@@ -348,19 +364,24 @@ EOF
 
 fg "$BIN/aggregator" public-key --config "$T/aggregator.toml" >"$T/aggregators.pub"
 
-# get URL: the body of a GET, or a failure (curl -fs, with python3).
+# get URL: the body of a GET into $T/get.out, or a failure (curl -fs,
+# with python3). Run by fg in the demo's own shell, never in a pipeline or
+# a command substitution: a subshell's client is one that cleanup does not
+# know, and a signal could leave it behind.
 get() {
-  python3 -c 'import sys, urllib.request
+  fg "$PY" -c 'import sys, urllib.request
 try:
     sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())
 except Exception:
-    sys.exit(1)' "$1"
+    sys.exit(1)' "$1" >"$T/get.out"
 }
+# got: the first line of the last GET's body.
+got() { GOT=; read -r GOT <"$T/get.out" || true; }
 
 echo "== starting the aggregator ($URL) and three node agents (state in $T)"
 "$BIN/aggregator" serve --config "$T/aggregator.toml" >"$T/aggregator.log" 2>&1 &
 PIDS+=($!)
-healthy() { get "$URL/healthz" >/dev/null; }
+healthy() { get "$URL/healthz"; }
 within 10 healthy || die "the aggregator did not answer on $URL/healthz within 10 s (see $T/aggregator.log)"
 
 for n in 1 2 3; do
@@ -397,12 +418,12 @@ answers() { na "$1" status >/dev/null 2>&1; }
 for n in 1 2 3; do
   within 10 answers $n || die "agent node$n did not answer within 10 s (see $T/node$n/agent.log)"
 done
-all_up() { [ "$(get "$URL/v1/nodes?format=hostlist&state=up")" = "node[1-3]" ]; }
+all_up() { get "$URL/v1/nodes?format=hostlist&state=up" && got && [ "$GOT" = "node[1-3]" ]; }
 within 20 all_up || die "the aggregator did not see node[1-3] up within 20 s"
 
 # The scheduler's view, as it changes (one python3 process reads the
 # event stream: no pipeline whose first half could outlive the demo).
-python3 -u -c '
+"$PY" -u -c '
 import json, signal, sys, datetime, urllib.request
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 last = {}
@@ -452,14 +473,16 @@ PIDS+=($!)
 GRACEWATCH_SOCKET=$(sock 3) "$BIN/nodeagent" epilog --job 1003 -- "${HUNG_CMD[@]}" >"$T/epilog-1003.out" 2>&1 &
 PIDS+=($!)
 
-diagnosed() { get "$URL/v1/nodes/node3" | grep -qE 'unkillable|killed by SIGKILL'; }
+diagnosed() { get "$URL/v1/nodes/node3" && grep -qE 'unkillable|killed by SIGKILL' "$T/get.out"; }
 within 60 diagnosed || echo "demo: node3 not diagnosed within 60 s" >&2
 sleep 0.5
 echo
 echo "== aggregator nodes (the scheduler's list)"
 fg "$BIN/aggregator" nodes --url "$URL" || true
 echo
-echo "== down nodes as a hostlist: $(get "$URL/v1/nodes?state=down&format=hostlist")"
+GOT=
+get "$URL/v1/nodes?state=down&format=hostlist" && got
+echo "== down nodes as a hostlist: $GOT"
 echo
 echo "== nodeagent diagnose on node3"
 # Into a file, not a pipe: a subshell's fg would start a client that
