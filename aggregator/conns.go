@@ -259,15 +259,5 @@ func newConnsClosedCounter(reg prometheus.Registerer) (*prometheus.CounterVec, e
 	for _, r := range closedReasons {
 		cv.WithLabelValues(r)
 	}
-	if reg == nil {
-		return cv, nil
-	}
-	if err := reg.Register(cv); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return cv, err
-		}
-		cv = are.ExistingCollector.(*prometheus.CounterVec)
-	}
-	return cv, nil
+	return registerCounterVec(reg, cv)
 }

@@ -279,6 +279,13 @@ func newRequestsCounter(reg prometheus.Registerer) (*prometheus.CounterVec, erro
 	cv := prometheus.NewCounterVec(prometheus.CounterOpts(opts("http_requests_total",
 		"HTTP requests answered, by route pattern (unmatched: no route), method and status code. A watch counts when its stream ends.")),
 		[]string{"route", "method", "code"})
+	return registerCounterVec(reg, cv)
+}
+
+// registerCounterVec registers cv with reg (nil: none), or returns the
+// one of the same name already registered there (several servers of one
+// aggregator share it).
+func registerCounterVec(reg prometheus.Registerer, cv *prometheus.CounterVec) (*prometheus.CounterVec, error) {
 	if reg == nil {
 		return cv, nil
 	}

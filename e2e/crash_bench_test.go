@@ -295,18 +295,8 @@ func seriesValue(text, series string) float64 {
 // crafter returns a sender of crafted messages into bm's mesh (its key and
 // label), closed when the benchmark ends.
 func (bm *benchMesh) crafter() *craft.Crafter {
-	b := bm.b
-	b.Helper()
-	kr, err := mesh.LoadKeyring(bm.keyfile)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := craft.New(bm.label, kr.GetPrimaryKey())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { r.Close() })
-	return r
+	bm.b.Helper()
+	return newCrafter(bm.b, bm.keyfile, bm.label)
 }
 
 // floodedMembers is how many invented members floodInvented sends: past

@@ -38,15 +38,22 @@ import (
 // sealed with its keyring's primary key and label.
 func (c *cluster) crafter(t *testing.T) *craft.Crafter {
 	t.Helper()
-	kr, err := mesh.LoadKeyring(c.keyfile)
+	return newCrafter(t, c.keyfile, c.label)
+}
+
+// newCrafter returns a rogue writing memberlist's messages into the mesh
+// of keyfile and label, closed when tb ends.
+func newCrafter(tb testing.TB, keyfile, label string) *craft.Crafter {
+	tb.Helper()
+	kr, err := mesh.LoadKeyring(keyfile)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	r, err := craft.New(c.label, kr.GetPrimaryKey())
+	r, err := craft.New(label, kr.GetPrimaryKey())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { r.Close() })
+	tb.Cleanup(func() { r.Close() })
 	return r
 }
 
