@@ -26,6 +26,10 @@ const (
 	// attempts of a failing one); a node that flips its mode, clock and
 	// cause in every update is held to it.
 	nodeLogLines = 20
+	// nodeDebugLines is the same for the debug lines, a budget of their
+	// own: with log_level = "debug" a node's trace (its settle, each
+	// actuator step) must not use up the lines of its state and actions.
+	nodeDebugLines = 200
 	// nodeLogEvery is the interval of nodeLogLines.
 	nodeLogEvery = time.Minute
 	// maxNodeLogKeys bounds the nodes whose budget is remembered: the
@@ -47,24 +51,35 @@ const (
 // for concurrent use (the actuators' goroutines use it); a nil *nodeLog
 // writes every line.
 type nodeLog struct {
-	budget *ratelog.Budget
+	budget *ratelog.Budget // info and above
+	debug  *ratelog.Budget // below info
 	clock  clock.Clock
 	// held counts a line held back (the metric); it must not block.
 	held func(scope string)
 }
 
 func newNodeLog(clk clock.Clock, held func(scope string)) *nodeLog {
-	return &nodeLog{budget: ratelog.NewBudget(nodeLogLines, nodeLogEvery, maxNodeLogKeys), clock: clk, held: held}
+	return &nodeLog{budget: ratelog.NewBudget(nodeLogLines, nodeLogEvery, maxNodeLogKeys),
+		debug: ratelog.NewBudget(nodeDebugLines, nodeLogEvery, maxNodeLogKeys), clock: clk, held: held}
 }
 
 // allow takes one line from node's budget: whether it may be written, and
 // how many of node's lines were held back since its last one. The caller
 // writes the count as "suppressed" when it is not 0.
 func (l *nodeLog) allow(node string) (bool, int) {
+	return l.allowAt(slog.LevelInfo, node)
+}
+
+// allowAt is allow from the budget of level's lines.
+func (l *nodeLog) allowAt(level slog.Level, node string) (bool, int) {
 	if l == nil {
 		return true, 0
 	}
-	ok, n := l.budget.Allow(node, l.clock.Now())
+	b := l.budget
+	if level < slog.LevelInfo {
+		b = l.debug
+	}
+	ok, n := b.Allow(node, l.clock.Now())
 	if !ok && l.held != nil {
 		l.held(scopeNode)
 	}
@@ -85,7 +100,7 @@ func (l *nodeLog) write(log *slog.Logger, level slog.Level, node, msg string, pc
 	if !log.Enabled(ctx, level) {
 		return true
 	}
-	ok, n := l.allow(node)
+	ok, n := l.allowAt(level, node)
 	if !ok {
 		return false
 	}

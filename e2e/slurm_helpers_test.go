@@ -14,8 +14,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -755,15 +757,28 @@ func pidIn(t testing.TB, a *agent, job, comm string) int {
 }
 
 // actuatorRuns counts the aggregator's successful runs of its on=on
-// actuators (its JSON log lines "actuator ran").
+// actuators (gracewatch_aggregator_actuator_runs_total, not its log lines:
+// those are within each node's log budget); -1 when /metrics does not
+// answer.
 func actuatorRuns(g *aggregator, on string) int {
-	n := 0
-	for _, line := range strings.Split(g.logs.String(), "\n") {
-		if strings.Contains(line, `"msg":"actuator ran"`) && strings.Contains(line, `"transition":"`+on+`"`) {
-			n++
+	resp, err := http.Get(g.url + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	prefix := `gracewatch_aggregator_actuator_runs_total{on="` + on + `",result="success"} `
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			var v float64
+			fmt.Sscanf(rest, "%g", &v)
+			return int(v)
 		}
 	}
-	return n
+	return 0
 }
 
 // waitActuatorRuns waits (at most timeout) until the aggregator ran its
