@@ -266,3 +266,36 @@ func TestClusterModeLinesSpaced(t *testing.T) {
 		t.Errorf("%v changes counted suppressed, want 3", c)
 	}
 }
+
+// A node's debug lines take from a budget of their own: a trace of 200
+// lines in a minute does not hold back its state and actions.
+func TestNodeDebugBudgetApart(t *testing.T) {
+	clk := clock.NewFake(t0)
+	var held atomic.Int64
+	l := newNodeLog(clk, func(string) { held.Add(1) })
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	for i := range nodeDebugLines + 5 {
+		l.emit(log, slog.LevelDebug, "n1", "trace", "i", i)
+	}
+	for i := range nodeLogLines {
+		l.emit(log, slog.LevelInfo, "n1", "actuator ran", "i", i)
+	}
+	debug, info := 0, 0
+	for _, line := range parseLog(t, buf.String()) {
+		switch line.str("msg") {
+		case "trace":
+			debug++
+		case "actuator ran":
+			info++
+		}
+	}
+	if debug != nodeDebugLines || info != nodeLogLines || held.Load() != 5 {
+		t.Errorf("%d debug lines (want %d), %d info lines (want %d), %d held (want 5)", debug, nodeDebugLines, info, nodeLogLines, held.Load())
+	}
+	// Past the info budget, held back, whatever the debug budget says.
+	l.emit(log, slog.LevelInfo, "n1", "actuator ran")
+	if held.Load() != 6 {
+		t.Errorf("an info line past %d a minute was not held back", nodeLogLines)
+	}
+}
