@@ -206,8 +206,15 @@ while [ ! -e %s ]; do sleep 0.02; done`, g1, g2)
 	if maxUsed > bound {
 		t.Fatalf("state dir took %d bytes while yes ran, want at most %d", maxUsed, bound)
 	}
-	if used > 4*tail+64<<10 {
-		t.Fatalf("state dir takes %d bytes once the output ended, want about the tails (%d)", used, 2*tail)
+	// Once the output ended, the agent punches what lies before the tail
+	// on the last write's event: on a squeezed machine that comes after
+	// the tail shows the last line (measured 12.8 MB left at that moment
+	// once), so the state dir is waited for, not read once.
+	if !testutil.Poll(30*time.Second, func() bool {
+		used, _ = allocated(t, state)
+		return used <= 4*tail+64<<10
+	}) {
+		t.Fatalf("state dir takes %d bytes 30 s after the output ended, want about the tails (%d)", used, 2*tail)
 	}
 	lines := strings.Split(strings.TrimSuffix(string(kept), "END-OF-OUTPUT\n"), "\n")
 	for i, l := range lines[1 : len(lines)-1] { // the first may be cut
