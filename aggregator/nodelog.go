@@ -63,15 +63,11 @@ func newNodeLog(clk clock.Clock, held func(scope string)) *nodeLog {
 		debug: ratelog.NewBudget(nodeDebugLines, nodeLogEvery, maxNodeLogKeys), clock: clk, held: held}
 }
 
-// allow takes one line from node's budget: whether it may be written, and
-// how many of node's lines were held back since its last one. The caller
-// writes the count as "suppressed" when it is not 0.
-func (l *nodeLog) allow(node string) (bool, int) {
-	return l.allowAt(slog.LevelInfo, node)
-}
-
-// allowAt is allow from the budget of level's lines.
-func (l *nodeLog) allowAt(level slog.Level, node string) (bool, int) {
+// allow takes one line of level from node's budget of such lines (info
+// and above, or debug): whether it may be written, and how many of node's
+// lines were held back since its last one. The caller writes the count as
+// "suppressed" when it is not 0.
+func (l *nodeLog) allow(level slog.Level, node string) (bool, int) {
 	if l == nil {
 		return true, 0
 	}
@@ -100,7 +96,7 @@ func (l *nodeLog) write(log *slog.Logger, level slog.Level, node, msg string, pc
 	if !log.Enabled(ctx, level) {
 		return true
 	}
-	ok, n := l.allowAt(level, node)
+	ok, n := l.allow(level, node)
 	if !ok {
 		return false
 	}

@@ -60,6 +60,14 @@ type addrProver interface {
 	SetProvenAddr(node, addr string) error
 }
 
+// prover is the Service's mesh as an addrProver, if it is one.
+func (s *Service) prover() (addrProver, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.mesh.(addrProver)
+	return p, ok
+}
+
 // reachBook is the nodes' proven addresses as the file keeps them.
 type reachBook struct {
 	path string // "" without state_dir
@@ -162,9 +170,7 @@ func (b *reachBook) encodeLocked() []byte {
 // worth no more than gossip's. An address that cannot be dialled is logged,
 // at most once per node and staleLogEvery. It runs on the loop.
 func (s *Service) provenAddr(node, addr string) {
-	s.mu.Lock()
-	p, ok := s.mesh.(addrProver)
-	s.mu.Unlock()
+	p, ok := s.prover()
 	if !ok || !s.opts.ProvenOnly || addr == "" {
 		return
 	}
@@ -236,9 +242,7 @@ func (s *Service) askSaved() {
 	if len(loaded) == 0 || !s.opts.ProvenOnly {
 		return
 	}
-	s.mu.Lock()
-	p, ok := s.mesh.(addrProver)
-	s.mu.Unlock()
+	p, ok := s.prover()
 	if !ok {
 		return
 	}
