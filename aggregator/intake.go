@@ -208,7 +208,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 	}
 	switch body := env.GetBody().(type) {
 	case *gwpb.Envelope_State:
-		u := boundUpdate(body.State)
+		u := body.State // bounded by HandleMessage, before it was queued
 		if u.GetMeta() == nil {
 			if ok, suppressed := s.staleLog.Allow("no meta:"+from, s.clock.Now()); ok {
 				s.log.Warn("state update without meta ignored", "node", from, "suppressed", suppressed)
@@ -246,8 +246,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			in.Role = roleAgent // proven by its update
 		}
 		dirty[from] = true
-	case *gwpb.Envelope_Ack:
-		body.Ack.Error = cutText(body.Ack.GetError(), maxUpdateReasonBytes)
+	case *gwpb.Envelope_Ack: // bounded by HandleMessage
 		if m := decodeMeta(body.Ack.GetMeta()); m != nil {
 			if in := s.nodeInput(from); in == nil {
 				s.dropUnseen(from)
