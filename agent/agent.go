@@ -21,6 +21,7 @@ import (
 	apiserver "github.com/gracewatch/gracewatch/agent/api/server"
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/execsys"
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -66,7 +67,7 @@ func (c cgroups) Procs(path string, v1 bool, max int) ([]int, error) {
 
 var _ teardown.Cgroups = cgroups{}
 
-var _ teardown.Expirations = (*expirationCommand)(nil)
+var _ teardown.Expirations = (*execsys.ExpirationCommand)(nil)
 
 // Agent is a running node agent.
 type Agent struct {
@@ -171,7 +172,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	}
 	var exps teardown.Expirations
 	if len(cfg.Teardown.ExpirationCommand) > 0 {
-		exps = &expirationCommand{argv: cfg.Teardown.ExpirationCommand, timeout: cfg.Teardown.ExpirationTimeout.D()}
+		exps = execsys.NewExpirationCommand(cfg.Teardown.ExpirationCommand, cfg.Teardown.ExpirationTimeout.D())
 	}
 	sup, err := teardown.New(teardown.Options{
 		Node:             cfg.NodeName,

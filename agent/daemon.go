@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/gracewatch/gracewatch/agent/cli"
+	"github.com/gracewatch/gracewatch/agent/execsys"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/version"
@@ -81,7 +82,7 @@ func configCheck(path string, out cmdutil.Out) int {
 	// The grace against the exec systems found here: advice on standard
 	// error, never a failure (the check runs where the agent runs, and an
 	// exec system may be down at the time).
-	checks, errs := CheckExecSystems(context.Background())
+	checks, errs := execsys.CheckAll(context.Background())
 	for _, c := range checks {
 		fmt.Fprintf(out.Stderr, "nodeagent: %s kill path: %s; smallest safe grace %v\n", c.System, c.Path, c.MinGrace)
 		for _, w := range c.Warnings(cfg.Teardown.Grace.D()) {

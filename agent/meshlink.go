@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/agent/diagnose"
+	"github.com/gracewatch/gracewatch/agent/execsys"
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -75,8 +76,8 @@ type meshLink struct {
 	// targetsOf is targets (tests replace it).
 	targetsOf func() []string
 	// execCheck asks the exec systems for their kill path
-	// (CheckExecSystems; tests replace it).
-	execCheck func(ctx context.Context) ([]ExecCheck, []error)
+	// (execsys.CheckAll; tests replace it).
+	execCheck func(ctx context.Context) ([]execsys.Check, []error)
 	// dropLog rate-limits the lines of controls dropped for a full
 	// queue, per sender: a flood fills it (an aggregator's, or anyone's
 	// where the mesh accepts unproven controls, mesh.allow_unsigned).
@@ -106,7 +107,7 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 		now:      time.Now,
 	}
 	l.targetsOf = l.targets
-	l.execCheck = CheckExecSystems
+	l.execCheck = execsys.CheckAll
 	l.dropLog = ratelog.New(controlDropLogEvery)
 	return l
 }
@@ -230,17 +231,17 @@ func (l *meshLink) run(ctx context.Context) {
 
 // checkKillPath asks the exec systems found on this node for their kill
 // path (what `nodeagent config check` computes), once, in the background
-// of the agent's start and bounded by killPathTimeout, so that neither the
+// of the agent's start and bounded by execsys.KillPathTimeout, so that neither the
 // start nor a deadline ever waits for a slow scontrol; the floor goes to
 // the aggregators with the next StateUpdate (fields 70-71).
 func (l *meshLink) checkKillPath(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, killPathTimeout)
+	ctx, cancel := context.WithTimeout(ctx, execsys.KillPathTimeout)
 	defer cancel()
 	checks, errs := l.execCheck(ctx)
 	if ctx.Err() != nil && len(checks) == 0 {
 		return
 	}
-	floor, path := killPathOf(checks)
+	floor, path := execsys.KillPathOf(checks)
 	for _, err := range errs {
 		l.log.Info("exec system's kill path not read", "err", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/agent/execsys"
 	"github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -285,4 +286,39 @@ func TestResendOnAggregatorRestart(t *testing.T) {
 	clk.Advance(restartResendEvery)
 	resent("the held-back start after restartResendEvery", true, agg(3000, true))
 	resent("the same start again", false, agg(3000, true))
+}
+
+// TestKillPathInStateUpdate: the node's kill-path floor (execsys.KillPathOf)
+// goes to the aggregators in the StateUpdate once checked; an exec system
+// that never answers ends with the check's context and leaves the floor 0.
+func TestKillPathInStateUpdate(t *testing.T) {
+	slurm := execsys.Check{System: "slurm", Path: "OverTimeLimit 0s + ...\n" + strings.Repeat("x", 300), MinGrace: 65 * time.Second}
+	flux := execsys.Check{System: "flux", Path: "kill-timeout 5s", MinGrace: 10 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sent := make(chan *gwpb.StateUpdate, 16)
+	l := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	l.sender = newStateSender(ctx, func(_ context.Context, _ string, u *gwpb.StateUpdate) error { sent <- u; return nil },
+		clock.NewFake(time.Unix(1_800_000_000, 0)), slog.New(slog.DiscardHandler))
+	defer l.sender.close()
+	l.targetsOf = func() []string { return []string{"agg1"} }
+	l.onChange(teardown.Status{Node: "n1", State: teardown.StateUp})
+	l.execCheck = func(context.Context) ([]execsys.Check, []error) { return []execsys.Check{flux, slurm}, nil }
+	l.checkKillPath(ctx)
+	l.publish()
+	u := <-sent
+	if u.GetKillPathFloorMs() != 65000 || !strings.HasPrefix(u.GetKillPath(), "slurm: ") {
+		t.Fatalf("StateUpdate kill path %d %q", u.GetKillPathFloorMs(), u.GetKillPath())
+	}
+
+	hung := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	hung.execCheck = func(ctx context.Context) ([]execsys.Check, []error) { <-ctx.Done(); return nil, []error{ctx.Err()} }
+	cctx, ccancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { hung.checkKillPath(cctx); close(done) }()
+	ccancel()
+	<-done
+	if hung.killPathFloor != 0 {
+		t.Fatalf("floor %v from a check that never answered", hung.killPathFloor)
+	}
 }

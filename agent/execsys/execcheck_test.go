@@ -1,15 +1,9 @@
-package agent
+package execsys
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gracewatch/gracewatch/agent/teardown"
-	"github.com/gracewatch/gracewatch/internal/clock"
-	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 // A part of `scontrol show config` of Slurm 22.05 (the real one-node Slurm
@@ -83,46 +77,16 @@ func TestFluxKillPath(t *testing.T) {
 	}
 }
 
-// TestKillPathInStateUpdate: the node's kill-path floor is the largest of
-// its exec systems' (a node may run both), cut to its bound, and it goes to
-// the aggregators in the StateUpdate once checked; an exec system that
-// never answers ends with the check's context and leaves the floor 0.
-func TestKillPathInStateUpdate(t *testing.T) {
-	slurm := ExecCheck{System: "slurm", Path: "OverTimeLimit 0s + ...\n" + strings.Repeat("x", 300), MinGrace: 65 * time.Second}
-	flux := ExecCheck{System: "flux", Path: "kill-timeout 5s", MinGrace: 10 * time.Second}
-	floor, path := killPathOf([]ExecCheck{flux, slurm})
+// TestKillPathOf: the node's kill-path floor is the largest of its exec
+// systems' (a node may run both), cut to its bound, in one line.
+func TestKillPathOf(t *testing.T) {
+	slurm := Check{System: "slurm", Path: "OverTimeLimit 0s + ...\n" + strings.Repeat("x", 300), MinGrace: 65 * time.Second}
+	flux := Check{System: "flux", Path: "kill-timeout 5s", MinGrace: 10 * time.Second}
+	floor, path := KillPathOf([]Check{flux, slurm})
 	if floor != 65*time.Second || !strings.HasPrefix(path, "slurm: OverTimeLimit 0s + ... x") || len(path) > maxKillPathBytes || strings.Contains(path, "\n") {
-		t.Fatalf("killPathOf = %v, %q", floor, path)
+		t.Fatalf("KillPathOf = %v, %q", floor, path)
 	}
-	if f, p := killPathOf(nil); f != 0 || p != "" {
-		t.Fatalf("killPathOf(nil) = %v, %q", f, p)
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sent := make(chan *gwpb.StateUpdate, 16)
-	l := newMeshLink(nil, slog.New(slog.DiscardHandler))
-	l.sender = newStateSender(ctx, func(_ context.Context, _ string, u *gwpb.StateUpdate) error { sent <- u; return nil },
-		clock.NewFake(time.Unix(1_800_000_000, 0)), slog.New(slog.DiscardHandler))
-	defer l.sender.close()
-	l.targetsOf = func() []string { return []string{"agg1"} }
-	l.onChange(teardown.Status{Node: "n1", State: teardown.StateUp})
-	l.execCheck = func(context.Context) ([]ExecCheck, []error) { return []ExecCheck{flux, slurm}, nil }
-	l.checkKillPath(ctx)
-	l.publish()
-	u := <-sent
-	if u.GetKillPathFloorMs() != 65000 || !strings.HasPrefix(u.GetKillPath(), "slurm: ") {
-		t.Fatalf("StateUpdate kill path %d %q", u.GetKillPathFloorMs(), u.GetKillPath())
-	}
-
-	hung := newMeshLink(nil, slog.New(slog.DiscardHandler))
-	hung.execCheck = func(ctx context.Context) ([]ExecCheck, []error) { <-ctx.Done(); return nil, []error{ctx.Err()} }
-	cctx, ccancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { hung.checkKillPath(cctx); close(done) }()
-	ccancel()
-	<-done
-	if hung.killPathFloor != 0 {
-		t.Fatalf("floor %v from a check that never answered", hung.killPathFloor)
+	if f, p := KillPathOf(nil); f != 0 || p != "" {
+		t.Fatalf("KillPathOf(nil) = %v, %q", f, p)
 	}
 }

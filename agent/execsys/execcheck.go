@@ -1,4 +1,4 @@
-package agent
+package execsys
 
 // The grace G against the exec system's own kill path: a job that runs to
 // its time limit is signalled by the exec system some time after E, and a
@@ -29,8 +29,8 @@ const slurmCheckInterval = 30 * time.Second
 // travels from the controller to the node and the task must get it.
 const killMargin = 5 * time.Second
 
-// ExecCheck is what the agent found out about one exec system's kill path.
-type ExecCheck struct {
+// Check is what the agent found out about one exec system's kill path.
+type Check struct {
 	// System is "slurm" or "flux".
 	System string
 	// Path says how the exec system kills a job at its time limit, with
@@ -46,7 +46,7 @@ type ExecCheck struct {
 
 // Warnings compares grace with c: what an administrator should change or
 // know, one sentence each.
-func (c ExecCheck) Warnings(grace time.Duration) []string {
+func (c Check) Warnings(grace time.Duration) []string {
 	var w []string
 	if grace < c.MinGrace {
 		w = append(w, fmt.Sprintf("teardown.grace %v is shorter than %s's kill path (%s): a job that runs to its time limit can be latched DOWN before %s has signalled it; the smallest safe grace is %v",
@@ -61,7 +61,7 @@ func (c ExecCheck) Warnings(grace time.Duration) []string {
 
 // ParseSlurmConfig reads the output of `scontrol show config`: KillWait,
 // UnkillableStepTimeout and OverTimeLimit.
-func ParseSlurmConfig(out string) (ExecCheck, error) {
+func ParseSlurmConfig(out string) (Check, error) {
 	vals := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -72,20 +72,20 @@ func ParseSlurmConfig(out string) (ExecCheck, error) {
 	}
 	kw, err := slurmDuration(vals, "KillWait", time.Second)
 	if err != nil {
-		return ExecCheck{}, err
+		return Check{}, err
 	}
 	ust, err := slurmDuration(vals, "UnkillableStepTimeout", time.Second)
 	if err != nil {
-		return ExecCheck{}, err
+		return Check{}, err
 	}
 	otl := time.Duration(0)
 	if v := vals["OverTimeLimit"]; v != "" && !strings.EqualFold(strings.Fields(v)[0], "UNLIMITED") {
 		if otl, err = slurmDuration(vals, "OverTimeLimit", time.Minute); err != nil {
-			return ExecCheck{}, err
+			return Check{}, err
 		}
 	}
 	kill := otl + slurmCheckInterval + kw
-	return ExecCheck{
+	return Check{
 		System: "slurm",
 		Path: fmt.Sprintf("OverTimeLimit %v + up to %v between slurmctld's time-limit checks + KillWait %v = %v, then UnkillableStepTimeout %v before \"Kill task failed\"",
 			otl, slurmCheckInterval, kw, kill, ust),
@@ -117,7 +117,7 @@ func slurmDuration(vals map[string]string, key string, unit time.Duration) (time
 // ParseFluxExec reads the output of `flux config get exec` (a JSON object,
 // or null when [exec] is not configured): kill-timeout, max-kill-count and
 // max-kill-timeout, with flux-config-exec(5)'s defaults (5s, 8, unset).
-func ParseFluxExec(out string) (ExecCheck, error) {
+func ParseFluxExec(out string) (Check, error) {
 	var cfg struct {
 		KillTimeout    any    `json:"kill-timeout"`
 		MaxKillCount   *int   `json:"max-kill-count"`
@@ -126,14 +126,14 @@ func ParseFluxExec(out string) (ExecCheck, error) {
 	}
 	if s := strings.TrimSpace(out); s != "" && s != "null" {
 		if err := json.Unmarshal([]byte(s), &cfg); err != nil {
-			return ExecCheck{}, fmt.Errorf("flux config get exec: %w", err)
+			return Check{}, fmt.Errorf("flux config get exec: %w", err)
 		}
 	}
 	kt := 5 * time.Second
 	if cfg.KillTimeout != nil {
 		d, err := fsd(cfg.KillTimeout)
 		if err != nil {
-			return ExecCheck{}, fmt.Errorf("flux config get exec: kill-timeout: %w", err)
+			return Check{}, fmt.Errorf("flux config get exec: kill-timeout: %w", err)
 		}
 		kt = d
 	}
@@ -156,11 +156,11 @@ func ParseFluxExec(out string) (ExecCheck, error) {
 	if cfg.MaxKillTimeout != nil {
 		d, err := fsd(cfg.MaxKillTimeout)
 		if err != nil {
-			return ExecCheck{}, fmt.Errorf("flux config get exec: max-kill-timeout: %w", err)
+			return Check{}, fmt.Errorf("flux config get exec: max-kill-timeout: %w", err)
 		}
 		drains, how = d, "max-kill-timeout "+d.String()
 	}
-	return ExecCheck{
+	return Check{
 		System:   "flux",
 		Path:     fmt.Sprintf("SIGALRM at the time limit, kill-signal after kill-timeout %v; drained \"unkillable\" after %s, %v after E", kt, how, drains),
 		MinGrace: kt + killMargin,
@@ -201,17 +201,17 @@ func fsd(v any) (time.Duration, error) {
 // execQueryTimeout bounds each query of an exec system.
 const execQueryTimeout = 5 * time.Second
 
-// CheckExecSystems asks the exec systems found in PATH (scontrol, flux)
+// CheckAll asks the exec systems found in PATH (scontrol, flux)
 // for their kill path. A system whose command is missing is skipped; one
 // that does not answer is reported as an error (the check is advisory: it
 // never fails a configuration).
-func CheckExecSystems(ctx context.Context) ([]ExecCheck, []error) {
-	var checks []ExecCheck
+func CheckAll(ctx context.Context) ([]Check, []error) {
+	var checks []Check
 	var errs []error
 	for _, q := range []struct {
 		name  string
 		argv  []string
-		parse func(string) (ExecCheck, error)
+		parse func(string) (Check, error)
 	}{
 		{"slurm", []string{"scontrol", "show", "config"}, ParseSlurmConfig},
 		{"flux", []string{"flux", "config", "get", "exec"}, ParseFluxExec},
@@ -248,19 +248,19 @@ func clip(s string, n int) string {
 	return s
 }
 
-// killPathTimeout bounds the agent's own check of the exec systems at its
+// KillPathTimeout bounds the agent's own check of the exec systems at its
 // start (two queries of execQueryTimeout at most).
-const killPathTimeout = 2*execQueryTimeout + time.Second
+const KillPathTimeout = 2*execQueryTimeout + time.Second
 
 // maxKillPathBytes bounds StateUpdate.kill_path.
 const maxKillPathBytes = 256
 
-// killPathOf is the node's kill-path floor for the grace advisor: the
+// KillPathOf is the node's kill-path floor for the grace advisor: the
 // largest MinGrace of the exec systems found (a node may run both), and
 // how that one kills, in one line of at most maxKillPathBytes; zero and ""
 // when none answered.
-func killPathOf(checks []ExecCheck) (time.Duration, string) {
-	var best *ExecCheck
+func KillPathOf(checks []Check) (time.Duration, string) {
+	var best *Check
 	for i := range checks {
 		if best == nil || checks[i].MinGrace > best.MinGrace {
 			best = &checks[i]

@@ -1,4 +1,4 @@
-package agent
+package execsys
 
 import (
 	"bytes"
@@ -15,19 +15,25 @@ import (
 // output: a time fits in a line.
 const maxExpirationOutput = 4 << 10
 
-// expirationCommand runs [teardown] expiration_command to ask the exec
+// ExpirationCommand runs [teardown] expiration_command to ask the exec
 // system for a job's current expiration (teardown.Expirations). Each run
 // is bounded by timeout: the command gets SIGKILL with its whole process
 // group when it does not answer in time. It is safe for concurrent use.
-type expirationCommand struct {
+type ExpirationCommand struct {
 	argv    []string
 	timeout time.Duration
+}
+
+// NewExpirationCommand returns the command argv ("{job}" in an argument
+// stands for the job's ID), each run bounded by timeout.
+func NewExpirationCommand(argv []string, timeout time.Duration) *ExpirationCommand {
+	return &ExpirationCommand{argv: argv, timeout: timeout}
 }
 
 // Expiration runs the command for job and returns the first non-empty
 // line it printed. The errors say what went wrong: a failed start, an exit
 // status with the end of its standard error, a timeout, no output.
-func (e *expirationCommand) Expiration(ctx context.Context, job string) (string, error) {
+func (e *ExpirationCommand) Expiration(ctx context.Context, job string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	argv := make([]string, len(e.argv))
