@@ -67,15 +67,20 @@ func (e *ExpirationCommand) Expiration(ctx context.Context, job string) (string,
 	return "", fmt.Errorf("expiration command %s printed nothing", argv[0])
 }
 
-// capped keeps the first max bytes written to it and drops the rest.
+// capped keeps the first max bytes written to it and drops the rest. Its
+// buffer is a field, not embedded: an embedded bytes.Buffer's ReadFrom
+// would be promoted, and os/exec's copy of the output (io.Copy) would call
+// it instead of Write, bound and all.
 type capped struct {
-	bytes.Buffer
+	buf bytes.Buffer
 	max int
 }
 
 func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
-		c.Buffer.Write(p[:min(room, len(p))])
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
 	}
 	return len(p), nil
 }
+
+func (c *capped) String() string { return c.buf.String() }

@@ -24,6 +24,7 @@ func TestExpirationCommand(t *testing.T) {
 		{name: "fails", script: `echo 'Invalid job id specified' >&2; exit 1`, err: "exit status 1: Invalid job id specified"},
 		{name: "silent", script: `exit 0`, err: "printed nothing"},
 		{name: "hangs", script: `sleep 60 & sleep 60`, timeout: 200 * time.Millisecond, err: "did not answer within 200ms"},
+		{name: "floods", script: `head -c 100000 /dev/zero | tr '\0' x; echo`, want: strings.Repeat("x", maxExpirationOutput)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			timeout := tc.timeout
