@@ -22,6 +22,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/cgroup"
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 	"github.com/gracewatch/gracewatch/agent/execsys"
+	"github.com/gracewatch/gracewatch/agent/meshlink"
 	"github.com/gracewatch/gracewatch/agent/procfs"
 	"github.com/gracewatch/gracewatch/agent/teardown"
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -77,7 +78,7 @@ type Agent struct {
 	sup  *teardown.Supervisor
 	srv  *apiserver.Server
 	proc *procfs.Reader
-	link *meshLink
+	link *meshlink.Link
 	reg  *prometheus.Registry
 }
 
@@ -117,15 +118,17 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: logger.With("component", "agent")}
-	var link *meshLink
+	var link *meshlink.Link
 	onChange := notifyStatus
 	onReport := journalReport
 	if cfg.Mesh.Enabled {
-		// The supervisor is built below; the link reaches it through this
-		// indirection because each needs the other.
-		link = newMeshLink(nil, logger)
-		onChange = func(st teardown.Status) { notifyStatusNote(st, link.statusNote()); link.onChange(st) }
-		onReport = func(r *diagnose.Report) { journalReport(r); link.onReport(r) }
+		// The link comes first: the supervisor below is built with its
+		// callbacks, the mesh (in Run) with it as its Handler, and its Run
+		// is given both.
+		link = meshlink.New(logger, notifyStatusNote)
+		a.link = link
+		onChange = func(st teardown.Status) { notifyStatusNote(st, link.StatusNote()); link.OnChange(st) }
+		onReport = func(r *diagnose.Report) { journalReport(r); link.OnReport(r) }
 	}
 	cg, err := cgroup.New(cgroup.Options{
 		Mount:    cfg.Cgroup.Mount,
@@ -199,10 +202,6 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.sup = sup
-	if link != nil {
-		link.sup = sup
-		a.link = link
-	}
 	a.srv = apiserver.NewServer(socketService{sup}, apiserver.ServerOptions{
 		AllowedUIDs: cfg.API.AllowedUIDs,
 		AllowedGIDs: cfg.API.AllowedGIDs,
@@ -271,7 +270,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		m, err = mesh.New(mesh.Options{Name: a.cfg.NodeName, Role: gwpb.Role_ROLE_AGENT, Config: a.cfg.Mesh.Config,
-			Meta: metaOf(st), Handler: a.link, Logger: a.log, Registry: a.reg})
+			Meta: meshlink.MetaOf(st), Handler: a.link, Logger: a.log, Registry: a.reg})
 		if err != nil {
 			cancel()
 			a.srv.Shutdown(context.Background())
@@ -281,12 +280,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			wg.Wait()
 			return fmt.Errorf("mesh: %w", err)
 		}
-		a.link.m = m
-		a.link.onChange(st)
+		a.link.OnChange(st)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.link.run(ctx)
+			a.link.Run(ctx, a.sup, m)
 		}()
 	}
 	if interval, err := daemon.SdWatchdogEnabled(false); err == nil && interval > 0 {

@@ -43,7 +43,7 @@ import (
 // 1,000 of them cost what 1,000 single memberlists cost, not the n²
 // tables of joined members (BenchmarkIncidentStorm). It sends its
 // StateUpdate (with Meta.addr, its own mesh address) once at the start,
-// and answers the aggregator's probe as agent/meshlink.go does.
+// and answers the aggregator's probe as agent/meshlink does.
 //
 // Once the aggregator serves every node up and its reach file names every
 // one, rounds follow, in the order of GW_BENCH_CRASH_VARIANTS (default
@@ -351,7 +351,7 @@ type crashNode struct {
 }
 
 // HandleMessage answers a probe of the aggregator's (the mesh has checked
-// its signature) on a goroutine of its own, as the agent's meshLink has its
+// its signature) on a goroutine of its own, as the agent's meshlink.Link has its
 // own for them. Everything else is ignored.
 func (c *crashNode) HandleMessage(from string, env *gwpb.Envelope) {
 	ctl := env.GetControl()
@@ -369,7 +369,7 @@ func (c *crashNode) HandleMessage(from string, env *gwpb.Envelope) {
 // MemberChanged implements mesh.Handler: the node has no other member.
 func (c *crashNode) MemberChanged(mesh.Member) {}
 
-// answer is meshLink.probe: a ControlAck with the node's meta, then its
+// answer is meshlink's probe: a ControlAck with the node's meta, then its
 // whole StateUpdate again, to the aggregator that asked.
 func (c *crashNode) answer(from string, ctl *gwpb.Control) {
 	ack := &gwpb.ControlAck{Id: ctl.GetId(), Ok: true, Meta: c.ackMeta}
@@ -492,7 +492,7 @@ func (bm *benchMesh) crashNode(i int, agg string) (*crashNode, error) {
 	}
 	c.ackMeta = meta
 	withAddr := proto.CloneOf(meta)
-	withAddr.Addr = c.m.Addr() // where it is reached, under its proof (agent/meshlink.go publish)
+	withAddr.Addr = c.m.Addr() // where it is reached, under its proof (agent/meshlink publish)
 	c.update = &gwpb.StateUpdate{Meta: withAddr, StartedMs: started.UnixMilli()}
 	var sendErr error
 	if !testutil.Poll(30*time.Second, func() bool {

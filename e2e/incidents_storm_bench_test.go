@@ -369,7 +369,7 @@ func (bm *benchMesh) simAgent(i int, addr string, light, unsigned, quiet bool) (
 const deliverFor = 30 * time.Second
 
 // deliver publishes meta and sends u as the real agent's sender does
-// (agent/sender.go): to every aggregator of the book, whatever memberlist
+// (agent/meshlink/sender.go): to every aggregator of the book, whatever memberlist
 // says of its liveness, again 500 ms after a failed attempt, doubling to
 // 8 s, until each took it or deliverFor passed. It reports whether every
 // one did.

@@ -32,8 +32,8 @@ import (
 // keygen`, as deployed), joined to the aggregator as their seed in parallel,
 // paced batches (see startSwarm).
 //
-// Each simulated agent publishes what a real one does (agent/meshlink.go):
-// a Meta of metaOf's layout through SetMeta and a StateUpdate (meta, reason,
+// Each simulated agent publishes what a real one does (agent/meshlink):
+// a Meta of MetaOf's layout through SetMeta and a StateUpdate (meta, reason,
 // teardowns) to every aggregator through SendToRole, on every change. Per
 // mode, GW_BENCH_DOWNS agents (default 20), one every GW_BENCH_SPACING
 // (default 1s), enter teardown with a deadline D GW_BENCH_LEAD ahead
@@ -43,7 +43,7 @@ import (
 // (one clock: every process is on this machine). The modes
 // (GW_BENCH_MODES, default all three):
 //
-//   - agent: as meshLink does since the direct send stopped waiting behind
+//   - agent: as meshlink.Link does since the direct send stopped waiting behind
 //     the gossiped meta: SendToRole at once, SetMeta on a goroutine of its
 //     own.
 //   - gossip: SetMeta only (the direct send lost): what the fallback gives.
@@ -127,7 +127,7 @@ func benchGC(b *testing.B) func() {
 }
 
 // simAgent is a simulated node agent: a mesh member that publishes as
-// agent/meshlink.go does.
+// agent/meshlink does.
 type simAgent struct {
 	name    string
 	m       *mesh.Mesh
@@ -136,7 +136,7 @@ type simAgent struct {
 	started time.Time
 }
 
-// meta is agent.metaOf's layout for a node in state with one job whose
+// meta is meshlink.MetaOf's layout for a node in state with one job whose
 // deadline is d (zero: none).
 func (a *simAgent) meta(state gwpb.State, since time.Time, reason string, d time.Time) *gwpb.Meta {
 	a.seq++

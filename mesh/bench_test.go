@@ -177,7 +177,7 @@ func gossipTraffic(b *testing.B, sink *byteCounter, n int, withMesh bool) traffi
 		port++
 	}
 	tr := traffic{n: n, span: window, period: pushPullPeriod(n)}
-	// An up agent's gossiped meta (agent.gossipedMeta's layout: schema,
+	// An up agent's gossiped meta (agent/meshlink gossipedMeta's layout: schema,
 	// role, incarnation, seq, state). Its values differ from node to node,
 	// as in a real cluster, where compression of push-pulls finds less to
 	// share: agent boots (incarnation) and state changes (seq).

@@ -44,7 +44,7 @@ type AggregatorRef struct {
 	// Started is when the aggregator process started, as its newest
 	// proven meta says (started_ms); zero for an aggregator of an older
 	// release. A change means a new process, which has none of the
-	// states sent to the one before (agent/meshlink.go).
+	// states sent to the one before (agent/meshlink).
 	Started time.Time
 	// LastContact is the last direct proof of life: a message delivered
 	// to it, or a signed message from it. Zero when none.

@@ -93,7 +93,7 @@ var upMetaVariants = []metaVariant{
 	{"no-seq", func(r *rand.Rand, _ time.Time) *gwpb.Meta {
 		return &gwpb.Meta{Incarnation: 1 + r.Uint64N(20), State: gwpb.State_STATE_UP}
 	}, 0, 0},
-	{"gossiped", gossipedMeta, 0, 0}, // agent.gossipedMeta: no since while up
+	{"gossiped", gossipedMeta, 0, 0}, // agent/meshlink gossipedMeta: no since while up
 	{"with-since-ms", func(r *rand.Rand, now time.Time) *gwpb.Meta { // the meta before since was dropped
 		return &gwpb.Meta{Incarnation: 1 + r.Uint64N(20), Seq: 1 + r.Uint64N(5000), State: gwpb.State_STATE_UP,
 			SinceMs: now.Add(-time.Duration(r.Int64N(int64(7 * 24 * time.Hour)))).UnixMilli()}
@@ -103,7 +103,7 @@ var upMetaVariants = []metaVariant{
 	// incarnation nor seq while up), and the alternative that was measured
 	// and not built (a 16-byte HMAC in every agent's meta).
 	{"gossiped+3-signed-aggregators", gossipedMeta, 0, 3},
-	{"proving-nodes+3-signed-aggregators", func(*rand.Rand, time.Time) *gwpb.Meta { // agent.gossipedMeta with a node key
+	{"proving-nodes+3-signed-aggregators", func(*rand.Rand, time.Time) *gwpb.Meta { // agent/meshlink gossipedMeta with a node key
 		return &gwpb.Meta{State: gwpb.State_STATE_UP}
 	}, 0, 3},
 	{"gossiped+16-byte-node-mac", gossipedMeta, 16, 0},

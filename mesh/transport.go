@@ -21,7 +21,7 @@ package mesh
 //     full member table (16,384 members) is about 10 MB: several fit.
 //
 // A peer's messages go one after the other on few connections: an agent
-// opens at most 4 at once to an aggregator (agent/sender.go), a push-pull
+// opens at most 4 at once to an aggregator (agent/meshlink/sender.go), a push-pull
 // one more.
 
 import (

@@ -1,4 +1,4 @@
-package agent
+package meshlink
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestMetaOf(t *testing.T) {
 			{ID: "b", Phase: teardown.PhaseOverdue, Deadline: d2, Ended: ended, Grace: 2 * time.Minute},
 			{ID: "c", Phase: teardown.PhaseRunning},
 		}}
-	m := metaOf(st)
+	m := MetaOf(st)
 	if m.State != gwpb.State_STATE_TEARDOWN || m.FreeAtMs != d2.UnixMilli() || m.DeadlineMs != d2.UnixMilli() ||
 		m.Seq != 42 || m.Incarnation != 3 || m.SinceMs != since.UnixMilli() || m.Role != gwpb.Role_ROLE_AGENT {
 		t.Fatalf("meta %v", m)
@@ -41,7 +41,7 @@ func TestMetaOf(t *testing.T) {
 	if len(tds) != 2 || tds[0].Job != "a" || tds[0].GraceMs != 60000 || tds[1].DeadlineMs != d2.UnixMilli() {
 		t.Fatalf("teardowns %v", tds)
 	}
-	down := metaOf(teardown.Status{State: teardown.StateDown, Reason: "job b teardown exceeded grace 2m0s", Since: since})
+	down := MetaOf(teardown.Status{State: teardown.StateDown, Reason: "job b teardown exceeded grace 2m0s", Since: since})
 	if down.State != gwpb.State_STATE_DOWN || down.FreeAtMs != 0 || down.Reason == "" {
 		t.Fatalf("down meta %v", down)
 	}
@@ -54,11 +54,11 @@ func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 	if g.SinceMs != 0 || g.Seq != 42 || g.Incarnation != 3 || g.State != gwpb.State_STATE_UP {
 		t.Fatalf("gossiped up meta %v: want since_ms 0, seq and incarnation kept", g)
 	}
-	if d := metaOf(up); d.SinceMs != since.UnixMilli() {
+	if d := MetaOf(up); d.SinceMs != since.UnixMilli() {
 		t.Fatalf("direct meta %v lost since_ms", d)
 	}
 	gb, _ := mesh.EncodeMeta(g)
-	db, _ := mesh.EncodeMeta(metaOf(up))
+	db, _ := mesh.EncodeMeta(MetaOf(up))
 	if len(gb) >= len(db) {
 		t.Fatalf("gossiped up meta %d bytes, direct %d: want smaller", len(gb), len(db))
 	}
@@ -81,7 +81,7 @@ func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 
 // jobSup records the job calls of the mesh link's job registration.
 type jobSup struct {
-	latcher
+	Supervisor
 	starts              []request.JobStartRequest
 	updates             []request.JobUpdateRequest
 	startErr, updateErr error
@@ -106,7 +106,7 @@ func (s *jobSup) UpdateJob(ctx context.Context, id string, req request.JobUpdate
 func TestRegisterJobFromTheMesh(t *testing.T) {
 	reg := &gwpb.JobRegistration{Job: "41", Expiration: "1764750000", Grace: "90s"}
 	sup := &jobSup{}
-	l := &meshLink{sup: sup}
+	l := &running{sup: sup}
 	if err := l.registerJob(context.Background(), reg); err != nil || len(sup.starts) != 1 || len(sup.updates) != 0 {
 		t.Fatalf("new job: %v, starts %+v updates %+v", err, sup.starts, sup.updates)
 	}
@@ -168,7 +168,7 @@ func TestLateControl(t *testing.T) {
 // and 10 s, which reports how many it held back.
 func TestControlDropsLogBounded(t *testing.T) {
 	logs := &testutil.SyncBuffer{}
-	l := newMeshLink(nil, slog.New(slog.NewTextHandler(logs, nil)))
+	l := New(slog.New(slog.NewTextHandler(logs, nil)), nil)
 	now := time.Unix(1_764_750_000, 0)
 	l.now = func() time.Time { return now }
 	const sent = 1000
@@ -189,7 +189,7 @@ func TestControlDropsLogBounded(t *testing.T) {
 // meta changing again (it signs it every few minutes) does not send it
 // again, nor does an agent's change.
 func TestKickOnNewAggregatorOnly(t *testing.T) {
-	l := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	l := New(slog.New(slog.DiscardHandler), nil)
 	agg := mesh.Member{Name: "agg-1", Role: gwpb.Role_ROLE_AGGREGATOR, Status: mesh.StatusAlive}
 	kicked := func() bool {
 		select {
@@ -230,7 +230,7 @@ func TestResendOnAggregatorRestart(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	fs := newFakeSends(clk)
 	ctx, cancel := context.WithCancel(context.Background())
-	l := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	l := New(slog.New(slog.DiscardHandler), nil)
 	l.now = clk.Now
 	l.sender = newStateSender(ctx, fs.send, clk, slog.New(slog.DiscardHandler))
 	// Cancel first: a send still waiting for its answer (a failed check
@@ -297,12 +297,11 @@ func TestKillPathInStateUpdate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sent := make(chan *gwpb.StateUpdate, 16)
-	l := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	l := &running{Link: New(slog.New(slog.DiscardHandler), nil), m: fakeMesh{aggregators: []string{"agg1"}}}
 	l.sender = newStateSender(ctx, func(_ context.Context, _ string, u *gwpb.StateUpdate) error { sent <- u; return nil },
 		clock.NewFake(time.Unix(1_800_000_000, 0)), slog.New(slog.DiscardHandler))
 	defer l.sender.close()
-	l.targetsOf = func() []string { return []string{"agg1"} }
-	l.onChange(teardown.Status{Node: "n1", State: teardown.StateUp})
+	l.OnChange(teardown.Status{Node: "n1", State: teardown.StateUp})
 	l.execCheck = func(context.Context) ([]execsys.Check, []error) { return []execsys.Check{flux, slurm}, nil }
 	l.checkKillPath(ctx)
 	l.publish()
@@ -311,7 +310,7 @@ func TestKillPathInStateUpdate(t *testing.T) {
 		t.Fatalf("StateUpdate kill path %d %q", u.GetKillPathFloorMs(), u.GetKillPath())
 	}
 
-	hung := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	hung := New(slog.New(slog.DiscardHandler), nil)
 	hung.execCheck = func(ctx context.Context) ([]execsys.Check, []error) { <-ctx.Done(); return nil, []error{ctx.Err()} }
 	cctx, ccancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -1,4 +1,4 @@
-package agent
+package meshlink
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ const restartResendEvery = time.Second
 // have seen die, and which has none of the states sent to the one before).
 // Only those: an aggregator's meta changes every few minutes (it signs it
 // again), and every node sending its state then would be a storm.
-func (l *meshLink) MemberChanged(m mesh.Member) {
+func (l *Link) MemberChanged(m mesh.Member) {
 	alive := m.Role == gwpb.Role_ROLE_AGGREGATOR && m.Status == mesh.StatusAlive
 	var started int64
 	if alive && m.Proven {
@@ -62,7 +62,7 @@ func (l *meshLink) MemberChanged(m mesh.Member) {
 // went to it (known), and no restart made it resend in the last
 // restartResendEvery (then the change stays unrecorded, for the next
 // call). l.mu is held.
-func (l *meshLink) restartedLocked(name string, started int64, known bool) bool {
+func (l *Link) restartedLocked(name string, started int64, known bool) bool {
 	if started == 0 {
 		return false
 	}
@@ -91,7 +91,7 @@ func (l *meshLink) restartedLocked(name string, started int64, known bool) bool 
 // (from their signed metas, whatever memberlist says of their liveness),
 // and the alive members with the aggregator role that it does not hold (an
 // aggregator without keys, where unsigned ones are accepted).
-func (l *meshLink) targets() []string {
+func (l *running) targets() []string {
 	var names []string
 	seen := map[string]bool{}
 	for _, a := range l.m.Aggregators() {
@@ -110,7 +110,7 @@ func (l *meshLink) targets() []string {
 // lost, and to each whose book entry names a new start that MemberChanged
 // held back (restartResendEvery), and keeps the list of the lost ones for
 // the status line.
-func (l *meshLink) recheck() {
+func (l *running) recheck() {
 	now := l.now()
 	var lost []string
 	for _, a := range l.m.Aggregators() {
@@ -133,14 +133,14 @@ func (l *meshLink) recheck() {
 	l.lost = lost
 	st := l.latest
 	l.mu.Unlock()
-	if changed && st != nil {
-		notifyStatusNote(*st, l.statusNote())
+	if changed && st != nil && l.notify != nil {
+		l.notify(*st, l.StatusNote())
 	}
 }
 
-// statusNote says, for the service's status line, which aggregators gossip
+// StatusNote says, for the service's status line, which aggregators gossip
 // has lost and are reached directly; empty when none.
-func (l *meshLink) statusNote() string {
+func (l *Link) StatusNote() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.lost) == 0 {

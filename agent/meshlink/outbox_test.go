@@ -1,4 +1,4 @@
-package agent
+package meshlink
 
 import (
 	"context"
@@ -53,10 +53,9 @@ func TestEveryReleasedTeardownDelivered(t *testing.T) {
 		}
 		return nil
 	}
-	l := newMeshLink(nil, slog.New(slog.DiscardHandler))
+	l := &running{Link: New(slog.New(slog.DiscardHandler), nil), m: fakeMesh{aggregators: []string{"agg1"}}}
 	l.sender = newStateSender(ctx, send, clock.NewFake(time.Unix(1_800_000_000, 0)), slog.New(slog.DiscardHandler))
 	defer l.sender.close()
-	l.targetsOf = func() []string { return []string{"agg1"} }
 	base := time.UnixMilli(1_800_000_000_000)
 	now := base
 	l.now = func() time.Time { return now }
@@ -87,7 +86,7 @@ func TestEveryReleasedTeardownDelivered(t *testing.T) {
 		latest = i
 		mu.Unlock()
 		st := teardown.Status{Node: "n1", State: teardown.StateUp, Seq: uint64(i + 1), Jobs: append([]teardown.Job{}, released...)}
-		l.onChange(st)
+		l.OnChange(st)
 		if i == away {
 			mu.Lock()
 			up = true

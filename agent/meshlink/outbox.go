@@ -1,4 +1,4 @@
-package agent
+package meshlink
 
 // Every released teardown reaches the aggregators at least once: the
 // supervisor remembers only its latest maxReleased (64) released jobs, and
@@ -47,7 +47,7 @@ type outboxEntry struct {
 
 // outbox holds the released teardowns until every aggregator the state
 // goes to has been delivered an update carrying them (stateSender's
-// delivered versions). It is not safe for concurrent use: the meshLink
+// delivered versions). It is not safe for concurrent use: the Link
 // holds it under its mutex.
 type outbox struct {
 	log     *slog.Logger

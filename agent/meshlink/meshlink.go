@@ -1,4 +1,4 @@
-package agent
+package meshlink
 
 import (
 	"context"
@@ -29,8 +29,10 @@ const controlTimeout = 10 * time.Second
 // tells it this node is alive.
 const recheckEvery = 30 * time.Second
 
-// latcher is what the mesh link needs from the supervisor.
-type latcher interface {
+// Supervisor is what the link asks of the teardown supervisor
+// (*teardown.Supervisor): the node's status, and the changes the control
+// messages ask for.
+type Supervisor interface {
 	Status(ctx context.Context) (teardown.Status, error)
 	Resume(ctx context.Context, req request.ResumeRequest) (teardown.Status, error)
 	Drain(ctx context.Context, reason, by string) (teardown.Status, error)
@@ -38,14 +40,35 @@ type latcher interface {
 	UpdateJob(ctx context.Context, id string, req request.JobUpdateRequest) (teardown.Job, error)
 }
 
-// meshLink publishes the node's status on the mesh (NodeMeta for everyone,
+// Mesh is what the link asks of the mesh (*mesh.Mesh): where the
+// aggregators are, the node's gossiped meta, and the direct sends.
+type Mesh interface {
+	Send(node string, env *gwpb.Envelope) error
+	SetMeta(meta *gwpb.Meta) error
+	Proves() bool
+	Addr() string
+	Aggregators() []mesh.AggregatorRef
+	AliveMembers(role gwpb.Role) []string
+}
+
+var (
+	_ Supervisor = (*teardown.Supervisor)(nil)
+	_ Mesh       = (*mesh.Mesh)(nil)
+)
+
+// Link publishes the node's status on the mesh (NodeMeta for everyone,
 // a StateUpdate straight to every aggregator) and carries out the control
 // messages aggregators send. The supervisor's callbacks only store the
 // latest status and wake the publisher: they never wait on the network.
-type meshLink struct {
+//
+// It is built first, needing neither the supervisor nor the mesh: the
+// supervisor is built with its OnChange and OnReport, the mesh with it as
+// its Handler, and Run is given both.
+type Link struct {
 	log *slog.Logger
-	sup latcher
-	m   *mesh.Mesh
+	// notify shows a status with a note (StatusNote) in the service's
+	// status line; nil: nowhere.
+	notify func(st teardown.Status, note string)
 
 	mu      sync.Mutex
 	latest  *teardown.Status
@@ -73,8 +96,6 @@ type meshLink struct {
 	// status line).
 	lost []string
 	now  func() time.Time
-	// targetsOf is targets (tests replace it).
-	targetsOf func() []string
 	// execCheck asks the exec systems for their kill path
 	// (execsys.CheckAll; tests replace it).
 	execCheck func(ctx context.Context) ([]execsys.Check, []error)
@@ -88,15 +109,26 @@ type meshLink struct {
 // for a full queue.
 const controlDropLogEvery = 10 * time.Second
 
+// running is a Link while it runs, with the supervisor and the mesh
+// that Run was given.
+type running struct {
+	*Link
+	sup Supervisor
+	m   Mesh
+}
+
 type ctrlMsg struct {
 	from string
 	c    *gwpb.Control
 }
 
-func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
-	l := &meshLink{
+// New returns a link that logs to logger and calls notify with the latest
+// status and StatusNote when the aggregators lost by gossip change (for
+// the service's status line; nil: nowhere). Nothing runs until Run.
+func New(logger *slog.Logger, notify func(st teardown.Status, note string)) *Link {
+	l := &Link{
 		log:      logger.With("component", "meshlink"),
-		sup:      sup,
+		notify:   notify,
 		reports:  make(map[string]*diagnose.Report),
 		out:      newOutbox(logger.With("component", "meshlink")),
 		wake:     make(chan struct{}, 1),
@@ -106,14 +138,13 @@ func newMeshLink(sup latcher, logger *slog.Logger) *meshLink {
 		started:  time.Now(),
 		now:      time.Now,
 	}
-	l.targetsOf = l.targets
 	l.execCheck = execsys.CheckAll
 	l.dropLog = ratelog.New(controlDropLogEvery)
 	return l
 }
 
-// onChange is the supervisor's OnChange: it must not block.
-func (l *meshLink) onChange(st teardown.Status) {
+// OnChange is the supervisor's OnChange: it does not block.
+func (l *Link) OnChange(st teardown.Status) {
 	l.mu.Lock()
 	l.latest = &st
 	l.out.take(st)
@@ -121,15 +152,15 @@ func (l *meshLink) onChange(st teardown.Status) {
 	l.kick()
 }
 
-// onReport is the supervisor's OnReport: it must not block.
-func (l *meshLink) onReport(r *diagnose.Report) {
+// OnReport is the supervisor's OnReport: it does not block.
+func (l *Link) OnReport(r *diagnose.Report) {
 	l.mu.Lock()
 	l.reports[r.Job] = r
 	l.mu.Unlock()
 	l.kick()
 }
 
-func (l *meshLink) kick() {
+func (l *Link) kick() {
 	for _, c := range []chan struct{}{l.wake, l.wakeMeta} {
 		select {
 		case c <- struct{}{}:
@@ -140,7 +171,7 @@ func (l *meshLink) kick() {
 
 // HandleMessage implements mesh.Handler: control messages are queued for
 // run; everything else an agent ignores.
-func (l *meshLink) HandleMessage(from string, env *gwpb.Envelope) {
+func (l *Link) HandleMessage(from string, env *gwpb.Envelope) {
 	c := env.GetControl()
 	if c == nil {
 		return
@@ -161,13 +192,20 @@ func (l *meshLink) HandleMessage(from string, env *gwpb.Envelope) {
 	}
 }
 
+// Run publishes the node's status and carries out the control messages,
+// with sup and m, until ctx ends; it returns once everything it started
+// has ended. The mesh must have been built with l as its Handler.
+func (l *Link) Run(ctx context.Context, sup Supervisor, m Mesh) {
+	(&running{Link: l, sup: sup, m: m}).run(ctx)
+}
+
 // run publishes and handles control messages until ctx ends. The direct
 // sends and the meta updates run apart, each taking the latest status:
 // memberlist's UpdateNode waits for the gossip retransmits (most of a
 // second), and a change must not wait behind the previous one's. The
 // direct sends go through a stateSender, so that a newer state is not
 // queued behind an older one's send either.
-func (l *meshLink) run(ctx context.Context) {
+func (l *running) run(ctx context.Context) {
 	sender := newStateSender(ctx, l.sendState, clock.Real{}, l.log)
 	l.mu.Lock()
 	l.sender = sender
@@ -234,7 +272,7 @@ func (l *meshLink) run(ctx context.Context) {
 // of the agent's start and bounded by execsys.KillPathTimeout, so that neither the
 // start nor a deadline ever waits for a slow scontrol; the floor goes to
 // the aggregators with the next StateUpdate (fields 70-71).
-func (l *meshLink) checkKillPath(ctx context.Context) {
+func (l *Link) checkKillPath(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, execsys.KillPathTimeout)
 	defer cancel()
 	checks, errs := l.execCheck(ctx)
@@ -258,7 +296,7 @@ func (l *meshLink) checkKillPath(ctx context.Context) {
 // probe answers an aggregator's probe: a ControlAck with the node's state
 // (however late it arrives: it changes nothing), and the whole StateUpdate
 // again to that aggregator.
-func (l *meshLink) probe(ctx context.Context, from string, c *gwpb.Control) {
+func (l *running) probe(ctx context.Context, from string, c *gwpb.Control) {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
 	ack := &gwpb.ControlAck{Id: c.GetId(), Ok: true}
@@ -266,7 +304,7 @@ func (l *meshLink) probe(ctx context.Context, from string, c *gwpb.Control) {
 	if err != nil {
 		ack.Ok, ack.Error = false, err.Error()
 	} else {
-		ack.Meta = metaOf(st)
+		ack.Meta = MetaOf(st)
 	}
 	l.log.Debug("probe", "from", from, "id", c.GetId(), "err", err)
 	if err := l.m.Send(from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
@@ -281,7 +319,7 @@ func (l *meshLink) probe(ctx context.Context, from string, c *gwpb.Control) {
 }
 
 // updateMeta puts the latest status in the node's gossiped meta.
-func (l *meshLink) updateMeta() {
+func (l *running) updateMeta() {
 	l.mu.Lock()
 	st := l.latest
 	l.mu.Unlock()
@@ -296,7 +334,7 @@ func (l *meshLink) updateMeta() {
 // sendState sends u to one aggregator. It returns when ctx ends even if
 // the send still waits in memberlist's connect (bounded by the profile's
 // TCP timeout, which then ends it).
-func (l *meshLink) sendState(ctx context.Context, node string, u *gwpb.StateUpdate) error {
+func (l *running) sendState(ctx context.Context, node string, u *gwpb.StateUpdate) error {
 	errc := make(chan error, 1)
 	go func() { errc <- l.m.Send(node, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: u}}) }()
 	select {
@@ -309,8 +347,8 @@ func (l *meshLink) sendState(ctx context.Context, node string, u *gwpb.StateUpda
 
 // publish hands the latest status with teardowns and reports to the
 // sender, for every alive aggregator.
-func (l *meshLink) publish() {
-	targets := l.targetsOf() // the mesh's locks: not under l.mu
+func (l *running) publish() {
+	targets := l.targets() // the mesh's locks: not under l.mu
 	l.mu.Lock()
 	st := l.latest
 	reports := make([]*diagnose.Report, 0, len(l.reports))
@@ -335,7 +373,7 @@ func (l *meshLink) publish() {
 	tds, first := l.out.fill(*st)
 	floor, path := l.killPathFloor, l.killPath
 	l.mu.Unlock()
-	meta := metaOf(*st)
+	meta := MetaOf(*st)
 	if l.m != nil {
 		// Where this node is reached, under its proof: the aggregator
 		// probes and controls it there, not at an address that gossip
@@ -365,7 +403,7 @@ func (l *meshLink) publish() {
 }
 
 // control carries out one Control and answers with a ControlAck.
-func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
+func (l *running) control(ctx context.Context, cm ctrlMsg) {
 	ctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
 	c := cm.c
@@ -405,7 +443,7 @@ func (l *meshLink) control(ctx context.Context, cm ctrlMsg) {
 		}
 	}
 	if st.Node != "" {
-		ack.Meta = metaOf(st)
+		ack.Meta = MetaOf(st)
 	}
 	l.log.Info("control", "from", cm.from, "id", c.GetId(), "action", c.GetAction().String(), "by", by, "job", c.GetJob().GetJob(), "ok", ack.Ok, "err", err)
 	if err := l.m.Send(cm.from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
@@ -431,7 +469,7 @@ func lateControl(c *gwpb.Control, now time.Time) error {
 // aggregator of (Slurm's PrologSlurmctld), or moves the expiration of the
 // job already registered here (by the node's own prolog, with the job's
 // cgroup but without its E, which Slurm does not give it).
-func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) error {
+func (l *running) registerJob(ctx context.Context, r *gwpb.JobRegistration) error {
 	if r == nil {
 		return errors.New("register job: no job given")
 	}
@@ -466,98 +504,4 @@ func (l *meshLink) registerJob(ctx context.Context, r *gwpb.JobRegistration) err
 	}
 	_, err = l.sup.UpdateJob(ctx, r.GetJob(), request.JobUpdateRequest{Expiration: r.GetExpiration()})
 	return err
-}
-
-// gossipedMeta is the meta this node gossips: metaOf without since_ms
-// while the node is up. Every push-pull carries every member's meta, and
-// memberlist's LZW shares what the members' states have in common; a
-// timestamp of its own on every up node is what it cannot compress (at
-// 1,000 members it made the push-pulls 1.5 times larger; BENCHMARKS.md,
-// "Gossip bytes"). When the node is up, when it became so is the least
-// interesting fact about it; aggregators still get it in the direct
-// StateUpdate, and keep since_ms for teardown and down.
-//
-// A node that proves itself (proves: it has a node key) gossips no
-// incarnation nor seq while up either: aggregators that check proofs take
-// its state from its proven direct updates only, and what differs from node
-// to node in the meta is what push-pulls pay for (at 10,000 members,
-// 1,016 B/s per member with them, 596 without; BENCHMARKS.md, "Node
-// restriction"). An aggregator that does not check proofs orders them
-// (0, 0) before any direct update, which it gets too.
-func gossipedMeta(st teardown.Status, proves bool) *gwpb.Meta {
-	m := metaOf(st)
-	if m.State == gwpb.State_STATE_UP {
-		m.SinceMs = 0
-		if proves {
-			m.Incarnation, m.Seq = 0, 0
-		}
-	}
-	return m
-}
-
-// metaOf is the compact meta of a status, as the direct StateUpdate and
-// the ControlAck carry it.
-func metaOf(st teardown.Status) *gwpb.Meta {
-	m := &gwpb.Meta{
-		Schema:      gwpb.SchemaVersion,
-		Role:        gwpb.Role_ROLE_AGENT,
-		Incarnation: st.Incarnation,
-		Seq:         st.Seq,
-		SinceMs:     st.Since.UnixMilli(),
-		Reason:      st.Reason,
-	}
-	switch st.State {
-	case teardown.StateUp:
-		m.State = gwpb.State_STATE_UP
-	case teardown.StateTeardown:
-		m.State = gwpb.State_STATE_TEARDOWN
-	case teardown.StateDown:
-		m.State = gwpb.State_STATE_DOWN
-	}
-	if !st.FreeAt.IsZero() {
-		m.FreeAtMs = st.FreeAt.UnixMilli()
-	}
-	// The deadline of the latest teardown still in progress: with it an
-	// aggregator serves the node down if nothing newer arrives by then.
-	for _, j := range st.Jobs {
-		if (j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue) && !j.Deadline.IsZero() && j.Deadline.UnixMilli() > m.DeadlineMs {
-			m.DeadlineMs = j.Deadline.UnixMilli()
-		}
-	}
-	// A job still running past its E makes the node tear down as well
-	// (free_at is its E + G): that deadline holds at the aggregators too.
-	if m.FreeAtMs > m.DeadlineMs {
-		m.DeadlineMs = m.FreeAtMs
-	}
-	return m
-}
-
-// teardownsOf is the teardowns of st as a StateUpdate carries them, without
-// the outbox's (tests, and the shape of one status).
-func teardownsOf(st teardown.Status) []*gwpb.Teardown {
-	var out []*gwpb.Teardown
-	for _, j := range st.Jobs {
-		if j.Phase == teardown.PhaseRunning || j.Deadline.IsZero() {
-			continue
-		}
-		out = append(out, teardownOf(j))
-	}
-	return out
-}
-
-// teardownOf is one job's teardown record: its clock, and for the
-// cluster's history its release, user and command (gwpb.Teardown 8-10).
-func teardownOf(j teardown.Job) *gwpb.Teardown {
-	t := &gwpb.Teardown{Job: j.ID, Phase: string(j.Phase), DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome,
-		GraceMs: j.Grace.Milliseconds(), User: j.User, Command: j.Command}
-	if !j.Ended.IsZero() {
-		t.EndedMs = j.Ended.UnixMilli()
-	}
-	if !j.Expiration.IsZero() {
-		t.ExpirationMs = j.Expiration.UnixMilli()
-	}
-	if j.Phase == teardown.PhaseReleased && !j.Released.IsZero() {
-		t.ReleasedMs = j.Released.UnixMilli()
-	}
-	return t
 }
