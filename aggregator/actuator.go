@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/runcmd"
@@ -92,7 +93,7 @@ type actuators struct {
 }
 
 type actNode struct {
-	state  State
+	state  view.State
 	reason string
 	// epDown and epUp count transitions into down and up; failedDown and
 	// failedUp remember the episode whose actuators failed.
@@ -264,7 +265,7 @@ func (a *actuators) stop() {
 // aggregator is alive: while this one does not lead, that one actuates the
 // transition; and a node first seen already down while one is alive was
 // that one's to drain.
-func (a *actuators) observe(node string, st State, reason string, othersAlive bool, info actInfo) {
+func (a *actuators) observe(node string, st view.State, reason string, othersAlive bool, info actInfo) {
 	if len(a.down) == 0 {
 		return
 	}
@@ -281,34 +282,34 @@ func (a *actuators) observe(node string, st State, reason string, othersAlive bo
 		n = &actNode{}
 		a.nodes[node] = n
 	}
-	if st != StateDown {
+	if st != view.StateDown {
 		info = actInfo{}
 	}
 	prevInfo := n.info
 	n.info = info
 	if st == n.state {
-		if st == StateDown && (reason != n.reason || info != prevInfo) {
+		if st == view.StateDown && (reason != n.reason || info != prevInfo) {
 			// The reason follows the diagnosis: the scheduler's too.
 			n.reason = reason
 			a.kickLocked(node, n)
 		}
 		return
 	}
-	if n.state == StateDown {
+	if n.state == view.StateDown {
 		// Up or tearing down: back, its slot frees. Unreachable: not
 		// back, it keeps its slot (its drain, if held, is not needed
 		// while it is not served down).
-		a.leaveDownLocked(node, n, st == StateUp || st == StateTeardown)
+		a.leaveDownLocked(node, n, st == view.StateUp || st == view.StateTeardown)
 	}
 	switch st {
-	case StateDown:
+	case view.StateDown:
 		n.epDown++
-	case StateUp:
+	case view.StateUp:
 		n.epUp++
 	}
 	n.state, n.reason = st, reason
 	n.elsewhere = othersAlive && !a.leader
-	if first && st == StateDown && othersAlive && a.leader {
+	if first && st == view.StateDown && othersAlive && a.leader {
 		n.drained = true
 		a.log.Info("adopted a node already down: a live peer led when it went down", "node", node)
 		a.saveLocked()
@@ -334,7 +335,7 @@ func (a *actuators) setLeader(leader, othersAlive bool) {
 		return
 	}
 	for name, n := range a.nodes {
-		if gained && (n.elsewhere || othersAlive) && n.state == StateDown && !n.drained {
+		if gained && (n.elsewhere || othersAlive) && n.state == view.StateDown && !n.drained {
 			// The previous leader drained it; take over its undrain.
 			n.drained = true
 			a.log.Info("adopted a down node the previous leader actuated", "node", name)
@@ -348,14 +349,14 @@ func (a *actuators) setLeader(leader, othersAlive bool) {
 // neededLocked returns the transition to actuate for n, if any.
 func (a *actuators) neededLocked(n *actNode) (string, uint64) {
 	switch {
-	case n.state == StateDown && !n.drained && n.failedDown != n.epDown:
+	case n.state == view.StateDown && !n.drained && n.failedDown != n.epDown:
 		if n.info.Early {
 			return "", 0 // the deadline has not passed here yet
 		}
 		return OnDown, n.epDown
-	case n.state == StateUp && n.drained && len(a.up) > 0 && n.failedUp != n.epUp:
+	case n.state == view.StateUp && n.drained && len(a.up) > 0 && n.failedUp != n.epUp:
 		return OnUp, n.epUp
-	case n.state == StateDown && n.drained && len(a.reasons) > 0 && n.told != "" && schedulerReason(n.info.Prefix, n.reason) != n.told &&
+	case n.state == view.StateDown && n.drained && len(a.reasons) > 0 && n.told != "" && schedulerReason(n.info.Prefix, n.reason) != n.told &&
 		schedulerReason(n.info.Prefix, n.reason) != n.failedReason:
 		return OnReason, n.epDown
 	}

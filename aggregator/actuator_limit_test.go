@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/config"
 )
@@ -48,7 +49,7 @@ func newLimitFixture(t *testing.T) *limitFixture {
 // its drain, if admitted, to have run.
 func (f *limitFixture) down(node string, id uint64) {
 	f.t.Helper()
-	f.a.observe(node, StateDown, "hung", false, actInfo{Incident: id, Limited: true})
+	f.a.observe(node, view.StateDown, "hung", false, actInfo{Incident: id, Limited: true})
 	f.settle()
 }
 
@@ -101,7 +102,7 @@ func TestActuatorsConfirmationCovers(t *testing.T) {
 	f.want([]string{"n1", "n2", "n3"}, []string{"n4"})
 	// A covered node comes back: it is no longer covered; down again, it
 	// is limited like any other.
-	f.a.observe("n3", StateUp, "", false, actInfo{})
+	f.a.observe("n3", view.StateUp, "", false, actInfo{})
 	f.settle()
 	if got := f.a.limitStatus().Confirmed[1].Nodes; !slices.Equal(got, []string{"n1", "n2"}) {
 		t.Fatalf("covered after n3 came back: %v, want n1 and n2", got)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -360,13 +361,13 @@ func withSettle(o *Options) { o.Policy.Settle = 3 * time.Second }
 func TestActuatorsSettleStaleGossip(t *testing.T) {
 	f := newActFixture(t, 0, withSettle)
 	f.member("n1", teardownMeta(1, 5, at(-time.Minute)))
-	f.wantState("n1", StateTeardown)
+	f.wantState("n1", view.StateTeardown)
 	f.update("n1", &gwpb.StateUpdate{Meta: upMeta(1, 7)})
-	f.wantState("n1", StateUp)
+	f.wantState("n1", view.StateUp)
 	f.advance(3 * time.Second)
 	f.settle()
 	f.want(nil, nil)
-	f.wantState("n1", StateUp)
+	f.wantState("n1", view.StateUp)
 
 	// A later transition is actuated at once.
 	f.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, 8, "job 9 hung")})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -347,8 +348,8 @@ func (c *Config) Warnings() []string {
 }
 
 // ViewPolicy returns the policy of Compute.
-func (c *Config) ViewPolicy() Policy {
-	return Policy{
+func (c *Config) ViewPolicy() view.Policy {
+	return view.Policy{
 		ClockSkewAllowance: c.Policy.ClockSkewAllowance.D(),
 		UnreachableIsDown:  c.Policy.UnreachableIsDown,
 		UnreachableAfter:   c.Policy.UnreachableAfter.D(),

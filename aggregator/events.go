@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
 // Subscription is one watcher of the view's changes (GET /v1/watch).
@@ -14,7 +16,7 @@ type Subscription struct {
 	// whole view: it gave no Last-Event-ID, or one that is foreign (another
 	// aggregator's, or this one's before a restart) or older than the
 	// history. The nodes are summaries, sorted by name.
-	Snapshot []Node
+	Snapshot []view.Node
 	// SnapshotID is the id of the last event the snapshot includes.
 	SnapshotID string
 	// Missed are the events after the given Last-Event-ID, when the
@@ -46,7 +48,7 @@ func (s *Service) Subscribe(lastEventID string) *Subscription {
 	if ok {
 		sub.Missed = missed
 	} else {
-		sub.Snapshot = make([]Node, 0, len(s.names))
+		sub.Snapshot = make([]view.Node, 0, len(s.names))
 		for _, name := range s.names {
 			sub.Snapshot = append(sub.Snapshot, s.view[name].Summary())
 		}
@@ -78,14 +80,14 @@ func (sub *Subscription) Dropped() bool { return sub.dropped.Load() }
 
 // publishLocked records an event for n and hands it to every watcher; s.mu
 // is held for writing.
-func (s *Service) publishLocked(n Node) {
+func (s *Service) publishLocked(n view.Node) {
 	s.publishEventLocked(Event{Node: n})
 }
 
 // publishForgetLocked records that the node name was forgotten; s.mu is
 // held for writing.
 func (s *Service) publishForgetLocked(name string) {
-	s.publishEventLocked(Event{Node: Node{Name: name}, Forgotten: true})
+	s.publishEventLocked(Event{Node: view.Node{Name: name}, Forgotten: true})
 }
 
 func (s *Service) publishEventLocked(ev Event) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -55,7 +56,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownNode, name)
 	}
-	if !gone(in.Status) {
+	if !view.Gone(in.Status) {
 		st := in.Status
 		if st == "" {
 			st = mesh.StatusAlive

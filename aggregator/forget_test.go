@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -73,7 +74,7 @@ func TestServiceForget(t *testing.T) {
 	}
 	// The agent comes back: a new node.
 	h1.member("cn1", upMeta(2, 1))
-	if n, ok := h1.svc.Node("cn1"); !ok || n.State != StateUp {
+	if n, ok := h1.svc.Node("cn1"); !ok || n.State != view.StateUp {
 		t.Fatalf("cn1 back: %+v, %v; want up", n, ok)
 	}
 }

@@ -27,6 +27,9 @@ import (
 	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/internal/version"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
+
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
 // Limits of the HTTP API.
@@ -301,14 +304,14 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var want State
+	var want view.State
 	if v := q.Get("state"); q.Has("state") {
-		st, err := ParseState(v)
+		st, err := api.ParseState(v)
 		if err != nil {
 			s.writeError(w, http.StatusBadRequest, "state: %v", err)
 			return
 		}
-		want = st
+		want = view.State(st)
 	}
 	format := q.Get("format")
 	if format != "" && format != "json" && format != "hostlist" {

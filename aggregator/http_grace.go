@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/advisor"
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
 
@@ -133,7 +134,7 @@ func parseTime(s string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil || t.Unix() <= 0 || t.Unix() > 1<<40 {
-		return time.Time{}, fmt.Errorf("%q: want RFC 3339 (2025-06-01T12:00:00Z) or Unix seconds", cutText(s, 64))
+		return time.Time{}, fmt.Errorf("%q: want RFC 3339 (2025-06-01T12:00:00Z) or Unix seconds", view.CutText(s, 64))
 	}
 	return t, nil
 }
@@ -145,7 +146,7 @@ func parseCandidate(s string) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.ParseInt(s, 10, 64)
 		if nerr != nil || n > int64(maxCandidate/time.Second) {
-			return 0, fmt.Errorf("%q: want a duration (\"90s\", \"2m\") or whole seconds", cutText(s, 32))
+			return 0, fmt.Errorf("%q: want a duration (\"90s\", \"2m\") or whole seconds", view.CutText(s, 32))
 		}
 		d = time.Duration(n) * time.Second
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
 
@@ -45,7 +46,7 @@ func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Inc
 		Nodes: apiHostlist(inc.Nodes), Count: len(inc.Nodes), Peak: inc.Peak,
 		Clean: apiHostlist(inc.Clean), CleanCount: len(inc.Clean),
 		Held: apiHostlist(held), HeldCount: len(held),
-		Classes: inc.Counts.Map(), FirstSeen: servedTime(inc.FirstSeen), LastSeen: servedTime(inc.LastSeen),
+		Classes: inc.Counts.Map(), FirstSeen: view.ServedTime(inc.FirstSeen), LastSeen: view.ServedTime(inc.LastSeen),
 		Duration: inc.Duration(now).Seconds()}
 	if c, ok := lim.Confirmed[inc.ID]; ok {
 		w.Confirmed = true
@@ -53,7 +54,7 @@ func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Inc
 	}
 	if !inc.Open() {
 		w.State = "closed"
-		w.Closed = wireTime(servedTime(inc.Closed))
+		w.Closed = wireTime(view.ServedTime(inc.Closed))
 	}
 	if e := inc.Example; e.Node != "" {
 		w.Example = &api.IncidentExample{Node: e.Node, Job: e.Job, PID: e.PID, Comm: e.Comm, Class: e.Class, Wchan: e.Wchan}
@@ -64,7 +65,7 @@ func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Inc
 // wireConfirmation is what a confirmation covers, as the HTTP API serves
 // it.
 func wireConfirmation(c ConfirmScope) *api.Confirmation {
-	return &api.Confirmation{At: servedTime(c.At), Nodes: apiHostlist(c.Nodes), Count: len(c.Nodes), Until: wireTime(servedTime(c.Until))}
+	return &api.Confirmation{At: view.ServedTime(c.At), Nodes: apiHostlist(c.Nodes), Count: len(c.Nodes), Until: wireTime(view.ServedTime(c.Until))}
 }
 
 // apiHostlist is names as a hostlist; names that make none (they are all

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
 
@@ -20,7 +21,7 @@ func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
 	st, enabled := s.svc.Reservations()
 	out := ReservationList{Enabled: enabled, Leader: st.Leader, Reservations: []ReservationInfo{}, Error: st.Error}
 	if !st.ErrorAt.IsZero() {
-		out.ErrorAt = wireTime(servedTime(st.ErrorAt))
+		out.ErrorAt = wireTime(view.ServedTime(st.ErrorAt))
 	}
 	for _, res := range st.Reservations {
 		hl, err := hostlist.Compress(res.Nodes)

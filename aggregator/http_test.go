@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -271,7 +272,7 @@ func TestHTTPResumeAndDrain(t *testing.T) {
 
 	r := call(t, "POST", base+"/v1/nodes/n1/resume", testToken, `{"reason": "fixed the NFS server"}`)
 	var n api.Node
-	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != StateUp || n.Seq != 6 {
+	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != api.StateUp || n.Seq != 6 {
 		t.Fatalf("resume: %d %s", r.status, r.body)
 	}
 	sent := h.mesh.Sent()
@@ -285,10 +286,10 @@ func TestHTTPResumeAndDrain(t *testing.T) {
 	if c.GetAskedMs() != h.clk.Now().UnixMilli() || c.GetDeadlineMs()-c.GetAskedMs() != DefaultControlTimeout.Milliseconds() {
 		t.Errorf("control asked %d, deadline %d: want now and now + the control timeout", c.GetAskedMs(), c.GetDeadlineMs())
 	}
-	h.wantState("n1", StateUp)
+	h.wantState("n1", view.StateUp)
 
 	r = call(t, "POST", base+"/v1/nodes/n1/drain", testToken, `{"reason": "maintenance"}`)
-	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != StateDown || n.Reason != "drained: maintenance" {
+	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != api.StateDown || n.Reason != "drained: maintenance" {
 		t.Fatalf("drain: %d %s", r.status, r.body)
 	}
 }
@@ -420,7 +421,7 @@ func TestTwoAggregatorsServeTheSameView(t *testing.T) {
 	a.advance(3 * time.Minute)
 	b.advance(3 * time.Minute)
 	compare("/v1/nodes")
-	if n := a.node("n2"); n.State != StateDown {
+	if n := a.node("n2"); n.State != view.StateDown {
 		t.Errorf("n2 = %s", n.State)
 	}
 }

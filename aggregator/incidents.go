@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -94,10 +95,10 @@ func newIncidents(cfg incident.Config) *incidents {
 
 // incidentNode is n as Group sees it; rule is the view's rule that served
 // it (the cause constants of view.go).
-func incidentNode(n Node, rule string) incident.Node {
+func incidentNode(n view.Node, rule string) incident.Node {
 	in := incident.Node{Name: n.Name, Clean: n.Latch.Clean}
 	switch rule {
-	case causeAgent:
+	case view.CauseAgent:
 		c := n.Latch.Cause
 		switch {
 		case c != nil && c.FSType != "":
@@ -113,7 +114,7 @@ func incidentNode(n Node, rule string) incident.Node {
 			in.Counts = c.Counts
 			in.Example = incident.Example{Job: c.Job, PID: c.ExamplePID, Comm: c.ExampleComm, Class: c.Class, Wchan: c.Wchan}
 		}
-	case causeCentralDeadline:
+	case view.CauseCentralDeadline:
 		in.Cause = incident.Cause{Kind: incident.KindNoReport}
 	default:
 		in.Cause = incident.Cause{Kind: incident.KindUnreachable}
@@ -125,12 +126,12 @@ func incidentNode(n Node, rule string) incident.Node {
 // of an incident that turns unreachable is passed to Group as such, so
 // that its leaving is not taken for its cause clearing. It runs on the
 // loop.
-func (s *Service) trackDown(n Node, rule string) {
+func (s *Service) trackDown(n view.Node, rule string) {
 	var in incident.Node
 	switch _, member := s.inc.state.Member[n.Name]; {
-	case n.State == StateDown:
+	case n.State == view.StateDown:
 		in = incidentNode(n, rule)
-	case n.State == StateUnreachable && member:
+	case n.State == view.StateUnreachable && member:
 		in = incident.Node{Name: n.Name, Unreachable: true}
 		delete(s.inc.prefix, n.Name)
 		delete(s.inc.asked, n.Name)
@@ -229,7 +230,7 @@ func logHostlist(names []string) string {
 	if err != nil {
 		return fmt.Sprintf("(%d nodes)", len(names))
 	}
-	return cutText(hl, maxLoggedHostlist)
+	return view.CutText(hl, maxLoggedHostlist)
 }
 
 func exampleText(e incident.Example) string {
@@ -241,8 +242,8 @@ func exampleText(e incident.Example) string {
 
 // actInfo is what the actuators are told of n besides its state (see
 // actInfo). It runs on the loop, after regroup.
-func (s *Service) actInfo(n Node) actInfo {
-	if n.State != StateDown {
+func (s *Service) actInfo(n view.Node) actInfo {
+	if n.State != view.StateDown {
 		return actInfo{}
 	}
 	info := actInfo{Limited: !n.Latch.AdminDrain, Early: !n.EarlyUntil.IsZero()}
@@ -294,7 +295,7 @@ func (s *Service) autoResume(now time.Time) {
 				continue
 			}
 			n, ok := s.view[name]
-			if !ok || n.State != StateDown || !n.Latch.Clean || n.Latch.AdminDrain {
+			if !ok || n.State != view.StateDown || !n.Latch.Clean || n.Latch.AdminDrain {
 				continue
 			}
 			if at, asked := s.inc.asked[name]; asked && now.Sub(at) < resumeRetry {
@@ -374,7 +375,7 @@ func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration)
 	case !ok:
 		return ConfirmScope{}, fmt.Errorf("%w: %d", ErrUnknownIncident, id)
 	case !inc.Open():
-		return ConfirmScope{}, fmt.Errorf("%w: incident %d closed at %s", ErrIncidentClosed, id, formatTime(inc.Closed))
+		return ConfirmScope{}, fmt.Errorf("%w: incident %d closed at %s", ErrIncidentClosed, id, view.FormatTime(inc.Closed))
 	}
 	if len(s.act.down) > 0 && !s.act.stillLeading() {
 		_, leader := s.Aggregators()
@@ -387,7 +388,7 @@ func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration)
 	scope := s.act.confirm(id, inc.Nodes, until)
 	later := "limited: held past the limit"
 	if !scope.Until.IsZero() {
-		later = "covered until " + formatTime(scope.Until)
+		later = "covered until " + view.FormatTime(scope.Until)
 	}
 	s.log.Warn("incident confirmed by an administrator: the drains it covers run past the blast-radius limit", "incident", id,
 		"cause", inc.Cause.String(), "released", scope.Released, "covers", logHostlist(scope.Nodes), "nodes_joining_later", later,

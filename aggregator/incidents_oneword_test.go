@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -78,7 +79,7 @@ func TestIncidentsOneNodeNeverResumesAnother(t *testing.T) {
 		f.update("n2", hung(5, "", false))
 		f.update("n2", hung(6, "", true))
 		f.wantNoResume(resumed, "n2 down and clean again")
-		f.wantState("n1", StateDown)
+		f.wantState("n1", view.StateDown)
 	})
 
 	t.Run("three honest nodes", func(t *testing.T) {
@@ -92,7 +93,7 @@ func TestIncidentsOneNodeNeverResumesAnother(t *testing.T) {
 		}
 		waitFor(t, "n[1-3] up", func() bool {
 			f.sync()
-			return f.node("n1").State == StateUp && f.node("n2").State == StateUp && f.node("n3").State == StateUp
+			return f.node("n1").State == view.StateUp && f.node("n2").State == view.StateUp && f.node("n3").State == view.StateUp
 		})
 		r := resumed()
 		slices.Sort(r)
@@ -120,9 +121,9 @@ func TestIncidentsOneNodeNeverResumesAnother(t *testing.T) {
 		f.update("n2", hung(3, "/mnt/a", true))
 		waitFor(t, "n1 and n2 up", func() bool {
 			f.sync()
-			return f.node("n1").State == StateUp && f.node("n2").State == StateUp
+			return f.node("n1").State == view.StateUp && f.node("n2").State == view.StateUp
 		})
-		f.wantState("n3", StateDown)
+		f.wantState("n3", view.StateDown)
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -290,7 +291,7 @@ func TestIncidentsRecovery(t *testing.T) {
 				if r := resumed(); len(r) != 0 || len(lines(t, f.upLog)) != 0 {
 					t.Fatalf("auto_resume off: resumes %v, up runs %v", r, lines(t, f.upLog))
 				}
-				f.wantState("n1", StateDown)
+				f.wantState("n1", view.StateDown)
 				if inc := f.incident("/mnt/a"); len(inc.Clean) != 4 {
 					t.Errorf("clean %v", inc.Clean)
 				}
@@ -298,7 +299,7 @@ func TestIncidentsRecovery(t *testing.T) {
 			}
 			waitFor(t, "the nodes up", func() bool {
 				f.sync()
-				return f.node("n1").State == StateUp && f.node("n4").State == StateUp
+				return f.node("n1").State == view.StateUp && f.node("n4").State == view.StateUp
 			})
 			f.flushBatch(4)
 			if ups := lines(t, f.upLog); !slices.Equal(ups, []string{"n[1-4]"}) {
@@ -309,7 +310,7 @@ func TestIncidentsRecovery(t *testing.T) {
 			if !slices.Equal(r, []string{"n1", "n2", "n3", "n4"}) {
 				t.Errorf("resumed %v, want n[1-4] and not n9 (an incident of its own)", r)
 			}
-			f.wantState("n9", StateDown)
+			f.wantState("n9", view.StateDown)
 			inc, ok := func() (incident.Incident, bool) {
 				incs, _ := f.svc.Incidents()
 				for _, inc := range incs {
@@ -338,7 +339,7 @@ func TestIncidentsClockAhead(t *testing.T) {
 		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(d)}}}
 	f.mesh.Deliver("n1", &gwpb.Envelope{SentMs: ms(f.clk.Now().Add(5 * time.Minute)), Body: &gwpb.Envelope_State{State: u}})
 	f.settle()
-	n := f.wantState("n1", StateDown)
+	n := f.wantState("n1", view.StateDown)
 	if !strings.Contains(n.Reason, "has not passed by the aggregator's clock; the node's clock is 5m0s ahead") || !n.EarlyUntil.Equal(d) {
 		t.Errorf("reason %q, early until %v", n.Reason, n.EarlyUntil)
 	}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 )
 
@@ -11,7 +12,7 @@ import (
 // leads, when this one does not).
 func (s *Service) otherAggregatorAlive() bool {
 	for _, m := range s.aggs {
-		if !gone(m.Status) {
+		if !view.Gone(m.Status) {
 			return true
 		}
 	}
@@ -26,7 +27,7 @@ func (s *Service) updateLeadership() {
 	info := []AggregatorInfo{{Name: s.opts.Name, Status: mesh.StatusAlive, Self: true}}
 	for name, m := range s.aggs {
 		info = append(info, AggregatorInfo{Name: name, Status: m.Status})
-		if !gone(m.Status) {
+		if !view.Gone(m.Status) {
 			names = append(names, name)
 		}
 	}

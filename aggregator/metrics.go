@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/runcmd"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -32,18 +32,18 @@ const (
 // transitionCauses lists the (to, cause) pairs Compute can give, so that
 // each series exists from the start.
 var transitionCauses = [][2]string{
-	{string(StateUp), causeAgent},
-	{string(StateTeardown), causeAgent},
-	{string(StateDown), causeAgent},
-	{string(StateDown), causeCentralDeadline},
-	{string(StateUnreachable), causeUnreachable},
-	{string(StateUnreachable), causeDecodeError},
-	{string(StateUnreachable), causeNoState},
-	{string(StateUnreachable), causeUnknownState},
-	{string(StateDown), causeUnreachable},
-	{string(StateDown), causeDecodeError},
-	{string(StateDown), causeNoState},
-	{string(StateDown), causeUnknownState},
+	{string(view.StateUp), view.CauseAgent},
+	{string(view.StateTeardown), view.CauseAgent},
+	{string(view.StateDown), view.CauseAgent},
+	{string(view.StateDown), view.CauseCentralDeadline},
+	{string(view.StateUnreachable), view.CauseUnreachable},
+	{string(view.StateUnreachable), view.CauseDecodeError},
+	{string(view.StateUnreachable), view.CauseNoState},
+	{string(view.StateUnreachable), view.CauseUnknownState},
+	{string(view.StateDown), view.CauseUnreachable},
+	{string(view.StateDown), view.CauseDecodeError},
+	{string(view.StateDown), view.CauseNoState},
+	{string(view.StateDown), view.CauseUnknownState},
 }
 
 // probe counts one probe's outcome.
@@ -164,48 +164,11 @@ func (m *serviceMetrics) actuatorRun(on string, err error) {
 
 // transition counts a node's change of served state and, for a down by a
 // grace violation, observes the time from its deadline D to now.
-func (m *serviceMetrics) transition(to State, cause string, d time.Time, now time.Time) {
+func (m *serviceMetrics) transition(to view.State, cause string, d time.Time, now time.Time) {
 	m.transitions.WithLabelValues(string(to), cause).Inc()
 	if !d.IsZero() {
 		m.downLatency.Observe(now.Sub(d).Seconds())
 	}
-}
-
-// violationDeadline returns the teardown deadline D that a node's change
-// into down at now answers, when it is a grace violation: the central
-// deadline's D, or, for the agent's own down, the earliest deadline of its
-// overdue teardowns (from its StateUpdate), else that of the teardown this
-// aggregator served before (prevAt is its enforcement time, D +
-// allowance). A down before D (a drain) is not a violation.
-func violationDeadline(in *NodeInput, cause string, prevAt time.Time, now time.Time, p Policy) (time.Time, bool) {
-	meta, current := freshest(in)
-	var d time.Time
-	switch cause {
-	case causeCentralDeadline:
-		at, ok := enforceAt(in, meta, current, p)
-		if !ok {
-			return time.Time{}, false
-		}
-		d = at.Add(-p.ClockSkewAllowance)
-	case causeAgent:
-		if current {
-			for _, td := range in.Update.teardowns() {
-				if td.Phase != "overdue" {
-					continue
-				}
-				if t := td.Deadline; !t.IsZero() && (d.IsZero() || t.Before(d)) {
-					d = t
-				}
-			}
-		}
-		if d.IsZero() && !prevAt.IsZero() {
-			d = prevAt.Add(-p.ClockSkewAllowance)
-		}
-	}
-	if d.IsZero() || now.Before(d) {
-		return time.Time{}, false
-	}
-	return d, true
 }
 
 // stateCollector reads the Service's view, watchers, leadership and mesh
@@ -239,14 +202,14 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	counts := make(map[State]int, len(api.States))
+	counts := make(map[view.State]int, len(view.States))
 	s.mu.RLock()
 	for _, n := range s.view {
 		counts[n.State]++
 	}
 	watchers, lowest, m := len(s.subs), s.leader == s.opts.Name, s.mesh
 	s.mu.RUnlock()
-	for _, st := range api.States {
+	for _, st := range view.States {
 		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(counts[st]), string(st))
 	}
 	ch <- prometheus.MustNewConstMetric(c.watchers, prometheus.GaugeValue, float64(watchers))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/version"
@@ -190,13 +191,13 @@ func watchdog(ctx context.Context, svc *Service, period time.Duration, log *slog
 			}
 			continue
 		}
-		counts := map[State]int{}
+		counts := map[view.State]int{}
 		nodes := svc.Nodes()
 		for _, n := range nodes {
 			counts[n.State]++
 		}
 		line := fmt.Sprintf("STATUS=%d nodes: %d up, %d teardown, %d down, %d unreachable", len(nodes),
-			counts[StateUp], counts[StateTeardown], counts[StateDown], counts[StateUnreachable])
+			counts[view.StateUp], counts[view.StateTeardown], counts[view.StateDown], counts[view.StateUnreachable])
 		msg := daemon.SdNotifyWatchdog
 		if line != last {
 			msg += "\n" + line

@@ -17,6 +17,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
@@ -69,7 +70,7 @@ type Options struct {
 	// Name is this aggregator's member name.
 	Name string
 	// Policy is the view's policy.
-	Policy Policy
+	Policy view.Policy
 	// Grace is the cluster's G, served by /v1/config.
 	Grace time.Duration
 	// Actuators run on transitions when this aggregator leads.
@@ -160,7 +161,7 @@ type Service struct {
 	wake  chan struct{}
 
 	// Owned by the loop goroutine.
-	inputs  map[string]*NodeInput
+	inputs  map[string]*view.NodeInput
 	enforce map[string]time.Time // nodes whose view time alone changes, and when
 	// held: nodes first seen less than Policy.Settle ago, and when the
 	// actuators hear of them. Until then gossip may be stale and the
@@ -203,7 +204,7 @@ type Service struct {
 	// Shared with readers.
 	mu       sync.RWMutex
 	mesh     Mesh
-	view     map[string]Node
+	view     map[string]view.Node
 	names    []string // sorted keys of view
 	modes    modeCount
 	seq      uint64
@@ -250,7 +251,7 @@ type Event struct {
 	// (and answered with a snapshot) instead of silently skipping events.
 	ID   string
 	Seq  uint64
-	Node Node
+	Node view.Node
 	// Forgotten: the node Node.Name left the view (Service.Forget); the
 	// watch sends a "forget" event.
 	Forgotten bool
@@ -282,7 +283,7 @@ func New(o Options) (*Service, error) {
 	opt.Default(&o.SubscriberBuffer, DefaultSubscriberBuffer)
 	opt.Default(&o.ActuatorBackoff, time.Second)
 	if o.Policy.Observe {
-		o.Actuators, o.Reservations.Command = nil, nil // observe.go: no actuator runs
+		o.Actuators, o.Reservations.Command = nil, nil // observe mode: no actuator runs
 	}
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -296,7 +297,7 @@ func New(o Options) (*Service, error) {
 		log:      log,
 		epoch:    hex.EncodeToString(rnd[:]),
 		wake:     make(chan struct{}, 1),
-		inputs:   map[string]*NodeInput{},
+		inputs:   map[string]*view.NodeInput{},
 		enforce:  map[string]time.Time{},
 		held:     map[string]time.Time{},
 		adopted:  map[string]int{},
@@ -307,7 +308,7 @@ func New(o Options) (*Service, error) {
 		probeSem: make(chan struct{}, maxProbesInFlight),
 		done:     make(chan struct{}),
 		aggs:     map[string]mesh.Member{},
-		view:     map[string]Node{},
+		view:     map[string]view.Node{},
 		history:  newEventLog(o.History, o.HistoryBytes),
 		subs:     map[*Subscription]struct{}{},
 		waiters:  map[string]*waiter{},
@@ -371,7 +372,7 @@ func (s *Service) Name() string { return s.opts.Name }
 func (s *Service) Grace() time.Duration { return s.opts.Grace }
 
 // Policy returns the view's policy.
-func (s *Service) Policy() Policy { return s.opts.Policy }
+func (s *Service) Policy() view.Policy { return s.opts.Policy }
 
 func (s *Service) enqueue(in input) {
 	s.inMu.Lock()
@@ -530,23 +531,23 @@ func (s *Service) process(batch []input) {
 }
 
 // Nodes returns every node's summary (no report detail), sorted by name.
-func (s *Service) Nodes() []Node { return s.NodesIn("") }
+func (s *Service) Nodes() []view.Node { return s.NodesIn("") }
 
 // NodesIn returns the summaries of the nodes in state want (every node if
 // want is empty), sorted by name. It filters before it copies: the
 // scheduler's frequent question (which nodes are down?) touches 10,000
 // nodes' states but copies only the few it returns.
-func (s *Service) NodesIn(want State) []Node {
+func (s *Service) NodesIn(want view.State) []view.Node {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if want == "" {
-		out := make([]Node, 0, len(s.names))
+		out := make([]view.Node, 0, len(s.names))
 		for _, name := range s.names {
 			out = append(out, s.view[name].Summary())
 		}
 		return out
 	}
-	out := []Node{} // an empty list, not null, in JSON
+	out := []view.Node{} // an empty list, not null, in JSON
 	for _, name := range s.names {
 		if n := s.view[name]; n.State == want {
 			out = append(out, n.Summary())
@@ -556,7 +557,7 @@ func (s *Service) NodesIn(want State) []Node {
 }
 
 // Node returns one node with its report detail.
-func (s *Service) Node(name string) (Node, bool) {
+func (s *Service) Node(name string) (view.Node, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	n, ok := s.view[name]
@@ -595,7 +596,7 @@ type Readiness struct {
 	StateWriteError string `json:"state_write_error,omitempty"`
 	// Mode is this aggregator's mode; ModesMixed says that the nodes (or
 	// they and this aggregator) do not all run in one mode, and NodeModes
-	// counts the nodes by the mode their agents run in (observe.go).
+	// counts the nodes by the mode their agents run in (modes.go).
 	Mode       string         `json:"mode"`
 	ModesMixed bool           `json:"modes_mixed"`
 	NodeModes  map[string]int `json:"node_modes"`

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -247,7 +248,7 @@ func TestWatchStalledClient(t *testing.T) {
 
 	// Events enough to fill the socket buffers of the stalled client (8
 	// MB: a reason is cut at maxUpdateReasonBytes).
-	big := strings.Repeat("x", maxUpdateReasonBytes-16)
+	big := strings.Repeat("x", view.MaxUpdateReasonBytes-16)
 	const n = 2000
 	start := time.Now()
 	for i := uint64(1); i <= n; i++ {
