@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
@@ -35,30 +36,12 @@ const (
 	// of this aggregator and send it its state: the gossip that spreads a
 	// joined member (about 1.1 s to every member at 10,000, BENCHMARKS.md
 	// "Convergence and detection at scale") and a retried send or two.
-	DefaultSettle          = 3 * time.Second
-	DefaultActuatorTimeout = 30 * time.Second
-	DefaultActuatorRetries = 5
-)
-
-// Actuator transitions (ActuatorConfig.On).
-const (
-	OnDown = "down"
-	OnUp   = "up"
-	// OnReason runs when the reason of a node that gracewatch drained
-	// changes while it stays down (the diagnosis followed the hang: a
-	// class got worse or better, the processes are gone), at most once
-	// every ReasonEvery per node, with the latest reason: the scheduler's
-	// reason says what is true now. It never runs for a node gracewatch
-	// did not drain.
-	OnReason = "reason"
+	DefaultSettle = 3 * time.Second
 )
 
 // maxMaxWatchers is the largest http.max_watchers: each watcher holds a
 // descriptor, and 65,536 is above any default limit of open files.
 const maxMaxWatchers = 65536
-
-// ReasonEvery bounds how often the on="reason" actuators run for one node.
-const ReasonEvery = 5 * time.Second
 
 // Config is the aggregator's configuration, read from
 // /etc/gracewatch/aggregator.toml. Start from DefaultConfig.
@@ -87,7 +70,7 @@ type Config struct {
 	Mesh      mesh.Config      `toml:"mesh"`
 	HTTP      HTTPConfig       `toml:"http"`
 	Policy    PolicyConfig     `toml:"policy"`
-	Actuators []ActuatorConfig `toml:"actuator"`
+	Actuators []actuate.Config `toml:"actuator"`
 	// Reservations puts free_at into the scheduler's own plan
 	// (aggregator/reservation; packaging/README.md, "The scheduler's
 	// plan").
@@ -157,25 +140,6 @@ type PolicyConfig struct {
 	// to send its own state before gossip alone can make it down, and
 	// before the actuators act on it (see Policy.Settle). 0: at once.
 	Settle config.Duration `toml:"settle"`
-}
-
-// ActuatorConfig is one [[actuator]] table: a command run on a transition.
-type ActuatorConfig struct {
-	// On is "down" (the node entered down), "up" (it is up again after a
-	// down whose on="down" actuators all succeeded here) or "reason" (its
-	// reason changed while it stays down, drained by gracewatch).
-	On string `toml:"on"`
-	// Command is the argv, run without a shell; "{node}" and "{reason}" are
-	// replaced in every argument. An on="up" command may take "{nodes}"
-	// instead (and then neither of the others): it runs once for the
-	// nodes that come up within BatchDelay, with their hostlist.
-	Command []string `toml:"command"`
-	// Timeout bounds one run (the whole process group is killed); 0 or
-	// absent means 30s.
-	Timeout config.Duration `toml:"timeout"`
-	// Retries is how many times a failed run is retried, with exponential
-	// back-off; absent means 5.
-	Retries *int `toml:"retries"`
 }
 
 // DefaultConfig returns the configuration used when a key is absent.
@@ -288,20 +252,20 @@ func (c *Config) Validate() error {
 		a := &c.Actuators[i]
 		key := func(k string) string { return fmt.Sprintf("actuator[%d].%s", i, k) }
 		switch a.On {
-		case OnDown:
+		case actuate.OnDown:
 			haveDown = true
-		case OnUp:
+		case actuate.OnUp:
 			haveUp = true
-		case OnReason:
+		case actuate.OnReason:
 		default:
-			bad(key("on"), "must be %q, %q or %q, got %q", OnDown, OnUp, OnReason, a.On)
+			bad(key("on"), "must be %q, %q or %q, got %q", actuate.OnDown, actuate.OnUp, actuate.OnReason, a.On)
 		}
 		if len(a.Command) == 0 || a.Command[0] == "" {
 			bad(key("command"), "must name a program")
 		}
-		batch := isBatch(*a)
-		if batch && a.On != OnUp {
-			bad(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", OnUp)
+		batch := actuate.IsBatch(*a)
+		if batch && a.On != actuate.OnUp {
+			bad(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", actuate.OnUp)
 		}
 		for _, arg := range a.Command {
 			for _, ph := range placeholder.FindAllString(arg, -1) {
@@ -319,12 +283,12 @@ func (c *Config) Validate() error {
 		}
 		switch d := a.Timeout.D(); {
 		case d == 0:
-			a.Timeout = config.Dur(DefaultActuatorTimeout)
+			a.Timeout = config.Dur(actuate.DefaultActuatorTimeout)
 		case d < 0:
 			bad(key("timeout"), "must be positive, got %v", d)
 		}
 		if a.Retries == nil {
-			r := DefaultActuatorRetries
+			r := actuate.DefaultActuatorRetries
 			a.Retries = &r
 		} else if *a.Retries < 0 || *a.Retries > 100 {
 			bad(key("retries"), "want 0 to 100, got %d", *a.Retries)

@@ -83,7 +83,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	if f, ok := s.mesh.(forgetter); ok {
 		f.Forget(name)
 	}
-	s.act.forget(name)
+	s.act.Forget(name)
 	if s.plan != nil {
 		s.plan.Forget(name)
 	}

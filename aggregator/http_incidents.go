@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/view"
@@ -29,7 +30,7 @@ func (s *Server) handleIncidents(w http.ResponseWriter, r *http.Request) {
 	incs, lim := s.svc.Incidents()
 	now := s.svc.clock.Now()
 	out := api.IncidentList{Incidents: make([]api.Incident, 0, len(incs)), AutoResume: s.svc.opts.Incidents.AutoResume,
-		Leader: s.svc.act.stillLeading(),
+		Leader: s.svc.act.StillLeading(),
 		Limit: api.DrainLimit{Enabled: lim.Enabled, Limit: lim.Limit, Used: lim.Used, Window: lim.Window.Seconds(),
 			KnownNodes: lim.Known, Held: lim.HeldCount}}
 	for _, inc := range incs {
@@ -39,7 +40,7 @@ func (s *Server) handleIncidents(w http.ResponseWriter, r *http.Request) {
 }
 
 // wireIncident is inc as the HTTP API serves it.
-func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Incident {
+func wireIncident(inc incident.Incident, lim actuate.LimitStatus, now time.Time) api.Incident {
 	held := lim.Held[inc.ID]
 	w := api.Incident{ID: inc.ID, State: "open", Kind: string(inc.Cause.Kind), Cause: inc.Cause.String(),
 		FSType: inc.Cause.FSType, Source: inc.Cause.Source, Mountpoint: inc.Cause.Mountpoint, Wchan: inc.Cause.Wchan,
@@ -64,7 +65,7 @@ func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Inc
 
 // wireConfirmation is what a confirmation covers, as the HTTP API serves
 // it.
-func wireConfirmation(c ConfirmScope) *api.Confirmation {
+func wireConfirmation(c actuate.ConfirmScope) *api.Confirmation {
 	return &api.Confirmation{At: view.ServedTime(c.At), Nodes: apiHostlist(c.Nodes), Count: len(c.Nodes), Until: wireTime(view.ServedTime(c.Until))}
 }
 

@@ -16,7 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -195,7 +197,7 @@ func (s *Service) logIncident(ch incident.Change, now time.Time) {
 	case incident.Closed:
 		s.met.incidentsClosed.Inc()
 		delete(s.inc.logs, inc.ID)
-		s.act.forgetIncident(inc.ID)
+		s.act.ForgetIncident(inc.ID)
 		s.incidentLine(slog.LevelInfo, ch, "incident closed", "incident", inc.ID, "kind", string(inc.Cause.Kind), "cause", inc.Cause.String(),
 			"duration", inc.Duration(now).Round(time.Second).String(), "peak_nodes", inc.Peak, "joined", memo.joined, "left", memo.left)
 		return
@@ -216,12 +218,12 @@ func (s *Service) logIncident(ch incident.Change, now time.Time) {
 // node's input alone makes such a change). It reports whether the line
 // was written (or its level is not logged).
 func (s *Service) incidentLine(level slog.Level, ch incident.Change, msg string, args ...any) bool {
-	var lines *nodeLog // nil: not bounded
+	var lines *nodelog.Log // nil: not bounded
 	node := ""
 	if movers := append(slices.Clip(ch.Joined), ch.Left...); len(movers) == 1 {
 		lines, node = s.lines, movers[0]
 	}
-	return lines.write(s.log, level, node, msg, callerPC(), args)
+	return lines.Write(s.log, level, node, msg, nodelog.CallerPC(), args)
 }
 
 // logHostlist is names as a hostlist, cut for a log line.
@@ -242,11 +244,11 @@ func exampleText(e incident.Example) string {
 
 // actInfo is what the actuators are told of n besides its state (see
 // actInfo). It runs on the loop, after regroup.
-func (s *Service) actInfo(n view.Node) actInfo {
+func (s *Service) actInfo(n view.Node) actuate.ActInfo {
 	if n.State != view.StateDown {
-		return actInfo{}
+		return actuate.ActInfo{}
 	}
-	info := actInfo{Limited: !n.Latch.AdminDrain, Early: !n.EarlyUntil.IsZero()}
+	info := actuate.ActInfo{Limited: !n.Latch.AdminDrain, Early: !n.EarlyUntil.IsZero()}
 	id, ok := s.inc.state.Member[n.Name]
 	if !ok {
 		return info
@@ -337,13 +339,13 @@ func (s *Service) resumeOne(ctx context.Context, node, reason string) {
 
 // Incidents returns the open incidents and the last closed ones (by id),
 // and the blast-radius limit's state. Safe for concurrent use.
-func (s *Service) Incidents() ([]incident.Incident, limitStatus) {
+func (s *Service) Incidents() ([]incident.Incident, actuate.LimitStatus) {
 	s.inc.mu.RLock()
 	out := slices.Collect(maps.Values(s.inc.state.Open))
 	out = append(out, s.inc.state.Closed...)
 	s.inc.mu.RUnlock()
 	slices.SortFunc(out, func(a, b incident.Incident) int { return int(a.ID) - int(b.ID) })
-	return out, s.act.limitStatus()
+	return out, s.act.LimitStatus()
 }
 
 // MaxConfirmFor bounds the time a confirmation covers every drain of its
@@ -364,28 +366,28 @@ const MaxConfirmFor = 24 * time.Hour
 // holds the drains: confirm there; incident ids are each aggregator's
 // own), ErrConfirmFor (d is negative or past MaxConfirmFor). Safe for
 // concurrent use.
-func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration) (ConfirmScope, error) {
+func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration) (actuate.ConfirmScope, error) {
 	if d < 0 || d > MaxConfirmFor {
-		return ConfirmScope{}, fmt.Errorf("%w: want 0 (none) to %v, got %v", ErrConfirmFor, MaxConfirmFor, d)
+		return actuate.ConfirmScope{}, fmt.Errorf("%w: want 0 (none) to %v, got %v", ErrConfirmFor, MaxConfirmFor, d)
 	}
 	s.inc.mu.RLock()
 	inc, ok := s.inc.state.Find(id)
 	s.inc.mu.RUnlock()
 	switch {
 	case !ok:
-		return ConfirmScope{}, fmt.Errorf("%w: %d", ErrUnknownIncident, id)
+		return actuate.ConfirmScope{}, fmt.Errorf("%w: %d", ErrUnknownIncident, id)
 	case !inc.Open():
-		return ConfirmScope{}, fmt.Errorf("%w: incident %d closed at %s", ErrIncidentClosed, id, view.FormatTime(inc.Closed))
+		return actuate.ConfirmScope{}, fmt.Errorf("%w: incident %d closed at %s", ErrIncidentClosed, id, view.FormatTime(inc.Closed))
 	}
-	if len(s.act.down) > 0 && !s.act.stillLeading() {
+	if s.act.Drains() && !s.act.StillLeading() {
 		_, leader := s.Aggregators()
-		return ConfirmScope{}, fmt.Errorf("%w: confirm on the leader, %s (its incident ids are its own: see its GET /v1/incidents)", ErrNotLeader, leader)
+		return actuate.ConfirmScope{}, fmt.Errorf("%w: confirm on the leader, %s (its incident ids are its own: see its GET /v1/incidents)", ErrNotLeader, leader)
 	}
 	var until time.Time
 	if d > 0 {
 		until = s.clock.Now().Add(d)
 	}
-	scope := s.act.confirm(id, inc.Nodes, until)
+	scope := s.act.Confirm(id, inc.Nodes, until)
 	later := "limited: held past the limit"
 	if !scope.Until.IsZero() {
 		later = "covered until " + view.FormatTime(scope.Until)
@@ -399,7 +401,7 @@ func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration)
 // incidentReadiness adds the held drains and the nodes whose clock is off
 // to r.
 func (s *Service) incidentReadiness(r *Readiness, detail *[]string) {
-	st := s.act.limitStatus()
+	st := s.act.LimitStatus()
 	r.HeldDrains = st.HeldCount
 	if st.HeldCount > 0 {
 		*detail = append(*detail, fmt.Sprintf("%d drains held by the blast-radius limit (%d within %v): see aggregator incidents; aggregator incident confirm ID lets an incident's through",

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/view"
@@ -36,14 +37,14 @@ func newIncFixture(t *testing.T, nodes int, cfg incident.Config, opts ...func(*O
 	t.Helper()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "act.sh")
-	if err := os.WriteFile(script, []byte(actScript), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(testutil.LogScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := &incFixture{logs: &testutil.SyncBuffer{}, downLog: filepath.Join(dir, "down.log"), upLog: filepath.Join(dir, "up.log")}
 	retries := 0
-	acts := []ActuatorConfig{
-		{On: OnDown, Command: []string{script, f.downLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
-		{On: OnUp, Command: []string{script, f.upLog, "{nodes}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
+	acts := []actuate.Config{
+		{On: actuate.OnDown, Command: []string{script, f.downLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
+		{On: actuate.OnUp, Command: []string{script, f.upLog, "{nodes}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
 	}
 	var w io.Writer = f.logs
 	if testing.Verbose() {
@@ -94,7 +95,7 @@ func (f *incFixture) hangTwoMounts() {
 func (f *incFixture) settle() {
 	f.t.Helper()
 	f.sync()
-	waitFor(f.t, "the actuators to finish", func() bool { return !f.svc.act.busy() })
+	waitFor(f.t, "the actuators to finish", func() bool { return !f.svc.act.Busy() })
 }
 
 // incident returns the open incident of mountpoint mnt.
@@ -147,8 +148,8 @@ func (f *incFixture) answerResumes() (resumed func() []string) {
 func (f *incFixture) flushBatch(n int) {
 	f.t.Helper()
 	f.sync()
-	waitFor(f.t, "a batch to gather", func() bool { return f.svc.act.batches.gathering() == n })
-	f.clk.Advance(BatchDelay)
+	waitFor(f.t, "a batch to gather", func() bool { return f.svc.act.Gathering() == n })
+	f.clk.Advance(actuate.BatchDelay)
 	f.settle()
 }
 
@@ -177,7 +178,7 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 		t.Errorf("%d incident lines, want 2, not one per node", n)
 	}
 
-	downs := lines(t, f.downLog)
+	downs := testutil.ReadLines(t, f.downLog)
 	if len(downs) != 3 {
 		t.Fatalf("%d drains, want 3 (10 %% of 30): %q", len(downs), downs)
 	}
@@ -211,7 +212,7 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	f.status(second, mesh.StatusDead)
 	f.status(second, mesh.StatusAlive)
 	f.settle()
-	if got := len(lines(t, f.downLog)); got != 3 {
+	if got := len(testutil.ReadLines(t, f.downLog)); got != 3 {
 		t.Fatalf("%d drains after a drained node flapped through unreachable, want still 3", got)
 	}
 
@@ -219,15 +220,15 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	first := strings.Fields(downs[0])[0]
 	f.update(first, &gwpb.StateUpdate{Meta: upMeta(1, 3)})
 	f.flushBatch(1)
-	if got := len(lines(t, f.downLog)); got != 4 {
+	if got := len(testutil.ReadLines(t, f.downLog)); got != 4 {
 		t.Fatalf("%d drains after a drained node came back, want 4", got)
 	}
-	if ups := lines(t, f.upLog); !slices.Equal(ups, []string{first}) {
+	if ups := testutil.ReadLines(t, f.upLog); !slices.Equal(ups, []string{first}) {
 		t.Fatalf("on=up runs %q, want one for %s", ups, first)
 	}
 
 	// Confirming incident a lets its held drains through, not b's.
-	heldB := len(f.svc.act.limitStatus().Held[b.ID])
+	heldB := len(f.svc.act.LimitStatus().Held[b.ID])
 	if r := call(t, "POST", url+fmt.Sprintf("/v1/incidents/%d/confirm", a.ID), "", `{"reason":"x"}`); r.status != 401 {
 		t.Errorf("confirm without a token: %d", r.status)
 	}
@@ -237,13 +238,13 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	}
 	f.settle()
 	drainedA := 0
-	for _, d := range lines(t, f.downLog) {
+	for _, d := range testutil.ReadLines(t, f.downLog) {
 		if strings.Contains(d, "/mnt/a,") {
 			drainedA++
 		}
 	}
-	if drainedA != 20 || len(f.svc.act.limitStatus().Held[b.ID]) != heldB {
-		t.Errorf("after confirm: %d drains of /mnt/a (want its 20), %d of b held (want %d)", drainedA, len(f.svc.act.limitStatus().Held[b.ID]), heldB)
+	if drainedA != 20 || len(f.svc.act.LimitStatus().Held[b.ID]) != heldB {
+		t.Errorf("after confirm: %d drains of /mnt/a (want its 20), %d of b held (want %d)", drainedA, len(f.svc.act.LimitStatus().Held[b.ID]), heldB)
 	}
 
 	if r := call(t, "POST", url+"/v1/incidents/999/confirm", testToken, `{"reason":"x"}`); r.status != 404 {
@@ -277,7 +278,7 @@ func TestIncidentsRecovery(t *testing.T) {
 			}
 			f.update("n9", hung(2, "/mnt/own", false))
 			f.settle()
-			if got := len(lines(t, f.downLog)); got != 5 {
+			if got := len(testutil.ReadLines(t, f.downLog)); got != 5 {
 				t.Fatalf("%d drains, want 5", got)
 			}
 			id := f.incident("/mnt/a").ID
@@ -288,8 +289,8 @@ func TestIncidentsRecovery(t *testing.T) {
 			f.update("n9", hung(3, "/mnt/own", true))
 			if !auto {
 				f.settle()
-				if r := resumed(); len(r) != 0 || len(lines(t, f.upLog)) != 0 {
-					t.Fatalf("auto_resume off: resumes %v, up runs %v", r, lines(t, f.upLog))
+				if r := resumed(); len(r) != 0 || len(testutil.ReadLines(t, f.upLog)) != 0 {
+					t.Fatalf("auto_resume off: resumes %v, up runs %v", r, testutil.ReadLines(t, f.upLog))
 				}
 				f.wantState("n1", view.StateDown)
 				if inc := f.incident("/mnt/a"); len(inc.Clean) != 4 {
@@ -302,7 +303,7 @@ func TestIncidentsRecovery(t *testing.T) {
 				return f.node("n1").State == view.StateUp && f.node("n4").State == view.StateUp
 			})
 			f.flushBatch(4)
-			if ups := lines(t, f.upLog); !slices.Equal(ups, []string{"n[1-4]"}) {
+			if ups := testutil.ReadLines(t, f.upLog); !slices.Equal(ups, []string{"n[1-4]"}) {
 				t.Errorf("on=up runs %q, want one batch n[1-4]", ups)
 			}
 			r := resumed()
@@ -352,12 +353,12 @@ func TestIncidentsClockAhead(t *testing.T) {
 	}
 	f.advance(5*time.Minute - time.Second)
 	f.settle()
-	if got := lines(t, f.downLog); len(got) != 0 {
+	if got := testutil.ReadLines(t, f.downLog); len(got) != 0 {
 		t.Fatalf("drained before the deadline by the aggregator's clock: %q", got)
 	}
 	f.advance(time.Second)
 	f.settle()
-	if got := lines(t, f.downLog); len(got) != 1 || got[0] != "n1 "+reason {
+	if got := testutil.ReadLines(t, f.downLog); len(got) != 1 || got[0] != "n1 "+reason {
 		t.Fatalf("at the deadline: drains %q, want one with the agent's reason", got)
 	}
 	// Its clock is set right: the flag clears (one line).

@@ -58,7 +58,7 @@ func (s *Service) updateLeadership() {
 	if leading != s.leading {
 		s.leading = leading
 		s.log.Info("actuator leadership", "leader", leader, "self", leading)
-		s.act.setLeader(leading, s.otherAggregatorAlive())
+		s.act.SetLeader(leading, s.otherAggregatorAlive())
 		if s.plan != nil {
 			s.plan.SetLeader(leading)
 		}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/runcmd"
@@ -128,12 +130,12 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 	for _, what := range []string{"member", "message", "handover", "forget", "unseen", "stale", "future_start", "cause"} {
 		m.refused.WithLabelValues(what)
 	}
-	for _, on := range []string{OnDown, OnUp} {
+	for _, on := range []string{actuate.OnDown, actuate.OnUp} {
 		for _, r := range []string{resultSuccess, resultFailure, resultTimeout} {
 			m.actuatorRuns.WithLabelValues(on, r)
 		}
 	}
-	for _, scope := range []string{scopeNode, scopeCluster} {
+	for _, scope := range []string{nodelog.ScopeNode, nodelog.ScopeCluster} {
 		m.logSuppressed.WithLabelValues(scope)
 	}
 	return m

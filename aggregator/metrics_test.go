@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
@@ -33,12 +34,12 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 func TestMetricsGolden(t *testing.T) {
 	reg := metrics.NewRegistry(metrics.ProgramAggregator)
 	none := 0
-	acts := []ActuatorConfig{
-		{On: OnDown, Command: []string{"true"}, Retries: &none},
-		{On: OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ]`, "{node}"}, Retries: &none},
-		{On: OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ] || exec sleep 10`, "{node}"},
+	acts := []actuate.Config{
+		{On: actuate.OnDown, Command: []string{"true"}, Retries: &none},
+		{On: actuate.OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ]`, "{node}"}, Retries: &none},
+		{On: actuate.OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ] || exec sleep 10`, "{node}"},
 			Timeout: config.Dur(200 * time.Millisecond), Retries: &none},
-		{On: OnUp, Command: []string{"true"}, Retries: &none},
+		{On: actuate.OnUp, Command: []string{"true"}, Retries: &none},
 	}
 	// A state dir with 40 GiB of 50 free.
 	host := func(context.Context) hostinfo.Facts {
@@ -51,7 +52,7 @@ func TestMetricsGolden(t *testing.T) {
 	waitFor(t, "the reservations' first list", func() bool { return sched.Calls("list") == 1 })
 	settle := func() {
 		h.sync()
-		waitFor(t, "the actuators to finish", func() bool { return !h.svc.act.busy() })
+		waitFor(t, "the actuators to finish", func() bool { return !h.svc.act.Busy() })
 	}
 	d := at(time.Minute)
 	for _, n := range []string{"n1", "n4", "n5", "n6"} {

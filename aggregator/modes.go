@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/internal/config"
 )
 
@@ -42,7 +43,7 @@ func (m *modeCount) lineDue() time.Time {
 	if m.seen == m.logged {
 		return time.Time{}
 	}
-	return m.lineAt.Add(clusterLogEvery)
+	return m.lineAt.Add(nodelog.ClusterLogEvery)
 }
 
 // move counts a node whose mode changed from one to another ("" for none).
@@ -92,11 +93,11 @@ func (s *Service) logMixed(mixed bool, now time.Time) {
 	if changed {
 		m.seen = mixed
 	}
-	due := m.lineAt.IsZero() || now.Sub(m.lineAt) >= clusterLogEvery || now.Before(m.lineAt)
+	due := m.lineAt.IsZero() || now.Sub(m.lineAt) >= nodelog.ClusterLogEvery || now.Before(m.lineAt)
 	if mixed == m.logged || !due {
 		if changed {
 			m.changes++
-			s.met.logSuppressed.WithLabelValues(scopeCluster).Inc()
+			s.met.logSuppressed.WithLabelValues(nodelog.ScopeCluster).Inc()
 		}
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -81,7 +82,7 @@ func TestObservingAgent(t *testing.T) {
 func TestObservingAggregator(t *testing.T) {
 	h := newHarness(t, func(o *Options) {
 		o.Policy.Observe = true
-		o.Actuators = []ActuatorConfig{{On: OnDown, Command: []string{"/bin/false"}}}
+		o.Actuators = []actuate.Config{{On: actuate.OnDown, Command: []string{"/bin/false"}}}
 		o.Reservations.Command = []string{"/bin/false"}
 	})
 	if h.svc.opts.Actuators != nil || h.svc.opts.Reservations.Enabled() || h.svc.plan != nil {

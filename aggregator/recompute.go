@@ -116,23 +116,23 @@ func (s *Service) recompute(dirty map[string]bool) {
 				s.met.transition(c.node.State, c.cause, d, now)
 			}
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
+				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
 			}
 		} else if c.node.State == view.StateDown {
 			// Its reason, its incident or its clock's earliness changed.
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
+				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
 			}
 		}
 	}
 	for _, name := range released {
 		if n, ok := s.view[name]; ok {
-			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
+			s.act.Observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
 		}
 		s.nodeLine(slog.LevelDebug, name, "settle over: the actuators decide on the node", "node", name)
 	}
 	if len(added) > 0 {
-		s.act.setKnown(len(s.view))
+		s.act.SetKnown(len(s.view))
 	}
 	s.autoResume(now)
 	s.armTimer(now)

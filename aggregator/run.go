@@ -10,6 +10,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
@@ -205,4 +206,10 @@ func watchdog(ctx context.Context, svc *Service, period time.Duration, log *slog
 		}
 		daemon.SdNotify(false, msg)
 	}
+}
+
+// nodeLine writes a line about node to the Service's log within node's
+// budget (nodeLog.emit).
+func (s *Service) nodeLine(level slog.Level, node, msg string, args ...any) {
+	s.lines.Write(s.log, level, node, msg, nodelog.CallerPC(), args)
 }

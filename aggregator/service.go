@@ -14,8 +14,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -74,7 +76,7 @@ type Options struct {
 	// Grace is the cluster's G, served by /v1/config.
 	Grace time.Duration
 	// Actuators run on transitions when this aggregator leads.
-	Actuators []ActuatorConfig
+	Actuators []actuate.Config
 	// Reservations, when enabled, keep the scheduler's reservations on the
 	// nodes tearing down while this aggregator leads.
 	Reservations reservation.Config
@@ -146,12 +148,12 @@ type Service struct {
 	clock clock.Clock
 	log   *slog.Logger
 	epoch string // qualifies event ids: they are only meaningful here
-	act   *actuators
+	act   *actuate.Actuators
 	plan  *reservation.Planner // nil: reservations off
 	met   *serviceMetrics
 	inc   *incidents
 	hist  *teardownHistory // nil: off
-	lines *nodeLog         // the lines about one node, within its budget
+	lines *nodelog.Log     // the lines about one node, within its budget
 	// runCtx is Run's context (set before the loop starts).
 	runCtx context.Context
 
@@ -313,11 +315,11 @@ func New(o Options) (*Service, error) {
 		subs:     map[*Subscription]struct{}{},
 		waiters:  map[string]*waiter{},
 	}
-	s.act = newActuators(o.Actuators, o.Clock, o.ActuatorBackoff, log)
-	s.act.setLimit(o.Incidents.Limit())
+	s.act = actuate.New(o.Actuators, o.Clock, o.ActuatorBackoff, log)
+	s.act.SetLimit(o.Incidents.Limit())
 	s.inc = newIncidents(o.Incidents)
 	if o.StateDir != "" && len(o.Actuators) > 0 {
-		if err := s.act.remember(o.StateDir); err != nil {
+		if err := s.act.Remember(o.StateDir); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
 	}
@@ -344,10 +346,10 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("aggregator: %w", err)
 	}
 	s.met = newServiceMetrics(s)
-	s.act.onSaveError = s.met.stateWrites.Inc
-	s.act.onRun = s.met.actuatorRun
-	s.lines = newNodeLog(o.Clock, func(scope string) { s.met.logSuppressed.WithLabelValues(scope).Inc() })
-	s.act.lines = s.lines
+	s.act.OnSaveError = s.met.stateWrites.Inc
+	s.act.OnRun = s.met.actuatorRun
+	s.lines = nodelog.New(o.Clock, func(scope string) { s.met.logSuppressed.WithLabelValues(scope).Inc() })
+	s.act.Lines = s.lines
 	if o.Registry != nil {
 		cs := s.met.collectors()
 		if s.hist != nil {
@@ -409,7 +411,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	s.running, s.mesh = true, m
 	s.mu.Unlock()
 	s.runCtx = ctx
-	s.act.start(ctx)
+	s.act.Start(ctx)
 	planDone := make(chan struct{})
 	if s.plan != nil {
 		go func() { s.plan.Run(ctx); close(planDone) }()
@@ -419,7 +421,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	defer func() {
 		close(s.done)
 		defer s.closeHistory()
-		s.act.stop()
+		s.act.Stop()
 		<-planDone
 		if s.timer != nil {
 			s.timer.Stop()
@@ -632,7 +634,7 @@ func (s *Service) Ready() Readiness {
 	if r.Insecure {
 		detail = append(detail, "the mesh runs insecure: gossip is neither encrypted nor authenticated")
 	}
-	if err := s.act.saveError(); err != nil {
+	if err := s.act.SaveError(); err != nil {
 		r.StateWriteError = err.Error()
 		detail = append(detail, "cannot save the drained nodes under state_dir (a restart would forget them): "+r.StateWriteError)
 	}
