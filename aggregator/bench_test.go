@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -254,7 +255,7 @@ func benchRequests(b *testing.B, url string, clients, want int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var list NodeList
+	var list api.NodeList
 	if err := json.Unmarshal(body, &list); err != nil {
 		b.Fatalf("GET %s: %v", url, err)
 	}

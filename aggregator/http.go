@@ -72,15 +72,6 @@ const (
 	sseRetry = 2 * time.Second
 )
 
-// Health is the body of GET /healthz.
-type Health struct {
-	Status      string           `json:"status"`
-	Name        string           `json:"name"`
-	Version     string           `json:"version"`
-	Leader      string           `json:"leader"`
-	Aggregators []AggregatorInfo `json:"aggregators"`
-}
-
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	// Token is the admin bearer token (see LoadToken); empty disables the
@@ -335,7 +326,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, hl+"\n")
 		return
 	}
-	s.writeJSON(w, http.StatusOK, NodeList{Nodes: wireNodes(nodes)})
+	s.writeJSON(w, http.StatusOK, api.NodeList{Nodes: wireNodes(nodes)})
 }
 
 // pathNode returns the node name of the request's path; when it is not a
@@ -420,10 +411,10 @@ func (s *Server) writeActionError(w http.ResponseWriter, r *http.Request, name s
 
 // nodeAction reads the node named by the path and the body of an action on
 // it (resume, drain, forget); on an error it answers and returns false.
-func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) (string, ActionRequest, bool) {
+func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) (string, api.ActionRequest, bool) {
 	name, ok := s.pathNode(w, r)
 	if !ok {
-		return "", ActionRequest{}, false
+		return "", api.ActionRequest{}, false
 	}
 	req, ok := s.readAction(w, r)
 	return name, req, ok
@@ -431,7 +422,7 @@ func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) (string, Act
 
 // readAction decodes the body of resume, drain and forget; on an error it
 // answers (400, or 413 for a body over MaxBodyBytes) and returns false.
-func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (ActionRequest, bool) {
+func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (api.ActionRequest, bool) {
 	return readBody(s, w, r, decodeAction)
 }
 
@@ -463,12 +454,12 @@ func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
 		s.writeActionError(w, r, name, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, Forgotten{Name: name})
+	s.writeJSON(w, http.StatusOK, api.Forgotten{Name: name})
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 	p := s.svc.Policy()
-	s.writeJSON(w, http.StatusOK, ClusterConfig{
+	s.writeJSON(w, http.StatusOK, api.ClusterConfig{
 		Grace:              s.svc.Grace().Seconds(),
 		ClockSkewAllowance: p.ClockSkewAllowance.Seconds(),
 		UnreachableIsDown:  p.UnreachableIsDown,
@@ -481,7 +472,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	aggs, leader := s.svc.Aggregators()
-	s.writeJSON(w, http.StatusOK, Health{
+	s.writeJSON(w, http.StatusOK, api.Health{
 		Status:      "ok",
 		Name:        s.svc.Name(),
 		Version:     version.Version,
@@ -501,8 +492,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 
 // decodeAction decodes and checks a resume or drain body: exactly one JSON
 // object with a reason, no unknown field, no trailing data.
-func decodeAction(r io.Reader) (ActionRequest, error) {
-	var req ActionRequest
+func decodeAction(r io.Reader) (api.ActionRequest, error) {
+	var req api.ActionRequest
 	if err := decodeStrict(r, &req, `{"reason": "..."}`, "only reason"); err != nil {
 		return req, err
 	}
@@ -570,7 +561,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, code int, v any) {
 	if err != nil {
 		s.log.Error("cannot encode a response", "err", err)
 		code = http.StatusInternalServerError
-		b, _ = json.Marshal(ErrorBody{Error: "cannot encode the response: " + err.Error()})
+		b, _ = json.Marshal(api.ErrorBody{Error: "cannot encode the response: " + err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -580,5 +571,5 @@ func (s *Server) writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, code int, format string, a ...any) {
-	s.writeJSON(w, code, ErrorBody{Error: fmt.Sprintf(format, a...)})
+	s.writeJSON(w, code, api.ErrorBody{Error: fmt.Sprintf(format, a...)})
 }

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"net/http"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
@@ -19,7 +20,7 @@ func (s *Service) Reservations() (reservation.Status, bool) {
 
 func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
 	st, enabled := s.svc.Reservations()
-	out := ReservationList{Enabled: enabled, Leader: st.Leader, Reservations: []ReservationInfo{}, Error: st.Error}
+	out := api.ReservationList{Enabled: enabled, Leader: st.Leader, Reservations: []api.ReservationInfo{}, Error: st.Error}
 	if !st.ErrorAt.IsZero() {
 		out.ErrorAt = wireTime(view.ServedTime(st.ErrorAt))
 	}
@@ -28,7 +29,7 @@ func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			hl = ""
 		}
-		out.Reservations = append(out.Reservations, ReservationInfo{Name: res.Name, Nodes: hl, Count: len(res.Nodes), End: res.End.UTC()})
+		out.Reservations = append(out.Reservations, api.ReservationInfo{Name: res.Name, Nodes: hl, Count: len(res.Nodes), End: res.End.UTC()})
 	}
 	s.writeJSON(w, http.StatusOK, out)
 }

@@ -66,7 +66,7 @@ type response struct {
 
 func (r response) errorMsg(t testing.TB) string {
 	t.Helper()
-	var eb ErrorBody
+	var eb api.ErrorBody
 	if err := json.Unmarshal(r.body, &eb); err != nil || eb.Error == "" {
 		t.Fatalf("not an error body: %s", r.body)
 	}
@@ -129,7 +129,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 	base := h.serve(ServerOptions{})
 
 	r := call(t, "GET", base+"/v1/nodes", "", "")
-	var list NodeList
+	var list api.NodeList
 	if err := json.Unmarshal(r.body, &list); err != nil || r.status != 200 {
 		t.Fatalf("GET /v1/nodes: %d %s", r.status, r.body)
 	}
@@ -195,13 +195,13 @@ func TestHTTPReadEndpoints(t *testing.T) {
 	}
 
 	r = call(t, "GET", base+"/v1/config", "", "")
-	var cc ClusterConfig
+	var cc api.ClusterConfig
 	if err := json.Unmarshal(r.body, &cc); err != nil || cc.Grace != 120 || cc.ClockSkewAllowance != 5 || cc.Schema != gwpb.SchemaVersion || cc.Mode != "enforce" {
 		t.Errorf("config: %s", r.body)
 	}
 
 	r = call(t, "GET", base+"/healthz", "", "")
-	var hz Health
+	var hz api.Health
 	if err := json.Unmarshal(r.body, &hz); err != nil || hz.Status != "ok" || hz.Leader != "agg-1" {
 		t.Errorf("healthz: %s", r.body)
 	}
@@ -211,7 +211,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 	}
 	h.mesh.SetJoined(false)
 	r = call(t, "GET", base+"/readyz", "", "")
-	var rd Readiness
+	var rd api.Readiness
 	if err := json.Unmarshal(r.body, &rd); err != nil || r.status != 503 || rd.Ready || !strings.Contains(rd.Detail, "not joined") {
 		t.Errorf("readyz before join: %d %s", r.status, r.body)
 	}
@@ -225,7 +225,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var eb ErrorBody
+		var eb api.ErrorBody
 		if json.Unmarshal(b, &eb) != nil || eb.Error == "" || (resp.StatusCode != 404 && resp.StatusCode != 405) {
 			t.Errorf("%s %s: %d %s", c.method, c.path, resp.StatusCode, b)
 		}
@@ -236,7 +236,7 @@ func TestHTTPInsecureMeshInReadyz(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.MeshInsecure = true })
 	base := h.serve(ServerOptions{})
 	r := call(t, "GET", base+"/readyz", "", "")
-	var rd Readiness
+	var rd api.Readiness
 	if err := json.Unmarshal(r.body, &rd); err != nil || !rd.Insecure || !strings.Contains(rd.Detail, "insecure") {
 		t.Errorf("readyz: %s", r.body)
 	}
@@ -250,7 +250,7 @@ func TestHTTPReadyzHost(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Host = hostinfo.NewReader(hostinfo.Options{StateDir: dir}).Read })
 	base := h.serve(ServerOptions{})
 	r := call(t, "GET", base+"/readyz", "", "")
-	var rd Readiness
+	var rd api.Readiness
 	if err := json.Unmarshal(r.body, &rd); err != nil || rd.Host == nil {
 		t.Fatalf("readyz: %s", r.body)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/view"
@@ -400,7 +401,7 @@ func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration)
 
 // incidentReadiness adds the held drains and the nodes whose clock is off
 // to r.
-func (s *Service) incidentReadiness(r *Readiness, detail *[]string) {
+func (s *Service) incidentReadiness(r *api.Readiness, detail *[]string) {
 	st := s.act.LimitStatus()
 	r.HeldDrains = st.HeldCount
 	if st.HeldCount > 0 {
@@ -410,7 +411,7 @@ func (s *Service) incidentReadiness(r *Readiness, detail *[]string) {
 	s.inc.mu.RLock()
 	names := slices.Sorted(maps.Keys(s.inc.skewed))
 	for _, name := range names[:min(len(names), maxSkewListed)] {
-		r.ClockSkewed = append(r.ClockSkewed, ClockSkew{Node: name, OffsetSeconds: -s.inc.skewed[name].Seconds()})
+		r.ClockSkewed = append(r.ClockSkewed, api.ClockSkew{Node: name, OffsetSeconds: -s.inc.skewed[name].Seconds()})
 	}
 	s.inc.mu.RUnlock()
 	r.ClockSkewedNodes = len(names)
@@ -422,11 +423,3 @@ func (s *Service) incidentReadiness(r *Readiness, detail *[]string) {
 
 // maxSkewListed bounds the nodes /readyz names with their clock offset.
 const maxSkewListed = 10
-
-// ClockSkew is a node whose clock disagrees with the aggregator's.
-type ClockSkew struct {
-	Node string `json:"node"`
-	// OffsetSeconds is how far the node's clock is ahead (negative:
-	// behind), as measured from its last message.
-	OffsetSeconds float64 `json:"ahead_seconds"`
-}

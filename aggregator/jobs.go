@@ -19,6 +19,7 @@ import (
 	"time"
 
 	agentrequest "github.com/gracewatch/gracewatch/agent/request"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -33,8 +34,8 @@ const jobParallel = 64
 
 // decodeJob reads and checks a POST /v1/jobs body; it returns the job's
 // nodes, expanded and without duplicates.
-func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
-	var req JobRequest
+func decodeJob(r io.Reader, now time.Time) (api.JobRequest, []string, error) {
+	var req api.JobRequest
 	if err := decodeStrict(r, &req, `{"job": ..., "nodes": ..., "expiration": ...}`, "job, nodes, expiration, grace"); err != nil {
 		return req, nil, err
 	}
@@ -65,9 +66,9 @@ func decodeJob(r io.Reader, now time.Time) (JobRequest, []string, error) {
 // RegisterJobOnNodes hands the job to the agent of each node, at most
 // jobParallel at a time, each bounded by Options.ControlTimeout, and
 // returns every node's answer. Safe for concurrent use; it blocks.
-func (s *Service) RegisterJobOnNodes(ctx context.Context, req JobRequest, nodes []string, by string) JobResult {
+func (s *Service) RegisterJobOnNodes(ctx context.Context, req api.JobRequest, nodes []string, by string) api.JobResult {
 	reg := &gwpb.JobRegistration{Job: req.Job, Expiration: req.Expiration, Grace: req.Grace}
-	res := JobResult{Job: req.Job, Nodes: make([]JobNodeResult, len(nodes))}
+	res := api.JobResult{Job: req.Job, Nodes: make([]api.JobNodeResult, len(nodes))}
 	sem := make(chan struct{}, jobParallel)
 	var wg sync.WaitGroup
 	for i, node := range nodes {
@@ -76,7 +77,7 @@ func (s *Service) RegisterJobOnNodes(ctx context.Context, req JobRequest, nodes 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			r := JobNodeResult{Node: node, OK: true}
+			r := api.JobNodeResult{Node: node, OK: true}
 			if _, err := s.RegisterJob(ctx, node, reg, by); err != nil {
 				r.OK, r.Error = false, err.Error()
 			}
@@ -91,7 +92,7 @@ func (s *Service) RegisterJobOnNodes(ctx context.Context, req JobRequest, nodes 
 			res.Failed++
 		}
 	}
-	failed := slices.DeleteFunc(slices.Clone(res.Nodes), func(r JobNodeResult) bool { return r.OK })
+	failed := slices.DeleteFunc(slices.Clone(res.Nodes), func(r api.JobNodeResult) bool { return r.OK })
 	if len(failed) > 0 {
 		s.log.Warn("job not registered on every node", "job", logText(req.Job), "registered", res.Registered,
 			"failed", res.Failed, "first", failed[0].Node, "err", failed[0].Error)

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 )
@@ -24,15 +25,15 @@ func (s *Service) otherAggregatorAlive() bool {
 // joined (before that this one may not know the others yet).
 func (s *Service) updateLeadership() {
 	names := []string{s.opts.Name}
-	info := []AggregatorInfo{{Name: s.opts.Name, Status: mesh.StatusAlive, Self: true}}
+	info := []api.AggregatorInfo{{Name: s.opts.Name, Status: string(mesh.StatusAlive), Self: true}}
 	for name, m := range s.aggs {
-		info = append(info, AggregatorInfo{Name: name, Status: m.Status})
+		info = append(info, api.AggregatorInfo{Name: name, Status: string(m.Status)})
 		if !view.Gone(m.Status) {
 			names = append(names, name)
 		}
 	}
 	leader := slices.Min(names)
-	slices.SortFunc(info, func(a, b AggregatorInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(info, func(a, b api.AggregatorInfo) int { return strings.Compare(a.Name, b.Name) })
 	for i := range info {
 		info[i].Leader = info[i].Name == leader
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/internal/config"
 )
@@ -126,7 +127,7 @@ func (s *Service) mixedModes() bool {
 }
 
 // modeReadiness adds the modes to r and, when mixed, says so in the detail.
-func (s *Service) modeReadiness(r *Readiness, detail *[]string) {
+func (s *Service) modeReadiness(r *api.Readiness, detail *[]string) {
 	own := s.ownMode()
 	s.mu.RLock()
 	r.Mode, r.ModesMixed, r.NodeModes = own, s.modes.mixed(own), maps.Clone(s.modes.nodes)

@@ -14,14 +14,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
-	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
@@ -214,7 +215,7 @@ type Service struct {
 	subs     map[*Subscription]struct{}
 	waiters  map[string]*waiter
 	leader   string
-	aggInfo  []AggregatorInfo
+	aggInfo  []api.AggregatorInfo
 	running  bool
 	finished bool
 }
@@ -257,14 +258,6 @@ type Event struct {
 	// Forgotten: the node Node.Name left the view (Service.Forget); the
 	// watch sends a "forget" event.
 	Forgotten bool
-}
-
-// AggregatorInfo is an aggregator member as /healthz lists it.
-type AggregatorInfo struct {
-	Name   string      `json:"name"`
-	Status mesh.Status `json:"status"`
-	Leader bool        `json:"leader"`
-	Self   bool        `json:"self"`
 }
 
 // New returns a Service. Nothing runs until Run, but the mesh callbacks may
@@ -362,7 +355,7 @@ func New(o Options) (*Service, error) {
 			}
 		}
 	}
-	s.aggInfo = []AggregatorInfo{{Name: o.Name, Status: mesh.StatusAlive, Self: true}}
+	s.aggInfo = []api.AggregatorInfo{{Name: o.Name, Status: string(mesh.StatusAlive), Self: true}}
 	s.modes = modeCount{nodes: map[string]int{}}
 	return s, nil
 }
@@ -568,54 +561,20 @@ func (s *Service) Node(name string) (view.Node, bool) {
 
 // Aggregators returns the aggregator members known here, this one
 // included, sorted by name, and the actuator leader's name.
-func (s *Service) Aggregators() ([]AggregatorInfo, string) {
+func (s *Service) Aggregators() ([]api.AggregatorInfo, string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.aggInfo), s.leader
 }
 
-// Readiness is what /readyz reports.
-type Readiness struct {
-	Ready      bool `json:"ready"`
-	MeshJoined bool `json:"mesh_joined"`
-	Members    int  `json:"members"`
-	Nodes      int  `json:"nodes"`
-	Insecure   bool `json:"insecure"`
-	// NodeRestriction: node states are taken from proven updates only
-	// (Options.ProvenOnly). False: anyone with the mesh key can speak for
-	// a node without a key.
-	NodeRestriction bool `json:"node_restriction"`
-	// HeldDrains is the number of drains the blast-radius limit holds
-	// (GET /v1/incidents shows them); they do not decide readiness.
-	HeldDrains int `json:"held_drains"`
-	// ClockSkewedNodes is the number of nodes whose clock disagrees with
-	// this aggregator's by more than the allowance; ClockSkewed names the
-	// first 10 with their offsets.
-	ClockSkewedNodes int         `json:"clock_skewed_nodes"`
-	ClockSkewed      []ClockSkew `json:"clock_skewed,omitempty"`
-	// StateWriteError is why the drained set could not be written under
-	// state_dir the last time (a full disk); empty when it was.
-	StateWriteError string `json:"state_write_error,omitempty"`
-	// Mode is this aggregator's mode; ModesMixed says that the nodes (or
-	// they and this aggregator) do not all run in one mode, and NodeModes
-	// counts the nodes by the mode their agents run in (modes.go).
-	Mode       string         `json:"mode"`
-	ModesMixed bool           `json:"modes_mixed"`
-	NodeModes  map[string]int `json:"node_modes"`
-	Detail     string         `json:"detail"`
-	// Host is the aggregator's machine (Options.Host); nil without it. It
-	// does not decide readiness.
-	Host *hostinfo.Facts `json:"host,omitempty"`
-}
-
 // Ready reports whether the Service runs and its mesh has joined, with the
 // machine's facts when Options.Host is set (which bounds the time Ready
 // blocks).
-func (s *Service) Ready() Readiness {
+func (s *Service) Ready() api.Readiness {
 	s.mu.RLock()
 	m, running, nodes := s.mesh, s.running, len(s.view)
 	s.mu.RUnlock()
-	r := Readiness{Nodes: nodes, Insecure: s.opts.MeshInsecure, NodeRestriction: s.opts.ProvenOnly}
+	r := api.Readiness{Nodes: nodes, Insecure: s.opts.MeshInsecure, NodeRestriction: s.opts.ProvenOnly}
 	var detail []string
 	switch {
 	case !running:
@@ -651,7 +610,7 @@ func (s *Service) Ready() Readiness {
 	r.Detail = strings.Join(detail, "; ")
 	if s.opts.Host != nil {
 		h := s.opts.Host(context.Background())
-		r.Host = &h
+		r.Host = (*report.HostFacts)(&h)
 	}
 	return r
 }

@@ -139,7 +139,7 @@ func (w *watcher) snapshot() (string, []api.Node) {
 	if ev.event != "snapshot" {
 		w.t.Fatalf("got %+v, want a snapshot", ev)
 	}
-	var list NodeList
+	var list api.NodeList
 	if err := json.Unmarshal([]byte(ev.data), &list); err != nil {
 		w.t.Fatal(err)
 	}
