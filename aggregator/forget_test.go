@@ -102,7 +102,7 @@ func TestHTTPForget(t *testing.T) {
 	if r := call(t, "POST", base+"/v1/nodes/n7/forget", testToken, `{"reason": "gone"}`); r.status != 404 {
 		t.Fatalf("unknown node: %d %s", r.status, r.body)
 	}
-	w := watch(t, base, "")
+	w := openWatch(t, base, "")
 	if _, nodes := w.snapshot(); len(nodes) != 2 {
 		t.Fatalf("snapshot of %d nodes, want 2", len(nodes))
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/gracewatch/gracewatch/internal/opt"
 	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/internal/version"
-	"github.com/gracewatch/gracewatch/proto/gwpb"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/view"
@@ -38,8 +37,6 @@ const (
 	MaxBodyBytes = 4 << 10
 	// MaxReasonBytes bounds the reason of a resume or drain.
 	MaxReasonBytes = 256
-	// MinTokenBytes is the shortest token (admin or read) accepted.
-	MinTokenBytes = 16
 
 	// DefaultMaxWatchers bounds the /v1/watch streams at once. A
 	// scheduler needs one or two, a status page one per open tab; each costs
@@ -117,7 +114,7 @@ type ServerOptions struct {
 // Server serves the HTTP API (proto/openapi.yaml) over a Service. It is safe
 // for concurrent use.
 type Server struct {
-	svc  *Service
+	svc  edgeService
 	opts ServerOptions
 	// adminSum and readSum are the SHA-256 of the tokens, compared in
 	// constant time with that of a request's.
@@ -143,7 +140,7 @@ type Server struct {
 var _ http.Handler = (*Server)(nil)
 
 // NewServer returns a server over svc. Nothing is served until Serve.
-func NewServer(svc *Service, o ServerOptions) *Server {
+func NewServer(svc edgeService, o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -233,8 +230,8 @@ func (s *Server) routes() {
 	routes := []route{
 		{"GET", "/v1/nodes", read, s.handleNodes},
 		{"GET", "/v1/nodes/{name}", read, s.handleNode},
-		{"POST", "/v1/nodes/{name}/resume", admin, s.handleAction(gwpb.Action_ACTION_RESUME)},
-		{"POST", "/v1/nodes/{name}/drain", admin, s.handleAction(gwpb.Action_ACTION_DRAIN)},
+		{"POST", "/v1/nodes/{name}/resume", admin, s.handleAction(s.svc.Resume)},
+		{"POST", "/v1/nodes/{name}/drain", admin, s.handleAction(s.svc.Drain)},
 		{"POST", "/v1/nodes/{name}/forget", admin, s.handleForget},
 		{"POST", "/v1/jobs", admin, s.handleJobs},
 		{"GET", "/v1/watch", read, s.handleWatch},
@@ -370,14 +367,14 @@ const (
 	detailNoToken = "the report's detail (command lines, open files) is served only with the read or the admin token, and this aggregator has neither (http.read_token_file, http.admin_token_file); run nodeagent diagnose on the node"
 )
 
-func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
+func (s *Server) handleAction(act func(ctx context.Context, node, reason, by string) (view.Node, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, req, ok := s.nodeAction(w, r)
 		if !ok {
 			return
 		}
 		by := fmt.Sprintf("%s (HTTP from %s)", s.svc.Name(), r.RemoteAddr)
-		n, err := s.svc.Control(r.Context(), name, action, req.Reason, by)
+		n, err := act(r.Context(), name, req.Reason, by)
 		if err != nil {
 			s.writeActionError(w, r, name, err)
 			return
@@ -458,16 +455,7 @@ func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
-	p := s.svc.Policy()
-	s.writeJSON(w, http.StatusOK, api.ClusterConfig{
-		Grace:              s.svc.Grace().Seconds(),
-		ClockSkewAllowance: p.ClockSkewAllowance.Seconds(),
-		UnreachableIsDown:  p.UnreachableIsDown,
-		UnreachableAfter:   p.UnreachableAfter.Seconds(),
-		Settle:             p.Settle.Seconds(),
-		Schema:             gwpb.SchemaVersion,
-		Mode:               modeName(p.Observe),
-	})
+	s.writeJSON(w, http.StatusOK, s.svc.ClusterConfig())
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

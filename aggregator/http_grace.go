@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/advisor"
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
@@ -157,7 +158,7 @@ func parseCandidate(s string) (time.Duration, error) {
 }
 
 func (s *Server) handleGrace(w http.ResponseWriter, r *http.Request) {
-	p, err := parseGraceQuery(r.URL.RawQuery, s.svc.clock.Now())
+	p, err := parseGraceQuery(r.URL.RawQuery, s.svc.Now())
 	if err != nil {
 		s.writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -167,7 +168,7 @@ func (s *Server) handleGrace(w http.ResponseWriter, r *http.Request) {
 		q.Nodes = func(n string) bool { _, ok := p.set[n]; return ok }
 	}
 	adv, err := s.svc.Advise(q)
-	if errors.Is(err, errHistoryOff) {
+	if errors.Is(err, history.ErrOff) {
 		s.writeError(w, http.StatusServiceUnavailable, "%v", err)
 		return
 	}
@@ -175,9 +176,9 @@ func (s *Server) handleGrace(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	out := wireAdvice(adv, s.svc.opts.Grace)
+	out := wireAdvice(adv, s.svc.Grace())
 	out.Nodes = p.nodes
-	st := s.svc.hist.store.Stats()
+	st := s.svc.HistoryStats()
 	out.History = api.GraceHistory{Records: st.Records, Bytes: st.Bytes}
 	if st.OldestStartMs > 0 {
 		t := time.UnixMilli(st.OldestStartMs).UTC()

@@ -28,9 +28,9 @@ type (
 
 func (s *Server) handleIncidents(w http.ResponseWriter, r *http.Request) {
 	incs, lim := s.svc.Incidents()
-	now := s.svc.clock.Now()
-	out := api.IncidentList{Incidents: make([]api.Incident, 0, len(incs)), AutoResume: s.svc.opts.Incidents.AutoResume,
-		Leader: s.svc.act.StillLeading(),
+	now := s.svc.Now()
+	out := api.IncidentList{Incidents: make([]api.Incident, 0, len(incs)), AutoResume: s.svc.AutoResume(),
+		Leader: s.svc.Leading(),
 		Limit: api.DrainLimit{Enabled: lim.Enabled, Limit: lim.Limit, Used: lim.Used, Window: lim.Window.Seconds(),
 			KnownNodes: lim.Known, Held: lim.HeldCount}}
 	for _, inc := range incs {

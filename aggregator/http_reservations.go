@@ -4,19 +4,9 @@ import (
 	"net/http"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
-	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
-
-// Reservations returns what the reservation planner keeps, and whether
-// reservations are enabled.
-func (s *Service) Reservations() (reservation.Status, bool) {
-	if s.plan == nil {
-		return reservation.Status{}, false
-	}
-	return s.plan.Status(), true
-}
 
 func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
 	st, enabled := s.svc.Reservations()

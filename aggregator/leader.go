@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 )
@@ -64,4 +65,13 @@ func (s *Service) updateLeadership() {
 			s.plan.SetLeader(leading)
 		}
 	}
+}
+
+// Reservations returns what the reservation planner keeps, and whether
+// reservations are enabled.
+func (s *Service) Reservations() (reservation.Status, bool) {
+	if s.plan == nil {
+		return reservation.Status{}, false
+	}
+	return s.plan.Status(), true
 }

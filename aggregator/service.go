@@ -22,6 +22,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
+	"github.com/gracewatch/gracewatch/aggregator/watch"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
@@ -211,8 +212,8 @@ type Service struct {
 	names    []string // sorted keys of view
 	modes    modeCount
 	seq      uint64
-	history  eventLog
-	subs     map[*Subscription]struct{}
+	history  watch.EventLog
+	subs     map[*watch.Subscription]struct{}
 	waiters  map[string]*waiter
 	leader   string
 	aggInfo  []api.AggregatorInfo
@@ -244,20 +245,6 @@ type input struct {
 	gen    uint64 // of the deadline timer that sent an inTick
 	forget string // inForget: the node; from: who asked
 	reply  chan error
-}
-
-// Event is one change of a node's served state (any field of its summary).
-type Event struct {
-	// ID is "<epoch>-<seq>": seq counts this process's events from 1, and
-	// epoch is random per process, so that an id given to another
-	// aggregator, or to this one after a restart, is recognised as foreign
-	// (and answered with a snapshot) instead of silently skipping events.
-	ID   string
-	Seq  uint64
-	Node view.Node
-	// Forgotten: the node Node.Name left the view (Service.Forget); the
-	// watch sends a "forget" event.
-	Forgotten bool
 }
 
 // New returns a Service. Nothing runs until Run, but the mesh callbacks may
@@ -304,8 +291,8 @@ func New(o Options) (*Service, error) {
 		done:     make(chan struct{}),
 		aggs:     map[string]mesh.Member{},
 		view:     map[string]view.Node{},
-		history:  newEventLog(o.History, o.HistoryBytes),
-		subs:     map[*Subscription]struct{}{},
+		history:  watch.NewEventLog(o.History, o.HistoryBytes),
+		subs:     map[*watch.Subscription]struct{}{},
 		waiters:  map[string]*waiter{},
 	}
 	s.act = actuate.New(o.Actuators, o.Clock, o.ActuatorBackoff, log)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/watch"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
@@ -132,7 +133,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeChange writes one event of the history: "node" or "forget".
-func writeChange(buf *bytes.Buffer, ev Event) {
+func writeChange(buf *bytes.Buffer, ev watch.Event) {
 	if ev.Forgotten {
 		writeEvent(buf, ev.ID, "forget", api.Forgotten{Name: ev.Node.Name})
 		return

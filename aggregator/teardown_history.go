@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"errors"
-	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -177,16 +176,13 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 	}
 }
 
-// errHistoryOff answers the advisor when the history is off.
-var errHistoryOff = fmt.Errorf("the teardown history is off: set state_dir or history.dir")
-
 // Advise answers the grace advisor's query q (its NowMs and InForce are
 // filled here) over the history and the teardowns running in the view
 // now. One answer is computed at a time. Safe for concurrent use.
 func (s *Service) Advise(q advisor.Query) (*advisor.Advice, error) {
 	h := s.hist
 	if h == nil {
-		return nil, errHistoryOff
+		return nil, history.ErrOff
 	}
 	now := s.clock.Now()
 	q.NowMs, q.InForce = now.UnixMilli(), s.opts.Grace
