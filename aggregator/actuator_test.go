@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,25 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
-
-// actScript appends "NODE REASON" to the log file given as $1; while the
-// file $1.fail holds a positive count it fails instead (and counts down).
-const actScript = `#!/bin/sh
-log="$1"; shift
-if [ -f "$log.fail" ]; then
-	n=$(cat "$log.fail")
-	if [ "$n" -gt 0 ]; then
-		echo $((n - 1)) > "$log.fail"
-		echo "failing on purpose" >&2
-		exit 3
-	fi
-fi
-echo "$*" >> "$log"
-`
 
 type actFixture struct {
 	*harness
@@ -39,13 +26,13 @@ func newActFixture(t *testing.T, retries int, opts ...func(*Options)) *actFixtur
 	t.Helper()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "act.sh")
-	if err := os.WriteFile(script, []byte(actScript), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(testutil.LogScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := &actFixture{downLog: filepath.Join(dir, "down.log"), upLog: filepath.Join(dir, "up.log")}
-	acts := []ActuatorConfig{
-		{On: OnDown, Command: []string{script, f.downLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
-		{On: OnUp, Command: []string{script, f.upLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
+	acts := []actuate.Config{
+		{On: actuate.OnDown, Command: []string{script, f.downLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
+		{On: actuate.OnUp, Command: []string{script, f.upLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
 	}
 	o := append([]func(*Options){func(o *Options) { o.Actuators = acts }}, opts...)
 	f.harness = newHarness(t, o...)
@@ -57,27 +44,15 @@ func newActFixture(t *testing.T, retries int, opts ...func(*Options)) *actFixtur
 func (f *actFixture) settle() {
 	f.t.Helper()
 	f.sync()
-	waitFor(f.t, "the actuators to finish", func() bool { return !f.svc.act.busy() })
-}
-
-func lines(t *testing.T, path string) []string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	waitFor(f.t, "the actuators to finish", func() bool { return !f.svc.act.Busy() })
 }
 
 func (f *actFixture) want(downs, ups []string) {
 	f.t.Helper()
-	if got := lines(f.t, f.downLog); strings.Join(got, "|") != strings.Join(downs, "|") {
+	if got := testutil.ReadLines(f.t, f.downLog); strings.Join(got, "|") != strings.Join(downs, "|") {
 		f.t.Errorf("on=down ran %q, want %q", got, downs)
 	}
-	if got := lines(f.t, f.upLog); strings.Join(got, "|") != strings.Join(ups, "|") {
+	if got := testutil.ReadLines(f.t, f.upLog); strings.Join(got, "|") != strings.Join(ups, "|") {
 		f.t.Errorf("on=up ran %q, want %q", got, ups)
 	}
 }
@@ -86,7 +61,7 @@ func (f *actFixture) want(downs, ups []string) {
 func (f *actFixture) retryOnce() {
 	f.t.Helper()
 	waitFor(f.t, "a back-off timer", func() bool { return f.clk.Pending() > 0 })
-	f.clk.Advance(maxBackoff)
+	f.clk.Advance(actuate.MaxBackoff)
 }
 
 func TestActuatorsOncePerTransition(t *testing.T) {
@@ -234,7 +209,7 @@ func TestActuatorTimeoutKillsTheProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	exit, _, err := runCommand(t.Context(), []string{script, pidFile}, 300*time.Millisecond, "n1", OnDown, "r")
+	exit, _, err := actuate.RunCommand(t.Context(), []string{script, pidFile}, 300*time.Millisecond, "n1", actuate.OnDown, "r")
 	if err == nil || !strings.Contains(err.Error(), "timed out after 300ms") || exit != -1 {
 		t.Fatalf("runCommand = %d, %v; want a timeout", exit, err)
 	}
@@ -269,15 +244,15 @@ func TestActuatorEnvironmentAndSubstitution(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$GRACEWATCH_NODE|$GRACEWATCH_TRANSITION|$1\" > \""+out+"\"\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	argv := expandArgv([]string{script, "Reason=gracewatch: {reason} on {node}"}, "n7", "line\nbreak")
-	if _, _, err := runCommand(t.Context(), argv, time.Second, "n7", OnDown, "line break"); err != nil {
+	argv := actuate.ExpandArgv([]string{script, "Reason=gracewatch: {reason} on {node}"}, "n7", "line\nbreak")
+	if _, _, err := actuate.RunCommand(t.Context(), argv, time.Second, "n7", actuate.OnDown, "line break"); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(out)
 	if got := strings.TrimSpace(string(b)); got != "n7|down|Reason=gracewatch: line break on n7" {
 		t.Errorf("got %q", got)
 	}
-	exit, output, err := runCommand(t.Context(), []string{"/bin/sh", "-c", "echo oops >&2; exit 4"}, time.Second, "n", OnDown, "")
+	exit, output, err := actuate.RunCommand(t.Context(), []string{"/bin/sh", "-c", "echo oops >&2; exit 4"}, time.Second, "n", actuate.OnDown, "")
 	if err == nil || exit != 4 || output != "oops" {
 		t.Errorf("failing command: exit %d, output %q, err %v", exit, output, err)
 	}
@@ -316,7 +291,7 @@ func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
 	f1.member("n2", downMeta(1, 2, "hung"))
 	f1.settle()
 	f1.want([]string{"n1 hung", "n2 hung"}, nil)
-	if names, _, err := loadDrained(state); err != nil || strings.Join(names, ",") != "n1,n2" {
+	if names, _, err := actuate.LoadDrained(state); err != nil || strings.Join(names, ",") != "n1,n2" {
 		t.Fatalf("drained.json: %v, %v; want n1 and n2", names, err)
 	}
 
@@ -327,7 +302,7 @@ func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
 	f2.member("n2", downMeta(1, 2, "hung"))
 	f2.settle()
 	f2.want(nil, []string{"n1 "})
-	if names, _, err := loadDrained(state); err != nil || strings.Join(names, ",") != "n2" {
+	if names, _, err := actuate.LoadDrained(state); err != nil || strings.Join(names, ",") != "n2" {
 		t.Fatalf("drained.json after the undrain: %v, %v; want n2", names, err)
 	}
 	f2.member("n2", upMeta(1, 3))
@@ -341,12 +316,12 @@ func TestActuatorsRememberDrainsAcrossRestarts(t *testing.T) {
 	f3.want(nil, nil)
 
 	// A file that does not decode stops the start, naming it.
-	if err := os.WriteFile(filepath.Join(state, drainedFile), []byte("{not json"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(state, actuate.DrainedFile), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	acts := []ActuatorConfig{{On: OnDown, Command: []string{"true"}, Timeout: config.Dur(time.Second)}}
-	if _, err := New(Options{Name: "agg-1", Actuators: acts, StateDir: state}); err == nil || !strings.Contains(err.Error(), drainedFile) {
-		t.Fatalf("New with a bad %s: %v", drainedFile, err)
+	acts := []actuate.Config{{On: actuate.OnDown, Command: []string{"true"}, Timeout: config.Dur(time.Second)}}
+	if _, err := New(Options{Name: "agg-1", Actuators: acts, StateDir: state}); err == nil || !strings.Contains(err.Error(), actuate.DrainedFile) {
+		t.Fatalf("New with a bad %s: %v", actuate.DrainedFile, err)
 	}
 }
 
@@ -360,13 +335,13 @@ func withSettle(o *Options) { o.Policy.Settle = 3 * time.Second }
 func TestActuatorsSettleStaleGossip(t *testing.T) {
 	f := newActFixture(t, 0, withSettle)
 	f.member("n1", teardownMeta(1, 5, at(-time.Minute)))
-	f.wantState("n1", StateTeardown)
+	f.wantState("n1", view.StateTeardown)
 	f.update("n1", &gwpb.StateUpdate{Meta: upMeta(1, 7)})
-	f.wantState("n1", StateUp)
+	f.wantState("n1", view.StateUp)
 	f.advance(3 * time.Second)
 	f.settle()
 	f.want(nil, nil)
-	f.wantState("n1", StateUp)
+	f.wantState("n1", view.StateUp)
 
 	// A later transition is actuated at once.
 	f.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, 8, "job 9 hung")})
@@ -416,15 +391,15 @@ func TestActuatorsSettleLone(t *testing.T) {
 func TestActuatorsReasonFollows(t *testing.T) {
 	dir := t.TempDir()
 	script := filepath.Join(dir, "act.sh")
-	if err := os.WriteFile(script, []byte(actScript), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(testutil.LogScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	downLog, upLog, reasonLog := filepath.Join(dir, "down.log"), filepath.Join(dir, "up.log"), filepath.Join(dir, "reason.log")
 	zero := 0
-	acts := []ActuatorConfig{
-		{On: OnDown, Command: []string{script, downLog, "{node}", "{reason}"}, Retries: &zero},
-		{On: OnUp, Command: []string{script, upLog, "{node}"}, Retries: &zero},
-		{On: OnReason, Command: []string{script, reasonLog, "{node}", "{reason}"}, Retries: &zero},
+	acts := []actuate.Config{
+		{On: actuate.OnDown, Command: []string{script, downLog, "{node}", "{reason}"}, Retries: &zero},
+		{On: actuate.OnUp, Command: []string{script, upLog, "{node}"}, Retries: &zero},
+		{On: actuate.OnReason, Command: []string{script, reasonLog, "{node}", "{reason}"}, Retries: &zero},
 	}
 	f := &actFixture{downLog: downLog, upLog: upLog}
 	f.harness = newHarness(t, func(o *Options) { o.Actuators = acts })
@@ -433,7 +408,7 @@ func TestActuatorsReasonFollows(t *testing.T) {
 	f.member("n1", downMeta(1, 2, "job 7: 2 still running"))
 	f.settle()
 	f.want([]string{"n1 job 7: 2 still running"}, nil)
-	if got := lines(t, reasonLog); len(got) != 0 {
+	if got := testutil.ReadLines(t, reasonLog); len(got) != 0 {
 		t.Fatalf("on=reason ran %q with the drain's own reason", got)
 	}
 	// A new reason within ReasonEvery of the drain waits for it; a newer
@@ -442,13 +417,13 @@ func TestActuatorsReasonFollows(t *testing.T) {
 	f.sync()
 	f.member("n1", downMeta(1, 4, "job 7: 1 unkillable, 1 zombie"))
 	f.sync()
-	if got := lines(t, reasonLog); len(got) != 0 {
+	if got := testutil.ReadLines(t, reasonLog); len(got) != 0 {
 		t.Fatalf("on=reason ran %q before ReasonEvery passed", got)
 	}
 	waitFor(t, "the reason's wait", func() bool { return f.clk.Pending() > 0 })
-	f.clk.Advance(ReasonEvery)
+	f.clk.Advance(actuate.ReasonEvery)
 	f.settle()
-	if got := lines(t, reasonLog); strings.Join(got, "|") != "n1 job 7: 1 unkillable, 1 zombie" {
+	if got := testutil.ReadLines(t, reasonLog); strings.Join(got, "|") != "n1 job 7: 1 unkillable, 1 zombie" {
 		t.Fatalf("on=reason ran %q, want once with the latest reason", got)
 	}
 	// Back up: undrained; no reason run for it.
@@ -464,9 +439,9 @@ func TestActuatorsReasonFollows(t *testing.T) {
 	f.settle()
 	f.member("n2", downMeta(1, 3, "job 9: gone since 12:00:00Z, resume to clear"))
 	f.settle()
-	f.clk.Advance(ReasonEvery)
+	f.clk.Advance(actuate.ReasonEvery)
 	f.settle()
-	if got := lines(t, reasonLog); len(got) != 1 {
+	if got := testutil.ReadLines(t, reasonLog); len(got) != 1 {
 		t.Fatalf("on=reason ran %q for a node gracewatch did not drain", got)
 	}
 }

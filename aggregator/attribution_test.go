@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -24,7 +25,7 @@ func TestTeardownAttributionServed(t *testing.T) {
 	in := alive("n1", u.Meta)
 	in.Update = updateIn(u)
 	in.Direct = in.Update.Meta
-	nodes := Compute([]NodeInput{in}, at(time.Minute), defaultPolicy)
+	nodes := view.Compute([]view.NodeInput{in}, at(time.Minute), defaultPolicy)
 	if len(nodes) != 1 || len(nodes[0].Teardowns) != 3 {
 		t.Fatalf("nodes = %+v", nodes)
 	}

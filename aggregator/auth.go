@@ -3,14 +3,10 @@ package aggregator
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/gracewatch/gracewatch/internal/secretfile"
 )
 
 // The HTTP API has two bearer tokens:
@@ -139,37 +135,4 @@ func (s *Server) logAuth(r *http.Request, msg string) {
 	if ok, suppressed := s.authLog.Allow(host, time.Now()); ok {
 		s.log.Warn(msg, "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "suppressed", suppressed)
 	}
-}
-
-// ErrSameToken is returned by LoadTokens when the read token is the admin
-// token: it would open the admin endpoints to every reader.
-var ErrSameToken = errors.New("http.read_token_file holds the same token as http.admin_token_file: a reader could drain nodes; make a new read token (head -c 32 /dev/urandom | base64)")
-
-// LoadTokens reads h's token files, each by LoadToken's rules: the admin
-// token (nil without http.admin_token_file) and the read token (nil without
-// http.read_token_file). The two must differ (ErrSameToken). Errors name
-// the key.
-func LoadTokens(h HTTPConfig) (admin, read []byte, err error) {
-	if h.AdminTokenFile != "" {
-		if admin, err = LoadToken(h.AdminTokenFile); err != nil {
-			return nil, nil, fmt.Errorf("key \"http.admin_token_file\": %w", err)
-		}
-	}
-	if h.ReadTokenFile != "" {
-		if read, err = LoadToken(h.ReadTokenFile); err != nil {
-			return nil, nil, fmt.Errorf("key \"http.read_token_file\": %w", err)
-		}
-	}
-	if admin != nil && read != nil && subtle.ConstantTimeCompare(admin, read) == 1 {
-		return nil, nil, fmt.Errorf("key \"http.read_token_file\": %w", ErrSameToken)
-	}
-	return admin, read, nil
-}
-
-// LoadToken reads a token file (the admin or the read token): one line, at
-// least MinTokenBytes long, without white space. It is a secret file, read
-// by internal/secretfile's policy (mode 0600 or 0640; a token anyone on the
-// host can read protects nothing, and the aggregator refuses to start).
-func LoadToken(path string) ([]byte, error) {
-	return secretfile.Token("token", path, MinTokenBytes)
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -53,16 +55,16 @@ func benchNodes(b *testing.B) int {
 }
 
 // benchKind says what node i of the mix is.
-func benchKind(i int) State {
+func benchKind(i int) view.State {
 	switch {
 	case i%benchDownEvery == 1:
-		return StateDown
+		return view.StateDown
 	case i%benchTeardownEvery == 2:
-		return StateTeardown
+		return view.StateTeardown
 	case i%benchUnreachableEvery == 3:
-		return StateUnreachable
+		return view.StateUnreachable
 	}
-	return StateUp
+	return view.StateUp
 }
 
 // benchDetail is a diagnostics report's JSON of about 2 KB, as an agent
@@ -95,15 +97,15 @@ func benchInputs(i int, now time.Time) (mesh.Member, *gwpb.StateUpdate) {
 		State: gwpb.State_STATE_UP, SinceMs: since}
 	m := AgentMember(name, meta, now.Add(-time.Hour))
 	switch benchKind(i) {
-	case StateUnreachable:
+	case view.StateUnreachable:
 		m.Status, m.Since = mesh.StatusDead, now.Add(-time.Minute)
 		return m, nil
-	case StateTeardown:
+	case view.StateTeardown:
 		d := now.Add(time.Hour).UnixMilli()
 		meta.Seq, meta.State, meta.FreeAtMs, meta.DeadlineMs = 2, gwpb.State_STATE_TEARDOWN, d, d
 		return m, &gwpb.StateUpdate{Meta: meta, Teardowns: []*gwpb.Teardown{{Job: strconv.Itoa(i), Phase: "teardown",
 			EndedMs: now.UnixMilli(), DeadlineMs: d, GraceMs: 120000}}}
-	case StateDown:
+	case view.StateDown:
 		d := now.Add(-10 * time.Minute).UnixMilli()
 		reason := fmt.Sprintf("job %d teardown exceeded grace 2m0s: 1 unkillable (pid 5814 cat, D in request_wait_answer, fuse /scratch)", i)
 		meta.Seq, meta.State, meta.DeadlineMs, meta.Reason = 3, gwpb.State_STATE_DOWN, d, reason
@@ -119,7 +121,7 @@ func benchInputs(i int, now time.Time) (mesh.Member, *gwpb.StateUpdate) {
 // and waits until it serves them all. It stops at cleanup.
 func benchService(b *testing.B, n int) *Service {
 	b.Helper()
-	svc, err := New(Options{Name: "agg-1", Policy: Policy{ClockSkewAllowance: 5 * time.Second}, Grace: 2 * time.Minute})
+	svc, err := New(Options{Name: "agg-1", Policy: view.Policy{ClockSkewAllowance: 5 * time.Second}, Grace: 2 * time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func benchService(b *testing.B, n int) *Service {
 	if err := svc.Sync(sctx); err != nil {
 		b.Fatalf("the service did not take %d nodes within a minute: %v", n, err)
 	}
-	count := map[State]int{}
+	count := map[view.State]int{}
 	for _, nd := range svc.Nodes() {
 		count[nd.State]++
 	}
@@ -208,7 +210,7 @@ func BenchmarkNodes(b *testing.B) {
 	url := benchServer(b, svc)
 	want := map[string]int{"full": n}
 	for i := range n {
-		if benchKind(i) == StateDown {
+		if benchKind(i) == view.StateDown {
 			want["down"]++
 		}
 	}
@@ -253,7 +255,7 @@ func benchRequests(b *testing.B, url string, clients, want int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var list NodeList
+	var list api.NodeList
 	if err := json.Unmarshal(body, &list); err != nil {
 		b.Fatalf("GET %s: %v", url, err)
 	}
@@ -329,20 +331,20 @@ func procStatusKiB(b *testing.B, field string) int64 {
 func BenchmarkCompute(b *testing.B) {
 	n := benchNodes(b)
 	now := time.Now()
-	in := make([]NodeInput, n)
+	in := make([]view.NodeInput, n)
 	for i := range n {
 		m, u := benchInputs(i, now)
-		in[i] = NodeInput{Name: m.Name, Role: roleOf(m.Role), Status: m.Status, StatusSince: m.Since, Gossip: decodeMeta(m.Meta),
+		in[i] = view.NodeInput{Name: m.Name, Role: roleOf(m.Role), Status: m.Status, StatusSince: m.Since, Gossip: decodeMeta(m.Meta),
 			Update: updateIn(u)}
 		if u != nil {
 			in[i].Direct = in[i].Update.Meta
 		}
 	}
-	p := Policy{ClockSkewAllowance: 5 * time.Second}
+	p := view.Policy{ClockSkewAllowance: 5 * time.Second}
 	b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if out := Compute(in, now, p); len(out) != n {
+			if out := view.Compute(in, now, p); len(out) != n {
 				b.Fatalf("Compute returned %d nodes, want %d", len(out), n)
 			}
 		}

@@ -3,8 +3,8 @@ package aggregator
 import (
 	"fmt"
 	"slices"
-	"strings"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -14,11 +14,6 @@ import (
 // mesh.EnvelopeLimit (4 MiB) on the wire; without these bounds the
 // aggregator kept all of it per node (and once more per watch event).
 const (
-	// maxUpdateReasonBytes bounds a StateUpdate's reason. The agent cuts
-	// its latched reason at 1 KiB (agent/teardown/latch.go); 4 KiB leaves
-	// room for a newer agent's and keeps 10,000 nodes' reasons within
-	// 40 MB. Slurm shows the reason on one line of sinfo.
-	maxUpdateReasonBytes = 4 << 10
 	// maxSummaryBytes bounds a report's summary, which is of the same kind
 	// as a reason.
 	maxSummaryBytes = 4 << 10
@@ -61,29 +56,6 @@ const (
 	maxUnseenNodes = 1024
 )
 
-// cutMarker ends a text cut to its bound; the number is the original
-// length.
-const cutMarker = "… [cut: %d bytes]"
-
-// cutText returns s cut to at most max bytes, on a UTF-8 boundary, with
-// cutMarker, or s itself when it fits.
-func cutText(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	marker := fmt.Sprintf(cutMarker, len(s))
-	keep := max - len(marker)
-	if keep < 0 {
-		keep = 0
-	}
-	for keep > 0 && keep < len(s) && !isRuneStart(s[keep]) {
-		keep--
-	}
-	return strings.ToValidUTF8(s[:keep], "") + marker
-}
-
-func isRuneStart(b byte) bool { return b&0xc0 != 0x80 }
-
 // cutDetail returns d, or when it is longer than maxDetailBytes a small
 // JSON object that says so (a cut JSON document would not decode).
 func cutDetail(d []byte) []byte {
@@ -105,26 +77,26 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 	if u == nil {
 		return nil
 	}
-	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
+	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: view.CutText(u.GetReason(), view.MaxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
 		Cause: boundCause(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(),
 		Mode: boundMode(u.GetMode()), ObservedCause: boundCause(u.GetObservedCause()),
-		KillPathFloorMs: u.GetKillPathFloorMs(), KillPath: cutText(u.GetKillPath(), maxKillPathBytes)}
+		KillPathFloorMs: u.GetKillPathFloorMs(), KillPath: view.CutText(u.GetKillPath(), maxKillPathBytes)}
 	tds := u.GetTeardowns()
 	for _, td := range tds[:min(len(tds), maxTeardownsKept)] {
 		c.Teardowns = append(c.Teardowns, &gwpb.Teardown{
-			Job:          cutText(td.GetJob(), maxFieldBytes),
-			Phase:        cutText(td.GetPhase(), maxFieldBytes),
+			Job:          view.CutText(td.GetJob(), maxFieldBytes),
+			Phase:        view.CutText(td.GetPhase(), maxFieldBytes),
 			EndedMs:      td.GetEndedMs(),
 			DeadlineMs:   td.GetDeadlineMs(),
 			ExpirationMs: td.GetExpirationMs(),
 			GraceMs:      td.GetGraceMs(),
-			Outcome:      cutText(td.GetOutcome(), maxFieldBytes),
+			Outcome:      view.CutText(td.GetOutcome(), maxFieldBytes),
 			ReleasedMs:   td.GetReleasedMs(),
 			// Cut at maxFieldBytes, past their own bound of 64: the
 			// history refuses a user or command longer than that (a cut
 			// one would look valid).
-			User:    cutText(td.GetUser(), maxFieldBytes),
-			Command: cutText(td.GetCommand(), maxFieldBytes),
+			User:    view.CutText(td.GetUser(), maxFieldBytes),
+			Command: view.CutText(td.GetCommand(), maxFieldBytes),
 		})
 	}
 	reps := slices.Clone(u.GetReports())
@@ -132,16 +104,16 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 	// is unknown, the oldest); of two of the same time the later one in
 	// the message wins, as in fillDetails.
 	slices.Reverse(reps)
-	slices.SortStableFunc(reps, func(a, b *gwpb.Report) int { return msTime(b.GetTakenMs()).Compare(msTime(a.GetTakenMs())) })
+	slices.SortStableFunc(reps, func(a, b *gwpb.Report) int { return view.MsTime(b.GetTakenMs()).Compare(view.MsTime(a.GetTakenMs())) })
 	// A new slice: a resliced clone would keep the reports past the bound
 	// (and their details) alive in its backing array.
 	reps = slices.Clone(reps[:min(len(reps), maxReportsKept)])
 	for i, r := range reps {
 		b := &gwpb.Report{
-			Job:     cutText(r.GetJob(), maxFieldBytes),
-			Stage:   cutText(r.GetStage(), maxFieldBytes),
-			Outcome: cutText(r.GetOutcome(), maxFieldBytes),
-			Summary: cutText(r.GetSummary(), maxSummaryBytes),
+			Job:     view.CutText(r.GetJob(), maxFieldBytes),
+			Stage:   view.CutText(r.GetStage(), maxFieldBytes),
+			Outcome: view.CutText(r.GetOutcome(), maxFieldBytes),
+			Summary: view.CutText(r.GetSummary(), maxSummaryBytes),
 			TakenMs: r.GetTakenMs(),
 		}
 		if i == 0 {
@@ -171,8 +143,8 @@ func boundMeta(m *gwpb.Meta) *gwpb.Meta {
 		FreeAtMs:    m.GetFreeAtMs(),
 		DeadlineMs:  m.GetDeadlineMs(),
 		SinceMs:     m.GetSinceMs(),
-		Reason:      cutText(m.GetReason(), maxUpdateReasonBytes),
-		Addr:        cutText(m.GetAddr(), maxFieldBytes),
+		Reason:      view.CutText(m.GetReason(), view.MaxUpdateReasonBytes),
+		Addr:        view.CutText(m.GetAddr(), maxFieldBytes),
 		StartedMs:   m.GetStartedMs(),
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -56,10 +57,10 @@ func protowireUnknown(n int) protoreflect.RawFields {
 func TestBoundUpdate(t *testing.T) {
 	u := maximalUpdate(2)
 	b := boundUpdate(u)
-	if len(b.GetReason()) > maxUpdateReasonBytes || !strings.HasSuffix(b.GetReason(), fmt.Sprintf(cutMarker, 1<<20)) {
+	if len(b.GetReason()) > view.MaxUpdateReasonBytes || !strings.HasSuffix(b.GetReason(), fmt.Sprintf(view.CutMarker, 1<<20)) {
 		t.Errorf("reason: %d bytes, ends %q", len(b.GetReason()), b.GetReason()[max(0, len(b.GetReason())-40):])
 	}
-	if len(b.GetMeta().GetReason()) > maxUpdateReasonBytes || b.GetMeta().GetSeq() != 2 || b.GetMeta().GetState() != gwpb.State_STATE_DOWN {
+	if len(b.GetMeta().GetReason()) > view.MaxUpdateReasonBytes || b.GetMeta().GetSeq() != 2 || b.GetMeta().GetState() != gwpb.State_STATE_DOWN {
 		t.Errorf("meta: %d bytes of reason, seq %d, %v", len(b.GetMeta().GetReason()), b.GetMeta().GetSeq(), b.GetMeta().GetState())
 	}
 	if len(b.GetTeardowns()) != maxTeardownsKept || len(b.GetTeardowns()[0].GetJob()) > maxFieldBytes {
@@ -85,7 +86,7 @@ func TestBoundUpdate(t *testing.T) {
 	if len(b.ProtoReflect().GetUnknown()) != 0 {
 		t.Error("unknown fields kept")
 	}
-	if size := proto.Size(b); size > maxUpdateReasonBytes*2+maxTeardownsKept*600+maxReportsKept*(maxSummaryBytes+600)+maxDetailBytes {
+	if size := proto.Size(b); size > view.MaxUpdateReasonBytes*2+maxTeardownsKept*600+maxReportsKept*(maxSummaryBytes+600)+maxDetailBytes {
 		t.Errorf("bounded update is %d bytes", size)
 	}
 	// A small update is kept as it is.
@@ -147,7 +148,7 @@ func TestBoundCopiesEveryField(t *testing.T) {
 
 func TestCutText(t *testing.T) {
 	for _, s := range []string{"", "short", strings.Repeat("é", 3000), strings.Repeat("x", 5000)} {
-		c := cutText(s, 100)
+		c := view.CutText(s, 100)
 		if len(c) > 100 && len(s) > 100 || !utf8.ValidString(c) || (len(s) <= 100 && c != s) {
 			t.Errorf("cutText(%d bytes) = %d bytes %q", len(s), len(c), c)
 		}

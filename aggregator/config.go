@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -10,10 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/nodename"
+	"github.com/gracewatch/gracewatch/internal/secretfile"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -34,30 +38,12 @@ const (
 	// of this aggregator and send it its state: the gossip that spreads a
 	// joined member (about 1.1 s to every member at 10,000, BENCHMARKS.md
 	// "Convergence and detection at scale") and a retried send or two.
-	DefaultSettle          = 3 * time.Second
-	DefaultActuatorTimeout = 30 * time.Second
-	DefaultActuatorRetries = 5
-)
-
-// Actuator transitions (ActuatorConfig.On).
-const (
-	OnDown = "down"
-	OnUp   = "up"
-	// OnReason runs when the reason of a node that gracewatch drained
-	// changes while it stays down (the diagnosis followed the hang: a
-	// class got worse or better, the processes are gone), at most once
-	// every ReasonEvery per node, with the latest reason: the scheduler's
-	// reason says what is true now. It never runs for a node gracewatch
-	// did not drain.
-	OnReason = "reason"
+	DefaultSettle = 3 * time.Second
 )
 
 // maxMaxWatchers is the largest http.max_watchers: each watcher holds a
 // descriptor, and 65,536 is above any default limit of open files.
 const maxMaxWatchers = 65536
-
-// ReasonEvery bounds how often the on="reason" actuators run for one node.
-const ReasonEvery = 5 * time.Second
 
 // Config is the aggregator's configuration, read from
 // /etc/gracewatch/aggregator.toml. Start from DefaultConfig.
@@ -86,7 +72,7 @@ type Config struct {
 	Mesh      mesh.Config      `toml:"mesh"`
 	HTTP      HTTPConfig       `toml:"http"`
 	Policy    PolicyConfig     `toml:"policy"`
-	Actuators []ActuatorConfig `toml:"actuator"`
+	Actuators []actuate.Config `toml:"actuator"`
 	// Reservations puts free_at into the scheduler's own plan
 	// (aggregator/reservation; packaging/README.md, "The scheduler's
 	// plan").
@@ -156,25 +142,6 @@ type PolicyConfig struct {
 	// to send its own state before gossip alone can make it down, and
 	// before the actuators act on it (see Policy.Settle). 0: at once.
 	Settle config.Duration `toml:"settle"`
-}
-
-// ActuatorConfig is one [[actuator]] table: a command run on a transition.
-type ActuatorConfig struct {
-	// On is "down" (the node entered down), "up" (it is up again after a
-	// down whose on="down" actuators all succeeded here) or "reason" (its
-	// reason changed while it stays down, drained by gracewatch).
-	On string `toml:"on"`
-	// Command is the argv, run without a shell; "{node}" and "{reason}" are
-	// replaced in every argument. An on="up" command may take "{nodes}"
-	// instead (and then neither of the others): it runs once for the
-	// nodes that come up within BatchDelay, with their hostlist.
-	Command []string `toml:"command"`
-	// Timeout bounds one run (the whole process group is killed); 0 or
-	// absent means 30s.
-	Timeout config.Duration `toml:"timeout"`
-	// Retries is how many times a failed run is retried, with exponential
-	// back-off; absent means 5.
-	Retries *int `toml:"retries"`
 }
 
 // DefaultConfig returns the configuration used when a key is absent.
@@ -287,20 +254,20 @@ func (c *Config) Validate() error {
 		a := &c.Actuators[i]
 		key := func(k string) string { return fmt.Sprintf("actuator[%d].%s", i, k) }
 		switch a.On {
-		case OnDown:
+		case actuate.OnDown:
 			haveDown = true
-		case OnUp:
+		case actuate.OnUp:
 			haveUp = true
-		case OnReason:
+		case actuate.OnReason:
 		default:
-			bad(key("on"), "must be %q, %q or %q, got %q", OnDown, OnUp, OnReason, a.On)
+			bad(key("on"), "must be %q, %q or %q, got %q", actuate.OnDown, actuate.OnUp, actuate.OnReason, a.On)
 		}
 		if len(a.Command) == 0 || a.Command[0] == "" {
 			bad(key("command"), "must name a program")
 		}
-		batch := isBatch(*a)
-		if batch && a.On != OnUp {
-			bad(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", OnUp)
+		batch := actuate.IsBatch(*a)
+		if batch && a.On != actuate.OnUp {
+			bad(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", actuate.OnUp)
 		}
 		for _, arg := range a.Command {
 			for _, ph := range placeholder.FindAllString(arg, -1) {
@@ -318,12 +285,12 @@ func (c *Config) Validate() error {
 		}
 		switch d := a.Timeout.D(); {
 		case d == 0:
-			a.Timeout = config.Dur(DefaultActuatorTimeout)
+			a.Timeout = config.Dur(actuate.DefaultActuatorTimeout)
 		case d < 0:
 			bad(key("timeout"), "must be positive, got %v", d)
 		}
 		if a.Retries == nil {
-			r := DefaultActuatorRetries
+			r := actuate.DefaultActuatorRetries
 			a.Retries = &r
 		} else if *a.Retries < 0 || *a.Retries > 100 {
 			bad(key("retries"), "want 0 to 100, got %d", *a.Retries)
@@ -347,8 +314,8 @@ func (c *Config) Warnings() []string {
 }
 
 // ViewPolicy returns the policy of Compute.
-func (c *Config) ViewPolicy() Policy {
-	return Policy{
+func (c *Config) ViewPolicy() view.Policy {
+	return view.Policy{
 		ClockSkewAllowance: c.Policy.ClockSkewAllowance.D(),
 		UnreachableIsDown:  c.Policy.UnreachableIsDown,
 		UnreachableAfter:   c.Policy.UnreachableAfter.D(),
@@ -356,3 +323,39 @@ func (c *Config) ViewPolicy() Policy {
 		Observe:            c.Mode == config.ModeObserve,
 	}
 }
+
+// ErrSameToken is returned by LoadTokens when the read token is the admin
+// token: it would open the admin endpoints to every reader.
+var ErrSameToken = errors.New("http.read_token_file holds the same token as http.admin_token_file: a reader could drain nodes; make a new read token (head -c 32 /dev/urandom | base64)")
+
+// LoadTokens reads h's token files, each by LoadToken's rules: the admin
+// token (nil without http.admin_token_file) and the read token (nil without
+// http.read_token_file). The two must differ (ErrSameToken). Errors name
+// the key.
+func LoadTokens(h HTTPConfig) (admin, read []byte, err error) {
+	if h.AdminTokenFile != "" {
+		if admin, err = LoadToken(h.AdminTokenFile); err != nil {
+			return nil, nil, fmt.Errorf("key \"http.admin_token_file\": %w", err)
+		}
+	}
+	if h.ReadTokenFile != "" {
+		if read, err = LoadToken(h.ReadTokenFile); err != nil {
+			return nil, nil, fmt.Errorf("key \"http.read_token_file\": %w", err)
+		}
+	}
+	if admin != nil && read != nil && subtle.ConstantTimeCompare(admin, read) == 1 {
+		return nil, nil, fmt.Errorf("key \"http.read_token_file\": %w", ErrSameToken)
+	}
+	return admin, read, nil
+}
+
+// LoadToken reads a token file (the admin or the read token): one line, at
+// least MinTokenBytes long, without white space. It is a secret file, read
+// by internal/secretfile's policy (mode 0600 or 0640; a token anyone on the
+// host can read protects nothing, and the aggregator refuses to start).
+func LoadToken(path string) ([]byte, error) {
+	return secretfile.Token("token", path, MinTokenBytes)
+}
+
+// MinTokenBytes is the shortest token (admin or read) accepted.
+const MinTokenBytes = 16

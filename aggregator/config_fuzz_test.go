@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 )
@@ -31,7 +32,7 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted token files that guard nothing or are one: %+v", h)
 		}
 		for _, a := range cfg.Actuators {
-			if len(a.Command) == 0 || (a.On != OnDown && a.On != OnUp) {
+			if len(a.Command) == 0 || (a.On != actuate.OnDown && a.On != actuate.OnUp) {
 				t.Fatalf("accepted an invalid actuator: %+v", a)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -62,31 +63,31 @@ func (s *Service) deliverAck(from string, ack *gwpb.ControlAck) {
 // ErrNotRunning, ErrSend (wrapped), ErrControlTimeout (wrapped), an
 // *AgentError when the agent refused, or ctx's error. Safe for concurrent
 // use; it blocks.
-func (s *Service) Control(ctx context.Context, node string, action gwpb.Action, reason, by string) (Node, error) {
+func (s *Service) Control(ctx context.Context, node string, action gwpb.Action, reason, by string) (view.Node, error) {
 	return s.control(ctx, node, &gwpb.Control{Action: action, Reason: reason, By: by}, slog.LevelInfo)
 }
 
 // RegisterJob registers job on node's agent (or moves the expiration of
 // the job registered there) and waits for its answer, as Control does.
-func (s *Service) RegisterJob(ctx context.Context, node string, job *gwpb.JobRegistration, by string) (Node, error) {
+func (s *Service) RegisterJob(ctx context.Context, node string, job *gwpb.JobRegistration, by string) (view.Node, error) {
 	return s.control(ctx, node, &gwpb.Control{Action: gwpb.Action_ACTION_REGISTER_JOB, Job: job, By: by}, slog.LevelInfo)
 }
 
 // control sends c (its id set here) to node's agent and waits for the ack,
 // logging its sending and its success at level (failures are warnings).
-func (s *Service) control(ctx context.Context, node string, c *gwpb.Control, level slog.Level) (Node, error) {
+func (s *Service) control(ctx context.Context, node string, c *gwpb.Control, level slog.Level) (view.Node, error) {
 	action, reason, by := c.GetAction(), c.GetReason(), c.GetBy()
 	if err := nodename.Validate(node); err != nil {
-		return Node{}, err
+		return view.Node{}, err
 	}
 	s.mu.Lock()
 	n, ok := s.view[node]
 	m, running := s.mesh, s.running
 	if !ok {
 		s.mu.Unlock()
-		return Node{}, fmt.Errorf("%w: %s", ErrUnknownNode, node)
+		return view.Node{}, fmt.Errorf("%w: %s", ErrUnknownNode, node)
 	}
-	if gone(mesh.Status(n.Member)) {
+	if view.Gone(mesh.Status(n.Member)) {
 		s.mu.Unlock()
 		return n, fmt.Errorf("%w: %s: %s", ErrUnreachable, node, n.Reason)
 	}

@@ -1,7 +1,7 @@
 package aggregator
 
 // The intake's decoding: gossip and StateUpdates (the wire's gwpb types),
-// once bounded (bounds.go), become the internal node input (nodeinput.go)
+// once bounded (bounds.go), become the internal node input (aggregator/view)
 // here, checked once; a Handover carries that input back in the wire's
 // form (encodeMeta, encodeUpdate). Nothing past this file and the intake
 // reads the wire's types of a node's state.
@@ -16,6 +16,7 @@ import (
 	agentrequest "github.com/gracewatch/gracewatch/agent/request"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -24,13 +25,13 @@ import (
 // decodeMeta is m as the view keeps it; nil for nil. Its reason is cut to
 // maxUpdateReasonBytes (a gossiped meta is within memberlist's 512 bytes, a
 // direct one is not); times out of range are unknown (msTime).
-func decodeMeta(m *gwpb.Meta) *NodeMeta {
+func decodeMeta(m *gwpb.Meta) *view.NodeMeta {
 	if m == nil {
 		return nil
 	}
-	return &NodeMeta{Incarnation: m.GetIncarnation(), Seq: m.GetSeq(), State: AgentState(m.GetState()),
-		Since: msTime(m.GetSinceMs()), FreeAt: msTime(m.GetFreeAtMs()), Deadline: msTime(m.GetDeadlineMs()),
-		Reason: cutText(m.GetReason(), maxUpdateReasonBytes)}
+	return &view.NodeMeta{Incarnation: m.GetIncarnation(), Seq: m.GetSeq(), State: view.AgentState(m.GetState()),
+		Since: view.MsTime(m.GetSinceMs()), FreeAt: view.MsTime(m.GetFreeAtMs()), Deadline: view.MsTime(m.GetDeadlineMs()),
+		Reason: view.CutText(m.GetReason(), view.MaxUpdateReasonBytes)}
 }
 
 // decodeUpdate is u, a StateUpdate bounded by boundUpdate, as the view
@@ -38,13 +39,13 @@ func decodeMeta(m *gwpb.Meta) *NodeMeta {
 // bounds (checkCause) is dropped; a teardown's user or command that breaks
 // the proto's rule is dropped (servedUser, servedCommand); a report's
 // detail that is not valid JSON is dropped.
-func decodeUpdate(u *gwpb.StateUpdate) *NodeUpdate {
+func decodeUpdate(u *gwpb.StateUpdate) *view.NodeUpdate {
 	if u.GetMeta() == nil {
 		return nil
 	}
-	d := &NodeUpdate{Meta: decodeMeta(u.GetMeta()), Reason: cutText(u.GetReason(), maxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
+	d := &view.NodeUpdate{Meta: decodeMeta(u.GetMeta()), Reason: view.CutText(u.GetReason(), view.MaxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
 		Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(), Mode: config.ModeEnforce,
-		KillPathFloor: msDuration(u.GetKillPathFloorMs()), KillPath: cutText(u.GetKillPath(), maxKillPathBytes)}
+		KillPathFloor: msDuration(u.GetKillPathFloorMs()), KillPath: view.CutText(u.GetKillPath(), maxKillPathBytes)}
 	if checkCause(u.GetCause()) == nil {
 		d.Cause = decodeCause(u.GetCause())
 	}
@@ -56,25 +57,25 @@ func decodeUpdate(u *gwpb.StateUpdate) *NodeUpdate {
 	}
 	tds := u.GetTeardowns()
 	tds = tds[:min(len(tds), maxTeardownsKept)]
-	d.Teardowns = make([]Teardown, 0, len(tds))
+	d.Teardowns = make([]view.Teardown, 0, len(tds))
 	for _, td := range tds {
-		d.Teardowns = append(d.Teardowns, Teardown{
-			Job:        cutText(td.GetJob(), maxFieldBytes),
-			Phase:      cutText(td.GetPhase(), maxFieldBytes),
-			Ended:      msTime(td.GetEndedMs()),
-			Deadline:   msTime(td.GetDeadlineMs()),
-			Expiration: msTime(td.GetExpirationMs()),
+		d.Teardowns = append(d.Teardowns, view.Teardown{
+			Job:        view.CutText(td.GetJob(), maxFieldBytes),
+			Phase:      view.CutText(td.GetPhase(), maxFieldBytes),
+			Ended:      view.MsTime(td.GetEndedMs()),
+			Deadline:   view.MsTime(td.GetDeadlineMs()),
+			Expiration: view.MsTime(td.GetExpirationMs()),
 			Grace:      msDuration(td.GetGraceMs()),
-			Outcome:    cutText(td.GetOutcome(), maxFieldBytes),
-			Released:   msTime(td.GetReleasedMs()),
+			Outcome:    view.CutText(td.GetOutcome(), maxFieldBytes),
+			Released:   view.MsTime(td.GetReleasedMs()),
 			User:       servedUser(td.GetUser()),
 			Command:    servedCommand(td.GetCommand()),
 		})
 	}
 	for _, r := range u.GetReports() {
-		rep := Report{Job: cutText(r.GetJob(), maxFieldBytes), Stage: cutText(r.GetStage(), maxFieldBytes),
-			Outcome: cutText(r.GetOutcome(), maxFieldBytes), Summary: cutText(r.GetSummary(), maxSummaryBytes),
-			Taken: msTime(r.GetTakenMs())}
+		rep := view.Report{Job: view.CutText(r.GetJob(), maxFieldBytes), Stage: view.CutText(r.GetStage(), maxFieldBytes),
+			Outcome: view.CutText(r.GetOutcome(), maxFieldBytes), Summary: view.CutText(r.GetSummary(), maxSummaryBytes),
+			Taken: view.MsTime(r.GetTakenMs())}
 		if dj := r.GetDetailJson(); len(dj) > 0 && json.Valid(dj) {
 			rep.Detail = json.RawMessage(dj)
 		}
@@ -101,7 +102,7 @@ func msOf(t time.Time) int64 {
 }
 
 // encodeMeta is m in the wire's form (a Handover carries it); nil for nil.
-func encodeMeta(m *NodeMeta) *gwpb.Meta {
+func encodeMeta(m *view.NodeMeta) *gwpb.Meta {
 	if m == nil {
 		return nil
 	}
@@ -111,7 +112,7 @@ func encodeMeta(m *NodeMeta) *gwpb.Meta {
 
 // encodeUpdate is u in the wire's form (a Handover carries it): decoded
 // again, it gives u. Nil for nil.
-func encodeUpdate(u *NodeUpdate) *gwpb.StateUpdate {
+func encodeUpdate(u *view.NodeUpdate) *gwpb.StateUpdate {
 	if u == nil {
 		return nil
 	}
@@ -134,7 +135,7 @@ func encodeUpdate(u *NodeUpdate) *gwpb.StateUpdate {
 }
 
 // encodeCause is c in the wire's form; nil for nil.
-func encodeCause(c *NodeCause) *gwpb.Cause {
+func encodeCause(c *view.NodeCause) *gwpb.Cause {
 	if c == nil {
 		return nil
 	}
@@ -167,12 +168,12 @@ func checkCause(c *gwpb.Cause) error {
 }
 
 // decodeCause is c as the view keeps it; nil for nil. c was checked.
-func decodeCause(c *gwpb.Cause) *NodeCause {
+func decodeCause(c *gwpb.Cause) *view.NodeCause {
 	if c == nil {
 		return nil
 	}
 	n := func(v uint32) int { return int(min(v, maxCauseCount)) }
-	return &NodeCause{
+	return &view.NodeCause{
 		FSType: c.GetFstype(), Source: c.GetSource(), Mountpoint: c.GetMountpoint(), Wchan: c.GetWchan(), Class: c.GetClass(),
 		Counts: incident.Counts{n(c.GetUnkillable()), n(c.GetExitHang()), n(c.GetKillableD()), n(c.GetMissed()),
 			n(c.GetDying()), n(c.GetZombie())},
@@ -253,9 +254,9 @@ func servedCommand(c string) string {
 func roleOf(r gwpb.Role) string {
 	switch r {
 	case gwpb.Role_ROLE_AGENT:
-		return roleAgent
+		return view.RoleAgent
 	case gwpb.Role_ROLE_AGGREGATOR:
-		return roleAggregator
+		return view.RoleAggregator
 	}
-	return roleUnspecified
+	return view.RoleUnspecified
 }

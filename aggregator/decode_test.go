@@ -1,41 +1,15 @@
 package aggregator
 
 import (
-	"go/parser"
-	"go/token"
 	"reflect"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
-
-// The view works on the internal node input only: the wire's types of a
-// node's state are decoded at the intake (decode.go) and the view's output
-// is converted at the HTTP edge (wire.go). This test fails when one of the
-// view's files imports the protobuf types again.
-func TestViewImportsNoWireTypes(t *testing.T) {
-	view := []string{"view.go", "observe.go", "latch.go", "nodeinput.go", "wire.go", "events.go", "recompute.go"}
-	for _, name := range view {
-		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range f.Imports {
-			path, err := strconv.Unquote(imp.Path.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if strings.HasSuffix(path, "/proto/gwpb") || strings.HasPrefix(path, "google.golang.org/protobuf") {
-				t.Errorf("%s imports %s: the view works on the internal node input (nodeinput.go); decode at the intake (decode.go)",
-					name, path)
-			}
-		}
-	}
-}
 
 // fullUpdate is a StateUpdate with every field set to a valid value.
 func fullUpdate() *gwpb.StateUpdate {
@@ -109,7 +83,7 @@ func TestDecodeCarriesEveryField(t *testing.T) {
 	if zero := zeroFields(reflect.ValueOf(u), "NodeUpdate"); len(zero) > 0 {
 		t.Errorf("decodeUpdate left fields unset: %v", zero)
 	}
-	if u.Mode != config.ModeObserve || u.Meta.State != AgentDown || u.KillPathFloor != 95*time.Second ||
+	if u.Mode != config.ModeObserve || u.Meta.State != view.AgentDown || u.KillPathFloor != 95*time.Second ||
 		u.Teardowns[0].Grace != 2*time.Minute || u.Cause.Counts[5] != 6 || u.ObservedCause.FSType != "nfs" {
 		t.Errorf("decoded %+v", u)
 	}

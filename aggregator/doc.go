@@ -1,29 +1,32 @@
-// Package aggregator derives each compute node's state from the gossip mesh
+// Package aggregator is the aggregator's Service: it keeps what the gossip
+// mesh says about every compute node, recomputes each node's view from it
 // and serves it to the scheduler (docs/DESIGN.md §5).
 //
 // The parts, from the inside out:
 //
-//   - Compute, a pure function from what the mesh said about each node
-//     (member status, gossiped meta, the last direct StateUpdate) and the
-//     time to the served view. Two aggregators fed the same inputs serve
-//     the same answers.
+//   - The view, package aggregator/view: Compute, a pure function from
+//     what the mesh said about each node (member status, gossiped meta,
+//     the last direct StateUpdate, decoded at the intake: decode.go) and
+//     the time to the served view. Two aggregators fed the same inputs
+//     serve the same answers.
 //   - Service, which receives the mesh's callbacks without blocking them,
 //     keeps the inputs, recomputes the view on every input and on a timer
 //     armed for the next central deadline, publishes state changes as
-//     events, relays administrators' resume and drain requests to the
-//     agents, and runs the actuators when it leads.
+//     events (package aggregator/watch), relays administrators' resume
+//     and drain requests to the agents, and tells the actuators (package
+//     aggregator/actuate) of each node when it leads.
 //   - Incidents (incidents.go, over the pure grouping of package
 //     aggregator/incident): the DOWN nodes grouped by the cause they
-//     share, the blast-radius limit in front of the on="down" actuators
-//     (actuator_limit.go), clock sanity (latch.go) and the recovery of an
-//     incident's nodes when its cause clears (docs/DESIGN.md §5b).
+//     share, the blast-radius limit in front of the on="down" actuators,
+//     clock sanity (latch.go) and the recovery of an incident's nodes when
+//     its cause clears (docs/DESIGN.md §5b).
 //   - The teardown history and the grace advisor (teardown_history.go,
 //     http_grace.go, over packages aggregator/history and
 //     aggregator/advisor; docs/DESIGN.md §5d).
-//   - Server, the HTTP API described in proto/openapi.yaml, which converts
-//     the view's nodes to the API's (wire.go). The API's types and its Go
-//     client are package aggregator/api; the command line is
-//     aggregator/cli.
+//   - Server, the HTTP API described in proto/openapi.yaml, which asks the
+//     Service only what http_service.go lists and converts the view's
+//     nodes to the API's (wire.go). The API's types and its Go client are
+//     package aggregator/api; the command line is aggregator/cli.
 //
 // The Service sees the mesh through the small Mesh interface (with
 // FakeMesh beside it for tests); Run adapts the real one.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -55,7 +56,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownNode, name)
 	}
-	if !gone(in.Status) {
+	if !view.Gone(in.Status) {
 		st := in.Status
 		if st == "" {
 			st = mesh.StatusAlive
@@ -82,7 +83,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	if f, ok := s.mesh.(forgetter); ok {
 		f.Forget(name)
 	}
-	s.act.forget(name)
+	s.act.Forget(name)
 	if s.plan != nil {
 		s.plan.Forget(name)
 	}

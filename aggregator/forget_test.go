@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -73,7 +74,7 @@ func TestServiceForget(t *testing.T) {
 	}
 	// The agent comes back: a new node.
 	h1.member("cn1", upMeta(2, 1))
-	if n, ok := h1.svc.Node("cn1"); !ok || n.State != StateUp {
+	if n, ok := h1.svc.Node("cn1"); !ok || n.State != view.StateUp {
 		t.Fatalf("cn1 back: %+v, %v; want up", n, ok)
 	}
 }
@@ -101,7 +102,7 @@ func TestHTTPForget(t *testing.T) {
 	if r := call(t, "POST", base+"/v1/nodes/n7/forget", testToken, `{"reason": "gone"}`); r.status != 404 {
 		t.Fatalf("unknown node: %d %s", r.status, r.body)
 	}
-	w := watch(t, base, "")
+	w := openWatch(t, base, "")
 	if _, nodes := w.snapshot(); len(nodes) != 2 {
 		t.Fatalf("snapshot of %d nodes, want 2", len(nodes))
 	}

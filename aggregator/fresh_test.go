@@ -8,6 +8,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -30,7 +31,7 @@ func TestStateUpdatesFreshAndPlausible(t *testing.T) {
 	// Sent 700 ms ago by a node whose clock is right (the delivery took
 	// that long): taken, and the offset measured.
 	send(now.Add(-700*time.Millisecond), &gwpb.StateUpdate{Meta: meta(1, gwpb.State_STATE_UP), StartedMs: now.Add(-time.Hour).UnixMilli()})
-	h.wantState("node1", StateUp)
+	h.wantState("node1", view.StateUp)
 	if off := h.svc.inputs["node1"].ClockOffset; off != 700*time.Millisecond {
 		t.Errorf("clock offset %v, want 700ms", off)
 	}
@@ -39,24 +40,24 @@ func TestStateUpdatesFreshAndPlausible(t *testing.T) {
 	for range 3 {
 		send(now.Add(-2*time.Minute), &gwpb.StateUpdate{Meta: meta(2, gwpb.State_STATE_DOWN), Reason: "replayed", StartedMs: now.Add(-time.Hour).UnixMilli()})
 	}
-	h.wantState("node1", StateUp)
+	h.wantState("node1", view.StateUp)
 	// From a clock implausibly far ahead (one a few minutes ahead is
 	// heard and flagged: TestIncidentsClockAhead).
 	send(now.Add(maxClockAhead+allowance), &gwpb.StateUpdate{Meta: meta(3, gwpb.State_STATE_DOWN), StartedMs: now.Add(-time.Hour).UnixMilli()})
-	h.wantState("node1", StateUp)
+	h.wantState("node1", view.StateUp)
 	// An agent start in the year 2255.
 	far := time.Date(2255, 1, 1, 0, 0, 0, 0, time.UTC)
 	send(now, &gwpb.StateUpdate{Meta: meta(1, gwpb.State_STATE_DOWN), Reason: "future", StartedMs: far.UnixMilli()})
-	h.wantState("node1", StateUp)
+	h.wantState("node1", view.StateUp)
 	// The real agent is still heard.
 	send(now, &gwpb.StateUpdate{Meta: meta(4, gwpb.State_STATE_DOWN), Reason: "real", StartedMs: now.Add(-time.Hour).UnixMilli()})
-	if n := h.wantState("node1", StateDown); n.Reason != "real" {
+	if n := h.wantState("node1", view.StateDown); n.Reason != "real" {
 		t.Errorf("after the real update: %+v", n)
 	}
 	// A stale ack changes nothing either.
 	h.mesh.Deliver("node1", &gwpb.Envelope{SentMs: now.Add(-time.Hour).UnixMilli(), Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: "x", Ok: true, Meta: meta(9, gwpb.State_STATE_UP)}}})
 	h.sync()
-	h.wantState("node1", StateDown)
+	h.wantState("node1", view.StateDown)
 
 	if n := strings.Count(logs.String(), "message refused: not fresh or not plausible"); n != 1 {
 		t.Errorf("%d log lines for the refusals of one node within a minute, want 1:\n%s", n, logs)
@@ -86,7 +87,7 @@ func TestStateUpdateDelayedInDeliveryIsTaken(t *testing.T) {
 	started := now.Add(-time.Hour).UnixMilli()
 	delayed := allowance + mesh.MaxDelivery - 500*time.Millisecond
 	send(now.Add(-delayed), &gwpb.StateUpdate{Meta: meta(1, gwpb.State_STATE_DOWN), Reason: "delayed", StartedMs: started})
-	if n := h.wantState("node1", StateDown); n.Reason != "delayed" {
+	if n := h.wantState("node1", view.StateDown); n.Reason != "delayed" {
 		t.Fatalf("an update delivered %v after its send time: %+v, want taken", delayed, n)
 	}
 	if got := promtest.ToFloat64(h.svc.met.refused.WithLabelValues("stale")); got != 0 {
@@ -97,7 +98,7 @@ func TestStateUpdateDelayedInDeliveryIsTaken(t *testing.T) {
 	}
 	// Past that bound it is refused.
 	send(now.Add(-(allowance + mesh.MaxDelivery + time.Second)), &gwpb.StateUpdate{Meta: meta(2, gwpb.State_STATE_UP), StartedMs: started})
-	h.wantState("node1", StateDown)
+	h.wantState("node1", view.StateDown)
 	if got := promtest.ToFloat64(h.svc.met.refused.WithLabelValues("stale")); got != 1 {
 		t.Errorf("refused stale %v, want 1", got)
 	}

@@ -11,6 +11,9 @@ import (
 
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
+
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
 func FuzzDecodeAction(f *testing.F) {
@@ -46,13 +49,13 @@ func FuzzComputeMeta(f *testing.F) {
 	f.Add(seed(downMeta(1, 3, "hung")), seed(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reports: []*gwpb.Report{{DetailJson: []byte("{")}}}), int64(0))
 	f.Add([]byte{0xff, 0x01}, []byte{0x0a, 0x02, 0x28}, int64(-1))
 	f.Fuzz(func(t *testing.T, metaBytes, updateBytes []byte, offset int64) {
-		in := NodeInput{Name: "n1", Role: roleAgent, Status: mesh.StatusAlive, StatusSince: t0}
+		in := view.NodeInput{Name: "n1", Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0}
 		if len(metaBytes) > 0 {
 			var gossip *gwpb.Meta
 			gossip, in.GossipErr = mesh.DecodeMeta(metaBytes)
 			in.Gossip = decodeMeta(gossip)
 			if in.GossipErr != nil {
-				in.Gossip, in.Role = nil, roleUnspecified
+				in.Gossip, in.Role = nil, view.RoleUnspecified
 			}
 		}
 		var u gwpb.StateUpdate
@@ -61,10 +64,10 @@ func FuzzComputeMeta(f *testing.F) {
 			in.Direct = in.Update.Meta
 		}
 		now := t0.Add(time.Duration(offset))
-		for _, p := range []Policy{defaultPolicy, {ClockSkewAllowance: time.Hour, UnreachableIsDown: true}} {
+		for _, p := range []view.Policy{defaultPolicy, {ClockSkewAllowance: time.Hour, UnreachableIsDown: true}} {
 			for _, st := range []mesh.Status{mesh.StatusAlive, mesh.StatusDead} {
 				in.Status = st
-				nodes := Compute([]NodeInput{in}, now, p)
+				nodes := view.Compute([]view.NodeInput{in}, now, p)
 				if len(nodes) != 1 {
 					t.Fatalf("%d nodes", len(nodes))
 				}
@@ -72,21 +75,21 @@ func FuzzComputeMeta(f *testing.F) {
 				if _, err := json.Marshal(n); err != nil {
 					t.Fatalf("node does not encode: %v", err)
 				}
-				if _, err := ParseState(string(n.State)); err != nil {
+				if _, err := api.ParseState(string(n.State)); err != nil {
 					t.Fatalf("state %q", n.State)
 				}
-				if !n.FreeAt.IsZero() && n.State != StateTeardown {
+				if !n.FreeAt.IsZero() && n.State != view.StateTeardown {
 					t.Fatalf("free_at in state %s", n.State)
 				}
-				if n.Schedulable != (n.State == StateUp || n.State == StateTeardown) {
+				if n.Schedulable != (n.State == view.StateUp || n.State == view.StateTeardown) {
 					t.Fatalf("schedulable %v in state %s", n.Schedulable, n.State)
 				}
-				if p.UnreachableIsDown && n.State == StateUnreachable {
+				if p.UnreachableIsDown && n.State == view.StateUnreachable {
 					t.Fatal("unreachable served with unreachable_is_down")
 				}
 				// A deadline still to come belongs to a teardown, or to
 				// an agent gone during one.
-				if _, ok := nextEnforcement(&in, now, p); ok && n.State != StateTeardown && !gone(st) {
+				if _, ok := view.NextEnforcement(&in, now, p); ok && n.State != view.StateTeardown && !view.Gone(st) {
 					t.Fatalf("a pending deadline in state %s", n.State)
 				}
 			}
@@ -100,7 +103,7 @@ func FuzzComputeMeta(f *testing.F) {
 func FuzzBoundUpdate(f *testing.F) {
 	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
 	f.Add(seed(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reason: "hung", Reports: []*gwpb.Report{{Job: "7", DetailJson: []byte("{}")}}}))
-	f.Add(seed(&gwpb.StateUpdate{Reason: strings.Repeat("é", maxUpdateReasonBytes)}))
+	f.Add(seed(&gwpb.StateUpdate{Reason: strings.Repeat("é", view.MaxUpdateReasonBytes)}))
 	f.Add([]byte{0x12, 0x03, 0xe2, 0x82, 0xac})
 	f.Add(seed(observedUpdate(3, at(time.Minute))))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -109,7 +112,7 @@ func FuzzBoundUpdate(f *testing.F) {
 			return
 		}
 		c := boundUpdate(&u)
-		if len(c.GetReason()) > maxUpdateReasonBytes || len(c.GetMeta().GetReason()) > maxUpdateReasonBytes ||
+		if len(c.GetReason()) > view.MaxUpdateReasonBytes || len(c.GetMeta().GetReason()) > view.MaxUpdateReasonBytes ||
 			len(c.GetTeardowns()) > maxTeardownsKept || len(c.GetReports()) > maxReportsKept {
 			t.Fatalf("over a bound: %d, %d, %d, %d", len(c.GetReason()), len(c.GetMeta().GetReason()), len(c.GetTeardowns()), len(c.GetReports()))
 		}
@@ -125,7 +128,7 @@ func FuzzBoundUpdate(f *testing.F) {
 			t.Fatalf("mode %d kept", m)
 		}
 		// The would-be drain served from it (observe mode) is bounded too.
-		if wd := agentWouldDrain(decodeUpdate(c)); wd != nil && (len(wd.Reason) > maxUpdateReasonBytes || len(wd.Jobs) > maxTeardownsKept ||
+		if wd := view.AgentWouldDrain(decodeUpdate(c)); wd != nil && (len(wd.Reason) > view.MaxUpdateReasonBytes || len(wd.Jobs) > maxTeardownsKept ||
 			(wd.At.Year() > 9999)) {
 			t.Fatalf("would drain over a bound: %d bytes, %d jobs, at %v", len(wd.Reason), len(wd.Jobs), wd.At)
 		}

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"slices"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -21,10 +22,10 @@ const maxHandover = 10000
 // after its death, so a newly started aggregator would otherwise never know
 // a node that died before it came: two aggregators would then answer
 // differently for it (one unreachable, the other unknown).
-func handoverOf(inputs map[string]*NodeInput) *gwpb.Handover {
+func handoverOf(inputs map[string]*view.NodeInput) *gwpb.Handover {
 	h := &gwpb.Handover{}
 	for _, in := range inputs {
-		if !gone(in.Status) || in.Role != roleAgent {
+		if !view.Gone(in.Status) || in.Role != view.RoleAgent {
 			continue
 		}
 		g := &gwpb.GoneMember{Name: in.Name, Left: in.Status == mesh.StatusLeft, Meta: encodeMeta(in.Gossip),
@@ -61,7 +62,7 @@ func handoverOf(inputs map[string]*NodeInput) *gwpb.Handover {
 // returns the names it adopted and how many more it would have adopted
 // past budget (a count) or budgetBytes (what they hold, by proto.Size),
 // with the bytes each adopted one holds.
-func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(string) bool, dirty map[string]bool,
+func adoptHandover(inputs map[string]*view.NodeInput, h *gwpb.Handover, skip func(string) bool, dirty map[string]bool,
 	budget, budgetBytes int) (adopted map[string]int, over int) {
 	adopted = map[string]int{}
 	used := 0
@@ -80,11 +81,11 @@ func adoptHandover(inputs map[string]*NodeInput, h *gwpb.Handover, skip func(str
 			over++
 			continue
 		}
-		in := &NodeInput{Name: name, Role: roleAgent, Status: mesh.StatusDead}
+		in := &view.NodeInput{Name: name, Role: view.RoleAgent, Status: mesh.StatusDead}
 		if g.GetLeft() {
 			in.Status = mesh.StatusLeft
 		}
-		in.StatusSince = msTime(g.GetSinceMs())
+		in.StatusSince = view.MsTime(g.GetSinceMs())
 		gossip := boundMeta(g.GetMeta())
 		in.Gossip = decodeMeta(gossip)
 		var update *gwpb.StateUpdate

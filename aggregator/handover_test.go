@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 	"google.golang.org/protobuf/proto"
@@ -14,17 +15,17 @@ import (
 // A handover carries the gone agents, and the aggregator that adopts them
 // serves them exactly as the one that saw them go.
 func TestHandoverServesGoneNodesTheSame(t *testing.T) {
-	p := Policy{ClockSkewAllowance: 5 * time.Second}
+	p := view.Policy{ClockSkewAllowance: 5 * time.Second}
 	down := downMeta(2, 9, "job 7 teardown exceeded grace 2m0s: 1 unkillable (pid 42 cat, D)")
 	update := &gwpb.StateUpdate{Meta: down, Reason: down.GetReason() + " (full)",
 		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(at(time.Minute))}}}
-	origin := map[string]*NodeInput{
-		"cn1": {Name: "cn1", Role: roleAgent, Status: mesh.StatusDead, StatusSince: at(2 * time.Minute),
+	origin := map[string]*view.NodeInput{
+		"cn1": {Name: "cn1", Role: view.RoleAgent, Status: mesh.StatusDead, StatusSince: at(2 * time.Minute),
 			Gossip: decodeMeta(down), Direct: decodeMeta(down), Update: updateIn(update)},
-		"cn2": {Name: "cn2", Role: roleAgent, Status: mesh.StatusLeft, StatusSince: at(3 * time.Minute),
+		"cn2": {Name: "cn2", Role: view.RoleAgent, Status: mesh.StatusLeft, StatusSince: at(3 * time.Minute),
 			Gossip: decodeMeta(upMeta(1, 3))},
-		"cn3": {Name: "cn3", Role: roleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(1, 4))},
-		"cn4": {Name: "cn4", Role: roleUnspecified, Status: mesh.StatusDead, StatusSince: at(time.Minute)},
+		"cn3": {Name: "cn3", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(1, 4))},
+		"cn4": {Name: "cn4", Role: view.RoleUnspecified, Status: mesh.StatusDead, StatusSince: at(time.Minute)},
 	}
 	h := handoverOf(origin)
 	var names []string
@@ -44,7 +45,7 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 	if err := proto.Unmarshal(b, &env); err != nil {
 		t.Fatal(err)
 	}
-	later := map[string]*NodeInput{"cn3": {Name: "cn3", Role: roleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(1, 4))}}
+	later := map[string]*view.NodeInput{"cn3": {Name: "cn3", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(1, 4))}}
 	dirty := map[string]bool{}
 	if names, _ := adoptHandover(later, env.GetHandover(), func(string) bool { return false }, dirty, maxAdoptedGone, maxAdoptedBytes); len(names) != 2 {
 		t.Fatalf("adopted %v, want 2", names)
@@ -54,22 +55,22 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 	}
 	now := at(10 * time.Minute)
 	for _, name := range []string{"cn1", "cn2"} {
-		want, got := computeNode(origin[name], now, p), computeNode(later[name], now, p)
+		want, got := view.ComputeNode(origin[name], now, p), view.ComputeNode(later[name], now, p)
 		if !reflect.DeepEqual(want, got) {
 			t.Errorf("%s served differently after the handover:\n origin %+v\n later  %+v", name, want, got)
 		}
-		if got.State != StateUnreachable {
+		if got.State != view.StateUnreachable {
 			t.Errorf("%s: state %s, want unreachable", name, got.State)
 		}
 	}
-	if r := computeNode(later["cn1"], now, p).Reason; !strings.Contains(r, "dead") || !strings.Contains(r, "unkillable") {
+	if r := view.ComputeNode(later["cn1"], now, p).Reason; !strings.Contains(r, "dead") || !strings.Contains(r, "unkillable") {
 		t.Errorf("cn1 reason %q: want the death and the last reported violation", r)
 	}
 }
 
 // What the aggregator knows itself wins, and hostile entries are dropped.
 func TestHandoverNeverOverridesWhatIsKnown(t *testing.T) {
-	known := map[string]*NodeInput{"cn1": {Name: "cn1", Role: roleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(3, 1))}}
+	known := map[string]*view.NodeInput{"cn1": {Name: "cn1", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(3, 1))}}
 	h := &gwpb.Handover{Gone: []*gwpb.GoneMember{
 		{Name: "cn1", SinceMs: ms(t0), Meta: downMeta(2, 9, "old")},
 		{Name: ""},
@@ -90,7 +91,7 @@ func TestHandoverNeverOverridesWhatIsKnown(t *testing.T) {
 	if cn9.Status != mesh.StatusDead || !cn9.StatusSince.IsZero() || cn9.Update != nil || cn9.Direct != nil {
 		t.Fatalf("cn9 %+v: want dead, since unknown, no update", cn9)
 	}
-	if got := computeNode(cn9, t0, Policy{}); got.State != StateUnreachable {
+	if got := view.ComputeNode(cn9, t0, view.Policy{}); got.State != view.StateUnreachable {
 		t.Fatalf("cn9 served %s, want unreachable", got.State)
 	}
 }
@@ -120,7 +121,7 @@ func TestServiceHandsOverGoneNodes(t *testing.T) {
 	h1.clk.Advance(time.Minute)
 	h1.sync()
 	want, ok := h1.svc.Node("cn1")
-	if !ok || want.State != StateUnreachable {
+	if !ok || want.State != view.StateUnreachable {
 		t.Fatalf("cn1 on agg-1: %+v, want unreachable", want)
 	}
 

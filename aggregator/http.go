@@ -26,7 +26,9 @@ import (
 	"github.com/gracewatch/gracewatch/internal/opt"
 	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/internal/version"
-	"github.com/gracewatch/gracewatch/proto/gwpb"
+
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
 // Limits of the HTTP API.
@@ -35,8 +37,6 @@ const (
 	MaxBodyBytes = 4 << 10
 	// MaxReasonBytes bounds the reason of a resume or drain.
 	MaxReasonBytes = 256
-	// MinTokenBytes is the shortest token (admin or read) accepted.
-	MinTokenBytes = 16
 
 	// DefaultMaxWatchers bounds the /v1/watch streams at once. A
 	// scheduler needs one or two, a status page one per open tab; each costs
@@ -68,15 +68,6 @@ const (
 	// sseRetry is the reconnection delay suggested to watchers.
 	sseRetry = 2 * time.Second
 )
-
-// Health is the body of GET /healthz.
-type Health struct {
-	Status      string           `json:"status"`
-	Name        string           `json:"name"`
-	Version     string           `json:"version"`
-	Leader      string           `json:"leader"`
-	Aggregators []AggregatorInfo `json:"aggregators"`
-}
 
 // ServerOptions configure a Server.
 type ServerOptions struct {
@@ -123,7 +114,7 @@ type ServerOptions struct {
 // Server serves the HTTP API (proto/openapi.yaml) over a Service. It is safe
 // for concurrent use.
 type Server struct {
-	svc  *Service
+	svc  edgeService
 	opts ServerOptions
 	// adminSum and readSum are the SHA-256 of the tokens, compared in
 	// constant time with that of a request's.
@@ -149,7 +140,7 @@ type Server struct {
 var _ http.Handler = (*Server)(nil)
 
 // NewServer returns a server over svc. Nothing is served until Serve.
-func NewServer(svc *Service, o ServerOptions) *Server {
+func NewServer(svc edgeService, o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -239,8 +230,8 @@ func (s *Server) routes() {
 	routes := []route{
 		{"GET", "/v1/nodes", read, s.handleNodes},
 		{"GET", "/v1/nodes/{name}", read, s.handleNode},
-		{"POST", "/v1/nodes/{name}/resume", admin, s.handleAction(gwpb.Action_ACTION_RESUME)},
-		{"POST", "/v1/nodes/{name}/drain", admin, s.handleAction(gwpb.Action_ACTION_DRAIN)},
+		{"POST", "/v1/nodes/{name}/resume", admin, s.handleAction(s.svc.Resume)},
+		{"POST", "/v1/nodes/{name}/drain", admin, s.handleAction(s.svc.Drain)},
 		{"POST", "/v1/nodes/{name}/forget", admin, s.handleForget},
 		{"POST", "/v1/jobs", admin, s.handleJobs},
 		{"GET", "/v1/watch", read, s.handleWatch},
@@ -301,14 +292,14 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var want State
+	var want view.State
 	if v := q.Get("state"); q.Has("state") {
-		st, err := ParseState(v)
+		st, err := api.ParseState(v)
 		if err != nil {
 			s.writeError(w, http.StatusBadRequest, "state: %v", err)
 			return
 		}
-		want = st
+		want = view.State(st)
 	}
 	format := q.Get("format")
 	if format != "" && format != "json" && format != "hostlist" {
@@ -332,7 +323,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, hl+"\n")
 		return
 	}
-	s.writeJSON(w, http.StatusOK, NodeList{Nodes: wireNodes(nodes)})
+	s.writeJSON(w, http.StatusOK, api.NodeList{Nodes: wireNodes(nodes)})
 }
 
 // pathNode returns the node name of the request's path; when it is not a
@@ -376,14 +367,14 @@ const (
 	detailNoToken = "the report's detail (command lines, open files) is served only with the read or the admin token, and this aggregator has neither (http.read_token_file, http.admin_token_file); run nodeagent diagnose on the node"
 )
 
-func (s *Server) handleAction(action gwpb.Action) http.HandlerFunc {
+func (s *Server) handleAction(act func(ctx context.Context, node, reason, by string) (view.Node, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, req, ok := s.nodeAction(w, r)
 		if !ok {
 			return
 		}
 		by := fmt.Sprintf("%s (HTTP from %s)", s.svc.Name(), r.RemoteAddr)
-		n, err := s.svc.Control(r.Context(), name, action, req.Reason, by)
+		n, err := act(r.Context(), name, req.Reason, by)
 		if err != nil {
 			s.writeActionError(w, r, name, err)
 			return
@@ -417,10 +408,10 @@ func (s *Server) writeActionError(w http.ResponseWriter, r *http.Request, name s
 
 // nodeAction reads the node named by the path and the body of an action on
 // it (resume, drain, forget); on an error it answers and returns false.
-func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) (string, ActionRequest, bool) {
+func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) (string, api.ActionRequest, bool) {
 	name, ok := s.pathNode(w, r)
 	if !ok {
-		return "", ActionRequest{}, false
+		return "", api.ActionRequest{}, false
 	}
 	req, ok := s.readAction(w, r)
 	return name, req, ok
@@ -428,7 +419,7 @@ func (s *Server) nodeAction(w http.ResponseWriter, r *http.Request) (string, Act
 
 // readAction decodes the body of resume, drain and forget; on an error it
 // answers (400, or 413 for a body over MaxBodyBytes) and returns false.
-func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (ActionRequest, bool) {
+func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (api.ActionRequest, bool) {
 	return readBody(s, w, r, decodeAction)
 }
 
@@ -460,25 +451,16 @@ func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
 		s.writeActionError(w, r, name, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, Forgotten{Name: name})
+	s.writeJSON(w, http.StatusOK, api.Forgotten{Name: name})
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
-	p := s.svc.Policy()
-	s.writeJSON(w, http.StatusOK, ClusterConfig{
-		Grace:              s.svc.Grace().Seconds(),
-		ClockSkewAllowance: p.ClockSkewAllowance.Seconds(),
-		UnreachableIsDown:  p.UnreachableIsDown,
-		UnreachableAfter:   p.UnreachableAfter.Seconds(),
-		Settle:             p.Settle.Seconds(),
-		Schema:             gwpb.SchemaVersion,
-		Mode:               modeName(p.Observe),
-	})
+	s.writeJSON(w, http.StatusOK, s.svc.ClusterConfig())
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	aggs, leader := s.svc.Aggregators()
-	s.writeJSON(w, http.StatusOK, Health{
+	s.writeJSON(w, http.StatusOK, api.Health{
 		Status:      "ok",
 		Name:        s.svc.Name(),
 		Version:     version.Version,
@@ -498,8 +480,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 
 // decodeAction decodes and checks a resume or drain body: exactly one JSON
 // object with a reason, no unknown field, no trailing data.
-func decodeAction(r io.Reader) (ActionRequest, error) {
-	var req ActionRequest
+func decodeAction(r io.Reader) (api.ActionRequest, error) {
+	var req api.ActionRequest
 	if err := decodeStrict(r, &req, `{"reason": "..."}`, "only reason"); err != nil {
 		return req, err
 	}
@@ -567,7 +549,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, code int, v any) {
 	if err != nil {
 		s.log.Error("cannot encode a response", "err", err)
 		code = http.StatusInternalServerError
-		b, _ = json.Marshal(ErrorBody{Error: "cannot encode the response: " + err.Error()})
+		b, _ = json.Marshal(api.ErrorBody{Error: "cannot encode the response: " + err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -577,5 +559,5 @@ func (s *Server) writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, code int, format string, a ...any) {
-	s.writeJSON(w, code, ErrorBody{Error: fmt.Sprintf(format, a...)})
+	s.writeJSON(w, code, api.ErrorBody{Error: fmt.Sprintf(format, a...)})
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/advisor"
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/history"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
 
@@ -133,7 +135,7 @@ func parseTime(s string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil || t.Unix() <= 0 || t.Unix() > 1<<40 {
-		return time.Time{}, fmt.Errorf("%q: want RFC 3339 (2025-06-01T12:00:00Z) or Unix seconds", cutText(s, 64))
+		return time.Time{}, fmt.Errorf("%q: want RFC 3339 (2025-06-01T12:00:00Z) or Unix seconds", view.CutText(s, 64))
 	}
 	return t, nil
 }
@@ -145,7 +147,7 @@ func parseCandidate(s string) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.ParseInt(s, 10, 64)
 		if nerr != nil || n > int64(maxCandidate/time.Second) {
-			return 0, fmt.Errorf("%q: want a duration (\"90s\", \"2m\") or whole seconds", cutText(s, 32))
+			return 0, fmt.Errorf("%q: want a duration (\"90s\", \"2m\") or whole seconds", view.CutText(s, 32))
 		}
 		d = time.Duration(n) * time.Second
 	}
@@ -156,7 +158,7 @@ func parseCandidate(s string) (time.Duration, error) {
 }
 
 func (s *Server) handleGrace(w http.ResponseWriter, r *http.Request) {
-	p, err := parseGraceQuery(r.URL.RawQuery, s.svc.clock.Now())
+	p, err := parseGraceQuery(r.URL.RawQuery, s.svc.Now())
 	if err != nil {
 		s.writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -166,7 +168,7 @@ func (s *Server) handleGrace(w http.ResponseWriter, r *http.Request) {
 		q.Nodes = func(n string) bool { _, ok := p.set[n]; return ok }
 	}
 	adv, err := s.svc.Advise(q)
-	if errors.Is(err, errHistoryOff) {
+	if errors.Is(err, history.ErrOff) {
 		s.writeError(w, http.StatusServiceUnavailable, "%v", err)
 		return
 	}
@@ -174,9 +176,9 @@ func (s *Server) handleGrace(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	out := wireAdvice(adv, s.svc.opts.Grace)
+	out := wireAdvice(adv, s.svc.Grace())
 	out.Nodes = p.nodes
-	st := s.svc.hist.store.Stats()
+	st := s.svc.HistoryStats()
 	out.History = api.GraceHistory{Records: st.Records, Bytes: st.Bytes}
 	if st.OldestStartMs > 0 {
 		t := time.UnixMilli(st.OldestStartMs).UTC()

@@ -9,8 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
 
@@ -26,9 +28,9 @@ type (
 
 func (s *Server) handleIncidents(w http.ResponseWriter, r *http.Request) {
 	incs, lim := s.svc.Incidents()
-	now := s.svc.clock.Now()
-	out := api.IncidentList{Incidents: make([]api.Incident, 0, len(incs)), AutoResume: s.svc.opts.Incidents.AutoResume,
-		Leader: s.svc.act.stillLeading(),
+	now := s.svc.Now()
+	out := api.IncidentList{Incidents: make([]api.Incident, 0, len(incs)), AutoResume: s.svc.AutoResume(),
+		Leader: s.svc.Leading(),
 		Limit: api.DrainLimit{Enabled: lim.Enabled, Limit: lim.Limit, Used: lim.Used, Window: lim.Window.Seconds(),
 			KnownNodes: lim.Known, Held: lim.HeldCount}}
 	for _, inc := range incs {
@@ -38,14 +40,14 @@ func (s *Server) handleIncidents(w http.ResponseWriter, r *http.Request) {
 }
 
 // wireIncident is inc as the HTTP API serves it.
-func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Incident {
+func wireIncident(inc incident.Incident, lim actuate.LimitStatus, now time.Time) api.Incident {
 	held := lim.Held[inc.ID]
 	w := api.Incident{ID: inc.ID, State: "open", Kind: string(inc.Cause.Kind), Cause: inc.Cause.String(),
 		FSType: inc.Cause.FSType, Source: inc.Cause.Source, Mountpoint: inc.Cause.Mountpoint, Wchan: inc.Cause.Wchan,
 		Nodes: apiHostlist(inc.Nodes), Count: len(inc.Nodes), Peak: inc.Peak,
 		Clean: apiHostlist(inc.Clean), CleanCount: len(inc.Clean),
 		Held: apiHostlist(held), HeldCount: len(held),
-		Classes: inc.Counts.Map(), FirstSeen: servedTime(inc.FirstSeen), LastSeen: servedTime(inc.LastSeen),
+		Classes: inc.Counts.Map(), FirstSeen: view.ServedTime(inc.FirstSeen), LastSeen: view.ServedTime(inc.LastSeen),
 		Duration: inc.Duration(now).Seconds()}
 	if c, ok := lim.Confirmed[inc.ID]; ok {
 		w.Confirmed = true
@@ -53,7 +55,7 @@ func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Inc
 	}
 	if !inc.Open() {
 		w.State = "closed"
-		w.Closed = wireTime(servedTime(inc.Closed))
+		w.Closed = wireTime(view.ServedTime(inc.Closed))
 	}
 	if e := inc.Example; e.Node != "" {
 		w.Example = &api.IncidentExample{Node: e.Node, Job: e.Job, PID: e.PID, Comm: e.Comm, Class: e.Class, Wchan: e.Wchan}
@@ -63,8 +65,8 @@ func wireIncident(inc incident.Incident, lim limitStatus, now time.Time) api.Inc
 
 // wireConfirmation is what a confirmation covers, as the HTTP API serves
 // it.
-func wireConfirmation(c ConfirmScope) *api.Confirmation {
-	return &api.Confirmation{At: servedTime(c.At), Nodes: apiHostlist(c.Nodes), Count: len(c.Nodes), Until: wireTime(servedTime(c.Until))}
+func wireConfirmation(c actuate.ConfirmScope) *api.Confirmation {
+	return &api.Confirmation{At: view.ServedTime(c.At), Nodes: apiHostlist(c.Nodes), Count: len(c.Nodes), Until: wireTime(view.ServedTime(c.Until))}
 }
 
 // apiHostlist is names as a hostlist; names that make none (they are all

@@ -3,31 +3,23 @@ package aggregator
 import (
 	"net/http"
 
-	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 )
 
-// Reservations returns what the reservation planner keeps, and whether
-// reservations are enabled.
-func (s *Service) Reservations() (reservation.Status, bool) {
-	if s.plan == nil {
-		return reservation.Status{}, false
-	}
-	return s.plan.Status(), true
-}
-
 func (s *Server) handleReservations(w http.ResponseWriter, r *http.Request) {
 	st, enabled := s.svc.Reservations()
-	out := ReservationList{Enabled: enabled, Leader: st.Leader, Reservations: []ReservationInfo{}, Error: st.Error}
+	out := api.ReservationList{Enabled: enabled, Leader: st.Leader, Reservations: []api.ReservationInfo{}, Error: st.Error}
 	if !st.ErrorAt.IsZero() {
-		out.ErrorAt = wireTime(servedTime(st.ErrorAt))
+		out.ErrorAt = wireTime(view.ServedTime(st.ErrorAt))
 	}
 	for _, res := range st.Reservations {
 		hl, err := hostlist.Compress(res.Nodes)
 		if err != nil {
 			hl = ""
 		}
-		out.Reservations = append(out.Reservations, ReservationInfo{Name: res.Name, Nodes: hl, Count: len(res.Nodes), End: res.End.UTC()})
+		out.Reservations = append(out.Reservations, api.ReservationInfo{Name: res.Name, Nodes: hl, Count: len(res.Nodes), End: res.End.UTC()})
 	}
 	s.writeJSON(w, http.StatusOK, out)
 }

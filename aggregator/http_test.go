@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -65,7 +66,7 @@ type response struct {
 
 func (r response) errorMsg(t testing.TB) string {
 	t.Helper()
-	var eb ErrorBody
+	var eb api.ErrorBody
 	if err := json.Unmarshal(r.body, &eb); err != nil || eb.Error == "" {
 		t.Fatalf("not an error body: %s", r.body)
 	}
@@ -128,7 +129,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 	base := h.serve(ServerOptions{})
 
 	r := call(t, "GET", base+"/v1/nodes", "", "")
-	var list NodeList
+	var list api.NodeList
 	if err := json.Unmarshal(r.body, &list); err != nil || r.status != 200 {
 		t.Fatalf("GET /v1/nodes: %d %s", r.status, r.body)
 	}
@@ -194,13 +195,13 @@ func TestHTTPReadEndpoints(t *testing.T) {
 	}
 
 	r = call(t, "GET", base+"/v1/config", "", "")
-	var cc ClusterConfig
+	var cc api.ClusterConfig
 	if err := json.Unmarshal(r.body, &cc); err != nil || cc.Grace != 120 || cc.ClockSkewAllowance != 5 || cc.Schema != gwpb.SchemaVersion || cc.Mode != "enforce" {
 		t.Errorf("config: %s", r.body)
 	}
 
 	r = call(t, "GET", base+"/healthz", "", "")
-	var hz Health
+	var hz api.Health
 	if err := json.Unmarshal(r.body, &hz); err != nil || hz.Status != "ok" || hz.Leader != "agg-1" {
 		t.Errorf("healthz: %s", r.body)
 	}
@@ -210,7 +211,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 	}
 	h.mesh.SetJoined(false)
 	r = call(t, "GET", base+"/readyz", "", "")
-	var rd Readiness
+	var rd api.Readiness
 	if err := json.Unmarshal(r.body, &rd); err != nil || r.status != 503 || rd.Ready || !strings.Contains(rd.Detail, "not joined") {
 		t.Errorf("readyz before join: %d %s", r.status, r.body)
 	}
@@ -224,7 +225,7 @@ func TestHTTPReadEndpoints(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var eb ErrorBody
+		var eb api.ErrorBody
 		if json.Unmarshal(b, &eb) != nil || eb.Error == "" || (resp.StatusCode != 404 && resp.StatusCode != 405) {
 			t.Errorf("%s %s: %d %s", c.method, c.path, resp.StatusCode, b)
 		}
@@ -235,7 +236,7 @@ func TestHTTPInsecureMeshInReadyz(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.MeshInsecure = true })
 	base := h.serve(ServerOptions{})
 	r := call(t, "GET", base+"/readyz", "", "")
-	var rd Readiness
+	var rd api.Readiness
 	if err := json.Unmarshal(r.body, &rd); err != nil || !rd.Insecure || !strings.Contains(rd.Detail, "insecure") {
 		t.Errorf("readyz: %s", r.body)
 	}
@@ -249,7 +250,7 @@ func TestHTTPReadyzHost(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.Host = hostinfo.NewReader(hostinfo.Options{StateDir: dir}).Read })
 	base := h.serve(ServerOptions{})
 	r := call(t, "GET", base+"/readyz", "", "")
-	var rd Readiness
+	var rd api.Readiness
 	if err := json.Unmarshal(r.body, &rd); err != nil || rd.Host == nil {
 		t.Fatalf("readyz: %s", r.body)
 	}
@@ -271,7 +272,7 @@ func TestHTTPResumeAndDrain(t *testing.T) {
 
 	r := call(t, "POST", base+"/v1/nodes/n1/resume", testToken, `{"reason": "fixed the NFS server"}`)
 	var n api.Node
-	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != StateUp || n.Seq != 6 {
+	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != api.StateUp || n.Seq != 6 {
 		t.Fatalf("resume: %d %s", r.status, r.body)
 	}
 	sent := h.mesh.Sent()
@@ -285,10 +286,10 @@ func TestHTTPResumeAndDrain(t *testing.T) {
 	if c.GetAskedMs() != h.clk.Now().UnixMilli() || c.GetDeadlineMs()-c.GetAskedMs() != DefaultControlTimeout.Milliseconds() {
 		t.Errorf("control asked %d, deadline %d: want now and now + the control timeout", c.GetAskedMs(), c.GetDeadlineMs())
 	}
-	h.wantState("n1", StateUp)
+	h.wantState("n1", view.StateUp)
 
 	r = call(t, "POST", base+"/v1/nodes/n1/drain", testToken, `{"reason": "maintenance"}`)
-	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != StateDown || n.Reason != "drained: maintenance" {
+	if err := json.Unmarshal(r.body, &n); err != nil || r.status != 200 || n.State != api.StateDown || n.Reason != "drained: maintenance" {
 		t.Fatalf("drain: %d %s", r.status, r.body)
 	}
 }
@@ -420,7 +421,7 @@ func TestTwoAggregatorsServeTheSameView(t *testing.T) {
 	a.advance(3 * time.Minute)
 	b.advance(3 * time.Minute)
 	compare("/v1/nodes")
-	if n := a.node("n2"); n.State != StateDown {
+	if n := a.node("n2"); n.State != view.StateDown {
 		t.Errorf("n2 = %s", n.State)
 	}
 }

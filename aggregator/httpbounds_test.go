@@ -176,7 +176,7 @@ func TestWatchOutlivesTheReadTimeout(t *testing.T) {
 	h := newHarness(t)
 	const readTimeout = 300 * time.Millisecond
 	base := h.serve(ServerOptions{ReadTimeout: readTimeout})
-	w := watch(t, base, "")
+	w := openWatch(t, base, "")
 	w.snapshot()
 	time.Sleep(3 * readTimeout) // not a wait: the watch stays idle past the read timeout, the scenario
 	h.member("n1", upMeta(1, 1))

@@ -16,7 +16,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -94,10 +98,10 @@ func newIncidents(cfg incident.Config) *incidents {
 
 // incidentNode is n as Group sees it; rule is the view's rule that served
 // it (the cause constants of view.go).
-func incidentNode(n Node, rule string) incident.Node {
+func incidentNode(n view.Node, rule string) incident.Node {
 	in := incident.Node{Name: n.Name, Clean: n.Latch.Clean}
 	switch rule {
-	case causeAgent:
+	case view.CauseAgent:
 		c := n.Latch.Cause
 		switch {
 		case c != nil && c.FSType != "":
@@ -113,7 +117,7 @@ func incidentNode(n Node, rule string) incident.Node {
 			in.Counts = c.Counts
 			in.Example = incident.Example{Job: c.Job, PID: c.ExamplePID, Comm: c.ExampleComm, Class: c.Class, Wchan: c.Wchan}
 		}
-	case causeCentralDeadline:
+	case view.CauseCentralDeadline:
 		in.Cause = incident.Cause{Kind: incident.KindNoReport}
 	default:
 		in.Cause = incident.Cause{Kind: incident.KindUnreachable}
@@ -125,12 +129,12 @@ func incidentNode(n Node, rule string) incident.Node {
 // of an incident that turns unreachable is passed to Group as such, so
 // that its leaving is not taken for its cause clearing. It runs on the
 // loop.
-func (s *Service) trackDown(n Node, rule string) {
+func (s *Service) trackDown(n view.Node, rule string) {
 	var in incident.Node
 	switch _, member := s.inc.state.Member[n.Name]; {
-	case n.State == StateDown:
+	case n.State == view.StateDown:
 		in = incidentNode(n, rule)
-	case n.State == StateUnreachable && member:
+	case n.State == view.StateUnreachable && member:
 		in = incident.Node{Name: n.Name, Unreachable: true}
 		delete(s.inc.prefix, n.Name)
 		delete(s.inc.asked, n.Name)
@@ -194,7 +198,7 @@ func (s *Service) logIncident(ch incident.Change, now time.Time) {
 	case incident.Closed:
 		s.met.incidentsClosed.Inc()
 		delete(s.inc.logs, inc.ID)
-		s.act.forgetIncident(inc.ID)
+		s.act.ForgetIncident(inc.ID)
 		s.incidentLine(slog.LevelInfo, ch, "incident closed", "incident", inc.ID, "kind", string(inc.Cause.Kind), "cause", inc.Cause.String(),
 			"duration", inc.Duration(now).Round(time.Second).String(), "peak_nodes", inc.Peak, "joined", memo.joined, "left", memo.left)
 		return
@@ -215,12 +219,12 @@ func (s *Service) logIncident(ch incident.Change, now time.Time) {
 // node's input alone makes such a change). It reports whether the line
 // was written (or its level is not logged).
 func (s *Service) incidentLine(level slog.Level, ch incident.Change, msg string, args ...any) bool {
-	var lines *nodeLog // nil: not bounded
+	var lines *nodelog.Log // nil: not bounded
 	node := ""
 	if movers := append(slices.Clip(ch.Joined), ch.Left...); len(movers) == 1 {
 		lines, node = s.lines, movers[0]
 	}
-	return lines.write(s.log, level, node, msg, callerPC(), args)
+	return lines.Write(s.log, level, node, msg, nodelog.CallerPC(), args)
 }
 
 // logHostlist is names as a hostlist, cut for a log line.
@@ -229,7 +233,7 @@ func logHostlist(names []string) string {
 	if err != nil {
 		return fmt.Sprintf("(%d nodes)", len(names))
 	}
-	return cutText(hl, maxLoggedHostlist)
+	return view.CutText(hl, maxLoggedHostlist)
 }
 
 func exampleText(e incident.Example) string {
@@ -241,11 +245,11 @@ func exampleText(e incident.Example) string {
 
 // actInfo is what the actuators are told of n besides its state (see
 // actInfo). It runs on the loop, after regroup.
-func (s *Service) actInfo(n Node) actInfo {
-	if n.State != StateDown {
-		return actInfo{}
+func (s *Service) actInfo(n view.Node) actuate.ActInfo {
+	if n.State != view.StateDown {
+		return actuate.ActInfo{}
 	}
-	info := actInfo{Limited: !n.Latch.AdminDrain, Early: !n.EarlyUntil.IsZero()}
+	info := actuate.ActInfo{Limited: !n.Latch.AdminDrain, Early: !n.EarlyUntil.IsZero()}
 	id, ok := s.inc.state.Member[n.Name]
 	if !ok {
 		return info
@@ -294,7 +298,7 @@ func (s *Service) autoResume(now time.Time) {
 				continue
 			}
 			n, ok := s.view[name]
-			if !ok || n.State != StateDown || !n.Latch.Clean || n.Latch.AdminDrain {
+			if !ok || n.State != view.StateDown || !n.Latch.Clean || n.Latch.AdminDrain {
 				continue
 			}
 			if at, asked := s.inc.asked[name]; asked && now.Sub(at) < resumeRetry {
@@ -336,13 +340,13 @@ func (s *Service) resumeOne(ctx context.Context, node, reason string) {
 
 // Incidents returns the open incidents and the last closed ones (by id),
 // and the blast-radius limit's state. Safe for concurrent use.
-func (s *Service) Incidents() ([]incident.Incident, limitStatus) {
+func (s *Service) Incidents() ([]incident.Incident, actuate.LimitStatus) {
 	s.inc.mu.RLock()
 	out := slices.Collect(maps.Values(s.inc.state.Open))
 	out = append(out, s.inc.state.Closed...)
 	s.inc.mu.RUnlock()
 	slices.SortFunc(out, func(a, b incident.Incident) int { return int(a.ID) - int(b.ID) })
-	return out, s.act.limitStatus()
+	return out, s.act.LimitStatus()
 }
 
 // MaxConfirmFor bounds the time a confirmation covers every drain of its
@@ -363,31 +367,31 @@ const MaxConfirmFor = 24 * time.Hour
 // holds the drains: confirm there; incident ids are each aggregator's
 // own), ErrConfirmFor (d is negative or past MaxConfirmFor). Safe for
 // concurrent use.
-func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration) (ConfirmScope, error) {
+func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration) (actuate.ConfirmScope, error) {
 	if d < 0 || d > MaxConfirmFor {
-		return ConfirmScope{}, fmt.Errorf("%w: want 0 (none) to %v, got %v", ErrConfirmFor, MaxConfirmFor, d)
+		return actuate.ConfirmScope{}, fmt.Errorf("%w: want 0 (none) to %v, got %v", ErrConfirmFor, MaxConfirmFor, d)
 	}
 	s.inc.mu.RLock()
 	inc, ok := s.inc.state.Find(id)
 	s.inc.mu.RUnlock()
 	switch {
 	case !ok:
-		return ConfirmScope{}, fmt.Errorf("%w: %d", ErrUnknownIncident, id)
+		return actuate.ConfirmScope{}, fmt.Errorf("%w: %d", ErrUnknownIncident, id)
 	case !inc.Open():
-		return ConfirmScope{}, fmt.Errorf("%w: incident %d closed at %s", ErrIncidentClosed, id, formatTime(inc.Closed))
+		return actuate.ConfirmScope{}, fmt.Errorf("%w: incident %d closed at %s", ErrIncidentClosed, id, view.FormatTime(inc.Closed))
 	}
-	if len(s.act.down) > 0 && !s.act.stillLeading() {
+	if s.act.Drains() && !s.act.StillLeading() {
 		_, leader := s.Aggregators()
-		return ConfirmScope{}, fmt.Errorf("%w: confirm on the leader, %s (its incident ids are its own: see its GET /v1/incidents)", ErrNotLeader, leader)
+		return actuate.ConfirmScope{}, fmt.Errorf("%w: confirm on the leader, %s (its incident ids are its own: see its GET /v1/incidents)", ErrNotLeader, leader)
 	}
 	var until time.Time
 	if d > 0 {
 		until = s.clock.Now().Add(d)
 	}
-	scope := s.act.confirm(id, inc.Nodes, until)
+	scope := s.act.Confirm(id, inc.Nodes, until)
 	later := "limited: held past the limit"
 	if !scope.Until.IsZero() {
-		later = "covered until " + formatTime(scope.Until)
+		later = "covered until " + view.FormatTime(scope.Until)
 	}
 	s.log.Warn("incident confirmed by an administrator: the drains it covers run past the blast-radius limit", "incident", id,
 		"cause", inc.Cause.String(), "released", scope.Released, "covers", logHostlist(scope.Nodes), "nodes_joining_later", later,
@@ -397,8 +401,8 @@ func (s *Service) ConfirmIncident(id uint64, reason, by string, d time.Duration)
 
 // incidentReadiness adds the held drains and the nodes whose clock is off
 // to r.
-func (s *Service) incidentReadiness(r *Readiness, detail *[]string) {
-	st := s.act.limitStatus()
+func (s *Service) incidentReadiness(r *api.Readiness, detail *[]string) {
+	st := s.act.LimitStatus()
 	r.HeldDrains = st.HeldCount
 	if st.HeldCount > 0 {
 		*detail = append(*detail, fmt.Sprintf("%d drains held by the blast-radius limit (%d within %v): see aggregator incidents; aggregator incident confirm ID lets an incident's through",
@@ -407,7 +411,7 @@ func (s *Service) incidentReadiness(r *Readiness, detail *[]string) {
 	s.inc.mu.RLock()
 	names := slices.Sorted(maps.Keys(s.inc.skewed))
 	for _, name := range names[:min(len(names), maxSkewListed)] {
-		r.ClockSkewed = append(r.ClockSkewed, ClockSkew{Node: name, OffsetSeconds: -s.inc.skewed[name].Seconds()})
+		r.ClockSkewed = append(r.ClockSkewed, api.ClockSkew{Node: name, OffsetSeconds: -s.inc.skewed[name].Seconds()})
 	}
 	s.inc.mu.RUnlock()
 	r.ClockSkewedNodes = len(names)
@@ -419,11 +423,3 @@ func (s *Service) incidentReadiness(r *Readiness, detail *[]string) {
 
 // maxSkewListed bounds the nodes /readyz names with their clock offset.
 const maxSkewListed = 10
-
-// ClockSkew is a node whose clock disagrees with the aggregator's.
-type ClockSkew struct {
-	Node string `json:"node"`
-	// OffsetSeconds is how far the node's clock is ahead (negative:
-	// behind), as measured from its last message.
-	OffsetSeconds float64 `json:"ahead_seconds"`
-}

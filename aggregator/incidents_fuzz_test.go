@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -53,11 +54,11 @@ func FuzzIntakeCause(f *testing.F) {
 			}
 		}
 		nu := decodeUpdate(u)
-		in := NodeInput{Name: "n1", Role: roleAgent, Status: mesh.StatusAlive, StatusSince: t0, Update: nu, Direct: nu.Meta,
+		in := view.NodeInput{Name: "n1", Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0, Update: nu, Direct: nu.Meta,
 			ClockOffset: time.Duration(skewMs) * time.Millisecond}
-		n, rule := computeNodeCause(&in, t0, defaultPolicy)
+		n, rule := view.ComputeNodeCause(&in, t0, defaultPolicy)
 		down := []incident.Node{incidentNode(n, rule)}
-		if n.State != StateDown {
+		if n.State != view.StateDown {
 			down = nil
 		}
 		s, _ := incident.Group(incident.State{}, down, t0, incident.Config{})

@@ -11,7 +11,9 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -78,7 +80,7 @@ func TestIncidentsOneNodeNeverResumesAnother(t *testing.T) {
 		f.update("n2", hung(5, "", false))
 		f.update("n2", hung(6, "", true))
 		f.wantNoResume(resumed, "n2 down and clean again")
-		f.wantState("n1", StateDown)
+		f.wantState("n1", view.StateDown)
 	})
 
 	t.Run("three honest nodes", func(t *testing.T) {
@@ -92,7 +94,7 @@ func TestIncidentsOneNodeNeverResumesAnother(t *testing.T) {
 		}
 		waitFor(t, "n[1-3] up", func() bool {
 			f.sync()
-			return f.node("n1").State == StateUp && f.node("n2").State == StateUp && f.node("n3").State == StateUp
+			return f.node("n1").State == view.StateUp && f.node("n2").State == view.StateUp && f.node("n3").State == view.StateUp
 		})
 		r := resumed()
 		slices.Sort(r)
@@ -120,9 +122,9 @@ func TestIncidentsOneNodeNeverResumesAnother(t *testing.T) {
 		f.update("n2", hung(3, "/mnt/a", true))
 		waitFor(t, "n1 and n2 up", func() bool {
 			f.sync()
-			return f.node("n1").State == StateUp && f.node("n2").State == StateUp
+			return f.node("n1").State == view.StateUp && f.node("n2").State == view.StateUp
 		})
-		f.wantState("n3", StateDown)
+		f.wantState("n3", view.StateDown)
 	})
 }
 
@@ -143,7 +145,7 @@ func TestIncidentsConfirmationCoversWhatWasSeen(t *testing.T) {
 	}
 	f.settle()
 	id := f.incident("/mnt/a").ID
-	if d, lim := len(lines(t, f.downLog)), f.svc.act.limitStatus(); d != 5 || lim.HeldCount != 3 {
+	if d, lim := len(testutil.ReadLines(t, f.downLog)), f.svc.act.LimitStatus(); d != 5 || lim.HeldCount != 3 {
 		t.Fatalf("%d drains and %d held, want 5 and 3", d, lim.HeldCount)
 	}
 	r := call(t, "POST", url+fmt.Sprintf("/v1/incidents/%d/confirm", id), testToken, `{"reason":"the FUSE server died: drain them"}`)
@@ -152,7 +154,7 @@ func TestIncidentsConfirmationCoversWhatWasSeen(t *testing.T) {
 		t.Fatalf("confirm: %d %s; want 3 released, n[1-8] covered, no until", r.status, r.body)
 	}
 	f.settle()
-	if d := len(lines(t, f.downLog)); d != 8 {
+	if d := len(testutil.ReadLines(t, f.downLog)); d != 8 {
 		t.Fatalf("%d drains after the confirmation, want 8", d)
 	}
 
@@ -163,7 +165,7 @@ func TestIncidentsConfirmationCoversWhatWasSeen(t *testing.T) {
 	if inc := f.incident("/mnt/a"); inc.ID != id || !slices.Equal(inc.Nodes, []string{"n8"}) {
 		t.Fatalf("incident %+v, want %d open with the attacker's n8 alone", inc, id)
 	}
-	lim := f.svc.act.limitStatus()
+	lim := f.svc.act.LimitStatus()
 	free := lim.Limit - lim.Used
 	if free != 5 {
 		t.Fatalf("limit %+v: %d free slots, want 5 (n[1-5] came back, n[6-8] took none)", lim, free)
@@ -177,10 +179,10 @@ func TestIncidentsConfirmationCoversWhatWasSeen(t *testing.T) {
 		t.Fatalf("incident %+v, want the later hangs in %d", inc, id)
 	}
 	var later []string
-	for _, d := range lines(t, f.downLog)[8:] {
+	for _, d := range testutil.ReadLines(t, f.downLog)[8:] {
 		later = append(later, strings.Fields(d)[0])
 	}
-	lim = f.svc.act.limitStatus()
+	lim = f.svc.act.LimitStatus()
 	if len(later) != free || lim.HeldCount != 8-free || len(lim.Held[id]) != 8-free {
 		t.Errorf("later hangs: %d drained %v, %d held %v; want %d drained (the free slots), %d held",
 			len(later), later, lim.HeldCount, lim.Held[id], free, 8-free)
@@ -216,7 +218,7 @@ func TestIncidentsConfirmFor(t *testing.T) {
 	if _, err := f.svc.ConfirmIncident(id, "x", "test", MaxConfirmFor+time.Second); !errors.Is(err, ErrConfirmFor) {
 		t.Errorf("ConfirmIncident past MaxConfirmFor: %v", err)
 	}
-	if got := lines(t, f.downLog); len(got) != 1 {
+	if got := testutil.ReadLines(t, f.downLog); len(got) != 1 {
 		t.Fatalf("drains %q, want n1's only (a refused confirmation confirms nothing)", got)
 	}
 	r := call(t, "POST", path, testToken, `{"reason":"the FUSE server died","for":600}`)
@@ -231,11 +233,11 @@ func TestIncidentsConfirmFor(t *testing.T) {
 	f.update("n4", hung(2, "/mnt/a", false))
 	f.settle()
 	var drained []string
-	for _, d := range lines(t, f.downLog) {
+	for _, d := range testutil.ReadLines(t, f.downLog) {
 		drained = append(drained, strings.Fields(d)[0])
 	}
 	slices.Sort(drained)
-	if held := f.svc.act.limitStatus().Held[id]; !slices.Equal(drained, []string{"n1", "n2", "n3"}) || !slices.Equal(held, []string{"n4"}) {
+	if held := f.svc.act.LimitStatus().Held[id]; !slices.Equal(drained, []string{"n1", "n2", "n3"}) || !slices.Equal(held, []string{"n4"}) {
 		t.Errorf("drained %v, held %v; want n[1-3] drained, n4 (joined at the until) held", drained, held)
 	}
 }

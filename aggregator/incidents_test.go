@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -35,14 +37,14 @@ func newIncFixture(t *testing.T, nodes int, cfg incident.Config, opts ...func(*O
 	t.Helper()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "act.sh")
-	if err := os.WriteFile(script, []byte(actScript), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(testutil.LogScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := &incFixture{logs: &testutil.SyncBuffer{}, downLog: filepath.Join(dir, "down.log"), upLog: filepath.Join(dir, "up.log")}
 	retries := 0
-	acts := []ActuatorConfig{
-		{On: OnDown, Command: []string{script, f.downLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
-		{On: OnUp, Command: []string{script, f.upLog, "{nodes}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
+	acts := []actuate.Config{
+		{On: actuate.OnDown, Command: []string{script, f.downLog, "{node}", "{reason}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
+		{On: actuate.OnUp, Command: []string{script, f.upLog, "{nodes}"}, Timeout: config.Dur(10 * time.Second), Retries: &retries},
 	}
 	var w io.Writer = f.logs
 	if testing.Verbose() {
@@ -93,7 +95,7 @@ func (f *incFixture) hangTwoMounts() {
 func (f *incFixture) settle() {
 	f.t.Helper()
 	f.sync()
-	waitFor(f.t, "the actuators to finish", func() bool { return !f.svc.act.busy() })
+	waitFor(f.t, "the actuators to finish", func() bool { return !f.svc.act.Busy() })
 }
 
 // incident returns the open incident of mountpoint mnt.
@@ -146,8 +148,8 @@ func (f *incFixture) answerResumes() (resumed func() []string) {
 func (f *incFixture) flushBatch(n int) {
 	f.t.Helper()
 	f.sync()
-	waitFor(f.t, "a batch to gather", func() bool { return f.svc.act.batches.gathering() == n })
-	f.clk.Advance(BatchDelay)
+	waitFor(f.t, "a batch to gather", func() bool { return f.svc.act.Gathering() == n })
+	f.clk.Advance(actuate.BatchDelay)
 	f.settle()
 }
 
@@ -176,7 +178,7 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 		t.Errorf("%d incident lines, want 2, not one per node", n)
 	}
 
-	downs := lines(t, f.downLog)
+	downs := testutil.ReadLines(t, f.downLog)
 	if len(downs) != 3 {
 		t.Fatalf("%d drains, want 3 (10 %% of 30): %q", len(downs), downs)
 	}
@@ -210,7 +212,7 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	f.status(second, mesh.StatusDead)
 	f.status(second, mesh.StatusAlive)
 	f.settle()
-	if got := len(lines(t, f.downLog)); got != 3 {
+	if got := len(testutil.ReadLines(t, f.downLog)); got != 3 {
 		t.Fatalf("%d drains after a drained node flapped through unreachable, want still 3", got)
 	}
 
@@ -218,15 +220,15 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	first := strings.Fields(downs[0])[0]
 	f.update(first, &gwpb.StateUpdate{Meta: upMeta(1, 3)})
 	f.flushBatch(1)
-	if got := len(lines(t, f.downLog)); got != 4 {
+	if got := len(testutil.ReadLines(t, f.downLog)); got != 4 {
 		t.Fatalf("%d drains after a drained node came back, want 4", got)
 	}
-	if ups := lines(t, f.upLog); !slices.Equal(ups, []string{first}) {
+	if ups := testutil.ReadLines(t, f.upLog); !slices.Equal(ups, []string{first}) {
 		t.Fatalf("on=up runs %q, want one for %s", ups, first)
 	}
 
 	// Confirming incident a lets its held drains through, not b's.
-	heldB := len(f.svc.act.limitStatus().Held[b.ID])
+	heldB := len(f.svc.act.LimitStatus().Held[b.ID])
 	if r := call(t, "POST", url+fmt.Sprintf("/v1/incidents/%d/confirm", a.ID), "", `{"reason":"x"}`); r.status != 401 {
 		t.Errorf("confirm without a token: %d", r.status)
 	}
@@ -236,13 +238,13 @@ func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	}
 	f.settle()
 	drainedA := 0
-	for _, d := range lines(t, f.downLog) {
+	for _, d := range testutil.ReadLines(t, f.downLog) {
 		if strings.Contains(d, "/mnt/a,") {
 			drainedA++
 		}
 	}
-	if drainedA != 20 || len(f.svc.act.limitStatus().Held[b.ID]) != heldB {
-		t.Errorf("after confirm: %d drains of /mnt/a (want its 20), %d of b held (want %d)", drainedA, len(f.svc.act.limitStatus().Held[b.ID]), heldB)
+	if drainedA != 20 || len(f.svc.act.LimitStatus().Held[b.ID]) != heldB {
+		t.Errorf("after confirm: %d drains of /mnt/a (want its 20), %d of b held (want %d)", drainedA, len(f.svc.act.LimitStatus().Held[b.ID]), heldB)
 	}
 
 	if r := call(t, "POST", url+"/v1/incidents/999/confirm", testToken, `{"reason":"x"}`); r.status != 404 {
@@ -276,7 +278,7 @@ func TestIncidentsRecovery(t *testing.T) {
 			}
 			f.update("n9", hung(2, "/mnt/own", false))
 			f.settle()
-			if got := len(lines(t, f.downLog)); got != 5 {
+			if got := len(testutil.ReadLines(t, f.downLog)); got != 5 {
 				t.Fatalf("%d drains, want 5", got)
 			}
 			id := f.incident("/mnt/a").ID
@@ -287,10 +289,10 @@ func TestIncidentsRecovery(t *testing.T) {
 			f.update("n9", hung(3, "/mnt/own", true))
 			if !auto {
 				f.settle()
-				if r := resumed(); len(r) != 0 || len(lines(t, f.upLog)) != 0 {
-					t.Fatalf("auto_resume off: resumes %v, up runs %v", r, lines(t, f.upLog))
+				if r := resumed(); len(r) != 0 || len(testutil.ReadLines(t, f.upLog)) != 0 {
+					t.Fatalf("auto_resume off: resumes %v, up runs %v", r, testutil.ReadLines(t, f.upLog))
 				}
-				f.wantState("n1", StateDown)
+				f.wantState("n1", view.StateDown)
 				if inc := f.incident("/mnt/a"); len(inc.Clean) != 4 {
 					t.Errorf("clean %v", inc.Clean)
 				}
@@ -298,10 +300,10 @@ func TestIncidentsRecovery(t *testing.T) {
 			}
 			waitFor(t, "the nodes up", func() bool {
 				f.sync()
-				return f.node("n1").State == StateUp && f.node("n4").State == StateUp
+				return f.node("n1").State == view.StateUp && f.node("n4").State == view.StateUp
 			})
 			f.flushBatch(4)
-			if ups := lines(t, f.upLog); !slices.Equal(ups, []string{"n[1-4]"}) {
+			if ups := testutil.ReadLines(t, f.upLog); !slices.Equal(ups, []string{"n[1-4]"}) {
 				t.Errorf("on=up runs %q, want one batch n[1-4]", ups)
 			}
 			r := resumed()
@@ -309,7 +311,7 @@ func TestIncidentsRecovery(t *testing.T) {
 			if !slices.Equal(r, []string{"n1", "n2", "n3", "n4"}) {
 				t.Errorf("resumed %v, want n[1-4] and not n9 (an incident of its own)", r)
 			}
-			f.wantState("n9", StateDown)
+			f.wantState("n9", view.StateDown)
 			inc, ok := func() (incident.Incident, bool) {
 				incs, _ := f.svc.Incidents()
 				for _, inc := range incs {
@@ -338,7 +340,7 @@ func TestIncidentsClockAhead(t *testing.T) {
 		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(d)}}}
 	f.mesh.Deliver("n1", &gwpb.Envelope{SentMs: ms(f.clk.Now().Add(5 * time.Minute)), Body: &gwpb.Envelope_State{State: u}})
 	f.settle()
-	n := f.wantState("n1", StateDown)
+	n := f.wantState("n1", view.StateDown)
 	if !strings.Contains(n.Reason, "has not passed by the aggregator's clock; the node's clock is 5m0s ahead") || !n.EarlyUntil.Equal(d) {
 		t.Errorf("reason %q, early until %v", n.Reason, n.EarlyUntil)
 	}
@@ -351,12 +353,12 @@ func TestIncidentsClockAhead(t *testing.T) {
 	}
 	f.advance(5*time.Minute - time.Second)
 	f.settle()
-	if got := lines(t, f.downLog); len(got) != 0 {
+	if got := testutil.ReadLines(t, f.downLog); len(got) != 0 {
 		t.Fatalf("drained before the deadline by the aggregator's clock: %q", got)
 	}
 	f.advance(time.Second)
 	f.settle()
-	if got := lines(t, f.downLog); len(got) != 1 || got[0] != "n1 "+reason {
+	if got := testutil.ReadLines(t, f.downLog); len(got) != 1 || got[0] != "n1 "+reason {
 		t.Fatalf("at the deadline: drains %q, want one with the agent's reason", got)
 	}
 	// Its clock is set right: the flag clears (one line).

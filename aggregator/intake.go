@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -30,8 +31,8 @@ func (s *Service) HandleMessage(from string, env *gwpb.Envelope) {
 	case *gwpb.Envelope_Ack:
 		a := b.Ack
 		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
-			Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: cutText(a.GetId(), maxFieldBytes), Ok: a.GetOk(),
-				Error: cutText(a.GetError(), maxUpdateReasonBytes), Meta: boundMeta(a.GetMeta())}}}
+			Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: view.CutText(a.GetId(), maxFieldBytes), Ok: a.GetOk(),
+				Error: view.CutText(a.GetError(), view.MaxUpdateReasonBytes), Meta: boundMeta(a.GetMeta())}}}
 	}
 	s.enqueue(input{kind: inMessage, from: from, env: env, at: s.clock.Now()})
 }
@@ -140,7 +141,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		return false
 	}
 	if !known {
-		in = &NodeInput{Name: m.Name, FirstSeen: s.clock.Now()}
+		in = &view.NodeInput{Name: m.Name, FirstSeen: s.clock.Now()}
 		s.inputs[m.Name] = in
 	}
 	s.seenByMesh(m.Name)
@@ -164,7 +165,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 	// sees this one join, and that message can overtake the member event
 	// of the sender here. One known as an agent is refused.
 	if env.GetForget() != nil || env.GetHandover() != nil {
-		if in, agent := s.inputs[from]; agent && in.Role == roleAgent {
+		if in, agent := s.inputs[from]; agent && in.Role == view.RoleAgent {
 			s.nodeLine(slog.LevelWarn, from, "forget or handover from an agent ignored", "from", from)
 			return false
 		}
@@ -229,12 +230,12 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		if replacesUpdate(in.Update, upd) {
 			in.Update = upd
 			s.provenAddr(from, u.GetMeta().GetAddr())
-		} else if in.Update != nil && newer(in.Update.Meta, upd.Meta) {
+		} else if in.Update != nil && view.Newer(in.Update.Meta, upd.Meta) {
 			s.nodeLine(slog.LevelDebug, from, "older state update ignored (late, or replayed)", "node", from,
 				"incarnation", upd.Meta.Incarnation, "seq", upd.Meta.Seq)
 		}
 		earlier := restartedSince(upd, in.Update) // of an earlier start: late or replayed
-		if restarted || (!earlier && newer(upd.Meta, in.Direct)) {
+		if restarted || (!earlier && view.Newer(upd.Meta, in.Direct)) {
 			// A later start resets the order: an agent that lost its
 			// state file counts from incarnation 1 again.
 			in.Direct = upd.Meta
@@ -242,8 +243,8 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		if restarted && !s.opts.ProvenOnly {
 			in.Gossip = nil // of the earlier process; the next member event brings the new one
 		}
-		if in.Role == roleUnspecified && s.opts.ProvenOnly {
-			in.Role = roleAgent // proven by its update
+		if in.Role == view.RoleUnspecified && s.opts.ProvenOnly {
+			in.Role = view.RoleAgent // proven by its update
 		}
 		dirty[from] = true
 	case *gwpb.Envelope_Ack: // bounded by HandleMessage
@@ -257,7 +258,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 				// the incarnation of the latest update (an ack of an
 				// earlier agent start, late or replayed, would undo a
 				// reboot's).
-				if newer(m, in.Direct) && (in.Update == nil || m.Incarnation == in.Update.Meta.Incarnation) {
+				if view.Newer(m, in.Direct) && (in.Update == nil || m.Incarnation == in.Update.Meta.Incarnation) {
 					in.Direct = m
 				}
 				dirty[from] = true
@@ -354,7 +355,7 @@ func (s *Service) refuseStale(from, what, why string, offset time.Duration) {
 // one whatever their order, and never the reverse: an agent that lost its
 // state file counts from incarnation 1 again, and an update of an earlier
 // process is late or replayed.
-func replacesUpdate(old, u *NodeUpdate) bool {
+func replacesUpdate(old, u *view.NodeUpdate) bool {
 	if old == nil {
 		return true
 	}
@@ -362,9 +363,9 @@ func replacesUpdate(old, u *NodeUpdate) bool {
 		return b > a
 	}
 	switch {
-	case newer(u.Meta, old.Meta):
+	case view.Newer(u.Meta, old.Meta):
 		return true
-	case newer(old.Meta, u.Meta):
+	case view.Newer(old.Meta, u.Meta):
 		return false
 	}
 	return !latestTaken(u).Before(latestTaken(old))
@@ -372,7 +373,7 @@ func replacesUpdate(old, u *NodeUpdate) bool {
 
 // latestTaken is when u's latest report was taken; the zero time without
 // one (or without a known time).
-func latestTaken(u *NodeUpdate) time.Time {
+func latestTaken(u *view.NodeUpdate) time.Time {
 	var t time.Time
 	for _, r := range u.Reports {
 		if r.Taken.After(t) {
@@ -387,14 +388,14 @@ func latestTaken(u *NodeUpdate) time.Time {
 // nil when maxUnseenNodes such nodes are known already. With node
 // restriction every node enters so (its messages are proven, its gossip is
 // not read), and there is no such bound: the sender is a real node.
-func (s *Service) nodeInput(node string) *NodeInput {
+func (s *Service) nodeInput(node string) *view.NodeInput {
 	in := s.inputs[node]
 	if in == nil {
 		if !s.opts.ProvenOnly && len(s.unseen) >= maxUnseenNodes {
 			return nil
 		}
 		s.unseen[node] = struct{}{}
-		in = &NodeInput{Name: node, Role: roleAgent, FirstSeen: s.clock.Now()}
+		in = &view.NodeInput{Name: node, Role: view.RoleAgent, FirstSeen: s.clock.Now()}
 		s.inputs[node] = in
 	}
 	return in
@@ -402,7 +403,7 @@ func (s *Service) nodeInput(node string) *NodeInput {
 
 // restartedSince reports whether u comes from a later start of the agent
 // than old.
-func restartedSince(old, u *NodeUpdate) bool {
+func restartedSince(old, u *view.NodeUpdate) bool {
 	if old == nil || u == nil {
 		return false
 	}

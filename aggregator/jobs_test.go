@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -22,7 +23,7 @@ func TestHTTPRegisterJob(t *testing.T) {
 
 	e := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	r := call(t, "POST", base+"/v1/jobs", testToken, `{"job":"55","nodes":"n[1-3],n2","expiration":"`+e+`","grace":"90s"}`)
-	var res JobResult
+	var res api.JobResult
 	if err := json.Unmarshal(r.body, &res); err != nil || r.status != 200 {
 		t.Fatalf("register: %d %s", r.status, r.body)
 	}

@@ -5,37 +5,12 @@ package aggregator
 // node's clock with this aggregator's (docs/DESIGN.md §5b).
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 )
-
-// NodeCause is what a node's latched violation waits on, as its agent
-// derived it from its diagnosis (agent/diagnose.CauseOf) and this
-// aggregator checked it (checkCause): the aggregator's own type.
-type NodeCause struct {
-	// FSType, Source and Mountpoint name the file system; empty when none.
-	FSType, Source, Mountpoint string
-	// Wchan is the worst process's wait channel; Class its class.
-	Wchan, Class string
-	// Counts are the processes by class (incident.Classes).
-	Counts incident.Counts
-	// ExamplePID and ExampleComm are the worst process, Job its job.
-	ExamplePID  int
-	ExampleComm string
-	Job         string
-}
-
-// latchOf is the latch of a node's current StateUpdate.
-func latchOf(u *NodeUpdate) Latch {
-	if u == nil {
-		return Latch{}
-	}
-	return Latch{Cause: u.Cause, Clean: u.Clean, AdminDrain: u.AdminDrain}
-}
 
 // clockAllowance is the clock offset past which a node is flagged: the
 // policy's clock_skew_allowance, at least minClockAllowance.
@@ -62,7 +37,7 @@ func skewedOffset(off, allowance time.Duration) bool {
 // (gracewatch_aggregator_clock_skewed_nodes), shown by /readyz, and logged
 // once when it starts and once when it ends (within the node's budget of
 // lines, nodelog.go). It runs on the loop.
-func (s *Service) clockSkew(in *NodeInput) {
+func (s *Service) clockSkew(in *view.NodeInput) {
 	off, was := s.inc.skewed[in.Name]
 	bad := skewedOffset(in.ClockOffset, s.clockAllowance())
 	switch {
@@ -79,38 +54,4 @@ func (s *Service) clockSkew(in *NodeInput) {
 		delete(s.inc.skewed, in.Name)
 	}
 	s.inc.mu.Unlock()
-}
-
-// earlyDeadline returns, for a node whose current StateUpdate is down, the
-// earliest deadline of its overdue teardowns when every one of them is
-// still after now by this aggregator's clock: the DOWN came early (the
-// node's clock is ahead). An administrator's drain is never early.
-func earlyDeadline(in *NodeInput, now time.Time) (time.Time, bool) {
-	if in.Update != nil && in.Update.AdminDrain {
-		return time.Time{}, false
-	}
-	var d time.Time
-	for _, td := range in.Update.teardowns() {
-		if td.Phase != "overdue" {
-			continue
-		}
-		t := td.Deadline
-		if t.IsZero() || !t.After(now) {
-			return time.Time{}, false // one deadline has passed here: the DOWN stands
-		}
-		if d.IsZero() || t.Before(d) {
-			d = t
-		}
-	}
-	return d, !d.IsZero()
-}
-
-// earlyNote is what an early DOWN's reason says after the agent's.
-func earlyNote(in *NodeInput, d time.Time) string {
-	ahead := "ahead"
-	if in.ClockOffset < 0 {
-		ahead = (-in.ClockOffset).Round(time.Second).String() + " ahead"
-	}
-	return fmt.Sprintf(" [early: its deadline %s has not passed by the aggregator's clock; the node's clock is %s; not drained before then]",
-		formatTime(d), ahead)
 }

@@ -4,6 +4,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 )
 
@@ -11,7 +14,7 @@ import (
 // leads, when this one does not).
 func (s *Service) otherAggregatorAlive() bool {
 	for _, m := range s.aggs {
-		if !gone(m.Status) {
+		if !view.Gone(m.Status) {
 			return true
 		}
 	}
@@ -23,15 +26,15 @@ func (s *Service) otherAggregatorAlive() bool {
 // joined (before that this one may not know the others yet).
 func (s *Service) updateLeadership() {
 	names := []string{s.opts.Name}
-	info := []AggregatorInfo{{Name: s.opts.Name, Status: mesh.StatusAlive, Self: true}}
+	info := []api.AggregatorInfo{{Name: s.opts.Name, Status: string(mesh.StatusAlive), Self: true}}
 	for name, m := range s.aggs {
-		info = append(info, AggregatorInfo{Name: name, Status: m.Status})
-		if !gone(m.Status) {
+		info = append(info, api.AggregatorInfo{Name: name, Status: string(m.Status)})
+		if !view.Gone(m.Status) {
 			names = append(names, name)
 		}
 	}
 	leader := slices.Min(names)
-	slices.SortFunc(info, func(a, b AggregatorInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(info, func(a, b api.AggregatorInfo) int { return strings.Compare(a.Name, b.Name) })
 	for i := range info {
 		info[i].Leader = info[i].Name == leader
 	}
@@ -57,9 +60,18 @@ func (s *Service) updateLeadership() {
 	if leading != s.leading {
 		s.leading = leading
 		s.log.Info("actuator leadership", "leader", leader, "self", leading)
-		s.act.setLeader(leading, s.otherAggregatorAlive())
+		s.act.SetLeader(leading, s.otherAggregatorAlive())
 		if s.plan != nil {
 			s.plan.SetLeader(leading)
 		}
 	}
+}
+
+// Reservations returns what the reservation planner keeps, and whether
+// reservations are enabled.
+func (s *Service) Reservations() (reservation.Status, bool) {
+	if s.plan == nil {
+		return reservation.Status{}, false
+	}
+	return s.plan.Status(), true
 }

@@ -2,14 +2,13 @@ package aggregator
 
 import (
 	"errors"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/runcmd"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -32,18 +31,18 @@ const (
 // transitionCauses lists the (to, cause) pairs Compute can give, so that
 // each series exists from the start.
 var transitionCauses = [][2]string{
-	{string(StateUp), causeAgent},
-	{string(StateTeardown), causeAgent},
-	{string(StateDown), causeAgent},
-	{string(StateDown), causeCentralDeadline},
-	{string(StateUnreachable), causeUnreachable},
-	{string(StateUnreachable), causeDecodeError},
-	{string(StateUnreachable), causeNoState},
-	{string(StateUnreachable), causeUnknownState},
-	{string(StateDown), causeUnreachable},
-	{string(StateDown), causeDecodeError},
-	{string(StateDown), causeNoState},
-	{string(StateDown), causeUnknownState},
+	{string(view.StateUp), view.CauseAgent},
+	{string(view.StateTeardown), view.CauseAgent},
+	{string(view.StateDown), view.CauseAgent},
+	{string(view.StateDown), view.CauseCentralDeadline},
+	{string(view.StateUnreachable), view.CauseUnreachable},
+	{string(view.StateUnreachable), view.CauseDecodeError},
+	{string(view.StateUnreachable), view.CauseNoState},
+	{string(view.StateUnreachable), view.CauseUnknownState},
+	{string(view.StateDown), view.CauseUnreachable},
+	{string(view.StateDown), view.CauseDecodeError},
+	{string(view.StateDown), view.CauseNoState},
+	{string(view.StateDown), view.CauseUnknownState},
 }
 
 // probe counts one probe's outcome.
@@ -128,12 +127,12 @@ func newServiceMetrics(s *Service) *serviceMetrics {
 	for _, what := range []string{"member", "message", "handover", "forget", "unseen", "stale", "future_start", "cause"} {
 		m.refused.WithLabelValues(what)
 	}
-	for _, on := range []string{OnDown, OnUp} {
+	for _, on := range []string{actuate.OnDown, actuate.OnUp} {
 		for _, r := range []string{resultSuccess, resultFailure, resultTimeout} {
 			m.actuatorRuns.WithLabelValues(on, r)
 		}
 	}
-	for _, scope := range []string{scopeNode, scopeCluster} {
+	for _, scope := range []string{nodelog.ScopeNode, nodelog.ScopeCluster} {
 		m.logSuppressed.WithLabelValues(scope)
 	}
 	return m
@@ -164,48 +163,11 @@ func (m *serviceMetrics) actuatorRun(on string, err error) {
 
 // transition counts a node's change of served state and, for a down by a
 // grace violation, observes the time from its deadline D to now.
-func (m *serviceMetrics) transition(to State, cause string, d time.Time, now time.Time) {
+func (m *serviceMetrics) transition(to view.State, cause string, d time.Time, now time.Time) {
 	m.transitions.WithLabelValues(string(to), cause).Inc()
 	if !d.IsZero() {
 		m.downLatency.Observe(now.Sub(d).Seconds())
 	}
-}
-
-// violationDeadline returns the teardown deadline D that a node's change
-// into down at now answers, when it is a grace violation: the central
-// deadline's D, or, for the agent's own down, the earliest deadline of its
-// overdue teardowns (from its StateUpdate), else that of the teardown this
-// aggregator served before (prevAt is its enforcement time, D +
-// allowance). A down before D (a drain) is not a violation.
-func violationDeadline(in *NodeInput, cause string, prevAt time.Time, now time.Time, p Policy) (time.Time, bool) {
-	meta, current := freshest(in)
-	var d time.Time
-	switch cause {
-	case causeCentralDeadline:
-		at, ok := enforceAt(in, meta, current, p)
-		if !ok {
-			return time.Time{}, false
-		}
-		d = at.Add(-p.ClockSkewAllowance)
-	case causeAgent:
-		if current {
-			for _, td := range in.Update.teardowns() {
-				if td.Phase != "overdue" {
-					continue
-				}
-				if t := td.Deadline; !t.IsZero() && (d.IsZero() || t.Before(d)) {
-					d = t
-				}
-			}
-		}
-		if d.IsZero() && !prevAt.IsZero() {
-			d = prevAt.Add(-p.ClockSkewAllowance)
-		}
-	}
-	if d.IsZero() || now.Before(d) {
-		return time.Time{}, false
-	}
-	return d, true
 }
 
 // stateCollector reads the Service's view, watchers, leadership and mesh
@@ -239,14 +201,14 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	counts := make(map[State]int, len(api.States))
+	counts := make(map[view.State]int, len(view.States))
 	s.mu.RLock()
 	for _, n := range s.view {
 		counts[n.State]++
 	}
 	watchers, lowest, m := len(s.subs), s.leader == s.opts.Name, s.mesh
 	s.mu.RUnlock()
-	for _, st := range api.States {
+	for _, st := range view.States {
 		ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(counts[st]), string(st))
 	}
 	ch <- prometheus.MustNewConstMetric(c.watchers, prometheus.GaugeValue, float64(watchers))
@@ -271,85 +233,4 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// newRequestsCounter returns gracewatch_aggregator_http_requests_total,
-// registered in reg (or the one already there) when reg is not nil.
-func newRequestsCounter(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	cv := prometheus.NewCounterVec(prometheus.CounterOpts(opts("http_requests_total",
-		"HTTP requests answered, by route pattern (unmatched: no route), method and status code. A watch counts when its stream ends.")),
-		[]string{"route", "method", "code"})
-	return registerCounterVec(reg, cv)
-}
-
-// registerCounterVec registers cv with reg (nil: none), or returns the
-// one of the same name already registered there (several servers of one
-// aggregator share it).
-func registerCounterVec(reg prometheus.Registerer, cv *prometheus.CounterVec) (*prometheus.CounterVec, error) {
-	if reg == nil {
-		return cv, nil
-	}
-	if err := reg.Register(cv); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return cv, err
-		}
-		cv = are.ExistingCollector.(*prometheus.CounterVec)
-	}
-	return cv, nil
-}
-
-// routeLabel is the path of the route pattern that served r ("GET
-// /v1/nodes/{name}" → "/v1/nodes/{name}"), never the request's own path;
-// "unmatched" for the catch-all and for the mux's own redirects.
-func routeLabel(r *http.Request) string {
-	p := r.Pattern
-	if i := strings.IndexByte(p, ' '); i >= 0 {
-		p = p[i+1:]
-	}
-	if p == "" || p == "/" {
-		return "unmatched"
-	}
-	return p
-}
-
-// methodLabel bounds the method label: a client may send any token.
-func methodLabel(m string) string {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodOptions:
-		return m
-	}
-	return "other"
-}
-
-// statusRecorder remembers the status code of a response. Unwrap lets
-// http.ResponseController reach the connection's Flush and deadlines (the
-// watch stream needs them).
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusRecorder) WriteHeader(code int) {
-	if w.code == 0 && code >= 200 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusRecorder) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func (w *statusRecorder) status() string {
-	if w.code == 0 {
-		return strconv.Itoa(http.StatusOK)
-	}
-	return strconv.Itoa(w.code)
 }

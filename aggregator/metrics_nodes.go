@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -90,7 +91,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.member == "" {
 			r.member = string(mesh.StatusAlive)
 		}
-		if n.State == StateTeardown && !n.FreeAt.IsZero() {
+		if n.State == view.StateTeardown && !n.FreeAt.IsZero() {
 			r.freeAt = float64(n.FreeAt.UnixMilli()) / 1000
 		}
 		if w := n.WouldDrain; w != nil {
@@ -132,11 +133,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 // central deadline (rule 2 of Compute), or the agent's own down with an
 // overdue teardown or a violation report. A down without either is an
 // administrator's drain (or an unreachable node with unreachable_is_down).
-func graceViolation(n Node) bool {
-	if n.State != StateDown {
+func graceViolation(n view.Node) bool {
+	if n.State != view.StateDown {
 		return false
 	}
-	if strings.HasPrefix(n.Reason, centralDeadlineReason) {
+	if strings.HasPrefix(n.Reason, view.CentralDeadlineReason) {
 		return true
 	}
 	for _, td := range n.Teardowns {

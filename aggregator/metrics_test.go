@@ -12,7 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
@@ -32,12 +34,12 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 func TestMetricsGolden(t *testing.T) {
 	reg := metrics.NewRegistry(metrics.ProgramAggregator)
 	none := 0
-	acts := []ActuatorConfig{
-		{On: OnDown, Command: []string{"true"}, Retries: &none},
-		{On: OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ]`, "{node}"}, Retries: &none},
-		{On: OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ] || exec sleep 10`, "{node}"},
+	acts := []actuate.Config{
+		{On: actuate.OnDown, Command: []string{"true"}, Retries: &none},
+		{On: actuate.OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ]`, "{node}"}, Retries: &none},
+		{On: actuate.OnDown, Command: []string{"sh", "-c", `[ "$0" != n4 ] || exec sleep 10`, "{node}"},
 			Timeout: config.Dur(200 * time.Millisecond), Retries: &none},
-		{On: OnUp, Command: []string{"true"}, Retries: &none},
+		{On: actuate.OnUp, Command: []string{"true"}, Retries: &none},
 	}
 	// A state dir with 40 GiB of 50 free.
 	host := func(context.Context) hostinfo.Facts {
@@ -50,7 +52,7 @@ func TestMetricsGolden(t *testing.T) {
 	waitFor(t, "the reservations' first list", func() bool { return sched.Calls("list") == 1 })
 	settle := func() {
 		h.sync()
-		waitFor(t, "the actuators to finish", func() bool { return !h.svc.act.busy() })
+		waitFor(t, "the actuators to finish", func() bool { return !h.svc.act.Busy() })
 	}
 	d := at(time.Minute)
 	for _, n := range []string{"n1", "n4", "n5", "n6"} {
@@ -65,16 +67,16 @@ func TestMetricsGolden(t *testing.T) {
 	h.update("n3", &gwpb.StateUpdate{Meta: downMeta(1, 3, "job 7 teardown exceeded grace 1m0s"),
 		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(d)}}})
 	h.advance(4500 * time.Millisecond)
-	h.wantState("n2", StateDown)
-	h.wantState("n3", StateDown)
+	h.wantState("n2", view.StateDown)
+	h.wantState("n3", view.StateDown)
 	settle()
 	h.member("n3", upMeta(1, 4))
 	settle()
-	h.wantState("n3", StateUp)
+	h.wantState("n3", view.StateUp)
 	// n7 tears down, free at D7 (its node_free_at_timestamp_seconds).
 	h.member("n7", teardownMeta(1, 2, at(10*time.Minute)))
 	h.sync()
-	h.wantState("n7", StateTeardown)
+	h.wantState("n7", view.StateTeardown)
 	// ... and is held in the scheduler until then (the reservation_*
 	// families).
 	waitHeld(h, sched, "n7 until +10m0s")
@@ -84,7 +86,7 @@ func TestMetricsGolden(t *testing.T) {
 	h.update("n8", &gwpb.StateUpdate{Meta: teardownMeta(1, 3, d), Mode: gwpb.Mode_MODE_OBSERVE,
 		Teardowns: []*gwpb.Teardown{{Job: "8", Phase: "overdue", DeadlineMs: ms(d)}}})
 	h.sync()
-	h.wantState("n8", StateTeardown)
+	h.wantState("n8", view.StateTeardown)
 
 	sub := h.svc.Subscribe("")
 	defer sub.Close()
@@ -184,25 +186,25 @@ func TestViolationDeadline(t *testing.T) {
 		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(d)}, {Job: "8", Phase: "teardown", DeadlineMs: ms(at(time.Hour))}}}
 	for _, tc := range []struct {
 		name   string
-		in     NodeInput
+		in     view.NodeInput
 		cause  string
 		prevAt time.Time
 		now    time.Time
 		want   time.Time
 	}{
-		{name: "agent report names the overdue teardown", in: NodeInput{Name: "n", Update: updateIn(overdue), Direct: decodeMeta(overdue.Meta)},
-			cause: causeAgent, now: d.Add(time.Second), want: d},
+		{name: "agent report names the overdue teardown", in: view.NodeInput{Name: "n", Update: updateIn(overdue), Direct: decodeMeta(overdue.Meta)},
+			cause: view.CauseAgent, now: d.Add(time.Second), want: d},
 		{name: "agent down after the served teardown", in: alive("n", downMeta(1, 3, "x")),
-			cause: causeAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(2 * time.Second), want: d},
+			cause: view.CauseAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(2 * time.Second), want: d},
 		{name: "drain before D", in: alive("n", downMeta(1, 3, "drained")),
-			cause: causeAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(-time.Second)},
-		{name: "drain from up", in: alive("n", downMeta(1, 3, "drained")), cause: causeAgent, now: d},
+			cause: view.CauseAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(-time.Second)},
+		{name: "drain from up", in: alive("n", downMeta(1, 3, "drained")), cause: view.CauseAgent, now: d},
 		{name: "central deadline", in: alive("n", teardownMeta(1, 2, d)),
-			cause: causeCentralDeadline, now: d.Add(p.ClockSkewAllowance), want: d},
-		{name: "unreachable is down", in: alive("n", nil), cause: causeUnreachable, now: d},
+			cause: view.CauseCentralDeadline, now: d.Add(p.ClockSkewAllowance), want: d},
+		{name: "unreachable is down", in: alive("n", nil), cause: view.CauseUnreachable, now: d},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := violationDeadline(&tc.in, tc.cause, tc.prevAt, tc.now, p)
+			got, ok := view.ViolationDeadline(&tc.in, tc.cause, tc.prevAt, tc.now, p)
 			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
 				t.Fatalf("violationDeadline = %v %v, want %v", got, ok, tc.want)
 			}

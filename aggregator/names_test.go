@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	gwtestutil "github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -36,7 +38,7 @@ func TestInvalidNamesNeverReachTheActuators(t *testing.T) {
 	svc, m := realAggregator(t, func(o *Options) {
 		o.Logger = log.logger()
 		o.StateDir = dir
-		o.Actuators = []ActuatorConfig{{On: OnDown, Command: []string{script, downLog, "{node}", "gracewatch: {reason}"},
+		o.Actuators = []actuate.Config{{On: actuate.OnDown, Command: []string{script, downLog, "{node}", "gracewatch: {reason}"},
 			Timeout: config.Dur(10 * time.Second), Retries: &zero}}
 	})
 	base := (&harness{t: t, svc: svc}).serve(ServerOptions{})
@@ -69,15 +71,15 @@ func TestInvalidNamesNeverReachTheActuators(t *testing.T) {
 	if n := len(svc.Nodes()); n != 1 {
 		t.Fatalf("%d nodes in the view: %v", n, svc.Nodes())
 	}
-	waitFor(t, "the actuators to finish", func() bool { return !svc.act.busy() })
+	waitFor(t, "the actuators to finish", func() bool { return !svc.act.Busy() })
 
-	if got := lines(t, downLog); len(got) != 1 || got[0] != "[n1][gracewatch: hung]" {
+	if got := testutil.ReadLines(t, downLog); len(got) != 1 || got[0] != "[n1][gracewatch: hung]" {
 		t.Errorf("actuator argv log %q, want only [n1][gracewatch: hung]", got)
 	}
 	if nodes := svc.Nodes(); len(nodes) != 1 || nodes[0].Name != "n1" {
 		t.Errorf("view %v, want only n1", nodes)
 	}
-	if names, _, err := loadDrained(dir); err != nil || strings.Join(names, ",") != "n1" {
+	if names, _, err := actuate.LoadDrained(dir); err != nil || strings.Join(names, ",") != "n1" {
 		t.Errorf("drained set %q (%v), want n1", names, err)
 	}
 	resp, err := http.Get(base + "/v1/nodes?format=hostlist")
@@ -109,30 +111,6 @@ func TestHTTPRefusesInvalidNames(t *testing.T) {
 		if r.status != 400 || !strings.Contains(r.errorMsg(t), tc.want) {
 			t.Errorf("%s %s: %d %s, want 400 saying %q", tc.method, tc.path, r.status, r.body, tc.want)
 		}
-	}
-}
-
-// A drained set written by an older release may hold names that are not
-// node names: they are dropped with a warning, the valid ones kept.
-func TestDrainedSetDropsInvalidNames(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, drainedFile), []byte(`{"drained": ["n1", "node[1-2]", "", "ALL", "n2"]}`), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	names, invalid, err := loadDrained(dir)
-	if err != nil || strings.Join(names, ",") != "n1,n2" || len(invalid) != 3 {
-		t.Fatalf("loadDrained: %q, %q, %v; want n1,n2 and 3 invalid", names, invalid, err)
-	}
-	svc, err := New(Options{Name: "agg-1", StateDir: dir, Actuators: []ActuatorConfig{{On: OnDown, Command: []string{"/bin/true"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.act.mu.Lock()
-	_, bad := svc.act.nodes["node[1-2]"]
-	_, good := svc.act.nodes["n2"]
-	svc.act.mu.Unlock()
-	if bad || !good {
-		t.Errorf("actuators remember node[1-2]: %v, n2: %v", bad, good)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -125,8 +126,8 @@ func TestLogFloodOfOneNode(t *testing.T) {
 			}
 		}
 		t.Logf("minute %d: %d lines of the flooding node, %d about the cluster's modes", m, own, cluster)
-		if own > nodeLogLines {
-			t.Errorf("minute %d: %d lines of the flooding node, at most %d", m, own, nodeLogLines)
+		if own > nodelog.NodeLogLines {
+			t.Errorf("minute %d: %d lines of the flooding node, at most %d", m, own, nodelog.NodeLogLines)
 		}
 		if cluster > 1 {
 			t.Errorf("minute %d: %d lines about the cluster's modes, at most 1", m, cluster)
@@ -134,7 +135,7 @@ func TestLogFloodOfOneNode(t *testing.T) {
 	}
 	all := parseLog(t, text)
 	t.Logf("%d lines in all for %d updates", len(all), updates)
-	if len(all) > 5*(nodeLogLines+1)+10 {
+	if len(all) > 5*(nodelog.NodeLogLines+1)+10 {
 		t.Errorf("%d lines in all for 5 minutes", len(all))
 	}
 
@@ -151,7 +152,7 @@ func TestLogFloodOfOneNode(t *testing.T) {
 	// A minute later the flooding node's next line reports what its
 	// last minute held back: every line held back is reported, and
 	// counted.
-	h.advance(nodeLogEvery)
+	h.advance(nodelog.NodeLogEvery)
 	h.mesh.Deliver("flood", floodUpdate(updates, h.clk.Now()))
 	h.sync()
 	last := parseLog(t, logs.String()[len(text):])
@@ -160,14 +161,14 @@ func TestLogFloodOfOneNode(t *testing.T) {
 			reported += l.suppressed()
 		}
 	}
-	counted := int(promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(scopeNode)))
+	counted := int(promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(nodelog.ScopeNode)))
 	if counted == 0 || reported != counted {
 		t.Errorf("%d lines of the node reported suppressed, %d counted: want the same, not 0", reported, counted)
 	}
-	if c := promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(scopeCluster)); c == 0 {
+	if c := promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(nodelog.ScopeCluster)); c == 0 {
 		t.Error("no change of the cluster's modes counted suppressed")
 	}
-	if k := h.svc.lines.budget.Keys(); k > 2 {
+	if k := h.svc.lines.Keys(); k > 2 {
 		t.Errorf("%d nodes' budgets kept, want the two nodes", k)
 	}
 }
@@ -269,7 +270,7 @@ func TestClusterModeLinesSpaced(t *testing.T) {
 	if len(got) != 2 || !strings.Contains(got[1].str("msg"), "one mode again") || got[1].suppressed() != 3 {
 		t.Fatalf("lines %v, want one mode again with 3 changes suppressed", got)
 	}
-	if c := promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(scopeCluster)); c != 3 {
+	if c := promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(nodelog.ScopeCluster)); c != 3 {
 		t.Errorf("%v changes counted suppressed, want 3", c)
 	}
 }
@@ -279,14 +280,14 @@ func TestClusterModeLinesSpaced(t *testing.T) {
 func TestNodeDebugBudgetApart(t *testing.T) {
 	clk := clock.NewFake(t0)
 	var held atomic.Int64
-	l := newNodeLog(clk, func(string) { held.Add(1) })
+	l := nodelog.New(clk, func(string) { held.Add(1) })
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	for i := range nodeDebugLines + 5 {
-		l.emit(log, slog.LevelDebug, "n1", "trace", "i", i)
+	for i := range nodelog.NodeDebugLines + 5 {
+		l.Emit(log, slog.LevelDebug, "n1", "trace", "i", i)
 	}
-	for i := range nodeLogLines {
-		l.emit(log, slog.LevelInfo, "n1", "actuator ran", "i", i)
+	for i := range nodelog.NodeLogLines {
+		l.Emit(log, slog.LevelInfo, "n1", "actuator ran", "i", i)
 	}
 	debug, info := 0, 0
 	for _, line := range parseLog(t, buf.String()) {
@@ -297,12 +298,12 @@ func TestNodeDebugBudgetApart(t *testing.T) {
 			info++
 		}
 	}
-	if debug != nodeDebugLines || info != nodeLogLines || held.Load() != 5 {
-		t.Errorf("%d debug lines (want %d), %d info lines (want %d), %d held (want 5)", debug, nodeDebugLines, info, nodeLogLines, held.Load())
+	if debug != nodelog.NodeDebugLines || info != nodelog.NodeLogLines || held.Load() != 5 {
+		t.Errorf("%d debug lines (want %d), %d info lines (want %d), %d held (want 5)", debug, nodelog.NodeDebugLines, info, nodelog.NodeLogLines, held.Load())
 	}
 	// Past the info budget, held back, whatever the debug budget says.
-	l.emit(log, slog.LevelInfo, "n1", "actuator ran")
+	l.Emit(log, slog.LevelInfo, "n1", "actuator ran")
 	if held.Load() != 6 {
-		t.Errorf("an info line past %d a minute was not held back", nodeLogLines)
+		t.Errorf("an info line past %d a minute was not held back", nodelog.NodeLogLines)
 	}
 }

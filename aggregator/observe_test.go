@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -39,7 +41,7 @@ func TestObservingAgent(t *testing.T) {
 	h.update("n2", &gwpb.StateUpdate{Meta: upMeta(1, 1), Mode: gwpb.Mode_MODE_ENFORCE})
 	h.update("n1", observedUpdate(3, d))
 	h.advance(time.Hour)
-	n := h.wantState("n1", StateTeardown)
+	n := h.wantState("n1", view.StateTeardown)
 	if !n.Schedulable || n.Mode != "observe" || n.WouldDrain == nil {
 		t.Fatalf("n1: schedulable %v mode %q would_drain %+v", n.Schedulable, n.Mode, n.WouldDrain)
 	}
@@ -65,7 +67,7 @@ func TestObservingAgent(t *testing.T) {
 	// one mode again, said once.
 	h.update("n1", &gwpb.StateUpdate{Meta: downMeta(2, 1, "job 7 teardown exceeded grace"), StartedMs: ms(at(time.Hour)),
 		Mode: gwpb.Mode_MODE_ENFORCE, Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(d)}}})
-	if n := h.wantState("n1", StateDown); n.WouldDrain != nil {
+	if n := h.wantState("n1", view.StateDown); n.WouldDrain != nil {
 		t.Errorf("enforced: would drain %+v", n.WouldDrain)
 	}
 	if r := h.svc.Ready(); r.ModesMixed || !strings.Contains(logs.String(), "one mode again") {
@@ -80,7 +82,7 @@ func TestObservingAgent(t *testing.T) {
 func TestObservingAggregator(t *testing.T) {
 	h := newHarness(t, func(o *Options) {
 		o.Policy.Observe = true
-		o.Actuators = []ActuatorConfig{{On: OnDown, Command: []string{"/bin/false"}}}
+		o.Actuators = []actuate.Config{{On: actuate.OnDown, Command: []string{"/bin/false"}}}
 		o.Reservations.Command = []string{"/bin/false"}
 	})
 	if h.svc.opts.Actuators != nil || h.svc.opts.Reservations.Enabled() || h.svc.plan != nil {
@@ -100,18 +102,18 @@ func TestObservingAggregator(t *testing.T) {
 	h.update("n3", &gwpb.StateUpdate{Meta: downMeta(1, 2, "drained by root: disk"), AdminDrain: true})
 	h.advance(2 * time.Hour)
 
-	n1 := h.wantState("n1", StateTeardown)
+	n1 := h.wantState("n1", view.StateTeardown)
 	if !n1.Schedulable || !n1.FreeAt.Equal(at(3*time.Hour)) || n1.Reason != "" || n1.WouldDrain == nil ||
 		n1.WouldDrain.Reason != "job 7 teardown exceeded grace 1m0s: 1 unkillable" || !n1.WouldDrain.At.Equal(at(time.Minute)) ||
 		n1.WouldDrain.Cause == nil || n1.WouldDrain.Cause.Wchan != "request_wait_answer" || !slices.Equal(n1.WouldDrain.Jobs, []string{"7"}) {
 		t.Errorf("n1 %+v would drain %+v", n1, n1.WouldDrain)
 	}
-	n2 := h.wantState("n2", StateTeardown)
-	if !n2.Schedulable || n2.WouldDrain == nil || !strings.HasPrefix(n2.WouldDrain.Reason, centralDeadlineReason) ||
+	n2 := h.wantState("n2", view.StateTeardown)
+	if !n2.Schedulable || n2.WouldDrain == nil || !strings.HasPrefix(n2.WouldDrain.Reason, view.CentralDeadlineReason) ||
 		!n2.WouldDrain.At.Equal(d.Add(defaultPolicy.ClockSkewAllowance)) {
 		t.Errorf("n2 %+v would drain %+v", n2, n2.WouldDrain)
 	}
-	if n3 := h.wantState("n3", StateDown); n3.WouldDrain != nil || n3.Schedulable {
+	if n3 := h.wantState("n3", view.StateDown); n3.WouldDrain != nil || n3.Schedulable {
 		t.Errorf("n3 %+v", n3)
 	}
 	if r := h.svc.Ready(); r.Mode != "observe" || !r.ModesMixed || !strings.Contains(r.Detail, "mixed modes") {
@@ -136,7 +138,7 @@ func TestObserveIntakeBounds(t *testing.T) {
 	u.ObservedCause.Mountpoint = "/scratch\x1b[31m" + strings.Repeat("x", 300)
 	h.update("n1", u)
 	h.advance(time.Hour)
-	n := h.wantState("n1", StateTeardown)
+	n := h.wantState("n1", view.StateTeardown)
 	if n.WouldDrain == nil || n.WouldDrain.Cause != nil {
 		t.Errorf("hostile observed cause: would drain %+v", n.WouldDrain)
 	}

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -75,7 +76,7 @@ type probeResult struct {
 
 // nextProbe returns when node in should be asked next (zero: not), and
 // why.
-func (s *Service) nextProbe(in *NodeInput, ps *probeState, now time.Time) (time.Time, string) {
+func (s *Service) nextProbe(in *view.NodeInput, ps *probeState, now time.Time) (time.Time, string) {
 	p := s.opts.Policy
 	if p.ProbeWait <= 0 || s.mesh == nil {
 		return time.Time{}, ""
@@ -84,16 +85,16 @@ func (s *Service) nextProbe(in *NodeInput, ps *probeState, now time.Time) (time.
 	why := ""
 	// An observed node is never accused by the central deadline (it gets a
 	// would-be drain instead): nothing to ask before.
-	if meta, current := freshest(in); meta != nil && meta.State == AgentTeardown && !observing(in, p) {
-		if d, ok := enforceAt(in, meta, current, p); ok && (ps == nil || !ps.deadline.Equal(d)) {
-			at, why = later(d.Add(-p.ProbeWait), now), probeDeadline
+	if meta, current := view.Freshest(in); meta != nil && meta.State == view.AgentTeardown && !view.Observing(in, p) {
+		if d, ok := view.EnforceAt(in, meta, current, p); ok && (ps == nil || !ps.deadline.Equal(d)) {
+			at, why = view.Later(d.Add(-p.ProbeWait), now), probeDeadline
 		}
 	}
-	if gone(in.Status) && !in.StatusSince.IsZero() && now.Sub(in.StatusSince) < probeGoneFor {
+	if view.Gone(in.Status) && !in.StatusSince.IsZero() && now.Sub(in.StatusSince) < probeGoneFor {
 		next := now
 		if ps != nil && !ps.sentAt.Before(in.StatusSince) {
 			every := p.ReachedFor / 3
-			if !now.Before(heldUntil(in, p)) {
+			if !now.Before(view.HeldUntil(in, p)) {
 				every = probeGoneEvery
 			}
 			next = ps.sentAt.Add(max(every, minProbeWait))
@@ -108,7 +109,7 @@ func (s *Service) nextProbe(in *NodeInput, ps *probeState, now time.Time) (time.
 // scheduleProbe starts the probe of name if it is due at now, else records
 // when it is (s.probeAt, which the timer covers). It runs on the loop,
 // after name's recomputation.
-func (s *Service) scheduleProbe(name string, in *NodeInput, now time.Time) {
+func (s *Service) scheduleProbe(name string, in *view.NodeInput, now time.Time) {
 	ps := s.probes[name]
 	if ps != nil && ps.inFlight {
 		delete(s.probeAt, name) // its result recomputes the node
@@ -118,7 +119,7 @@ func (s *Service) scheduleProbe(name string, in *NodeInput, now time.Time) {
 	switch {
 	case at.IsZero():
 		delete(s.probeAt, name)
-		if ps != nil && !gone(in.Status) {
+		if ps != nil && !view.Gone(in.Status) {
 			delete(s.probes, name)
 		}
 	case at.After(now):
@@ -131,8 +132,8 @@ func (s *Service) scheduleProbe(name string, in *NodeInput, now time.Time) {
 		}
 		ps.inFlight, ps.sentAt = true, now
 		if why == probeDeadline {
-			if meta, current := freshest(in); meta != nil {
-				ps.deadline, _ = enforceAt(in, meta, current, s.opts.Policy)
+			if meta, current := view.Freshest(in); meta != nil {
+				ps.deadline, _ = view.EnforceAt(in, meta, current, s.opts.Policy)
 			}
 		}
 		s.startProbe(name, why, now)
@@ -201,7 +202,7 @@ func (s *Service) probed(r probeResult) bool {
 		in.ProbeFailed = r.at
 		return true
 	}
-	if gone(in.Status) {
+	if view.Gone(in.Status) {
 		if s.rescued == nil {
 			s.rescued = map[string]time.Time{}
 		}
@@ -215,39 +216,3 @@ func (s *Service) probed(r probeResult) bool {
 }
 
 // The view's side of asking before accusing (Compute's rule 3).
-
-// heldUntil is until when a member that memberlist says is dead or left
-// is still served alive (zero: not at all): for p.UnreachableAfter after
-// it went (so a member that refutes never flaps), and, asking before it
-// accuses (p.ProbeWait > 0), while the answer to the probe sent when it
-// went may still come (until a probe fails, at most p.ProbeWait), and for
-// p.ReachedFor after each proof of life since (an answer, a proven
-// update): memberlist's word is no proof, one forged packet can make a
-// live node dead in every member's table for minutes.
-func heldUntil(in *NodeInput, p Policy) time.Time {
-	if !gone(in.Status) || in.StatusSince.IsZero() {
-		return time.Time{}
-	}
-	var until time.Time
-	if p.UnreachableAfter > 0 {
-		until = in.StatusSince.Add(p.UnreachableAfter)
-	}
-	if p.ProbeWait > 0 {
-		if !in.ProbeFailed.After(in.StatusSince) {
-			until = later(until, in.StatusSince.Add(p.ProbeWait))
-		}
-		if p.ReachedFor > 0 && !in.Reached.IsZero() && !in.Reached.Before(in.StatusSince) {
-			until = later(until, in.Reached.Add(p.ReachedFor))
-		}
-	}
-	return until
-}
-
-// goneSince is when a member memberlist says is gone was last known alive:
-// when it went, or its last proof of life since.
-func goneSince(in *NodeInput) time.Time {
-	if in.Reached.After(in.StatusSince) {
-		return in.Reached
-	}
-	return in.StatusSince
-}

@@ -6,6 +6,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -13,7 +14,7 @@ import (
 
 // probePolicy asks before it accuses, with the strictest view otherwise:
 // no delay before a gone member is unreachable, and unreachable is down.
-var probePolicy = Policy{ClockSkewAllowance: 2 * time.Second, UnreachableIsDown: true, ProbeWait: time.Second, ReachedFor: 15 * time.Second}
+var probePolicy = view.Policy{ClockSkewAllowance: 2 * time.Second, UnreachableIsDown: true, ProbeWait: time.Second, ReachedFor: 15 * time.Second}
 
 // prober is a harness whose node1 answers probes (while answer is true)
 // with a ControlAck carrying meta, as a real agent does.
@@ -72,20 +73,20 @@ func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 	up := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 3, State: gwpb.State_STATE_UP, SinceMs: t0.UnixMilli()}
 	p.mesh.SetMember(AgentMember("node1", nil, t0))
 	p.update("node1", &gwpb.StateUpdate{Meta: up, StartedMs: t0.UnixMilli()})
-	p.wantState("node1", StateUp)
+	p.wantState("node1", view.StateUp)
 	p.answerWith(up)
 	p.clk.Advance(time.Second)
 
 	p.status("node1", mesh.StatusDead)
 	p.waitProbes(probeGone, "answered", 1)
-	if n := p.wantState("node1", StateUp); n.Member != mesh.StatusAlive {
+	if n := p.wantState("node1", view.StateUp); n.Member != mesh.StatusAlive {
 		t.Errorf("served member %q, want alive", n.Member)
 	}
 	// Asked again every ReachedFor/3 while memberlist says so.
 	for i := 2; i <= 5; i++ {
 		p.clk.Advance(probePolicy.ReachedFor / 3)
 		p.waitProbes(probeGone, "answered", i)
-		p.wantState("node1", StateUp)
+		p.wantState("node1", view.StateUp)
 	}
 	// It stops answering (gone for real): the next probe's wait runs out.
 	lastAnswer := p.clk.Now()
@@ -96,7 +97,7 @@ func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 	p.waitProbes(probeGone, "unanswered", 1)
 	p.clk.Advance(lastAnswer.Add(probePolicy.ReachedFor).Sub(p.clk.Now()))
 	p.sync()
-	n := p.wantState("node1", StateDown)
+	n := p.wantState("node1", view.StateDown)
 	if n.Since.IsZero() || !n.Since.Equal(lastAnswer) {
 		t.Errorf("down since %v, want the last answer %v: %+v", n.Since, lastAnswer, n)
 	}
@@ -113,11 +114,11 @@ func TestGoneNodeThatDoesNotAnswer(t *testing.T) {
 	p.clk.Advance(time.Second)
 	gone := p.clk.Now()
 	p.status("node1", mesh.StatusDead)
-	p.wantState("node1", StateUp) // asked, not yet accused
+	p.wantState("node1", view.StateUp) // asked, not yet accused
 	p.waitTimers(2)
 	p.clk.Advance(probePolicy.ProbeWait)
 	p.waitProbes(probeGone, "unanswered", 1)
-	n := p.wantState("node1", StateDown)
+	n := p.wantState("node1", view.StateDown)
 	if n.Since.IsZero() || !n.Since.Equal(gone) {
 		t.Errorf("down since %v, want when memberlist said it went (%v)", n.Since, gone)
 	}
@@ -137,7 +138,7 @@ func TestCentralDeadlineAsksFirst(t *testing.T) {
 				Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "teardown", DeadlineMs: d.UnixMilli()}}}
 			p.mesh.SetMember(AgentMember("node1", nil, t0))
 			p.update("node1", td)
-			p.wantState("node1", StateTeardown)
+			p.wantState("node1", view.StateTeardown)
 			if answers {
 				p.answerWith(&gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 5, State: gwpb.State_STATE_UP, SinceMs: d.UnixMilli()})
 			}
@@ -146,16 +147,16 @@ func TestCentralDeadlineAsksFirst(t *testing.T) {
 			p.sync()
 			if answers {
 				p.waitProbes(probeDeadline, "answered", 1)
-				p.wantState("node1", StateUp)
+				p.wantState("node1", view.StateUp)
 				p.clk.Advance(enforce.Add(time.Minute).Sub(p.clk.Now()))
 				p.sync()
-				p.wantState("node1", StateUp)
+				p.wantState("node1", view.StateUp)
 				return
 			}
 			p.waitTimers(2)
 			p.clk.Advance(enforce.Sub(p.clk.Now()))
 			p.sync()
-			n := p.wantState("node1", StateDown)
+			n := p.wantState("node1", view.StateDown)
 			if n.Since.IsZero() || !n.Since.Equal(enforce) {
 				t.Errorf("down since %v, want D + allowance %v", n.Since, enforce)
 			}

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"testing"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -22,9 +23,9 @@ func TestProvenOnlyIgnoresGossipedState(t *testing.T) {
 	// node1 proves itself down; then gossip claims it up, newer.
 	down := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 5, State: gwpb.State_STATE_DOWN, Reason: "hung", SinceMs: t0.UnixMilli()}
 	h.update("node1", &gwpb.StateUpdate{Meta: down, Reason: "hung", StartedMs: 1000})
-	h.wantState("node1", StateDown)
+	h.wantState("node1", view.StateDown)
 	h.member("node1", upMeta(7, 99))
-	if n := h.wantState("node1", StateDown); n.Reason != "hung" || n.Seq != 5 {
+	if n := h.wantState("node1", view.StateDown); n.Reason != "hung" || n.Seq != 5 {
 		t.Errorf("node1 after a newer gossiped up: %+v", n)
 	}
 	// Its liveness from the mesh still counts.
@@ -50,19 +51,19 @@ func TestProvenOnlyUpdateOrder(t *testing.T) {
 	h.update("node1", up)
 	h.update("node1", down)
 	h.update("node1", up) // replayed
-	h.wantState("node1", StateDown)
+	h.wantState("node1", view.StateDown)
 	// Rebooted without its state: incarnation 1, a later start.
 	reboot := &gwpb.StateUpdate{Meta: meta(1, 1, gwpb.State_STATE_UP), StartedMs: 5000}
 	h.update("node1", reboot)
-	if n := h.wantState("node1", StateUp); n.Incarnation != 1 {
+	if n := h.wantState("node1", view.StateUp); n.Incarnation != 1 {
 		t.Errorf("after the reboot: %+v", n)
 	}
 	h.update("node1", down) // of the earlier process, replayed
-	h.wantState("node1", StateUp)
+	h.wantState("node1", view.StateUp)
 	// So is an ack of the earlier process.
 	h.mesh.Deliver("node1", &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: "old", Ok: true, Meta: meta(4, 12, gwpb.State_STATE_DOWN)}}})
 	h.sync()
-	h.wantState("node1", StateUp)
+	h.wantState("node1", view.StateUp)
 }
 
 // The address a node named in its newest proven update is handed to the
@@ -125,8 +126,8 @@ func TestSigningNodeGossipDropped(t *testing.T) {
 	m.Signs = true
 	h.mesh.SetMember(m)
 	h.sync()
-	h.wantState("n1", StateDown)
+	h.wantState("n1", view.StateDown)
 	// A node without its key is heard through its gossip, as before.
 	h.member("n2", downMeta(1, 1, "gossiped"))
-	h.wantState("n2", StateDown)
+	h.wantState("n2", view.StateDown)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
 // recompute recomputes the dirty nodes, publishes their changes, tells the
@@ -23,11 +24,11 @@ func (s *Service) recompute(dirty map[string]bool) {
 	sort.Strings(names)
 
 	type change struct {
-		node   Node
-		prev   State
+		node   view.Node
+		prev   view.State
 		first  bool
 		cause  string
-		in     *NodeInput
+		in     *view.NodeInput
 		prevAt time.Time // the enforcement time before this recomputation
 	}
 	var changes []change
@@ -46,9 +47,9 @@ func (s *Service) recompute(dirty map[string]bool) {
 			delete(s.held, name)
 			released = append(released, name)
 		}
-		n, cause := computeNodeCause(in, now, p)
+		n, cause := view.ComputeNodeCause(in, now, p)
 		prevAt := s.enforce[name]
-		if at, ok := nextEnforcement(in, now, p); ok {
+		if at, ok := view.NextEnforcement(in, now, p); ok {
 			s.enforce[name] = at
 		} else {
 			delete(s.enforce, name)
@@ -64,7 +65,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		}
 		if !had {
 			added = append(added, name)
-			if at := settleEnd(in, p); now.Before(at) {
+			if at := view.SettleEnd(in, p); now.Before(at) {
 				s.held[name] = at
 			}
 		}
@@ -109,36 +110,36 @@ func (s *Service) recompute(dirty map[string]bool) {
 				s.nodeLine(slog.LevelInfo, c.node.Name, "node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
 					"reason", logText(c.node.Reason))
 				var d time.Time
-				if c.node.State == StateDown {
-					d, _ = violationDeadline(c.in, c.cause, c.prevAt, now, p)
+				if c.node.State == view.StateDown {
+					d, _ = view.ViolationDeadline(c.in, c.cause, c.prevAt, now, p)
 				}
 				s.met.transition(c.node.State, c.cause, d, now)
 			}
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
+				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
 			}
-		} else if c.node.State == StateDown {
+		} else if c.node.State == view.StateDown {
 			// Its reason, its incident or its clock's earliness changed.
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
+				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
 			}
 		}
 	}
 	for _, name := range released {
 		if n, ok := s.view[name]; ok {
-			s.act.observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
+			s.act.Observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
 		}
 		s.nodeLine(slog.LevelDebug, name, "settle over: the actuators decide on the node", "node", name)
 	}
 	if len(added) > 0 {
-		s.act.setKnown(len(s.view))
+		s.act.SetKnown(len(s.view))
 	}
 	s.autoResume(now)
 	s.armTimer(now)
 }
 
 // sameNode reports whether a and b serve the same JSON.
-func sameNode(a, b Node) bool {
+func sameNode(a, b view.Node) bool {
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
@@ -176,9 +177,9 @@ func (s *Service) armTimer(now time.Time) {
 }
 
 // observePlan tells the reservation planner a node's served state.
-func (s *Service) observePlan(n Node) {
+func (s *Service) observePlan(n view.Node) {
 	if s.plan == nil {
 		return
 	}
-	s.plan.Observe(reservation.Node{Name: n.Name, Tearing: n.State == StateTeardown, Since: n.Since, FreeAt: n.FreeAt})
+	s.plan.Observe(reservation.Node{Name: n.Name, Tearing: n.State == view.StateTeardown, Since: n.Since, FreeAt: n.FreeAt})
 }

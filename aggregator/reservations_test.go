@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -79,7 +80,7 @@ func TestReservationsFollowTheView(t *testing.T) {
 	waitHeld(h, sched, "n[1-2] until +2m0s")
 
 	r := call(t, "GET", url+"/v1/reservations", "", "")
-	var list ReservationList
+	var list api.ReservationList
 	if err := json.Unmarshal(r.body, &list); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/version"
@@ -190,13 +192,13 @@ func watchdog(ctx context.Context, svc *Service, period time.Duration, log *slog
 			}
 			continue
 		}
-		counts := map[State]int{}
+		counts := map[view.State]int{}
 		nodes := svc.Nodes()
 		for _, n := range nodes {
 			counts[n.State]++
 		}
 		line := fmt.Sprintf("STATUS=%d nodes: %d up, %d teardown, %d down, %d unreachable", len(nodes),
-			counts[StateUp], counts[StateTeardown], counts[StateDown], counts[StateUnreachable])
+			counts[view.StateUp], counts[view.StateTeardown], counts[view.StateDown], counts[view.StateUnreachable])
 		msg := daemon.SdNotifyWatchdog
 		if line != last {
 			msg += "\n" + line
@@ -204,4 +206,10 @@ func watchdog(ctx context.Context, svc *Service, period time.Duration, log *slog
 		}
 		daemon.SdNotify(false, msg)
 	}
+}
+
+// nodeLine writes a line about node to the Service's log within node's
+// budget (nodeLog.emit).
+func (s *Service) nodeLine(level slog.Level, node, msg string, args ...any) {
+	s.lines.Write(s.log, level, node, msg, nodelog.CallerPC(), args)
 }

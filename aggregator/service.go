@@ -14,11 +14,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/agent/report"
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
+	"github.com/gracewatch/gracewatch/aggregator/view"
+	"github.com/gracewatch/gracewatch/aggregator/watch"
 	"github.com/gracewatch/gracewatch/internal/clock"
-	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
@@ -69,11 +74,11 @@ type Options struct {
 	// Name is this aggregator's member name.
 	Name string
 	// Policy is the view's policy.
-	Policy Policy
+	Policy view.Policy
 	// Grace is the cluster's G, served by /v1/config.
 	Grace time.Duration
 	// Actuators run on transitions when this aggregator leads.
-	Actuators []ActuatorConfig
+	Actuators []actuate.Config
 	// Reservations, when enabled, keep the scheduler's reservations on the
 	// nodes tearing down while this aggregator leads.
 	Reservations reservation.Config
@@ -145,12 +150,12 @@ type Service struct {
 	clock clock.Clock
 	log   *slog.Logger
 	epoch string // qualifies event ids: they are only meaningful here
-	act   *actuators
+	act   *actuate.Actuators
 	plan  *reservation.Planner // nil: reservations off
 	met   *serviceMetrics
 	inc   *incidents
 	hist  *teardownHistory // nil: off
-	lines *nodeLog         // the lines about one node, within its budget
+	lines *nodelog.Log     // the lines about one node, within its budget
 	// runCtx is Run's context (set before the loop starts).
 	runCtx context.Context
 
@@ -160,7 +165,7 @@ type Service struct {
 	wake  chan struct{}
 
 	// Owned by the loop goroutine.
-	inputs  map[string]*NodeInput
+	inputs  map[string]*view.NodeInput
 	enforce map[string]time.Time // nodes whose view time alone changes, and when
 	// held: nodes first seen less than Policy.Settle ago, and when the
 	// actuators hear of them. Until then gossip may be stale and the
@@ -203,15 +208,15 @@ type Service struct {
 	// Shared with readers.
 	mu       sync.RWMutex
 	mesh     Mesh
-	view     map[string]Node
+	view     map[string]view.Node
 	names    []string // sorted keys of view
 	modes    modeCount
 	seq      uint64
-	history  eventLog
-	subs     map[*Subscription]struct{}
+	history  watch.EventLog
+	subs     map[*watch.Subscription]struct{}
 	waiters  map[string]*waiter
 	leader   string
-	aggInfo  []AggregatorInfo
+	aggInfo  []api.AggregatorInfo
 	running  bool
 	finished bool
 }
@@ -242,28 +247,6 @@ type input struct {
 	reply  chan error
 }
 
-// Event is one change of a node's served state (any field of its summary).
-type Event struct {
-	// ID is "<epoch>-<seq>": seq counts this process's events from 1, and
-	// epoch is random per process, so that an id given to another
-	// aggregator, or to this one after a restart, is recognised as foreign
-	// (and answered with a snapshot) instead of silently skipping events.
-	ID   string
-	Seq  uint64
-	Node Node
-	// Forgotten: the node Node.Name left the view (Service.Forget); the
-	// watch sends a "forget" event.
-	Forgotten bool
-}
-
-// AggregatorInfo is an aggregator member as /healthz lists it.
-type AggregatorInfo struct {
-	Name   string      `json:"name"`
-	Status mesh.Status `json:"status"`
-	Leader bool        `json:"leader"`
-	Self   bool        `json:"self"`
-}
-
 // New returns a Service. Nothing runs until Run, but the mesh callbacks may
 // be called at once: what they hand over waits in the queue.
 func New(o Options) (*Service, error) {
@@ -282,7 +265,7 @@ func New(o Options) (*Service, error) {
 	opt.Default(&o.SubscriberBuffer, DefaultSubscriberBuffer)
 	opt.Default(&o.ActuatorBackoff, time.Second)
 	if o.Policy.Observe {
-		o.Actuators, o.Reservations.Command = nil, nil // observe.go: no actuator runs
+		o.Actuators, o.Reservations.Command = nil, nil // observe mode: no actuator runs
 	}
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
@@ -296,7 +279,7 @@ func New(o Options) (*Service, error) {
 		log:      log,
 		epoch:    hex.EncodeToString(rnd[:]),
 		wake:     make(chan struct{}, 1),
-		inputs:   map[string]*NodeInput{},
+		inputs:   map[string]*view.NodeInput{},
 		enforce:  map[string]time.Time{},
 		held:     map[string]time.Time{},
 		adopted:  map[string]int{},
@@ -307,16 +290,16 @@ func New(o Options) (*Service, error) {
 		probeSem: make(chan struct{}, maxProbesInFlight),
 		done:     make(chan struct{}),
 		aggs:     map[string]mesh.Member{},
-		view:     map[string]Node{},
-		history:  newEventLog(o.History, o.HistoryBytes),
-		subs:     map[*Subscription]struct{}{},
+		view:     map[string]view.Node{},
+		history:  watch.NewEventLog(o.History, o.HistoryBytes),
+		subs:     map[*watch.Subscription]struct{}{},
 		waiters:  map[string]*waiter{},
 	}
-	s.act = newActuators(o.Actuators, o.Clock, o.ActuatorBackoff, log)
-	s.act.setLimit(o.Incidents.Limit())
+	s.act = actuate.New(o.Actuators, o.Clock, o.ActuatorBackoff, log)
+	s.act.SetLimit(o.Incidents.Limit())
 	s.inc = newIncidents(o.Incidents)
 	if o.StateDir != "" && len(o.Actuators) > 0 {
-		if err := s.act.remember(o.StateDir); err != nil {
+		if err := s.act.Remember(o.StateDir); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
 	}
@@ -343,10 +326,10 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("aggregator: %w", err)
 	}
 	s.met = newServiceMetrics(s)
-	s.act.onSaveError = s.met.stateWrites.Inc
-	s.act.onRun = s.met.actuatorRun
-	s.lines = newNodeLog(o.Clock, func(scope string) { s.met.logSuppressed.WithLabelValues(scope).Inc() })
-	s.act.lines = s.lines
+	s.act.OnSaveError = s.met.stateWrites.Inc
+	s.act.OnRun = s.met.actuatorRun
+	s.lines = nodelog.New(o.Clock, func(scope string) { s.met.logSuppressed.WithLabelValues(scope).Inc() })
+	s.act.Lines = s.lines
 	if o.Registry != nil {
 		cs := s.met.collectors()
 		if s.hist != nil {
@@ -359,7 +342,7 @@ func New(o Options) (*Service, error) {
 			}
 		}
 	}
-	s.aggInfo = []AggregatorInfo{{Name: o.Name, Status: mesh.StatusAlive, Self: true}}
+	s.aggInfo = []api.AggregatorInfo{{Name: o.Name, Status: string(mesh.StatusAlive), Self: true}}
 	s.modes = modeCount{nodes: map[string]int{}}
 	return s, nil
 }
@@ -371,7 +354,7 @@ func (s *Service) Name() string { return s.opts.Name }
 func (s *Service) Grace() time.Duration { return s.opts.Grace }
 
 // Policy returns the view's policy.
-func (s *Service) Policy() Policy { return s.opts.Policy }
+func (s *Service) Policy() view.Policy { return s.opts.Policy }
 
 func (s *Service) enqueue(in input) {
 	s.inMu.Lock()
@@ -408,7 +391,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	s.running, s.mesh = true, m
 	s.mu.Unlock()
 	s.runCtx = ctx
-	s.act.start(ctx)
+	s.act.Start(ctx)
 	planDone := make(chan struct{})
 	if s.plan != nil {
 		go func() { s.plan.Run(ctx); close(planDone) }()
@@ -418,7 +401,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	defer func() {
 		close(s.done)
 		defer s.closeHistory()
-		s.act.stop()
+		s.act.Stop()
 		<-planDone
 		if s.timer != nil {
 			s.timer.Stop()
@@ -530,23 +513,23 @@ func (s *Service) process(batch []input) {
 }
 
 // Nodes returns every node's summary (no report detail), sorted by name.
-func (s *Service) Nodes() []Node { return s.NodesIn("") }
+func (s *Service) Nodes() []view.Node { return s.NodesIn("") }
 
 // NodesIn returns the summaries of the nodes in state want (every node if
 // want is empty), sorted by name. It filters before it copies: the
 // scheduler's frequent question (which nodes are down?) touches 10,000
 // nodes' states but copies only the few it returns.
-func (s *Service) NodesIn(want State) []Node {
+func (s *Service) NodesIn(want view.State) []view.Node {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if want == "" {
-		out := make([]Node, 0, len(s.names))
+		out := make([]view.Node, 0, len(s.names))
 		for _, name := range s.names {
 			out = append(out, s.view[name].Summary())
 		}
 		return out
 	}
-	out := []Node{} // an empty list, not null, in JSON
+	out := []view.Node{} // an empty list, not null, in JSON
 	for _, name := range s.names {
 		if n := s.view[name]; n.State == want {
 			out = append(out, n.Summary())
@@ -556,7 +539,7 @@ func (s *Service) NodesIn(want State) []Node {
 }
 
 // Node returns one node with its report detail.
-func (s *Service) Node(name string) (Node, bool) {
+func (s *Service) Node(name string) (view.Node, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	n, ok := s.view[name]
@@ -565,54 +548,20 @@ func (s *Service) Node(name string) (Node, bool) {
 
 // Aggregators returns the aggregator members known here, this one
 // included, sorted by name, and the actuator leader's name.
-func (s *Service) Aggregators() ([]AggregatorInfo, string) {
+func (s *Service) Aggregators() ([]api.AggregatorInfo, string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.aggInfo), s.leader
 }
 
-// Readiness is what /readyz reports.
-type Readiness struct {
-	Ready      bool `json:"ready"`
-	MeshJoined bool `json:"mesh_joined"`
-	Members    int  `json:"members"`
-	Nodes      int  `json:"nodes"`
-	Insecure   bool `json:"insecure"`
-	// NodeRestriction: node states are taken from proven updates only
-	// (Options.ProvenOnly). False: anyone with the mesh key can speak for
-	// a node without a key.
-	NodeRestriction bool `json:"node_restriction"`
-	// HeldDrains is the number of drains the blast-radius limit holds
-	// (GET /v1/incidents shows them); they do not decide readiness.
-	HeldDrains int `json:"held_drains"`
-	// ClockSkewedNodes is the number of nodes whose clock disagrees with
-	// this aggregator's by more than the allowance; ClockSkewed names the
-	// first 10 with their offsets.
-	ClockSkewedNodes int         `json:"clock_skewed_nodes"`
-	ClockSkewed      []ClockSkew `json:"clock_skewed,omitempty"`
-	// StateWriteError is why the drained set could not be written under
-	// state_dir the last time (a full disk); empty when it was.
-	StateWriteError string `json:"state_write_error,omitempty"`
-	// Mode is this aggregator's mode; ModesMixed says that the nodes (or
-	// they and this aggregator) do not all run in one mode, and NodeModes
-	// counts the nodes by the mode their agents run in (observe.go).
-	Mode       string         `json:"mode"`
-	ModesMixed bool           `json:"modes_mixed"`
-	NodeModes  map[string]int `json:"node_modes"`
-	Detail     string         `json:"detail"`
-	// Host is the aggregator's machine (Options.Host); nil without it. It
-	// does not decide readiness.
-	Host *hostinfo.Facts `json:"host,omitempty"`
-}
-
 // Ready reports whether the Service runs and its mesh has joined, with the
 // machine's facts when Options.Host is set (which bounds the time Ready
 // blocks).
-func (s *Service) Ready() Readiness {
+func (s *Service) Ready() api.Readiness {
 	s.mu.RLock()
 	m, running, nodes := s.mesh, s.running, len(s.view)
 	s.mu.RUnlock()
-	r := Readiness{Nodes: nodes, Insecure: s.opts.MeshInsecure, NodeRestriction: s.opts.ProvenOnly}
+	r := api.Readiness{Nodes: nodes, Insecure: s.opts.MeshInsecure, NodeRestriction: s.opts.ProvenOnly}
 	var detail []string
 	switch {
 	case !running:
@@ -631,7 +580,7 @@ func (s *Service) Ready() Readiness {
 	if r.Insecure {
 		detail = append(detail, "the mesh runs insecure: gossip is neither encrypted nor authenticated")
 	}
-	if err := s.act.saveError(); err != nil {
+	if err := s.act.SaveError(); err != nil {
 		r.StateWriteError = err.Error()
 		detail = append(detail, "cannot save the drained nodes under state_dir (a restart would forget them): "+r.StateWriteError)
 	}
@@ -648,7 +597,7 @@ func (s *Service) Ready() Readiness {
 	r.Detail = strings.Join(detail, "; ")
 	if s.opts.Host != nil {
 		h := s.opts.Host(context.Background())
-		r.Host = &h
+		r.Host = (*report.HostFacts)(&h)
 	}
 	return r
 }

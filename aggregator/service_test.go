@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -110,7 +111,7 @@ func (h *harness) advance(d time.Duration) {
 	h.sync()
 }
 
-func (h *harness) node(name string) Node {
+func (h *harness) node(name string) view.Node {
 	h.t.Helper()
 	n, ok := h.svc.Node(name)
 	if !ok {
@@ -119,7 +120,7 @@ func (h *harness) node(name string) Node {
 	return n
 }
 
-func (h *harness) wantState(name string, want State) Node {
+func (h *harness) wantState(name string, want view.State) view.Node {
 	h.t.Helper()
 	n := h.node(name)
 	if n.State != want {
@@ -132,15 +133,15 @@ func TestServiceDeadlineTimer(t *testing.T) {
 	h := newHarness(t)
 	deadline := at(2 * time.Minute)
 	h.member("n1", teardownMeta(1, 2, deadline))
-	h.wantState("n1", StateTeardown)
+	h.wantState("n1", view.StateTeardown)
 	if got := h.clk.Pending(); got != 1 {
 		t.Fatalf("%d timers pending, want the one deadline timer", got)
 	}
 
 	h.advance(deadline.Add(5*time.Second - time.Millisecond).Sub(h.clk.Now()))
-	h.wantState("n1", StateTeardown)
+	h.wantState("n1", view.StateTeardown)
 	h.advance(time.Millisecond)
-	n := h.wantState("n1", StateDown)
+	n := h.wantState("n1", view.StateDown)
 	if n.Reason != "no report after teardown deadline 2025-06-01T12:02:00.000Z" || !n.Since.Equal(deadline.Add(5*time.Second)) {
 		t.Errorf("down node = %q since %v", n.Reason, n.Since)
 	}
@@ -151,7 +152,7 @@ func TestServiceDeadlineTimer(t *testing.T) {
 
 	// The agent comes back with a newer state.
 	h.member("n1", upMeta(1, 3))
-	h.wantState("n1", StateUp)
+	h.wantState("n1", view.StateUp)
 }
 
 func TestServiceTimerFollowsTheEarliestDeadline(t *testing.T) {
@@ -162,15 +163,15 @@ func TestServiceTimerFollowsTheEarliestDeadline(t *testing.T) {
 		t.Fatalf("%d timers pending, want 1", got)
 	}
 	h.advance(time.Minute + 5*time.Second)
-	h.wantState("early", StateDown)
-	h.wantState("late", StateTeardown)
+	h.wantState("early", view.StateDown)
+	h.wantState("late", view.StateTeardown)
 	// A report that ends the late teardown disarms the timer.
 	h.member("late", upMeta(1, 2))
 	if got := h.clk.Pending(); got != 0 {
 		t.Errorf("%d timers pending, want 0", got)
 	}
 	h.advance(time.Hour)
-	h.wantState("late", StateUp)
+	h.wantState("late", view.StateUp)
 }
 
 func TestServiceDirectUpdates(t *testing.T) {
@@ -178,7 +179,7 @@ func TestServiceDirectUpdates(t *testing.T) {
 	// A direct update may come before the member event.
 	u := &gwpb.StateUpdate{Meta: downMeta(1, 4, "job 9 teardown exceeded gr…"), Reason: "job 9 teardown exceeded grace 120s: hung"}
 	h.update("n1", u)
-	n := h.wantState("n1", StateDown)
+	n := h.wantState("n1", view.StateDown)
 	if n.Reason != u.Reason {
 		t.Errorf("reason = %q", n.Reason)
 	}
@@ -189,7 +190,7 @@ func TestServiceDirectUpdates(t *testing.T) {
 	}
 	// An older update delivered late is ignored.
 	h.update("n1", &gwpb.StateUpdate{Meta: upMeta(1, 3)})
-	h.wantState("n1", StateDown)
+	h.wantState("n1", view.StateDown)
 }
 
 func TestServiceRoles(t *testing.T) {
@@ -206,7 +207,7 @@ func TestServiceRoles(t *testing.T) {
 	if strings.Join(names, ",") != "garbled,n1" {
 		t.Errorf("nodes = %v, want garbled,n1 (aggregators and unknown roles are not nodes)", names)
 	}
-	h.wantState("garbled", StateUnreachable)
+	h.wantState("garbled", view.StateUnreachable)
 	aggs, leader := h.svc.Aggregators()
 	if len(aggs) != 2 || leader != "agg-0" || !aggs[0].Leader || !aggs[1].Self {
 		t.Errorf("aggregators = %+v, leader %q", aggs, leader)
@@ -352,7 +353,7 @@ func TestServiceUnreachableAfter(t *testing.T) {
 		t.Fatalf("%d timers pending, want the window's", got)
 	}
 	f.advance(window - 100*time.Millisecond)
-	f.wantState("n1", StateUp)
+	f.wantState("n1", view.StateUp)
 	f.status("n1", mesh.StatusAlive)
 	f.advance(time.Minute)
 	f.settle()
@@ -370,15 +371,15 @@ func TestServiceUnreachableAfter(t *testing.T) {
 	went := f.clk.Now()
 	f.status("n1", mesh.StatusDead)
 	f.advance(window - time.Millisecond)
-	f.wantState("n1", StateUp)
+	f.wantState("n1", view.StateUp)
 	f.advance(time.Millisecond)
-	n := f.wantState("n1", StateDown)
+	n := f.wantState("n1", view.StateDown)
 	if mesh.Status(n.Member) != mesh.StatusDead || !n.Since.Equal(went) || !strings.Contains(n.Reason, "the mesh declared the agent dead") {
 		t.Errorf("dead member served %s (member %s) since %v: %q; want down since it went", n.State, n.Member, fmtPtr(n.Since), n.Reason)
 	}
 	select {
 	case ev := <-sub.C:
-		if ev.Node.State != StateDown {
+		if ev.Node.State != view.StateDown {
 			t.Errorf("event %+v, want down", ev.Node)
 		}
 	case <-time.After(testTimeout):
@@ -405,7 +406,7 @@ func TestServiceUpdatesOutOfOrder(t *testing.T) {
 	h.update("n1", withReport)
 	h.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, 5, "job 7 hung")}) // the same state, sent before the report
 	h.update("n1", &gwpb.StateUpdate{Meta: teardownMeta(1, 4, at(time.Minute))})
-	n := h.wantState("n1", StateDown)
+	n := h.wantState("n1", view.StateDown)
 	if n.Seq != 5 || n.LastReport == nil || n.LastReport.Job != "7" {
 		t.Errorf("served seq %d, report %+v; want seq 5 with job 7's report", n.Seq, n.LastReport)
 	}

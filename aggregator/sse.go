@@ -7,12 +7,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/watch"
 	"github.com/gracewatch/gracewatch/internal/clock"
 )
 
 // handleWatch streams the view's changes as Server-Sent Events:
 //
-//   - first either a "snapshot" event (data: a NodeList of every node), or,
+//   - first either a "snapshot" event (data: a api.NodeList of every node), or,
 //     when the Last-Event-ID header names an event the history still holds,
 //     the "node" events missed since it;
 //   - then one "node" event (data: the Node, without report detail) per
@@ -66,7 +68,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 
 	buf.WriteString("retry: " + strconv.FormatInt(sseRetry.Milliseconds(), 10) + "\n\n")
 	if sub.Snapshot != nil {
-		writeEvent(&buf, sub.SnapshotID, "snapshot", NodeList{Nodes: wireNodes(sub.Snapshot)})
+		writeEvent(&buf, sub.SnapshotID, "snapshot", api.NodeList{Nodes: wireNodes(sub.Snapshot)})
 	}
 	for _, ev := range sub.Missed {
 		writeChange(&buf, ev)
@@ -131,9 +133,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeChange writes one event of the history: "node" or "forget".
-func writeChange(buf *bytes.Buffer, ev Event) {
+func writeChange(buf *bytes.Buffer, ev watch.Event) {
 	if ev.Forgotten {
-		writeEvent(buf, ev.ID, "forget", Forgotten{Name: ev.Node.Name})
+		writeEvent(buf, ev.ID, "forget", api.Forgotten{Name: ev.Node.Name})
 		return
 	}
 	writeEvent(buf, ev.ID, "node", wireNode(ev.Node))
@@ -144,7 +146,7 @@ func writeChange(buf *bytes.Buffer, ev Event) {
 func writeEvent(buf *bytes.Buffer, id, event string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		data, _ = json.Marshal(ErrorBody{Error: "cannot encode event: " + err.Error()})
+		data, _ = json.Marshal(api.ErrorBody{Error: "cannot encode event: " + err.Error()})
 	}
 	buf.WriteString("id: " + id + "\nevent: " + event + "\ndata: ")
 	buf.Write(data)

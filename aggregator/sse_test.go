@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -28,7 +29,7 @@ type watcher struct {
 	header http.Header
 }
 
-func watch(t *testing.T, base, lastID string) *watcher {
+func openWatch(t *testing.T, base, lastID string) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/watch", nil)
@@ -138,7 +139,7 @@ func (w *watcher) snapshot() (string, []api.Node) {
 	if ev.event != "snapshot" {
 		w.t.Fatalf("got %+v, want a snapshot", ev)
 	}
-	var list NodeList
+	var list api.NodeList
 	if err := json.Unmarshal([]byte(ev.data), &list); err != nil {
 		w.t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 	base := h.serve(ServerOptions{})
 	e := h.svc.epoch
 
-	w := watch(t, base, "")
+	w := openWatch(t, base, "")
 	id, nodes := w.snapshot()
 	if id != e+"-2" || len(nodes) != 2 || nodes[0].Name != "n1" {
 		t.Fatalf("snapshot %s: %+v", id, nodes)
@@ -169,7 +170,7 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 	}
 
 	// A client that saw event 3 reconnects: it gets 4 and 5, no snapshot.
-	again := watch(t, base, e+"-3")
+	again := openWatch(t, base, e+"-3")
 	for i, wnt := range want[1:] {
 		id, n := again.nextNode()
 		if id != fmt.Sprintf("%s-%d", e, i+4) || n.Name+" "+string(n.State) != wnt {
@@ -187,7 +188,7 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 	}
 
 	// A foreign id: a snapshot.
-	foreign := watch(t, base, "deadbeef-3")
+	foreign := openWatch(t, base, "deadbeef-3")
 	if id, nodes := foreign.snapshot(); id != e+"-6" || len(nodes) != 2 {
 		t.Errorf("foreign id: snapshot %s with %d nodes", id, len(nodes))
 	}
@@ -200,11 +201,11 @@ func TestWatchBeyondHistory(t *testing.T) {
 	for i := uint64(1); i <= 6; i++ {
 		h.member("n1", upMeta(1, i))
 	}
-	w := watch(t, base, e+"-2") // 3..6 missed, only 4..6 kept
+	w := openWatch(t, base, e+"-2") // 3..6 missed, only 4..6 kept
 	if id, nodes := w.snapshot(); id != e+"-6" || len(nodes) != 1 || nodes[0].Seq != 6 {
 		t.Errorf("snapshot %s %+v", id, nodes)
 	}
-	w2 := watch(t, base, e+"-3")
+	w2 := openWatch(t, base, e+"-3")
 	for i := 4; i <= 6; i++ {
 		if id, _ := w2.nextNode(); id != fmt.Sprintf("%s-%d", e, i) {
 			t.Errorf("event id %s, want %s-%d", id, e, i)
@@ -215,7 +216,7 @@ func TestWatchBeyondHistory(t *testing.T) {
 func TestWatchHeartbeat(t *testing.T) {
 	h := newHarness(t)
 	base := h.serve(ServerOptions{})
-	w := watch(t, base, "")
+	w := openWatch(t, base, "")
 	w.snapshot()
 	// Wait for the stream's heartbeat timer (the only timer here).
 	if !testutil.Poll(testTimeout, func() bool { return h.clk.Pending() == 1 }) {
@@ -241,13 +242,13 @@ func TestWatchStalledClient(t *testing.T) {
 	if _, err := fmt.Fprintf(stalled, "GET /v1/watch HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	w := watch(t, base, "")
+	w := openWatch(t, base, "")
 	w.snapshot()
 	waitFor(t, "two watchers", func() bool { return h.svc.numSubscribers() == 2 })
 
 	// Events enough to fill the socket buffers of the stalled client (8
 	// MB: a reason is cut at maxUpdateReasonBytes).
-	big := strings.Repeat("x", maxUpdateReasonBytes-16)
+	big := strings.Repeat("x", view.MaxUpdateReasonBytes-16)
 	const n = 2000
 	start := time.Now()
 	for i := uint64(1); i <= n; i++ {

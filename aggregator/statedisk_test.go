@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	gwtestutil "github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -35,7 +36,7 @@ func TestDrainedSetOnAFullDisk(t *testing.T) {
 	f := newActFixture(t, 0, func(o *Options) { o.StateDir = state })
 	f.update("n1", &gwpb.StateUpdate{Meta: downMeta(1, 2, "job 9 hung")})
 	f.settle()
-	if b, err := os.ReadFile(filepath.Join(state, drainedFile)); err != nil || !strings.Contains(string(b), "n1") {
+	if b, err := os.ReadFile(filepath.Join(state, actuate.DrainedFile)); err != nil || !strings.Contains(string(b), "n1") {
 		t.Fatalf("drained set before the disk is full: %q %v", b, err)
 	}
 	// Fill the file system.
@@ -57,14 +58,14 @@ func TestDrainedSetOnAFullDisk(t *testing.T) {
 	if n := testutil.ToFloat64(f.svc.met.stateWrites); n < 1 {
 		t.Errorf("state_write_failures_total = %v, want at least 1", n)
 	}
-	if b, _ := os.ReadFile(filepath.Join(state, drainedFile)); strings.Contains(string(b), "n2") {
+	if b, _ := os.ReadFile(filepath.Join(state, actuate.DrainedFile)); strings.Contains(string(b), "n2") {
 		t.Fatalf("drained set written on a full disk? %q", b)
 	}
 	// Space again: the next change saves both, and the error clears.
 	os.Remove(filler)
 	f.update("n3", &gwpb.StateUpdate{Meta: downMeta(1, 2, "job 11 hung")})
 	f.settle()
-	b, err := os.ReadFile(filepath.Join(state, drainedFile))
+	b, err := os.ReadFile(filepath.Join(state, actuate.DrainedFile))
 	if err != nil || !strings.Contains(string(b), "n1") || !strings.Contains(string(b), "n2") || !strings.Contains(string(b), "n3") {
 		t.Fatalf("drained set after space came back: %q %v", b, err)
 	}

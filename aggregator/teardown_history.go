@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"errors"
-	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/advisor"
 	"github.com/gracewatch/gracewatch/aggregator/history"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
@@ -101,7 +101,7 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 	floor := u.GetKillPathFloorMs()
 	h.mu.Lock()
 	if floor > 0 && floor <= history.MaxFloorMs {
-		h.floors[node] = advisor.Floor{Node: node, Ms: floor, Path: cutText(strings.ToValidUTF8(u.GetKillPath(), "?"), maxKillPathBytes)}
+		h.floors[node] = advisor.Floor{Node: node, Ms: floor, Path: view.CutText(strings.ToValidUTF8(u.GetKillPath(), "?"), maxKillPathBytes)}
 	} else {
 		delete(h.floors, node) // none, or past the bound: unknown
 	}
@@ -113,12 +113,12 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 		if len(cs) >= maxCausesKept {
 			cs = cs[1:]
 		}
-		h.causes[node] = append(cs, jobCause{cutText(c.GetJob(), maxFieldBytes), causeString(c)})
+		h.causes[node] = append(cs, jobCause{view.CutText(c.GetJob(), maxFieldBytes), causeString(c)})
 	}
 	attrs := map[string][2]string{}
 	for _, td := range tds {
 		if td.GetPhase() != "released" && (td.GetUser() != "" || td.GetCommand() != "") {
-			attrs[cutText(td.GetJob(), maxFieldBytes)] = [2]string{cutText(td.GetUser(), history.MaxUserBytes), cutText(td.GetCommand(), history.MaxCommandBytes)}
+			attrs[view.CutText(td.GetJob(), maxFieldBytes)] = [2]string{view.CutText(td.GetUser(), history.MaxUserBytes), view.CutText(td.GetCommand(), history.MaxCommandBytes)}
 		}
 	}
 	if len(attrs) > 0 {
@@ -163,7 +163,7 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 		default:
 			if ok, suppressed := h.log.Allow(node+"/"+string(why), now); ok {
 				s.log.Warn("released teardown not recorded in the history", "node", nodename.Quote(node), "why", string(why),
-					"job", cutText(td.GetJob(), 64), "start_ms", r.StartMs, "released_ms", r.ReleasedMs, "suppressed", suppressed)
+					"job", view.CutText(td.GetJob(), 64), "start_ms", r.StartMs, "released_ms", r.ReleasedMs, "suppressed", suppressed)
 			}
 		}
 	}
@@ -176,16 +176,13 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 	}
 }
 
-// errHistoryOff answers the advisor when the history is off.
-var errHistoryOff = fmt.Errorf("the teardown history is off: set state_dir or history.dir")
-
 // Advise answers the grace advisor's query q (its NowMs and InForce are
 // filled here) over the history and the teardowns running in the view
 // now. One answer is computed at a time. Safe for concurrent use.
 func (s *Service) Advise(q advisor.Query) (*advisor.Advice, error) {
 	h := s.hist
 	if h == nil {
-		return nil, errHistoryOff
+		return nil, history.ErrOff
 	}
 	now := s.clock.Now()
 	q.NowMs, q.InForce = now.UnixMilli(), s.opts.Grace

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -280,7 +281,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 				if err != nil || r != "403 Forbidden" {
 					t.Errorf("a drain from the page with the read token: %q, %v; want 403", r, err)
 				}
-				if n, _ := h.svc.Node("cn01"); n.State != StateUp {
+				if n, _ := h.svc.Node("cn01"); n.State != view.StateUp {
 					t.Errorf("cn01 is %s after a drain with the read token", n.State)
 				}
 				// A reload keeps the token (sessionStorage) and asks for

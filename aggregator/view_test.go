@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -37,13 +38,13 @@ func downMeta(inc, seq uint64, reason string) *gwpb.Meta {
 	return m
 }
 
-func alive(name string, gossip *gwpb.Meta) NodeInput {
-	return NodeInput{Name: name, Role: roleAgent, Status: mesh.StatusAlive, StatusSince: t0, Gossip: decodeMeta(gossip)}
+func alive(name string, gossip *gwpb.Meta) view.NodeInput {
+	return view.NodeInput{Name: name, Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0, Gossip: decodeMeta(gossip)}
 }
 
 // updateIn is u as the intake keeps it (bounded, then decoded); nil for
 // nil.
-func updateIn(u *gwpb.StateUpdate) *NodeUpdate { return decodeUpdate(boundUpdate(u)) }
+func updateIn(u *gwpb.StateUpdate) *view.NodeUpdate { return decodeUpdate(boundUpdate(u)) }
 
 func tp(t time.Time) *time.Time { return &t }
 
@@ -55,7 +56,7 @@ func val(p *time.Time) time.Time {
 	return *p
 }
 
-var defaultPolicy = Policy{ClockSkewAllowance: 5 * time.Second}
+var defaultPolicy = view.Policy{ClockSkewAllowance: 5 * time.Second}
 
 func TestCompute(t *testing.T) {
 	deadline := at(2 * time.Minute)
@@ -84,26 +85,26 @@ func TestCompute(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		in     NodeInput
+		in     view.NodeInput
 		now    time.Time
-		policy Policy
+		policy view.Policy
 		// want: state, reason, since, free_at and schedulable exactly.
-		state       State
+		state       view.State
 		reason      string
 		since       *time.Time
 		freeAt      *time.Time
 		schedulable bool
-		check       func(t *testing.T, n Node)
+		check       func(t *testing.T, n view.Node)
 	}{
 		{
 			name: "up", in: alive("n1", upMeta(1, 1)), now: t0,
-			state: StateUp, since: tp(t0), schedulable: true,
+			state: view.StateUp, since: tp(t0), schedulable: true,
 		},
 		{
 			name: "suspect member is served from its meta", now: t0,
-			in:    func() NodeInput { in := alive("n1", upMeta(1, 1)); in.Status = mesh.StatusSuspect; return in }(),
-			state: StateUp, since: tp(t0), schedulable: true,
-			check: func(t *testing.T, n Node) {
+			in:    func() view.NodeInput { in := alive("n1", upMeta(1, 1)); in.Status = mesh.StatusSuspect; return in }(),
+			state: view.StateUp, since: tp(t0), schedulable: true,
+			check: func(t *testing.T, n view.Node) {
 				if mesh.Status(n.Member) != mesh.StatusSuspect {
 					t.Errorf("member = %q, want suspect", n.Member)
 				}
@@ -112,39 +113,39 @@ func TestCompute(t *testing.T) {
 		{
 			name: "teardown within grace: schedulable from free_at", now: at(time.Minute),
 			in:    alive("n1", teardownMeta(1, 2, deadline)),
-			state: StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
+			state: view.StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
 		},
 		{
 			name: "teardown without free_at falls back to the deadline", now: at(time.Minute),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				m := teardownMeta(1, 2, deadline)
 				m.FreeAtMs = 0
 				return alive("n1", m)
 			}(),
-			state: StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
+			state: view.StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
 		},
 		{
 			name: "teardown past D but within the allowance", now: deadline.Add(4999 * time.Millisecond),
 			in:    alive("n1", teardownMeta(1, 2, deadline)),
-			state: StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
+			state: view.StateTeardown, reason: "job 7 tearing down", since: tp(t0), freeAt: tp(deadline), schedulable: true,
 		},
 		{
 			name: "central enforcement: no report by D + allowance", now: deadline.Add(5 * time.Second),
 			in:    alive("n1", teardownMeta(1, 2, deadline)),
-			state: StateDown, reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z",
+			state: view.StateDown, reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z",
 			since: tp(deadline.Add(5 * time.Second)),
 		},
 		{
 			name: "central enforcement uses the earliest deadline in progress", now: at(2*time.Minute + 5*time.Second),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", twoTeardowns.Meta)
 				in.Update = updateIn(twoTeardowns)
 				in.Direct = in.Update.Meta
 				return in
 			}(),
-			state: StateDown, reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z",
+			state: view.StateDown, reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z",
 			since: tp(at(2*time.Minute + 5*time.Second)),
-			check: func(t *testing.T, n Node) {
+			check: func(t *testing.T, n view.Node) {
 				if len(n.Teardowns) != 3 {
 					t.Errorf("teardowns = %d, want 3", len(n.Teardowns))
 				}
@@ -152,23 +153,23 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "a newer report after the deadline wins", now: deadline.Add(time.Hour),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", teardownMeta(1, 2, deadline))
 				in.Direct = decodeMeta(upMeta(1, 3))
 				return in
 			}(),
-			state: StateUp, since: tp(t0), schedulable: true,
+			state: view.StateUp, since: tp(t0), schedulable: true,
 		},
 		{
 			name: "agent down: the untruncated reason of the current update", now: at(time.Hour),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", downReport.Meta)
 				in.Update = updateIn(downReport)
 				in.Direct = in.Update.Meta
 				return in
 			}(),
-			state: StateDown, reason: downReport.Reason, since: tp(at(time.Minute)),
-			check: func(t *testing.T, n Node) {
+			state: view.StateDown, reason: downReport.Reason, since: tp(at(time.Minute)),
+			check: func(t *testing.T, n view.Node) {
 				if n.LastReport == nil || n.LastReport.Job != "7" || string(n.LastReport.Detail) != `{"job":"7"}` {
 					t.Errorf("last report = %+v, want job 7's with detail", n.LastReport)
 				}
@@ -182,14 +183,14 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "gossip newer than the update: its reason, no stale details", now: at(time.Hour),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", downMeta(1, 6, "drained by admin"))
 				in.Update = updateIn(downReport)
 				in.Direct = in.Update.Meta
 				return in
 			}(),
-			state: StateDown, reason: "drained by admin", since: tp(at(time.Minute)),
-			check: func(t *testing.T, n Node) {
+			state: view.StateDown, reason: "drained by admin", since: tp(at(time.Minute)),
+			check: func(t *testing.T, n view.Node) {
 				if n.LastReport != nil || len(n.Teardowns) != 0 {
 					t.Errorf("stale details served: %+v %+v", n.LastReport, n.Teardowns)
 				}
@@ -197,85 +198,85 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "a direct meta newer than gossip wins", now: at(time.Hour),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", downMeta(1, 5, "hung"))
 				in.Direct = decodeMeta(upMeta(1, 6))
 				return in
 			}(),
-			state: StateUp, since: tp(t0), schedulable: true,
+			state: view.StateUp, since: tp(t0), schedulable: true,
 		},
 		{
 			name: "a new incarnation is newer whatever its seq", now: t0,
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", upMeta(2, 1))
 				in.Direct = decodeMeta(downMeta(1, 99, "old"))
 				return in
 			}(),
-			state: StateUp, since: tp(t0), schedulable: true,
+			state: view.StateUp, since: tp(t0), schedulable: true,
 		},
 		{
 			name: "dead member: unreachable since it died", now: at(time.Hour),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", upMeta(1, 1))
 				in.Status, in.StatusSince = mesh.StatusDead, at(10*time.Minute)
 				return in
 			}(),
-			state: StateUnreachable, reason: "the mesh declared the agent dead", since: tp(at(10 * time.Minute)),
+			state: view.StateUnreachable, reason: "the mesh declared the agent dead", since: tp(at(10 * time.Minute)),
 		},
 		{
 			name: "dead member keeps its last reported state in the reason", now: at(time.Hour),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", downMeta(1, 5, "hung"))
 				in.Status, in.StatusSince = mesh.StatusDead, at(10*time.Minute)
 				return in
 			}(),
-			state: StateUnreachable, reason: "the mesh declared the agent dead; last reported down: hung", since: tp(at(10 * time.Minute)),
+			state: view.StateUnreachable, reason: "the mesh declared the agent dead; last reported down: hung", since: tp(at(10 * time.Minute)),
 		},
 		{
 			name: "left member", now: at(time.Hour),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", upMeta(1, 1))
 				in.Status, in.StatusSince = mesh.StatusLeft, at(10*time.Minute)
 				return in
 			}(),
-			state: StateUnreachable, reason: "the agent left the mesh", since: tp(at(10 * time.Minute)),
+			state: view.StateUnreachable, reason: "the agent left the mesh", since: tp(at(10 * time.Minute)),
 		},
 		{
-			name: "unreachable_is_down", now: at(time.Hour), policy: Policy{ClockSkewAllowance: 5 * time.Second, UnreachableIsDown: true},
-			in: func() NodeInput {
+			name: "unreachable_is_down", now: at(time.Hour), policy: view.Policy{ClockSkewAllowance: 5 * time.Second, UnreachableIsDown: true},
+			in: func() view.NodeInput {
 				in := alive("n1", upMeta(1, 1))
 				in.Status, in.StatusSince = mesh.StatusDead, at(10*time.Minute)
 				return in
 			}(),
-			state: StateDown, reason: "unreachable since 2025-06-01T12:10:00.000Z: the mesh declared the agent dead",
+			state: view.StateDown, reason: "unreachable since 2025-06-01T12:10:00.000Z: the mesh declared the agent dead",
 			since: tp(at(10 * time.Minute)),
 		},
 		{
 			name: "dead during a teardown, before D + allowance: unreachable", now: deadline,
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", teardownMeta(1, 2, deadline))
 				in.Status, in.StatusSince = mesh.StatusDead, at(time.Minute)
 				return in
 			}(),
-			state: StateUnreachable, reason: "the mesh declared the agent dead; last reported teardown: job 7 tearing down",
+			state: view.StateUnreachable, reason: "the mesh declared the agent dead; last reported teardown: job 7 tearing down",
 			since: tp(at(time.Minute)),
 		},
 		{
 			name: "dead during a teardown: still down on time", now: deadline.Add(time.Minute),
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				in := alive("n1", teardownMeta(1, 2, deadline))
 				in.Status, in.StatusSince = mesh.StatusDead, at(time.Minute)
 				return in
 			}(),
-			state:  StateDown,
+			state:  view.StateDown,
 			reason: "no report after teardown deadline 2025-06-01T12:02:00.000Z (the mesh declared the agent dead)",
 			since:  tp(deadline.Add(5 * time.Second)),
 		},
 		{
 			name: "meta does not decode: unreachable, not down", now: at(time.Hour),
-			in:    NodeInput{Name: "n1", Status: mesh.StatusAlive, StatusSince: t0, GossipErr: decodeErr},
-			state: StateUnreachable, reason: "meta does not decode: " + decodeErr.Error(), since: tp(t0),
-			check: func(t *testing.T, n Node) {
+			in:    view.NodeInput{Name: "n1", Status: mesh.StatusAlive, StatusSince: t0, GossipErr: decodeErr},
+			state: view.StateUnreachable, reason: "meta does not decode: " + decodeErr.Error(), since: tp(t0),
+			check: func(t *testing.T, n view.Node) {
 				if n.DecodeError != decodeErr.Error() || n.Role != "unspecified" {
 					t.Errorf("decode_error = %q, role = %q", n.DecodeError, n.Role)
 				}
@@ -283,19 +284,19 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "meta does not decode, unreachable_is_down: down", now: at(time.Hour),
-			policy: Policy{UnreachableIsDown: true},
-			in:     NodeInput{Name: "n1", Status: mesh.StatusAlive, StatusSince: t0, GossipErr: decodeErr},
-			state:  StateDown, reason: "meta does not decode: " + decodeErr.Error(), since: tp(t0),
+			policy: view.Policy{UnreachableIsDown: true},
+			in:     view.NodeInput{Name: "n1", Status: mesh.StatusAlive, StatusSince: t0, GossipErr: decodeErr},
+			state:  view.StateDown, reason: "meta does not decode: " + decodeErr.Error(), since: tp(t0),
 		},
 		{
 			name: "meta does not decode but a direct update does", now: at(time.Hour),
-			in: func() NodeInput {
-				in := NodeInput{Name: "n1", Status: mesh.StatusAlive, GossipErr: decodeErr}
+			in: func() view.NodeInput {
+				in := view.NodeInput{Name: "n1", Status: mesh.StatusAlive, GossipErr: decodeErr}
 				in.Update = updateIn(&gwpb.StateUpdate{Meta: upMeta(1, 4)})
 				return in
 			}(),
-			state: StateUp, since: tp(t0), schedulable: true,
-			check: func(t *testing.T, n Node) {
+			state: view.StateUp, since: tp(t0), schedulable: true,
+			check: func(t *testing.T, n view.Node) {
 				if n.DecodeError == "" {
 					t.Error("decode_error not reported")
 				}
@@ -304,18 +305,18 @@ func TestCompute(t *testing.T) {
 		{
 			name: "a state this build does not know", now: t0,
 			in:    alive("n1", unknownState),
-			state: StateUnreachable, reason: "the agent reports an unknown state (7)", since: tp(t0),
+			state: view.StateUnreachable, reason: "the agent reports an unknown state (7)", since: tp(t0),
 		},
 		{
 			name: "no meta at all", now: t0,
 			in:    alive("n1", nil),
-			state: StateUnreachable, reason: "the agent has published no state", since: tp(t0),
+			state: view.StateUnreachable, reason: "the agent has published no state", since: tp(t0),
 		},
 		{
 			name: "a direct message before the member event counts as alive", now: t0,
-			in:    NodeInput{Name: "n1", Role: roleAgent, Direct: decodeMeta(upMeta(1, 1))},
-			state: StateUp, since: tp(t0), schedulable: true,
-			check: func(t *testing.T, n Node) {
+			in:    view.NodeInput{Name: "n1", Role: view.RoleAgent, Direct: decodeMeta(upMeta(1, 1))},
+			state: view.StateUp, since: tp(t0), schedulable: true,
+			check: func(t *testing.T, n view.Node) {
 				if mesh.Status(n.Member) != mesh.StatusAlive {
 					t.Errorf("member = %q, want alive", n.Member)
 				}
@@ -323,13 +324,13 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "times beyond year 9999 are served as null", now: t0,
-			in: func() NodeInput {
+			in: func() view.NodeInput {
 				m := teardownMeta(1, 1, t0)
 				m.FreeAtMs, m.DeadlineMs, m.SinceMs = 1<<62, 1<<62, -5
 				return alive("n1", m)
 			}(),
-			state: StateTeardown, reason: "job 7 tearing down", schedulable: true,
-			check: func(t *testing.T, n Node) {
+			state: view.StateTeardown, reason: "job 7 tearing down", schedulable: true,
+			check: func(t *testing.T, n view.Node) {
 				if _, err := json.Marshal(n); err != nil {
 					t.Fatal(err)
 				}
@@ -339,10 +340,10 @@ func TestCompute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tt.policy
-			if p == (Policy{}) {
+			if p == (view.Policy{}) {
 				p = defaultPolicy
 			}
-			got := Compute([]NodeInput{tt.in}, tt.now, p)
+			got := view.Compute([]view.NodeInput{tt.in}, tt.now, p)
 			if len(got) != 1 {
 				t.Fatalf("got %d nodes, want 1", len(got))
 			}
@@ -356,14 +357,14 @@ func TestCompute(t *testing.T) {
 			if !sameTime(n.FreeAt, val(tt.freeAt)) {
 				t.Errorf("free_at = %v, want %v", fmtPtr(n.FreeAt), fmtPtr(val(tt.freeAt)))
 			}
-			if !n.FreeAt.IsZero() && n.State != StateTeardown {
+			if !n.FreeAt.IsZero() && n.State != view.StateTeardown {
 				t.Errorf("free_at set in state %s", n.State)
 			}
 			if tt.check != nil {
 				tt.check(t, n)
 			}
 			// Compute is pure: the same call gives the same JSON.
-			again := Compute([]NodeInput{tt.in}, tt.now, p)
+			again := view.Compute([]view.NodeInput{tt.in}, tt.now, p)
 			if a, b := mustJSON(t, got), mustJSON(t, again); a != b {
 				t.Errorf("not deterministic:\n%s\n%s", a, b)
 			}
@@ -372,9 +373,9 @@ func TestCompute(t *testing.T) {
 }
 
 func TestComputeSortsAndOnlyReadsInputs(t *testing.T) {
-	in := []NodeInput{alive("node10", upMeta(1, 1)), alive("login1", upMeta(1, 1)), alive("node9", upMeta(1, 1))}
+	in := []view.NodeInput{alive("node10", upMeta(1, 1)), alive("login1", upMeta(1, 1)), alive("node9", upMeta(1, 1))}
 	before := mustJSON(t, in)
-	got := Compute(in, t0, defaultPolicy)
+	got := view.Compute(in, t0, defaultPolicy)
 	var names []string
 	for _, n := range got {
 		names = append(names, n.Name)
@@ -390,23 +391,23 @@ func TestComputeSortsAndOnlyReadsInputs(t *testing.T) {
 func TestNextEnforcement(t *testing.T) {
 	deadline := at(2 * time.Minute)
 	in := alive("n1", teardownMeta(1, 2, deadline))
-	got, ok := nextEnforcement(&in, t0, defaultPolicy)
+	got, ok := view.NextEnforcement(&in, t0, defaultPolicy)
 	if !ok || !got.Equal(deadline.Add(5*time.Second)) {
 		t.Errorf("nextEnforcement = %v, %v; want D + 5s", got, ok)
 	}
-	if _, ok := nextEnforcement(&in, deadline.Add(5*time.Second), defaultPolicy); ok {
+	if _, ok := view.NextEnforcement(&in, deadline.Add(5*time.Second), defaultPolicy); ok {
 		t.Error("a passed deadline is still pending")
 	}
 	up := alive("n2", upMeta(1, 1))
-	if _, ok := nextEnforcement(&up, t0, defaultPolicy); ok {
+	if _, ok := view.NextEnforcement(&up, t0, defaultPolicy); ok {
 		t.Error("an up node has a deadline")
 	}
 }
 
 func TestComputeUnreachableAfter(t *testing.T) {
-	p := Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: 2 * time.Second}
+	p := view.Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: 2 * time.Second}
 	went := at(10 * time.Minute)
-	gone := func(meta *gwpb.Meta, st mesh.Status) NodeInput {
+	gone := func(meta *gwpb.Meta, st mesh.Status) view.NodeInput {
 		in := alive("n1", meta)
 		in.Status, in.StatusSince = st, went
 		return in
@@ -414,41 +415,41 @@ func TestComputeUnreachableAfter(t *testing.T) {
 	deadline := went.Add(time.Second)
 	tests := []struct {
 		name   string
-		in     NodeInput
+		in     view.NodeInput
 		now    time.Time
-		policy Policy
-		state  State
+		policy view.Policy
+		state  view.State
 		member mesh.Status
 		reason string
 		since  time.Time
 	}{
 		{name: "dead within the window: served as before", in: gone(upMeta(1, 1), mesh.StatusDead),
-			now: went.Add(2*time.Second - time.Millisecond), policy: p, state: StateUp, member: mesh.StatusAlive, since: t0},
+			now: went.Add(2*time.Second - time.Millisecond), policy: p, state: view.StateUp, member: mesh.StatusAlive, since: t0},
 		{name: "left within the window: served as before", in: gone(downMeta(1, 2, "hung"), mesh.StatusLeft),
-			now: went, policy: p, state: StateDown, member: mesh.StatusAlive, reason: "hung", since: at(time.Minute)},
+			now: went, policy: p, state: view.StateDown, member: mesh.StatusAlive, reason: "hung", since: at(time.Minute)},
 		{name: "dead for the window: unreachable since it went", in: gone(upMeta(1, 1), mesh.StatusDead),
-			now: went.Add(2 * time.Second), policy: p, state: StateUnreachable, member: mesh.StatusDead,
+			now: went.Add(2 * time.Second), policy: p, state: view.StateUnreachable, member: mesh.StatusDead,
 			reason: "the mesh declared the agent dead", since: went},
 		{name: "left for the window, unreachable_is_down", in: gone(upMeta(1, 1), mesh.StatusLeft),
-			now: went.Add(time.Hour), policy: Policy{UnreachableAfter: 2 * time.Second, UnreachableIsDown: true},
-			state: StateDown, member: mesh.StatusLeft,
+			now: went.Add(time.Hour), policy: view.Policy{UnreachableAfter: 2 * time.Second, UnreachableIsDown: true},
+			state: view.StateDown, member: mesh.StatusLeft,
 			reason: "unreachable since 2025-06-01T12:10:00.000Z: the agent left the mesh", since: went},
 		{name: "window 0: unreachable at once", in: gone(upMeta(1, 1), mesh.StatusDead),
-			now: went, policy: Policy{}, state: StateUnreachable, member: mesh.StatusDead,
+			now: went, policy: view.Policy{}, state: view.StateUnreachable, member: mesh.StatusDead,
 			reason: "the mesh declared the agent dead", since: went},
-		{name: "unknown since: unreachable at once", in: func() NodeInput {
+		{name: "unknown since: unreachable at once", in: func() view.NodeInput {
 			in := gone(upMeta(1, 1), mesh.StatusDead)
 			in.StatusSince = time.Time{}
 			return in
-		}(), now: went, policy: p, state: StateUnreachable, member: mesh.StatusDead, reason: "the mesh declared the agent dead"},
+		}(), now: went, policy: p, state: view.StateUnreachable, member: mesh.StatusDead, reason: "the mesh declared the agent dead"},
 		{name: "the central deadline still holds within the window", in: gone(teardownMeta(1, 3, deadline), mesh.StatusDead),
-			now: deadline.Add(5 * time.Second), policy: Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: time.Hour},
-			state: StateDown, member: mesh.StatusAlive,
+			now: deadline.Add(5 * time.Second), policy: view.Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: time.Hour},
+			state: view.StateDown, member: mesh.StatusAlive,
 			reason: "no report after teardown deadline 2025-06-01T12:10:01.000Z", since: deadline.Add(5 * time.Second)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n := Compute([]NodeInput{tt.in}, tt.now, tt.policy)[0]
+			n := view.Compute([]view.NodeInput{tt.in}, tt.now, tt.policy)[0]
 			if n.State != tt.state || mesh.Status(n.Member) != tt.member || n.Reason != tt.reason {
 				t.Errorf("got (%s, member %s, %q), want (%s, member %s, %q)", n.State, n.Member, n.Reason, tt.state, tt.member, tt.reason)
 			}
@@ -464,28 +465,28 @@ func TestComputeUnreachableAfter(t *testing.T) {
 }
 
 func TestNextEnforcementUnreachableAfter(t *testing.T) {
-	p := Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: 2 * time.Second}
+	p := view.Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: 2 * time.Second}
 	went := at(time.Minute)
 	in := alive("n1", upMeta(1, 1))
 	in.Status, in.StatusSince = mesh.StatusDead, went
-	if got, ok := nextEnforcement(&in, went, p); !ok || !got.Equal(went.Add(2*time.Second)) {
+	if got, ok := view.NextEnforcement(&in, went, p); !ok || !got.Equal(went.Add(2*time.Second)) {
 		t.Errorf("nextEnforcement = %v, %v; want the end of the window", got, ok)
 	}
-	if _, ok := nextEnforcement(&in, went.Add(2*time.Second), p); ok {
+	if _, ok := view.NextEnforcement(&in, went.Add(2*time.Second), p); ok {
 		t.Error("the window is still pending once it has passed")
 	}
 	// The earlier of a teardown's D + allowance and the window's end.
 	in.Gossip = decodeMeta(teardownMeta(1, 2, went.Add(-4*time.Second)))
-	if got, ok := nextEnforcement(&in, went, p); !ok || !got.Equal(went.Add(time.Second)) {
+	if got, ok := view.NextEnforcement(&in, went, p); !ok || !got.Equal(went.Add(time.Second)) {
 		t.Errorf("nextEnforcement = %v, %v; want D + allowance", got, ok)
 	}
-	if _, ok := nextEnforcement(&in, went, Policy{ClockSkewAllowance: -time.Hour}); ok {
+	if _, ok := view.NextEnforcement(&in, went, view.Policy{ClockSkewAllowance: -time.Hour}); ok {
 		t.Error("window 0 and a passed deadline: still pending")
 	}
 }
 
 func TestNodeSummaryDropsDetailOnly(t *testing.T) {
-	n := Node{Name: "n", LastReport: &Report{Job: "1", Detail: json.RawMessage(`{}`)}}
+	n := view.Node{Name: "n", LastReport: &view.Report{Job: "1", Detail: json.RawMessage(`{}`)}}
 	s := n.Summary()
 	if s.LastReport.Detail != nil || s.LastReport.Job != "1" {
 		t.Errorf("summary = %+v", s.LastReport)
@@ -501,7 +502,7 @@ func fmtPtr(t time.Time) string {
 	if t.IsZero() {
 		return "null"
 	}
-	return formatTime(t)
+	return view.FormatTime(t)
 }
 
 func mustJSON(t testing.TB, v any) string {
@@ -519,10 +520,10 @@ func mustJSON(t testing.TB, v any) string {
 // (in teardown long after the agent was resumed), and the agent's own
 // state is on its way.
 func TestComputeSettle(t *testing.T) {
-	p := Policy{ClockSkewAllowance: 5 * time.Second, Settle: 3 * time.Second}
+	p := view.Policy{ClockSkewAllowance: 5 * time.Second, Settle: 3 * time.Second}
 	deadline := at(time.Minute)
 	seen := at(10 * time.Minute) // long after D + allowance
-	gossipOnly := func() NodeInput {
+	gossipOnly := func() view.NodeInput {
 		in := alive("n1", teardownMeta(1, 3, deadline))
 		in.FirstSeen = seen
 		return in
@@ -530,46 +531,46 @@ func TestComputeSettle(t *testing.T) {
 	centralReason := "no report after teardown deadline 2025-06-01T12:01:00.000Z"
 	tests := []struct {
 		name   string
-		in     NodeInput
+		in     view.NodeInput
 		now    time.Time
-		policy Policy
-		state  State
+		policy view.Policy
+		state  view.State
 		reason string
 		since  time.Time
 	}{
 		{name: "gossip only, within settle: the gossiped state", in: gossipOnly(),
-			now: seen.Add(3*time.Second - time.Millisecond), policy: p, state: StateTeardown, reason: "job 7 tearing down", since: t0},
+			now: seen.Add(3*time.Second - time.Millisecond), policy: p, state: view.StateTeardown, reason: "job 7 tearing down", since: t0},
 		{name: "gossip only, settle over: down since the end of settle", in: gossipOnly(),
-			now: seen.Add(3 * time.Second), policy: p, state: StateDown, reason: centralReason, since: seen.Add(3 * time.Second)},
-		{name: "the agent sent its state: no hold", in: func() NodeInput {
+			now: seen.Add(3 * time.Second), policy: p, state: view.StateDown, reason: centralReason, since: seen.Add(3 * time.Second)},
+		{name: "the agent sent its state: no hold", in: func() view.NodeInput {
 			in := gossipOnly()
 			in.Update = updateIn(&gwpb.StateUpdate{Meta: teardownMeta(1, 3, deadline)})
 			in.Direct = in.Update.Meta
 			return in
-		}(), now: seen, policy: p, state: StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
-		{name: "a ControlAck's meta counts as the agent's own", in: func() NodeInput {
+		}(), now: seen, policy: p, state: view.StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
+		{name: "a ControlAck's meta counts as the agent's own", in: func() view.NodeInput {
 			in := gossipOnly()
 			in.Direct = decodeMeta(teardownMeta(1, 3, deadline))
 			return in
-		}(), now: seen, policy: p, state: StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
+		}(), now: seen, policy: p, state: view.StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
 		{name: "settle 0: gossip is trusted at once", in: gossipOnly(),
-			now: seen, policy: Policy{ClockSkewAllowance: 5 * time.Second}, state: StateDown, reason: centralReason,
+			now: seen, policy: view.Policy{ClockSkewAllowance: 5 * time.Second}, state: view.StateDown, reason: centralReason,
 			since: deadline.Add(5 * time.Second)},
-		{name: "first seen unknown (a handover): no hold", in: func() NodeInput {
+		{name: "first seen unknown (a handover): no hold", in: func() view.NodeInput {
 			in := gossipOnly()
 			in.FirstSeen = time.Time{}
 			return in
-		}(), now: seen, policy: p, state: StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
-		{name: "a deadline later than settle: D + allowance as ever", in: func() NodeInput {
+		}(), now: seen, policy: p, state: view.StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
+		{name: "a deadline later than settle: D + allowance as ever", in: func() view.NodeInput {
 			in := alive("n1", teardownMeta(1, 3, seen.Add(time.Second)))
 			in.FirstSeen = seen
 			return in
-		}(), now: seen.Add(6 * time.Second), policy: p, state: StateDown,
+		}(), now: seen.Add(6 * time.Second), policy: p, state: view.StateDown,
 			reason: "no report after teardown deadline 2025-06-01T12:10:01.000Z", since: seen.Add(6 * time.Second)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n := Compute([]NodeInput{tt.in}, tt.now, tt.policy)[0]
+			n := view.Compute([]view.NodeInput{tt.in}, tt.now, tt.policy)[0]
 			if n.State != tt.state || n.Reason != tt.reason {
 				t.Errorf("got (%s, %q), want (%s, %q)", n.State, n.Reason, tt.state, tt.reason)
 			}
@@ -581,10 +582,10 @@ func TestComputeSettle(t *testing.T) {
 
 	// The timer wakes at the end of settle, not at the passed D + allowance.
 	in := gossipOnly()
-	if got, ok := nextEnforcement(&in, seen, p); !ok || !got.Equal(seen.Add(3*time.Second)) {
+	if got, ok := view.NextEnforcement(&in, seen, p); !ok || !got.Equal(seen.Add(3*time.Second)) {
 		t.Errorf("nextEnforcement = %v, %v; want the end of settle", got, ok)
 	}
-	if _, ok := nextEnforcement(&in, seen.Add(3*time.Second), p); ok {
+	if _, ok := view.NextEnforcement(&in, seen.Add(3*time.Second), p); ok {
 		t.Error("still pending once settle has passed")
 	}
 }

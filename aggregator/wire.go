@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
 // wireNode is n as the HTTP API serves it.
-func wireNode(n Node) api.Node {
-	w := api.Node{Name: n.Name, State: n.State, Reason: n.Reason, Since: wireTime(n.Since), FreeAt: wireTime(n.FreeAt),
+func wireNode(n view.Node) api.Node {
+	w := api.Node{Name: n.Name, State: api.State(n.State), Reason: n.Reason, Since: wireTime(n.Since), FreeAt: wireTime(n.FreeAt),
 		Schedulable: n.Schedulable, Member: string(n.Member), Role: n.Role, Incarnation: n.Incarnation, Seq: n.Seq,
 		DecodeError: n.DecodeError, Teardowns: make([]api.Teardown, len(n.Teardowns))}
 	for i, td := range n.Teardowns {
@@ -36,7 +37,7 @@ func wireNode(n Node) api.Node {
 }
 
 // wireNodes is nodes as the HTTP API serves them.
-func wireNodes(nodes []Node) []api.Node {
+func wireNodes(nodes []view.Node) []api.Node {
 	out := make([]api.Node, len(nodes))
 	for i, n := range nodes {
 		out[i] = wireNode(n)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/agent"
 	"github.com/gracewatch/gracewatch/aggregator"
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/internal/config"
 )
 
@@ -177,7 +178,7 @@ func TestAggregatorConffile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range tomlKeys(reflect.TypeFor[aggregator.ActuatorConfig](), "") {
+	for _, k := range tomlKeys(reflect.TypeFor[actuate.Config](), "") {
 		if !regexp.MustCompile(`(?m)^#\s+` + regexp.QuoteMeta(k) + `\s`).Match(data) {
 			t.Errorf("aggregator.toml: actuator key %q is not explained", k)
 		}
@@ -194,7 +195,7 @@ func TestActuatorExamples(t *testing.T) {
 			for _, a := range cfg.Actuators {
 				on[a.On]++
 			}
-			if on[aggregator.OnDown] == 0 || on[aggregator.OnUp] == 0 {
+			if on[actuate.OnDown] == 0 || on[actuate.OnUp] == 0 {
 				t.Errorf("want on = \"down\" and on = \"up\" actuators, got %v", on)
 			}
 		})

@@ -312,7 +312,7 @@ grace = "90s"
 		var list api.NodeList
 		return getJSON(srv.url+"/v1/nodes", &list) == 200 && len(list.Nodes) == 1
 	})
-	var rd aggregator.Readiness
+	var rd api.Readiness
 	if code := getJSON(srv.url+"/readyz", &rd); code != 200 || !rd.Insecure {
 		t.Errorf("readyz: %d %+v", code, rd)
 	}

@@ -589,3 +589,7 @@ func (s *Store) Close() error {
 	s.closeCur()
 	return err
 }
+
+// ErrOff answers a question to the history when it is off (the
+// aggregator has no state_dir or history.dir).
+var ErrOff = errors.New("the teardown history is off: set state_dir or history.dir")

@@ -1,4 +1,4 @@
-package aggregator
+package actuate
 
 import (
 	"context"
@@ -26,8 +26,8 @@ const (
 	maxBatchNodes = 1024
 )
 
-// isBatch reports whether c takes a hostlist ({nodes}) instead of a node.
-func isBatch(c ActuatorConfig) bool {
+// IsBatch reports whether c takes a hostlist ({nodes}) instead of a node.
+func IsBatch(c Config) bool {
 	for _, arg := range c.Command {
 		if strings.Contains(arg, "{nodes}") {
 			return true
@@ -39,7 +39,7 @@ func isBatch(c ActuatorConfig) bool {
 // batcher gathers the nodes of the batched actuators and runs them. Its
 // waits and runs end with the actuators' context.
 type batcher struct {
-	a *actuators
+	a *Actuators
 
 	mu      sync.Mutex
 	pending map[string]*batch // by transition and actuator index
@@ -50,19 +50,19 @@ type batcher struct {
 type batch struct {
 	on    string
 	index int
-	c     ActuatorConfig
+	c     Config
 	nodes []string
 	done  []chan bool
 }
 
-func newBatcher(a *actuators) *batcher {
+func newBatcher(a *Actuators) *batcher {
 	return &batcher{a: a, pending: map[string]*batch{}}
 }
 
 // run adds node to the batch of actuator c and waits for that batch's run
 // (the reason is not passed: a batch has many). It has the signature of
 // actuators.runWithRetries.
-func (b *batcher) run(ctx context.Context, node, on, _ string, index int, c ActuatorConfig) bool {
+func (b *batcher) run(ctx context.Context, node, on, _ string, index int, c Config) bool {
 	done := make(chan bool, 1)
 	key := fmt.Sprintf("%s/%d", on, index)
 	b.mu.Lock()
@@ -116,7 +116,7 @@ func (b *batcher) start(bt *batch) {
 }
 
 // runBatch runs one batch, retrying with back-off as runWithRetries does.
-func (a *actuators) runBatch(bt *batch) bool {
+func (a *Actuators) runBatch(bt *batch) bool {
 	a.mu.Lock()
 	ctx := a.ctx
 	a.mu.Unlock()
@@ -145,3 +145,6 @@ func (b *batcher) gathering() int {
 	}
 	return n
 }
+
+// Gathering is how many batches of nodes gather now.
+func (a *Actuators) Gathering() int { return a.batches.gathering() }

@@ -1,4 +1,4 @@
-package aggregator
+package actuate
 
 import (
 	"encoding/json"
@@ -11,9 +11,9 @@ import (
 	"github.com/gracewatch/gracewatch/internal/nodename"
 )
 
-// drainedFile is the file, under Options.StateDir, where the actuators
+// DrainedFile is the file, under Options.StateDir, where the actuators
 // keep the nodes gracewatch drained.
-const drainedFile = "drained.json"
+const DrainedFile = "drained.json"
 
 // drainedState is drainedFile's content.
 type drainedState struct {
@@ -23,13 +23,13 @@ type drainedState struct {
 	Drained []string `json:"drained"`
 }
 
-// loadDrained reads the drained nodes from dir; a missing file is an
+// LoadDrained reads the drained nodes from dir; a missing file is an
 // empty set. A file that does not decode is an error that names it. Names
 // that are not node names (nodename.Validate; an older release kept any
 // name it was given) are dropped and returned apart, so that the caller
 // warns and no actuator is ever given one.
-func loadDrained(dir string) (names []string, invalid []string, err error) {
-	path := filepath.Join(dir, drainedFile)
+func LoadDrained(dir string) (names []string, invalid []string, err error) {
+	path := filepath.Join(dir, DrainedFile)
 	b, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
 		return nil, nil, nil
@@ -64,5 +64,5 @@ func saveDrained(dir string, names []string) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(filepath.Join(dir, drainedFile), append(b, '\n'), 0o640, ".drained-*.json")
+	return fsutil.WriteFileAtomic(filepath.Join(dir, DrainedFile), append(b, '\n'), 0o640, ".drained-*.json")
 }

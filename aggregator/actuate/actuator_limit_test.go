@@ -1,4 +1,4 @@
-package aggregator
+package actuate
 
 import (
 	"os"
@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // limitFixture is the actuators alone, leading, with an on="down" actuator
@@ -19,7 +21,7 @@ import (
 // clock.
 type limitFixture struct {
 	t       *testing.T
-	a       *actuators
+	a       *Actuators
 	clk     *clock.Fake
 	downLog string
 }
@@ -28,19 +30,19 @@ func newLimitFixture(t *testing.T) *limitFixture {
 	t.Helper()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "act.sh")
-	if err := os.WriteFile(script, []byte(actScript), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte(testutil.LogScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := &limitFixture{t: t, clk: clock.NewFake(t0), downLog: filepath.Join(dir, "down.log")}
 	zero := 0
-	f.a = newActuators([]ActuatorConfig{
+	f.a = New([]Config{
 		{On: OnDown, Command: []string{script, f.downLog, "{node}"}, Timeout: config.Dur(10 * time.Second), Retries: &zero},
 		{On: OnUp, Command: []string{script, filepath.Join(dir, "up.log"), "{node}"}, Timeout: config.Dur(10 * time.Second), Retries: &zero},
 	}, f.clk, time.Second, testLogger(t))
-	f.a.setLimit(incident.Limit{Nodes: 2, Window: time.Hour})
-	f.a.setKnown(10)
-	f.a.setLeader(true, false)
-	t.Cleanup(f.a.stop)
+	f.a.SetLimit(incident.Limit{Nodes: 2, Window: time.Hour})
+	f.a.SetKnown(10)
+	f.a.SetLeader(true, false)
+	t.Cleanup(f.a.Stop)
 	return f
 }
 
@@ -48,23 +50,23 @@ func newLimitFixture(t *testing.T) *limitFixture {
 // its drain, if admitted, to have run.
 func (f *limitFixture) down(node string, id uint64) {
 	f.t.Helper()
-	f.a.observe(node, StateDown, "hung", false, actInfo{Incident: id, Limited: true})
+	f.a.Observe(node, view.StateDown, "hung", false, ActInfo{Incident: id, Limited: true})
 	f.settle()
 }
 
 func (f *limitFixture) settle() {
 	f.t.Helper()
-	waitFor(f.t, "the actuators to finish", func() bool { return !f.a.busy() })
+	waitFor(f.t, "the actuators to finish", func() bool { return !f.a.Busy() })
 }
 
 // want checks the nodes drained so far (in any order: the drains let
 // through at once run concurrently) and those held.
 func (f *limitFixture) want(drained, held []string) {
 	f.t.Helper()
-	got := lines(f.t, f.downLog)
+	got := testutil.ReadLines(f.t, f.downLog)
 	slices.Sort(got)
 	drained = slices.Sorted(slices.Values(drained))
-	st := f.a.limitStatus()
+	st := f.a.LimitStatus()
 	var h []string
 	for _, names := range st.Held {
 		h = append(h, names...)
@@ -88,7 +90,7 @@ func TestActuatorsConfirmationCovers(t *testing.T) {
 	}
 	f.want([]string{"n1", "n2"}, []string{"n3"})
 
-	c := f.a.confirm(1, []string{"n1", "n2", "n3"}, time.Time{})
+	c := f.a.Confirm(1, []string{"n1", "n2", "n3"}, time.Time{})
 	f.settle()
 	if c.Released != 1 || !slices.Equal(c.Nodes, []string{"n1", "n2", "n3"}) || !c.Until.IsZero() || !c.At.Equal(t0) {
 		t.Fatalf("confirm: %+v, want n3 released, n[1-3] covered", c)
@@ -101,9 +103,9 @@ func TestActuatorsConfirmationCovers(t *testing.T) {
 	f.want([]string{"n1", "n2", "n3"}, []string{"n4"})
 	// A covered node comes back: it is no longer covered; down again, it
 	// is limited like any other.
-	f.a.observe("n3", StateUp, "", false, actInfo{})
+	f.a.Observe("n3", view.StateUp, "", false, ActInfo{})
 	f.settle()
-	if got := f.a.limitStatus().Confirmed[1].Nodes; !slices.Equal(got, []string{"n1", "n2"}) {
+	if got := f.a.LimitStatus().Confirmed[1].Nodes; !slices.Equal(got, []string{"n1", "n2"}) {
 		t.Fatalf("covered after n3 came back: %v, want n1 and n2", got)
 	}
 	f.down("n3", 1)
@@ -111,14 +113,14 @@ func TestActuatorsConfirmationCovers(t *testing.T) {
 
 	// Confirmed again, for 10 minutes: what is held runs, and so does every
 	// drain of the incident until then; not one after.
-	c = f.a.confirm(1, []string{"n1", "n2", "n3", "n4"}, f.clk.Now().Add(10*time.Minute))
+	c = f.a.Confirm(1, []string{"n1", "n2", "n3", "n4"}, f.clk.Now().Add(10*time.Minute))
 	f.settle()
 	if c.Released != 2 || !c.Until.Equal(t0.Add(11*time.Minute)) {
 		t.Fatalf("second confirm: %+v, want 2 released, until t0+11m", c)
 	}
 	f.want([]string{"n1", "n2", "n3", "n4", "n3"}, nil)
 	// A shorter confirmation does not shorten it.
-	if c := f.a.confirm(1, nil, f.clk.Now().Add(time.Minute)); !c.Until.Equal(t0.Add(11 * time.Minute)) {
+	if c := f.a.Confirm(1, nil, f.clk.Now().Add(time.Minute)); !c.Until.Equal(t0.Add(11 * time.Minute)) {
 		t.Errorf("until %v after a shorter confirmation", c.Until)
 	}
 	f.clk.Advance(10*time.Minute - time.Millisecond)
@@ -128,7 +130,7 @@ func TestActuatorsConfirmationCovers(t *testing.T) {
 	f.clk.Advance(time.Millisecond)
 	f.down("n7", 1)
 	f.want([]string{"n1", "n2", "n3", "n4", "n3", "n5"}, []string{"n6", "n7"})
-	st := f.a.limitStatus()
+	st := f.a.LimitStatus()
 	if got := st.Confirmed[1]; !slices.Equal(got.Nodes, []string{"n1", "n2", "n3", "n4", "n5"}) || !got.Until.Equal(t0.Add(11*time.Minute)) {
 		t.Errorf("confirmation %+v, want n[1-5] until t0+11m", got)
 	}
@@ -136,11 +138,11 @@ func TestActuatorsConfirmationCovers(t *testing.T) {
 		t.Errorf("%d slots used, want 2 (n1 and n2's; the confirmed drains take none)", st.Used)
 	}
 
-	f.a.forgetIncident(1)
-	if _, ok := f.a.limitStatus().Confirmed[1]; ok {
+	f.a.ForgetIncident(1)
+	if _, ok := f.a.LimitStatus().Confirmed[1]; ok {
 		t.Error("the closed incident's confirmation is kept")
 	}
-	if logged := strings.Join(lines(t, f.downLog), " "); strings.Contains(logged, "n7") {
+	if logged := strings.Join(testutil.ReadLines(t, f.downLog), " "); strings.Contains(logged, "n7") {
 		t.Errorf("n7 drained: %s", logged)
 	}
 }

@@ -1,4 +1,4 @@
-package aggregator
+package actuate
 
 import (
 	"context"
@@ -11,15 +11,17 @@ import (
 	"unicode"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
+	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/runcmd"
 )
 
-// maxBackoff caps the exponential back-off between retries.
-const maxBackoff = time.Minute
+// MaxBackoff caps the exponential back-off between retries.
+const MaxBackoff = time.Minute
 
-// actuators runs the [[actuator]] commands on transitions, when this
+// Actuators runs the [[actuator]] commands on transitions, when this
 // aggregator leads. The rule, per node:
 //
 //   - the node is served down and gracewatch has not drained it: run every
@@ -41,18 +43,18 @@ const maxBackoff = time.Minute
 // decision is taken with the agent's own state and with the other
 // aggregators known (a merge delivers the members in any order).
 // Commands for one node run one at a time, in a goroutine per node.
-type actuators struct {
-	down, up, reasons []ActuatorConfig
+type Actuators struct {
+	down, up, reasons []Config
 	clock             clock.Clock
 	backoff           time.Duration
 	log               *slog.Logger
-	// lines, if set, bounds the lines about one node (nodelog.go): its
+	// Lines, if set, bounds the lines about one node (nodelog.go): its
 	// runs, its failures. Set before the first observe.
-	lines *nodeLog
-	// onRun, if set, is told every run's transition and error (nil:
+	Lines *nodelog.Log
+	// OnRun, if set, is told every run's transition and error (nil:
 	// success), from the run's goroutine; it must not block. Set before
 	// the first observe.
-	onRun func(on string, err error)
+	OnRun func(on string, err error)
 
 	mu     sync.Mutex
 	ctx    context.Context
@@ -67,7 +69,7 @@ type actuators struct {
 	// saveErr is the last failed write of the drained set (nil once one
 	// succeeds): shown by /readyz; onSaveError counts each failure.
 	saveErr     error
-	onSaveError func()
+	OnSaveError func()
 
 	// The blast-radius limit (actuator_limit.go): limit, the slots of
 	// the drains within its window, the known nodes it is a fraction of,
@@ -92,7 +94,7 @@ type actuators struct {
 }
 
 type actNode struct {
-	state  State
+	state  view.State
 	reason string
 	// epDown and epUp count transitions into down and up; failedDown and
 	// failedUp remember the episode whose actuators failed.
@@ -113,7 +115,7 @@ type actNode struct {
 	// info is what the Service says of the node beyond its state: its
 	// incident, the drain reason's prefix naming it, whether its drain is
 	// limited, and whether its DOWN is early by this aggregator's clock.
-	info actInfo
+	info ActInfo
 	// held: its drain waits for the blast-radius limit since heldAt;
 	// admitted is the down episode whose drain took a slot (or needed
 	// none).
@@ -122,9 +124,9 @@ type actNode struct {
 	admitted uint64
 }
 
-// actInfo is what the Service tells the actuators of a node besides its
+// ActInfo is what the Service tells the actuators of a node besides its
 // served state and reason.
-type actInfo struct {
+type ActInfo struct {
 	// Incident is the node's incident (0: none) and Prefix the words that
 	// name it at the start of the scheduler's reason ("incident 7
 	// (lustre /scratch, 312 nodes)"; empty: none).
@@ -139,8 +141,8 @@ type actInfo struct {
 	Early bool
 }
 
-func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration, log *slog.Logger) *actuators {
-	a := &actuators{clock: clk, backoff: backoff, log: log.With("component", "actuator"), nodes: map[string]*actNode{},
+func New(cfgs []Config, clk clock.Clock, backoff time.Duration, log *slog.Logger) *Actuators {
+	a := &Actuators{clock: clk, backoff: backoff, log: log.With("component", "actuator"), nodes: map[string]*actNode{},
 		confirmed: map[uint64]*confirmation{}, runs: make(chan struct{}, maxConcurrentRuns)}
 	for _, c := range cfgs {
 		switch c.On {
@@ -157,11 +159,11 @@ func newActuators(cfgs []ActuatorConfig, clk clock.Clock, backoff time.Duration,
 	return a
 }
 
-// remember loads the nodes gracewatch drained from dir and keeps that file
+// Remember loads the nodes gracewatch drained from dir and keeps that file
 // up to date from now on: a restarted aggregator then undrains a node that
 // came back while it was away, and does not drain again one still down.
-func (a *actuators) remember(dir string) error {
-	names, invalid, err := loadDrained(dir)
+func (a *Actuators) Remember(dir string) error {
+	names, invalid, err := LoadDrained(dir)
 	if err != nil {
 		return err
 	}
@@ -171,7 +173,7 @@ func (a *actuators) remember(dir string) error {
 			quoted = append(quoted, nodename.Quote(name))
 		}
 		a.log.Warn("invalid node names dropped from the drained set: no actuator runs for them; undrain them by hand if the scheduler knows them",
-			"file", filepath.Join(dir, drainedFile), "count", len(invalid), "names", strings.Join(quoted, ", "))
+			"file", filepath.Join(dir, DrainedFile), "count", len(invalid), "names", strings.Join(quoted, ", "))
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -180,14 +182,14 @@ func (a *actuators) remember(dir string) error {
 		a.nodes[name] = &actNode{drained: true}
 	}
 	if len(names) > 0 {
-		a.log.Info("remembered the nodes gracewatch drained", "nodes", len(names), "file", filepath.Join(dir, drainedFile))
+		a.log.Info("remembered the nodes gracewatch drained", "nodes", len(names), "file", filepath.Join(dir, DrainedFile))
 	}
 	return nil
 }
 
-// forget drops a node that left the view (Service.Forget) and its
+// Forget drops a node that left the view (Service.Forget) and its
 // memory of a drain.
-func (a *actuators) forget(node string) {
+func (a *Actuators) Forget(node string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if n := a.nodes[node]; n != nil && !n.running {
@@ -200,7 +202,7 @@ func (a *actuators) forget(node string) {
 }
 
 // saveLocked writes the drained set if it changed; a.mu is held.
-func (a *actuators) saveLocked() {
+func (a *Actuators) saveLocked() {
 	if a.stateDir == "" {
 		return
 	}
@@ -219,8 +221,8 @@ func (a *actuators) saveLocked() {
 			a.log.Error("cannot save the drained nodes; a restart will forget them (retried at the next change)", "dir", a.stateDir, "err", err)
 		}
 		a.saveErr = err
-		if a.onSaveError != nil {
-			a.onSaveError()
+		if a.OnSaveError != nil {
+			a.OnSaveError()
 		}
 		return
 	}
@@ -230,23 +232,23 @@ func (a *actuators) saveLocked() {
 	a.saved, a.saveErr = names, nil
 }
 
-// saveError returns the last failed write of the drained set, nil once one
+// SaveError returns the last failed write of the drained set, nil once one
 // succeeded.
-func (a *actuators) saveError() error {
+func (a *Actuators) SaveError() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.saveErr
 }
 
-// start ties the actuators' commands to ctx.
-func (a *actuators) start(ctx context.Context) {
+// Start ties the actuators' commands to ctx.
+func (a *Actuators) Start(ctx context.Context) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ctx, a.cancel = context.WithCancel(ctx)
 }
 
-// stop kills the running commands and waits for their goroutines.
-func (a *actuators) stop() {
+// Stop kills the running commands and waits for their goroutines.
+func (a *Actuators) Stop() {
 	a.mu.Lock()
 	a.cancel()
 	a.leader = false
@@ -258,13 +260,13 @@ func (a *actuators) stop() {
 	a.wg.Wait()
 }
 
-// observe records a node's new served state (called on every change of
+// Observe records a node's new served state (called on every change of
 // state, and at the end of the Service's settle hold of a node it has just
 // come to know). othersAlive says another
 // aggregator is alive: while this one does not lead, that one actuates the
 // transition; and a node first seen already down while one is alive was
 // that one's to drain.
-func (a *actuators) observe(node string, st State, reason string, othersAlive bool, info actInfo) {
+func (a *Actuators) Observe(node string, st view.State, reason string, othersAlive bool, info ActInfo) {
 	if len(a.down) == 0 {
 		return
 	}
@@ -281,34 +283,34 @@ func (a *actuators) observe(node string, st State, reason string, othersAlive bo
 		n = &actNode{}
 		a.nodes[node] = n
 	}
-	if st != StateDown {
-		info = actInfo{}
+	if st != view.StateDown {
+		info = ActInfo{}
 	}
 	prevInfo := n.info
 	n.info = info
 	if st == n.state {
-		if st == StateDown && (reason != n.reason || info != prevInfo) {
+		if st == view.StateDown && (reason != n.reason || info != prevInfo) {
 			// The reason follows the diagnosis: the scheduler's too.
 			n.reason = reason
 			a.kickLocked(node, n)
 		}
 		return
 	}
-	if n.state == StateDown {
+	if n.state == view.StateDown {
 		// Up or tearing down: back, its slot frees. Unreachable: not
 		// back, it keeps its slot (its drain, if held, is not needed
 		// while it is not served down).
-		a.leaveDownLocked(node, n, st == StateUp || st == StateTeardown)
+		a.leaveDownLocked(node, n, st == view.StateUp || st == view.StateTeardown)
 	}
 	switch st {
-	case StateDown:
+	case view.StateDown:
 		n.epDown++
-	case StateUp:
+	case view.StateUp:
 		n.epUp++
 	}
 	n.state, n.reason = st, reason
 	n.elsewhere = othersAlive && !a.leader
-	if first && st == StateDown && othersAlive && a.leader {
+	if first && st == view.StateDown && othersAlive && a.leader {
 		n.drained = true
 		a.log.Info("adopted a node already down: a live peer led when it went down", "node", node)
 		a.saveLocked()
@@ -316,11 +318,11 @@ func (a *actuators) observe(node string, st State, reason string, othersAlive bo
 	a.kickLocked(node, n)
 }
 
-// setLeader starts or stops acting; a new leader reconciles every node.
+// SetLeader starts or stops acting; a new leader reconciles every node.
 // othersAlive says another aggregator is alive as this one takes over: it
 // (or one before it) led while this one was away or starting, so the nodes
 // already down are adopted as drained rather than drained again.
-func (a *actuators) setLeader(leader, othersAlive bool) {
+func (a *Actuators) SetLeader(leader, othersAlive bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	gained := leader && !a.leader
@@ -334,7 +336,7 @@ func (a *actuators) setLeader(leader, othersAlive bool) {
 		return
 	}
 	for name, n := range a.nodes {
-		if gained && (n.elsewhere || othersAlive) && n.state == StateDown && !n.drained {
+		if gained && (n.elsewhere || othersAlive) && n.state == view.StateDown && !n.drained {
 			// The previous leader drained it; take over its undrain.
 			n.drained = true
 			a.log.Info("adopted a down node the previous leader actuated", "node", name)
@@ -346,23 +348,23 @@ func (a *actuators) setLeader(leader, othersAlive bool) {
 }
 
 // neededLocked returns the transition to actuate for n, if any.
-func (a *actuators) neededLocked(n *actNode) (string, uint64) {
+func (a *Actuators) neededLocked(n *actNode) (string, uint64) {
 	switch {
-	case n.state == StateDown && !n.drained && n.failedDown != n.epDown:
+	case n.state == view.StateDown && !n.drained && n.failedDown != n.epDown:
 		if n.info.Early {
 			return "", 0 // the deadline has not passed here yet
 		}
 		return OnDown, n.epDown
-	case n.state == StateUp && n.drained && len(a.up) > 0 && n.failedUp != n.epUp:
+	case n.state == view.StateUp && n.drained && len(a.up) > 0 && n.failedUp != n.epUp:
 		return OnUp, n.epUp
-	case n.state == StateDown && n.drained && len(a.reasons) > 0 && n.told != "" && schedulerReason(n.info.Prefix, n.reason) != n.told &&
+	case n.state == view.StateDown && n.drained && len(a.reasons) > 0 && n.told != "" && schedulerReason(n.info.Prefix, n.reason) != n.told &&
 		schedulerReason(n.info.Prefix, n.reason) != n.failedReason:
 		return OnReason, n.epDown
 	}
 	return "", 0
 }
 
-func (a *actuators) kickLocked(name string, n *actNode) {
+func (a *Actuators) kickLocked(name string, n *actNode) {
 	if n.running || !a.leader || a.ctx.Err() != nil {
 		return
 	}
@@ -371,15 +373,15 @@ func (a *actuators) kickLocked(name string, n *actNode) {
 		return
 	}
 	n.running = true
-	a.lines.emit(a.log, slog.LevelDebug, name, "actuating", "node", name, "transition", on)
+	a.Lines.Emit(a.log, slog.LevelDebug, name, "actuating", "node", name, "transition", on)
 	a.wg.Add(1)
 	go a.runNode(name, n)
 }
 
 // runNode actuates one node until nothing is needed.
-func (a *actuators) runNode(name string, n *actNode) {
+func (a *Actuators) runNode(name string, n *actNode) {
 	defer a.wg.Done()
-	defer a.lines.emit(a.log, slog.LevelDebug, name, "actuated: nothing more to run for the node", "node", name)
+	defer a.Lines.Emit(a.log, slog.LevelDebug, name, "actuated: nothing more to run for the node", "node", name)
 	for {
 		a.mu.Lock()
 		on, ep := a.neededLocked(n)
@@ -416,7 +418,7 @@ func (a *actuators) runNode(name string, n *actNode) {
 		ok := true
 		for i, c := range cfgs {
 			run := a.runWithRetries
-			if isBatch(c) {
+			if IsBatch(c) {
 				run = a.batches.run
 			}
 			if !run(ctx, name, on, reason, i, c) {
@@ -436,11 +438,11 @@ func (a *actuators) runNode(name string, n *actNode) {
 			n.told, n.toldAt = reason, a.clock.Now()
 		case on == OnReason:
 			n.failedReason = reason
-			a.lines.emit(a.log, slog.LevelError, name, "the on=reason actuators failed: the scheduler keeps the previous reason", "node", name)
+			a.Lines.Emit(a.log, slog.LevelError, name, "the on=reason actuators failed: the scheduler keeps the previous reason", "node", name)
 		case on == OnDown:
 			n.failedDown = ep
 			a.releaseLocked(name)
-			a.lines.emit(a.log, slog.LevelError, name, "not every on=down actuator succeeded: on=up will not run for this down", "node", name)
+			a.Lines.Emit(a.log, slog.LevelError, name, "not every on=down actuator succeeded: on=up will not run for this down", "node", name)
 		default:
 			n.failedUp = ep
 		}
@@ -451,14 +453,14 @@ func (a *actuators) runNode(name string, n *actNode) {
 
 // runWithRetries runs one actuator, retrying with back-off; it gives up
 // early when leadership is lost or the aggregator stops.
-func (a *actuators) runWithRetries(ctx context.Context, node, on, reason string, index int, c ActuatorConfig) bool {
+func (a *Actuators) runWithRetries(ctx context.Context, node, on, reason string, index int, c Config) bool {
 	if err := nodename.Validate(node); err != nil {
 		a.log.Error("actuator not run: invalid node name", "node", nodename.Quote(node), "transition", on, "err", err)
 		return false
 	}
-	argv := expandArgv(c.Command, node, reason)
+	argv := ExpandArgv(c.Command, node, reason)
 	return a.runRetrying(ctx, c, on, argv, func(ctx context.Context) (int, string, error) {
-		return runCommand(ctx, argv, c.Timeout.D(), node, on, reason)
+		return RunCommand(ctx, argv, c.Timeout.D(), node, on, reason)
 	}, a.log.With("node", node, "transition", on, "actuator", index), node)
 }
 
@@ -467,9 +469,9 @@ func (a *actuators) runWithRetries(ctx context.Context, node, on, reason string,
 // gives up early when leadership is lost or the aggregator stops. log
 // names the run; its lines take from node's budget (a.lines), none for a
 // batch (node ""), whose runs BatchDelay spaces.
-func (a *actuators) runRetrying(ctx context.Context, c ActuatorConfig, on string, argv []string,
+func (a *Actuators) runRetrying(ctx context.Context, c Config, on string, argv []string,
 	run func(context.Context) (int, string, error), log *slog.Logger, node string) bool {
-	lines := a.lines
+	lines := a.Lines
 	if node == "" {
 		lines = nil
 	}
@@ -485,24 +487,24 @@ func (a *actuators) runRetrying(ctx context.Context, c ActuatorConfig, on string
 		start := time.Now()
 		exit, out, err := run(ctx)
 		a.release()
-		if a.onRun != nil {
-			a.onRun(on, err)
+		if a.OnRun != nil {
+			a.OnRun(on, err)
 		}
 		log := log.With("attempt", attempt, "exit", exit, "duration", time.Since(start).Round(time.Millisecond))
 		if err == nil {
-			lines.emit(log, slog.LevelInfo, node, "actuator ran", "argv", argv)
+			lines.Emit(log, slog.LevelInfo, node, "actuator ran", "argv", argv)
 			return true
 		}
-		lines.emit(log, slog.LevelWarn, node, "actuator failed", "argv", argv, "err", err, "output", out)
-		if attempt > retries || !a.stillLeading() || !sleep(ctx, a.clock, delay) {
+		lines.Emit(log, slog.LevelWarn, node, "actuator failed", "argv", argv, "err", err, "output", out)
+		if attempt > retries || !a.StillLeading() || !sleep(ctx, a.clock, delay) {
 			break
 		}
-		delay = min(delay*2, maxBackoff)
+		delay = min(delay*2, MaxBackoff)
 	}
 	return false
 }
 
-func (a *actuators) stillLeading() bool {
+func (a *Actuators) StillLeading() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.leader && a.ctx.Err() == nil
@@ -521,10 +523,10 @@ func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
 	}
 }
 
-// expandArgv substitutes {node} and {reason} in every argument. The reason
+// ExpandArgv substitutes {node} and {reason} in every argument. The reason
 // loses its control characters (a line break in a Slurm reason breaks
 // scontrol's output).
-func expandArgv(argv []string, node, reason string) []string {
+func ExpandArgv(argv []string, node, reason string) []string {
 	reason = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {
 			return ' '
@@ -539,13 +541,13 @@ func expandArgv(argv []string, node, reason string) []string {
 	return out
 }
 
-// runCommand runs an actuator's argv (internal/runcmd: no shell, its own
+// RunCommand runs an actuator's argv (internal/runcmd: no shell, its own
 // process group, killed whole at timeout, 0 meaning DefaultActuatorTimeout).
 // The environment is the aggregator's plus GRACEWATCH_NODE,
 // GRACEWATCH_TRANSITION and GRACEWATCH_REASON. It returns the exit code (-1
 // if it did not exit), the tail of the output and an error unless it exited
 // 0.
-func runCommand(ctx context.Context, argv []string, timeout time.Duration, node, on, reason string) (int, string, error) {
+func RunCommand(ctx context.Context, argv []string, timeout time.Duration, node, on, reason string) (int, string, error) {
 	return runCommandEnv(ctx, argv, timeout, "GRACEWATCH_NODE="+node, "GRACEWATCH_TRANSITION="+on, "GRACEWATCH_REASON="+reason)
 }
 
@@ -576,7 +578,7 @@ const maxConcurrentRuns = 16
 
 // acquire takes one of the maxConcurrentRuns places, waiting for it; it
 // returns false if ctx ends first.
-func (a *actuators) acquire(ctx context.Context) bool {
+func (a *Actuators) acquire(ctx context.Context) bool {
 	select {
 	case a.runs <- struct{}{}:
 		return true
@@ -585,10 +587,10 @@ func (a *actuators) acquire(ctx context.Context) bool {
 	}
 }
 
-func (a *actuators) release() { <-a.runs }
+func (a *Actuators) release() { <-a.runs }
 
-// busy reports whether a command runs or waits to be retried (tests).
-func (a *actuators) busy() bool {
+// Busy reports whether a command runs or waits to be retried (tests).
+func (a *Actuators) Busy() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, n := range a.nodes {
@@ -598,3 +600,6 @@ func (a *actuators) busy() bool {
 	}
 	return false
 }
+
+// Drains reports whether an on="down" actuator is configured.
+func (a *Actuators) Drains() bool { return len(a.down) > 0 }

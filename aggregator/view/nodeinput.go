@@ -1,14 +1,18 @@
-package aggregator
+package view
 
 // The internal node input: what the intake keeps of a node's gossip and
-// StateUpdates, decoded and checked once where they enter (decode.go), so
-// that the view (view.go, observe.go, latch.go) works on the aggregator's
-// own types and never on the wire's (TestViewImportsNoWireTypes). The view's
-// output is converted to the HTTP type at the HTTP edge (wire.go); the same
+// StateUpdates, decoded and checked once where they enter (the aggregator's
+// decode.go), so that the view works on the aggregator's own types and
+// never on the wire's (TestImportsNoWireTypes). The view's output is
+// converted to the HTTP type at the HTTP edge (wire.go); the same
 // split as kubernetes/node-problem-detector keeps between its internal
 // types and its exporters'.
 
-import "time"
+import (
+	"time"
+
+	"github.com/gracewatch/gracewatch/aggregator/incident"
+)
 
 // AgentState is a node's state as its agent reports it. Values other than
 // AgentUp, AgentTeardown and AgentDown are states this build does not know
@@ -25,9 +29,9 @@ const (
 
 // Roles of a member as NodeInput.Role names them (proto Role).
 const (
-	roleAgent       = "agent"
-	roleAggregator  = "aggregator"
-	roleUnspecified = "unspecified"
+	RoleAgent       = "agent"
+	RoleAggregator  = "aggregator"
+	RoleUnspecified = "unspecified"
 )
 
 // NodeMeta is an agent's meta (its state and the order of its states), as
@@ -93,10 +97,26 @@ func (u *NodeUpdate) meta() *NodeMeta {
 	return u.Meta
 }
 
-// teardowns is u's teardowns; none for a nil u.
-func (u *NodeUpdate) teardowns() []Teardown {
+// GetTeardowns is u's teardowns; none for a nil u.
+func (u *NodeUpdate) GetTeardowns() []Teardown {
 	if u == nil {
 		return nil
 	}
 	return u.Teardowns
+}
+
+// NodeCause is what a node's latched violation waits on, as its agent
+// derived it from its diagnosis (agent/diagnose.CauseOf) and this
+// aggregator checked it (checkCause): the aggregator's own type.
+type NodeCause struct {
+	// FSType, Source and Mountpoint name the file system; empty when none.
+	FSType, Source, Mountpoint string
+	// Wchan is the worst process's wait channel; Class its class.
+	Wchan, Class string
+	// Counts are the processes by class (incident.Classes).
+	Counts incident.Counts
+	// ExamplePID and ExampleComm are the worst process, Job its job.
+	ExamplePID  int
+	ExampleComm string
+	Job         string
 }

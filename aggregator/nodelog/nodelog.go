@@ -1,10 +1,10 @@
-package aggregator
+package nodelog
 
 // The bound of the log lines that the nodes' input can cause (docs/DESIGN.md
 // §6): every line about one node, whatever its kind (its state, its clock,
 // its incident, its actuators, a message of its refused), takes from that
 // node's budget; the lines about the cluster as a whole that the nodes
-// change (its modes) are spaced apart (observe.go). What is held back is
+// change (its modes) are spaced apart (modes.go). What is held back is
 // counted in gracewatch_aggregator_log_lines_suppressed_total{scope} and
 // reported, as "suppressed", with the node's next line.
 
@@ -20,37 +20,37 @@ import (
 )
 
 const (
-	// nodeLogLines is how many lines one node's input may cause per
+	// NodeLogLines is how many lines one node's input may cause per
 	// nodeLogEvery. A real hang takes a few: the node's change of state,
 	// its incident's opening, its clock, its actuators' runs (six
 	// attempts of a failing one); a node that flips its mode, clock and
 	// cause in every update is held to it.
-	nodeLogLines = 20
-	// nodeDebugLines is the same for the debug lines, a budget of their
+	NodeLogLines = 20
+	// NodeDebugLines is the same for the debug lines, a budget of their
 	// own: with log_level = "debug" a node's trace (its settle, each
 	// actuator step) must not use up the lines of its state and actions.
-	nodeDebugLines = 200
-	// nodeLogEvery is the interval of nodeLogLines.
-	nodeLogEvery = time.Minute
+	NodeDebugLines = 200
+	// NodeLogEvery is the interval of nodeLogLines.
+	NodeLogEvery = time.Minute
 	// maxNodeLogKeys bounds the nodes whose budget is remembered: the
 	// mesh's member table holds as many (16,384), and past it the nodes
 	// whose minute is over are forgotten first (ratelog.Budget).
 	maxNodeLogKeys = 16384
-	// clusterLogEvery spaces the lines about the cluster as a whole that
+	// ClusterLogEvery spaces the lines about the cluster as a whole that
 	// the nodes' input changes (mixed modes, one mode again).
-	clusterLogEvery = time.Minute
+	ClusterLogEvery = time.Minute
 )
 
 // The scopes of gracewatch_aggregator_log_lines_suppressed_total.
 const (
-	scopeNode    = "node"
-	scopeCluster = "cluster"
+	ScopeNode    = "node"
+	ScopeCluster = "cluster"
 )
 
-// nodeLog writes the lines about one node within that node's budget. Safe
-// for concurrent use (the actuators' goroutines use it); a nil *nodeLog
+// Log writes the lines about one node within that node's budget. Safe
+// for concurrent use (the actuators' goroutines use it); a nil *Log
 // writes every line.
-type nodeLog struct {
+type Log struct {
 	budget *ratelog.Budget // info and above
 	debug  *ratelog.Budget // below info
 	clock  clock.Clock
@@ -58,16 +58,18 @@ type nodeLog struct {
 	held func(scope string)
 }
 
-func newNodeLog(clk clock.Clock, held func(scope string)) *nodeLog {
-	return &nodeLog{budget: ratelog.NewBudget(nodeLogLines, nodeLogEvery, maxNodeLogKeys),
-		debug: ratelog.NewBudget(nodeDebugLines, nodeLogEvery, maxNodeLogKeys), clock: clk, held: held}
+// New returns a Log of the budgets above on clk; held, if set, is told the
+// scope of every line held back and must not block.
+func New(clk clock.Clock, held func(scope string)) *Log {
+	return &Log{budget: ratelog.NewBudget(NodeLogLines, NodeLogEvery, maxNodeLogKeys),
+		debug: ratelog.NewBudget(NodeDebugLines, NodeLogEvery, maxNodeLogKeys), clock: clk, held: held}
 }
 
 // allow takes one line of level from node's budget of such lines (info
 // and above, or debug): whether it may be written, and how many of node's
 // lines were held back since its last one. The caller writes the count as
 // "suppressed" when it is not 0.
-func (l *nodeLog) allow(level slog.Level, node string) (bool, int) {
+func (l *Log) allow(level slog.Level, node string) (bool, int) {
 	if l == nil {
 		return true, 0
 	}
@@ -77,21 +79,21 @@ func (l *nodeLog) allow(level slog.Level, node string) (bool, int) {
 	}
 	ok, n := b.Allow(node, l.clock.Now())
 	if !ok && l.held != nil {
-		l.held(scopeNode)
+		l.held(ScopeNode)
 	}
 	return ok, n
 }
 
-// emit writes msg with args at level to log when node's budget allows
+// Emit writes msg with args at level to log when node's budget allows
 // (see allow), with "suppressed" when lines were held back before it. A
 // level that log does not write costs no budget.
-func (l *nodeLog) emit(log *slog.Logger, level slog.Level, node, msg string, args ...any) {
-	l.write(log, level, node, msg, callerPC(), args)
+func (l *Log) Emit(log *slog.Logger, level slog.Level, node, msg string, args ...any) {
+	l.Write(log, level, node, msg, CallerPC(), args)
 }
 
-// write is emit with the source to name (pc). It reports whether the line
+// Write is emit with the source to name (pc). It reports whether the line
 // was written, or would have been at a level log writes.
-func (l *nodeLog) write(log *slog.Logger, level slog.Level, node, msg string, pc uintptr, args []any) bool {
+func (l *Log) Write(log *slog.Logger, level slog.Level, node, msg string, pc uintptr, args []any) bool {
 	ctx := context.Background()
 	if !log.Enabled(ctx, level) {
 		return true
@@ -109,17 +111,15 @@ func (l *nodeLog) write(log *slog.Logger, level slog.Level, node, msg string, pc
 	return true
 }
 
-// callerPC is the program counter of the caller of its caller: the line
+// CallerPC is the program counter of the caller of its caller: the line
 // the source of a record names, as if that code had called the logger
 // itself.
-func callerPC() uintptr {
+func CallerPC() uintptr {
 	var pcs [1]uintptr
 	runtime.Callers(3, pcs[:]) // runtime.Callers, callerPC, its caller
 	return pcs[0]
 }
 
-// nodeLine writes a line about node to the Service's log within node's
-// budget (nodeLog.emit).
-func (s *Service) nodeLine(level slog.Level, node, msg string, args ...any) {
-	s.lines.write(s.log, level, node, msg, callerPC(), args)
-}
+// Keys is how many nodes' budgets of info lines are remembered (at most
+// maxNodeLogKeys).
+func (l *Log) Keys() int { return l.budget.Keys() }

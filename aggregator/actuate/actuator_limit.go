@@ -1,4 +1,4 @@
-package aggregator
+package actuate
 
 import (
 	"maps"
@@ -24,16 +24,16 @@ import (
 // changes, never one per node.
 const heldLogEvery = time.Minute
 
-// setLimit sets the limit (before Run; the zero Limit limits nothing).
-func (a *actuators) setLimit(l incident.Limit) {
+// SetLimit sets the limit (before Run; the zero Limit limits nothing).
+func (a *Actuators) SetLimit(l incident.Limit) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.limit = l
 }
 
-// setKnown tells the number of nodes the limit is a fraction of; a larger
+// SetKnown tells the number of nodes the limit is a fraction of; a larger
 // number may let held drains through.
-func (a *actuators) setKnown(n int) {
+func (a *Actuators) SetKnown(n int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if n == a.known {
@@ -50,7 +50,7 @@ func (a *actuators) setKnown(n int) {
 // slot for this down, it is not limited, a confirmation of its incident
 // covers it (coveredLocked), or a slot is free (taken here). Otherwise it
 // holds n and returns false.
-func (a *actuators) admitLocked(name string, n *actNode) bool {
+func (a *Actuators) admitLocked(name string, n *actNode) bool {
 	if n.admitted == n.epDown {
 		return true
 	}
@@ -74,7 +74,7 @@ func (a *actuators) admitLocked(name string, n *actNode) bool {
 }
 
 // setHeldLocked marks n held or not, and keeps the count and its log.
-func (a *actuators) setHeldLocked(n *actNode, held bool, now time.Time) {
+func (a *Actuators) setHeldLocked(n *actNode, held bool, now time.Time) {
 	if n.held == held {
 		return
 	}
@@ -96,7 +96,7 @@ func (a *actuators) setHeldLocked(n *actNode, held bool, now time.Time) {
 }
 
 // releaseLocked gives node's slot back: its drain failed, or it came back.
-func (a *actuators) releaseLocked(node string) {
+func (a *Actuators) releaseLocked(node string) {
 	a.budget.Release(node)
 	a.kickHeldLocked()
 }
@@ -106,7 +106,7 @@ func (a *actuators) releaseLocked(node string) {
 // goes from down to unreachable is not back: it keeps its slot, so that
 // nodes flapping between the two (a mesh under load) never let more drains
 // through than the limit.
-func (a *actuators) leaveDownLocked(name string, n *actNode, back bool) {
+func (a *Actuators) leaveDownLocked(name string, n *actNode, back bool) {
 	a.setHeldLocked(n, false, a.clock.Now())
 	if back {
 		a.uncoverLocked(name)
@@ -115,7 +115,7 @@ func (a *actuators) leaveDownLocked(name string, n *actNode, back bool) {
 }
 
 // kickHeldLocked tries the held drains again, oldest first.
-func (a *actuators) kickHeldLocked() {
+func (a *Actuators) kickHeldLocked() {
 	if a.heldCount == 0 || !a.leader {
 		return
 	}
@@ -142,7 +142,7 @@ func (a *actuators) kickHeldLocked() {
 
 // armLimitTimerLocked arms the timer that tries the held drains again when
 // the oldest slot leaves the window.
-func (a *actuators) armLimitTimerLocked(now time.Time) {
+func (a *Actuators) armLimitTimerLocked(now time.Time) {
 	next := a.budget.NextFree(a.limit.Window)
 	if next.IsZero() || a.ctx.Err() != nil {
 		return
@@ -174,7 +174,7 @@ type confirmation struct {
 // coveredLocked reports whether a confirmation of n's incident covers its
 // drain at now; one that its until covers is added to its nodes, so that
 // the answer of /v1/incidents names every node it let through.
-func (a *actuators) coveredLocked(name string, n *actNode, now time.Time) bool {
+func (a *Actuators) coveredLocked(name string, n *actNode, now time.Time) bool {
 	c := a.confirmed[n.info.Incident]
 	switch {
 	case n.info.Incident == 0 || c == nil:
@@ -190,7 +190,7 @@ func (a *actuators) coveredLocked(name string, n *actNode, now time.Time) bool {
 
 // uncoverLocked drops node from every confirmation: it came back (or was
 // forgotten), and its next down is not what an administrator saw.
-func (a *actuators) uncoverLocked(node string) {
+func (a *Actuators) uncoverLocked(node string) {
 	for _, c := range a.confirmed {
 		delete(c.nodes, node)
 	}
@@ -210,12 +210,12 @@ type ConfirmScope struct {
 	Until    time.Time
 }
 
-// confirm records an administrator's confirmation of incident id, whose
+// Confirm records an administrator's confirmation of incident id, whose
 // nodes are nodes now: their held drains run past the limit (and take no
 // slot), and so do, until until (zero: none), those of every node of the
 // incident; not those of the nodes that join it later. It returns how
 // many drains it let through, and what the confirmation covers.
-func (a *actuators) confirm(id uint64, nodes []string, until time.Time) ConfirmScope {
+func (a *Actuators) Confirm(id uint64, nodes []string, until time.Time) ConfirmScope {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.confirmed[id]
@@ -239,15 +239,15 @@ func (a *actuators) confirm(id uint64, nodes []string, until time.Time) ConfirmS
 	return ConfirmScope{Released: before - a.heldCount, Nodes: slices.Sorted(maps.Keys(c.nodes)), At: c.at, Until: c.until}
 }
 
-// forgetIncident drops the confirmation of an incident that closed.
-func (a *actuators) forgetIncident(id uint64) {
+// ForgetIncident drops the confirmation of an incident that closed.
+func (a *Actuators) ForgetIncident(id uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.confirmed, id)
 }
 
-// limitStatus is the limit's state as /v1/incidents and /readyz show it.
-type limitStatus struct {
+// LimitStatus is the limit's state as /v1/incidents and /readyz show it.
+type LimitStatus struct {
 	Enabled bool
 	Limit   int
 	Used    int
@@ -262,11 +262,11 @@ type limitStatus struct {
 }
 
 // status returns the limit's state.
-func (a *actuators) limitStatus() limitStatus {
+func (a *Actuators) LimitStatus() LimitStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.clock.Now()
-	st := limitStatus{Enabled: a.limit.Enabled(), Window: a.limit.Window, Known: a.known, HeldCount: a.heldCount,
+	st := LimitStatus{Enabled: a.limit.Enabled(), Window: a.limit.Window, Known: a.known, HeldCount: a.heldCount,
 		Held: map[uint64][]string{}, Confirmed: map[uint64]ConfirmScope{}}
 	if st.Enabled {
 		st.Limit = a.limit.Of(a.known)

@@ -1,4 +1,4 @@
-package aggregator
+package view
 
 import (
 	"cmp"
@@ -11,16 +11,16 @@ import (
 	"github.com/gracewatch/gracewatch/mesh"
 )
 
-// gone reports whether a member is dead or has left. A suspect member is
+// Gone reports whether a member is dead or has left. A suspect member is
 // still alive: suspicion is memberlist's transient doubt.
-func gone(s mesh.Status) bool { return s == mesh.StatusDead || s == mesh.StatusLeft }
+func Gone(s mesh.Status) bool { return s == mesh.StatusDead || s == mesh.StatusLeft }
 
 // servedStatus is the member status Compute goes by at now: in.Status,
 // except that a member dead or left counts as alive (the state it had
 // before) until heldUntil. A member whose StatusSince is unknown gets no
 // such delay.
 func servedStatus(in *NodeInput, now time.Time, p Policy) mesh.Status {
-	if gone(in.Status) && now.Before(heldUntil(in, p)) {
+	if Gone(in.Status) && now.Before(HeldUntil(in, p)) {
 		return mesh.StatusAlive
 	}
 	return in.Status
@@ -264,40 +264,40 @@ func (n Node) Summary() Node {
 func Compute(in []NodeInput, now time.Time, p Policy) []Node {
 	out := make([]Node, 0, len(in))
 	for i := range in {
-		out = append(out, computeNode(&in[i], now, p))
+		out = append(out, ComputeNode(&in[i], now, p))
 	}
 	slices.SortStableFunc(out, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
-func computeNode(in *NodeInput, now time.Time, p Policy) Node {
-	n, _ := computeNodeCause(in, now, p)
+func ComputeNode(in *NodeInput, now time.Time, p Policy) Node {
+	n, _ := ComputeNodeCause(in, now, p)
 	return n
 }
 
 // Causes of a node's served state, by the rule of Compute that gave it:
 // the label values of gracewatch_aggregator_transitions_total.
 const (
-	causeAgent           = "agent"            // rule 6: the agent's own state
-	causeCentralDeadline = "central_deadline" // rule 2: no report by D + allowance
-	causeUnreachable     = "unreachable"      // rule 3: the member is dead or left
-	causeDecodeError     = "decode_error"     // rule 4: the meta does not decode
-	causeNoState         = "no_state"         // rule 4: the agent published none
-	causeUnknownState    = "unknown_state"    // rule 4: a state this build does not know
+	CauseAgent           = "agent"            // rule 6: the agent's own state
+	CauseCentralDeadline = "central_deadline" // rule 2: no report by D + allowance
+	CauseUnreachable     = "unreachable"      // rule 3: the member is dead or left
+	CauseDecodeError     = "decode_error"     // rule 4: the meta does not decode
+	CauseNoState         = "no_state"         // rule 4: the agent published none
+	CauseUnknownState    = "unknown_state"    // rule 4: a state this build does not know
 )
 
-// centralDeadlineReason begins the reason of a node down by the central
+// CentralDeadlineReason begins the reason of a node down by the central
 // deadline (rule 2).
-const centralDeadlineReason = "no report after teardown deadline "
+const CentralDeadlineReason = "no report after teardown deadline "
 
-// computeNodeCause is computeNode that also says which rule decided the
+// ComputeNodeCause is computeNode that also says which rule decided the
 // state (one of the cause constants).
-func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
+func ComputeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	status := servedStatus(in, now, p)
 	n := Node{
 		Name:      in.Name,
 		Member:    status,
-		Role:      cmp.Or(in.Role, roleUnspecified),
+		Role:      cmp.Or(in.Role, RoleUnspecified),
 		Teardowns: []Teardown{},
 	}
 	if n.Member == "" {
@@ -306,7 +306,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	if in.GossipErr != nil {
 		n.DecodeError = in.GossipErr.Error()
 	}
-	meta, current := freshest(in)
+	meta, current := Freshest(in)
 	if meta != nil {
 		n.Incarnation, n.Seq = meta.Incarnation, meta.Seq
 	}
@@ -314,7 +314,7 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		fillDetails(&n, in.Update)
 	}
 	n.Mode = modeOf(in.Update)
-	observe := observing(in, p)
+	observe := Observing(in, p)
 	reason := ""
 	if meta != nil {
 		reason = meta.Reason
@@ -325,18 +325,18 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 
 	// Rule 2: central deadline enforcement.
 	if meta != nil && meta.State == AgentTeardown {
-		if at, ok := enforceAt(in, meta, current, p); ok {
-			if down := later(at, settledAt(in, p)); !now.Before(down) && observe {
+		if at, ok := EnforceAt(in, meta, current, p); ok {
+			if down := Later(at, settledAt(in, p)); !now.Before(down) && observe {
 				n.WouldDrain = centralWouldDrain(in, current, at.Add(-p.ClockSkewAllowance), down)
 			} else if !now.Before(down) {
 				d := at.Add(-p.ClockSkewAllowance)
 				n.State = StateDown
-				n.Reason = centralDeadlineReason + formatTime(d)
-				if gone(status) {
+				n.Reason = CentralDeadlineReason + FormatTime(d)
+				if Gone(status) {
 					n.Reason += " (" + goneReason(status) + ")"
 				}
-				n.Since = servedTime(down)
-				return n, causeCentralDeadline
+				n.Since = ServedTime(down)
+				return n, CauseCentralDeadline
 			}
 		}
 	}
@@ -345,8 +345,8 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 	unreachable, cause := "", ""
 	since := goneSince(in)
 	switch {
-	case gone(status):
-		unreachable, cause = goneReason(status), causeUnreachable
+	case Gone(status):
+		unreachable, cause = goneReason(status), CauseUnreachable
 		if meta != nil && meta.State != AgentUp {
 			unreachable += "; last reported " + stateName(meta.State)
 			if reason != "" {
@@ -354,12 +354,12 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 			}
 		}
 	case meta == nil && in.GossipErr != nil:
-		unreachable, cause = "meta does not decode: "+in.GossipErr.Error(), causeDecodeError
+		unreachable, cause = "meta does not decode: "+in.GossipErr.Error(), CauseDecodeError
 	case meta == nil:
-		unreachable, cause = "the agent has published no state", causeNoState
+		unreachable, cause = "the agent has published no state", CauseNoState
 	case !knownState(meta.State):
 		unreachable = fmt.Sprintf("the agent reports an unknown state (%d)", int32(meta.State))
-		cause = causeUnknownState
+		cause = CauseUnknownState
 		since = meta.Since
 	}
 	if unreachable != "" {
@@ -367,21 +367,21 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		n.Reason = unreachable
 		if p.UnreachableIsDown {
 			n.State = StateDown
-			if gone(status) && !since.IsZero() {
-				n.Reason = "unreachable since " + formatTime(since) + ": " + unreachable
+			if Gone(status) && !since.IsZero() {
+				n.Reason = "unreachable since " + FormatTime(since) + ": " + unreachable
 			}
 		}
-		n.Since = servedTime(since)
+		n.Since = ServedTime(since)
 		return n, cause
 	}
 
 	// Rule 6: the agent's own state.
-	n.Since = servedTime(meta.Since)
+	n.Since = ServedTime(meta.Since)
 	n.Reason = reason
 	if meta.State == AgentDown && current {
 		n.Latch = latchOf(in.Update)
 		if d, ok := earlyDeadline(in, now); ok {
-			n.EarlyUntil = servedTime(d)
+			n.EarlyUntil = ServedTime(d)
 			n.Reason += earlyNote(in, d)
 		}
 	}
@@ -397,22 +397,22 @@ func computeNodeCause(in *NodeInput, now time.Time, p Policy) (Node, string) {
 		if free.IsZero() {
 			free = meta.Deadline
 		}
-		n.FreeAt = servedTime(free)
+		n.FreeAt = ServedTime(free)
 	case AgentDown:
 		n.State = StateDown
 	}
 	observeNode(&n, in, current, p)
-	return n, causeAgent
+	return n, CauseAgent
 }
 
-// freshest returns the freshest meta of in and whether in.Update is of that
+// Freshest returns the freshest meta of in and whether in.Update is of that
 // same state (so its reason, teardowns and reports are current).
-func freshest(in *NodeInput) (*NodeMeta, bool) {
+func Freshest(in *NodeInput) (*NodeMeta, bool) {
 	meta := in.Gossip
-	if in.Direct != nil && !newer(meta, in.Direct) {
+	if in.Direct != nil && !Newer(meta, in.Direct) {
 		meta = in.Direct
 	}
-	if u := in.Update.meta(); u != nil && !newer(meta, u) {
+	if u := in.Update.meta(); u != nil && !Newer(meta, u) {
 		meta = u
 	}
 	if meta == nil {
@@ -423,9 +423,9 @@ func freshest(in *NodeInput) (*NodeMeta, bool) {
 	return meta, current
 }
 
-// newer reports whether a is strictly newer than b by (incarnation, seq). A
+// Newer reports whether a is strictly newer than b by (incarnation, seq). A
 // nil meta is older than any other.
-func newer(a, b *NodeMeta) bool {
+func Newer(a, b *NodeMeta) bool {
 	switch {
 	case a == nil:
 		return false
@@ -438,15 +438,15 @@ func newer(a, b *NodeMeta) bool {
 	}
 }
 
-// enforceAt returns when a node in teardown with meta goes down for want of
+// EnforceAt returns when a node in teardown with meta goes down for want of
 // a newer report: its deadline D plus the allowance. D is the earliest
 // deadline of the teardowns in progress when the StateUpdate of this state
 // is known (the agent goes overdue at the first one), else the meta's
 // deadline, else its free_at.
-func enforceAt(in *NodeInput, meta *NodeMeta, current bool, p Policy) (time.Time, bool) {
+func EnforceAt(in *NodeInput, meta *NodeMeta, current bool, p Policy) (time.Time, bool) {
 	var d time.Time
 	if current {
-		for _, td := range in.Update.teardowns() {
+		for _, td := range in.Update.GetTeardowns() {
 			if td.Phase == "released" || td.Phase == "running" {
 				continue
 			}
@@ -467,9 +467,9 @@ func enforceAt(in *NodeInput, meta *NodeMeta, current bool, p Policy) (time.Time
 	return d.Add(p.ClockSkewAllowance), true
 }
 
-// settleEnd is the end of Policy.Settle after in.FirstSeen; zero when
+// SettleEnd is the end of Policy.Settle after in.FirstSeen; zero when
 // nothing is held (settle 0, or a node learned from a handover).
-func settleEnd(in *NodeInput, p Policy) time.Time {
+func SettleEnd(in *NodeInput, p Policy) time.Time {
 	if p.Settle <= 0 || in.FirstSeen.IsZero() {
 		return time.Time{}
 	}
@@ -482,36 +482,36 @@ func settledAt(in *NodeInput, p Policy) time.Time {
 	if in.Update != nil || in.Direct != nil {
 		return time.Time{}
 	}
-	return settleEnd(in, p)
+	return SettleEnd(in, p)
 }
 
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
+// Later returns the later of a and b.
+func Later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
 	}
 	return a
 }
 
-// nextEnforcement returns the earliest time after now at which Compute's
+// NextEnforcement returns the earliest time after now at which Compute's
 // answer for in changes by the passing of time alone, if any: a teardown's
 // D + allowance (held until settledAt), or the end of a gone member's
 // UnreachableAfter.
-func nextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
+func NextEnforcement(in *NodeInput, now time.Time, p Policy) (time.Time, bool) {
 	var next time.Time
-	if meta, current := freshest(in); meta != nil && meta.State == AgentTeardown {
-		if at, ok := enforceAt(in, meta, current, p); ok {
-			if at = later(at, settledAt(in, p)); at.After(now) {
+	if meta, current := Freshest(in); meta != nil && meta.State == AgentTeardown {
+		if at, ok := EnforceAt(in, meta, current, p); ok {
+			if at = Later(at, settledAt(in, p)); at.After(now) {
 				next = at
 			}
 		}
 	}
-	if meta, current := freshest(in); meta != nil && current && meta.State == AgentDown {
+	if meta, current := Freshest(in); meta != nil && current && meta.State == AgentDown {
 		if d, ok := earlyDeadline(in, now); ok && (next.IsZero() || d.Before(next)) {
 			next = d
 		}
 	}
-	if at := heldUntil(in, p); at.After(now) && (next.IsZero() || at.Before(next)) {
+	if at := HeldUntil(in, p); at.After(now) && (next.IsZero() || at.Before(next)) {
 		next = at
 	}
 	return next, !next.IsZero()
@@ -563,23 +563,31 @@ func stateName(s AgentState) string {
 // 9999): a later one would make encoding/json fail the whole response.
 var maxMs = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC).UnixMilli()
 
-// msTime converts Unix milliseconds from the wire; zero, negative and
+// MsTime converts Unix milliseconds from the wire; zero, negative and
 // out-of-range values (a buggy or hostile sender) give the zero time.
-func msTime(ms int64) time.Time {
+func MsTime(ms int64) time.Time {
 	if ms <= 0 || ms > maxMs {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms).UTC()
 }
 
-// servedTime returns the zero time for the zero time and for one beyond
+// ServedTime returns the zero time for the zero time and for one beyond
 // year 9999 (which JSON cannot carry), else t in UTC to the millisecond.
-func servedTime(t time.Time) time.Time {
+func ServedTime(t time.Time) time.Time {
 	if t.IsZero() || t.UTC().Year() > 9999 {
 		return time.Time{}
 	}
 	return t.UTC().Truncate(time.Millisecond)
 }
 
-// formatTime writes t as RFC 3339 in UTC with milliseconds, as in reasons.
-func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+// FormatTime writes t as RFC 3339 in UTC with milliseconds, as in reasons.
+func FormatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// latchOf is the latch of a node's current StateUpdate.
+func latchOf(u *NodeUpdate) Latch {
+	if u == nil {
+		return Latch{}
+	}
+	return Latch{Cause: u.Cause, Clean: u.Clean, AdminDrain: u.AdminDrain}
+}
