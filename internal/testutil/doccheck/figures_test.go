@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // citing are the documents whose citations of BENCHMARKS.md are checked.
@@ -92,4 +93,49 @@ func TestCitedFiguresAreInBENCHMARKS(t *testing.T) {
 			}
 		}
 	}
+}
+
+// maxBenchmarkLines bounds BENCHMARKS.md: the current figures only; the
+// methods in full and the figures they replaced go to
+// docs/benchmarks-history.md.
+const maxBenchmarkLines = 500
+
+// TestBENCHMARKSLeadsWithEveryTarget: BENCHMARKS.md's first table, under
+// "Targets", links to every section of a target (all but "Anchors"), so a
+// reader finds each target's current figure there, and the file stays
+// short enough to read.
+func TestBENCHMARKSLeadsWithEveryTarget(t *testing.T) {
+	bench := Read(t, "BENCHMARKS.md")
+	if n := len(bench.Lines); n > maxBenchmarkLines {
+		t.Errorf("BENCHMARKS.md has %d lines, more than %d: move superseded figures and long methods to docs/benchmarks-history.md", n, maxBenchmarkLines)
+	}
+	from, to, ok := bench.Section("Targets")
+	if !ok {
+		t.Fatal("BENCHMARKS.md has no section \"Targets\" (the table of every target)")
+	}
+	table := strings.Join(bench.Lines[from:to], "\n")
+	for i, l := range bench.Lines[to:] {
+		title, ok := strings.CutPrefix(l, "## ")
+		if !ok || title == "Anchors" {
+			continue
+		}
+		if !strings.Contains(table, "](#"+anchor(title)+")") {
+			t.Errorf("%s: the section %q has no row in the table of \"Targets\" (a link to #%s)", bench.At(to+i), title, anchor(title))
+		}
+	}
+}
+
+// anchor is the fragment that GitHub gives a heading: lower case, spaces to
+// hyphens, punctuation but hyphens and underscores dropped.
+func anchor(title string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(title) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
