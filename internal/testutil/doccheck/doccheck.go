@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gracewatch/gracewatch/internal/cmdutil"
 )
 
 // Doc is one document of the repository, split into lines.
@@ -163,4 +165,18 @@ func CheckCommands(t testing.TB, d *Doc, prog, table string, cmds []Command) {
 			t.Errorf("%s: %q is not a command of %s as it stands there (name and synopsis)", d.At(i), lines[i], table)
 		}
 	}
+}
+
+// CheckProgram is CheckCommands over README.md for the command table of a
+// program of internal/cmdutil (its help command aside), named table in the
+// messages.
+func CheckProgram[C any](t testing.TB, p *cmdutil.Program[C], table string) {
+	t.Helper()
+	var cmds []Command
+	for _, c := range p.Commands {
+		if c.Name != "help" {
+			cmds = append(cmds, Command{Name: c.Name, Args: c.Args})
+		}
+	}
+	CheckCommands(t, Read(t, "README.md"), p.Name, table, cmds)
 }
