@@ -85,7 +85,9 @@ fuzz-corpus:
 
 # Benchmarks behind BENCHMARKS.md (needs root for the cgroup and epilogue ones).
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 20x -benchmem ./agent/... | tee bench.out
+	$(GO) test -run '^$$' -bench 'EpilogTrue|Kill1000' -benchtime 20x -benchmem ./agent/... | tee bench.out
+	# The idle agent: one window of whole forced-GC periods (IDLE_SECONDS, 240 s).
+	$(GO) test -run '^$$' -bench IdleAgent -benchtime 1x ./agent/ | tee -a bench.out
 	# The aggregator fed maximal StateUpdates and Handovers for a minute:
 	# its heap stays under the bound stated in aggregator/bounds_test.go.
 	GW_MEM_SECONDS=60 $(GO) test -count=1 -run 'TestMemoryUnderMaximalMessages' -v ./aggregator/ | tee -a bench.out

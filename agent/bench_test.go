@@ -5,9 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,7 +59,7 @@ func BenchmarkEpilogTrue(b *testing.B) {
 	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	ep, tr, he, fl := median(viaAgent), median(plain), median(hellos), median(floors)
+	ep, tr, he, fl := benchenv.Median(viaAgent), benchenv.Median(plain), benchenv.Median(hellos), benchenv.Median(floors)
 	b.ReportMetric(ms(fl-tr), "ms-added/floor")
 	if fl > tr {
 		b.ReportMetric(float64(ep-tr)/float64(fl-tr), "ratio-to-floor")
@@ -151,21 +151,45 @@ func buildGo(b *testing.B, name, src string) string {
 	return bin
 }
 
-// median returns the middle of ds (sorted in place).
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	return ds[len(ds)/2]
-}
+// forcedGCPeriod is how often the Go runtime collects garbage in a process
+// that allocates little (runtime.forcegcperiod): an idle agent's largest
+// periodic cost, so a window of idleness holds a whole number of them.
+const forcedGCPeriod = 2 * time.Minute
 
-// BenchmarkIdleAgent runs an agent with one registered job and nothing to
-// do for IDLE_SECONDS (default 20) per iteration and reports its CPU time
-// extrapolated to an hour and its resident memory.
+// watchdogUsec is the shipped unit's WatchdogSec (30 s,
+// packaging/systemd/gracewatch-nodeagent.service): the agent pings every
+// half of it through its main loop.
+const watchdogUsec = "30000000"
+
+// BenchmarkIdleAgent runs an agent as the shipped unit does (log level
+// info, systemd's watchdog enabled: the agent pings NOTIFY_SOCKET every
+// 15 s) with one registered job and nothing else to do, for IDLE_SECONDS
+// (default 240) per iteration, and reports its CPU time per hour and its
+// resident memory. The window is a whole number of the runtime's forced
+// collections (2 min) and so of the watchdog's pings: the hour is that
+// window repeated, not a stretch of it that may or may not hold a
+// collection.
 func BenchmarkIdleAgent(b *testing.B) {
-	secs := benchenv.Int(b, "IDLE_SECONDS", 20)
-	n := startNode(b, nodeOpts{})
+	secs := benchenv.Int(b, "IDLE_SECONDS", 240)
+	window := time.Duration(secs) * time.Second
+	if window <= 0 || window%forcedGCPeriod != 0 {
+		b.Fatalf("IDLE_SECONDS=%d: the window must be a whole number of the runtime's forced collections (%v)", secs, forcedGCPeriod)
+	}
+	notify, conn := testutil.ListenNotify(b)
+	var pings atomic.Int64
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return // the test's cleanup closed it
+			}
+			if strings.Contains(string(buf[:n]), "WATCHDOG=1") {
+				pings.Add(1)
+			}
+		}
+	}()
+	n := startNode(b, nodeOpts{logLevel: "info", env: []string{"NOTIFY_SOCKET=" + notify, "WATCHDOG_USEC=" + watchdogUsec}})
 	n.jobStart("idle", time.Now().Add(time.Hour))
 	pid := n.cmd.Process.Pid
 	// The job start's work is over once the agent has closed its
@@ -176,16 +200,22 @@ func BenchmarkIdleAgent(b *testing.B) {
 	b.ResetTimer()
 	var cpu time.Duration
 	var rss int64
+	p0 := pings.Load()
 	for i := 0; i < b.N; i++ {
 		c0 := cpuTime(b, pid)
-		time.Sleep(time.Duration(secs) * time.Second) // not a wait: the measurement window
+		time.Sleep(window) // not a wait: the measurement window
 		cpu += cpuTime(b, pid) - c0
 		rss = max(rss, rssKiB(b, pid))
 	}
 	b.StopTimer()
-	perHour := cpu.Seconds() / float64(b.N) / float64(secs) * 3600
+	got := pings.Load() - p0
+	if got == 0 {
+		b.Fatalf("the agent never pinged the watchdog in %v", time.Duration(b.N)*window)
+	}
+	perHour := cpu.Seconds() / float64(b.N) / window.Seconds() * 3600
 	b.ReportMetric(perHour, "cpu-s/hour")
 	b.ReportMetric(float64(rss)/1024, "MiB-rss")
+	b.ReportMetric(float64(got)/float64(b.N), "watchdog-pings/window")
 }
 
 // cpuTime is the CPU time of every thread of pid, in nanoseconds, from

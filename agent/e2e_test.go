@@ -63,6 +63,7 @@ type node struct {
 	cmd    *exec.Cmd
 	logs   *testutil.SyncBuffer
 	client *api.Client
+	env    []string // more of the agent's environment (nodeOpts.env)
 }
 
 type nodeOpts struct {
@@ -70,6 +71,8 @@ type nodeOpts struct {
 	metricsListen                                string // [metrics] listen; empty: none
 	teardown                                     string // more [teardown] keys (TOML lines)
 	logLevel                                     string // log_level; empty: debug
+
+	env []string // more of the agent's environment ("NOTIFY_SOCKET=...")
 }
 
 func startNode(t testing.TB, o nodeOpts) *node {
@@ -94,7 +97,7 @@ func startNode(t testing.TB, o nodeOpts) *node {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	n := &node{t: t, dir: dir, socket: filepath.Join(dir, "agent.sock"), config: filepath.Join(dir, "nodeagent.toml"),
-		root: cgrouptest.TempRoot(t), logs: &testutil.SyncBuffer{}}
+		root: cgrouptest.TempRoot(t), logs: &testutil.SyncBuffer{}, env: o.env}
 	cfg := testutil.AgentConfig{Node: "e2e", StateDir: filepath.Join(dir, "state"), Socket: n.socket, CgroupRoot: n.root,
 		LogLevel: o.logLevel, Grace: o.grace, KillWait: o.killWait, UnkillableAfter: o.unkillableAfter,
 		AutoResume: o.autoResume, Teardown: o.teardown, SampleInterval: "300ms", ReadTimeout: "1s"}
@@ -113,6 +116,9 @@ func startNode(t testing.TB, o nodeOpts) *node {
 func (n *node) start() {
 	n.t.Helper()
 	n.cmd = exec.Command(nodeagentBin, "serve", "--config", n.config)
+	if n.env != nil {
+		n.cmd.Env = append(os.Environ(), n.env...)
+	}
 	n.cmd.Stdout = n.logs
 	n.cmd.Stderr = n.logs
 	if err := n.cmd.Start(); err != nil {

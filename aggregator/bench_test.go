@@ -198,16 +198,13 @@ func benchServer(b *testing.B, svc *Service) string {
 // FakeMesh's member list) holds for the view, after a GC, and the resident
 // set of the benchmark process (Service, server, client and test binary)
 // after the listings, now and at its peak.
+//
+// Each run of a sub-benchmark (each of -count, and Go's first probing run)
+// builds a Service and a server of its own, outside the timer, and stops
+// them when it ends: a run never measures a Service that an earlier run
+// has served (its caches, its heap's garbage, its connections).
 func BenchmarkNodes(b *testing.B) {
 	n := benchNodes(b)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	svc := benchService(b, n)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	heap := float64(after.HeapInuse) - float64(before.HeapInuse)
-	url := benchServer(b, svc)
 	want := map[string]int{"full": n}
 	for i := range n {
 		if benchKind(i) == view.StateDown {
@@ -217,19 +214,27 @@ func BenchmarkNodes(b *testing.B) {
 	for _, q := range []struct{ name, query string }{{"down", "?state=down"}, {"full", ""}} {
 		for _, clients := range []int{1, 4} {
 			b.Run(fmt.Sprintf("%s/nodes=%d/clients=%d", q.name, n, clients), func(b *testing.B) {
+				url := benchServer(b, benchService(b, n))
 				benchRequests(b, url+"/v1/nodes"+q.query, clients, want[q.name])
 			})
 		}
 	}
 	b.Run(fmt.Sprintf("memory/nodes=%d", n), func(b *testing.B) {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		svc := benchService(b, n)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap := float64(after.HeapInuse) - float64(before.HeapInuse)
 		for range b.N {
 		}
 		b.ReportMetric(heap/(1<<20), "heap-MiB")
 		b.ReportMetric(heap/float64(n), "heap-B/node")
 		b.ReportMetric(float64(procStatusKiB(b, "VmRSS"))/1024, "rss-MiB")
 		b.ReportMetric(float64(procStatusKiB(b, "VmHWM"))/1024, "peak-rss-MiB")
+		runtime.KeepAlive(svc)
 	})
-	runtime.KeepAlive(svc)
 }
 
 // benchRequests makes b.N GETs of url from clients goroutines and reports

@@ -131,6 +131,8 @@ type Server struct {
 	authLog *ratelog.Limiter
 	// conns admits and tracks the connections (listener.go, conns.go).
 	conns *connTracker
+	// table is the routes registered, for Routes (routes.go).
+	table []Route
 
 	// stopping ends when Shutdown starts; watch streams end with it.
 	stopping context.Context
@@ -248,6 +250,7 @@ func (s *Server) routes() {
 		routes = append(routes, route{"GET", "/metrics", read, metrics.Handler(s.opts.Registry, s.log).ServeHTTP})
 	}
 	for _, rt := range routes {
+		s.table = append(s.table, Route{Method: rt.method, Path: rt.path, Access: rt.access.String()})
 		h, acc := rt.h, rt.access
 		long := rt.path == "/v1/watch"
 		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {

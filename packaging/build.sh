@@ -113,7 +113,7 @@ for p in "${PROGRAMS[@]}"; do
 	#
 	# Except nodeagent, the client that Slurm's or Flux's epilogue runs for
 	# every job: a static executable at a fixed address, because relocating
-	# a position-independent one at each start cost 0.7 ms of its 3.1 ms
+	# a position-independent one at each start cost 0.5–0.7 ms of its 3.06 ms
 	# (BENCHMARKS.md, "Epilogue latency"); packaging/lintian-triage.md says
 	# why its lintian error is overridden. Its daemon, nodeagentd, the
 	# long-running root process, keeps ASLR.

@@ -80,18 +80,20 @@ func (s *SyncBuffer) HasLine(words ...string) bool {
 }
 
 // BuildPrograms builds the named programs of cmd/ ("nodeagent",
-// "nodeagentd", "aggregator") into dir, stripped as the packages are, and
-// nodeagent, the client that runs for every job, without cgo, static, as
-// packaging/build.sh builds it. nodeagent serve re-executes the nodeagentd
+// "nodeagentd", "aggregator") into dir as packaging/build.sh builds them:
+// without cgo, stripped, with immediate binding; position-independent,
+// except nodeagent, the client that runs for every job, a static
+// executable at a fixed address. nodeagent serve re-executes the nodeagentd
 // beside it.
 func BuildPrograms(dir string, names ...string) error {
 	for _, name := range names {
-		build := exec.Command(GoTool(), "build", "-trimpath", "-ldflags", "-s -w", "-o", dir+"/",
-			"github.com/gracewatch/gracewatch/cmd/"+name)
-		build.Env = os.Environ()
+		mode := "-buildmode=pie"
 		if name == "nodeagent" {
-			build.Env = append(build.Env, "CGO_ENABLED=0")
+			mode = "-buildmode=exe"
 		}
+		build := exec.Command(GoTool(), "build", "-trimpath", mode, "-ldflags", "-s -w -bindnow", "-o", dir+"/",
+			"github.com/gracewatch/gracewatch/cmd/"+name)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %v\n%s", name, err, out)
 		}

@@ -6,6 +6,7 @@ package benchenv
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,4 +92,19 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 	}
 	i := int(float64(len(sorted))*p/100+0.5) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// Median returns the median of xs, which it sorts: the middle value, or the
+// mean of the two middle ones when len(xs) is even (of two samples a side,
+// neither alone is the median); 0 for an empty slice.
+func Median[T ~int64 | ~float64](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }

@@ -65,3 +65,23 @@ func TestPercentile(t *testing.T) {
 		t.Error("LoadAvg or CPUTime empty")
 	}
 }
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   []time.Duration
+		want time.Duration
+	}{
+		{"empty", nil, 0},
+		{"odd", []time.Duration{5, 1, 3}, 3},
+		{"two a side: the mean of the middle two, not the larger", []time.Duration{400, 300}, 350},
+		{"even", []time.Duration{4, 1, 3, 2}, 2},
+	} {
+		if got := Median(c.in); got != c.want {
+			t.Errorf("%s: Median = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if got := Median([]float64{1.0, 1.5}); got != 1.25 {
+		t.Errorf("Median of ratios = %v, want 1.25", got)
+	}
+}
