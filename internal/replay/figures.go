@@ -68,20 +68,20 @@ type DrainRecord struct {
 
 // Figures are a run's results.
 type Figures struct {
-	Run                            string
-	Jobs, Started                  int
-	LostNodeHours                  float64 // TeardownNodeHours + HeldNodeHours
-	TeardownNodeHours              float64 // completing, draining, drained, down
-	HeldNodeHours                  float64 // planned or reserved: idle, held for a plan
-	WaitMean, WaitP95              time.Duration
-	BoundedSlowdown                float64 // mean
-	Makespan                       time.Duration
-	OnTearingDown                  int // job starts on a node whose teardown had not ended
-	Hung, Drains, FalseDrains      int
-	DrainedLate                    int // hung teardowns not drained within 2 s of D
-	DownAfterDP50, DownAfterDP99   time.Duration
-	Commands, Writes               int
-	Violations                     []string // what OnTearingDown, FalseDrains and DrainedLate count
+	Run                          string
+	Jobs, Started                int
+	LostNodeHours                float64 // TeardownNodeHours + HeldNodeHours
+	TeardownNodeHours            float64 // completing, draining, drained, down
+	HeldNodeHours                float64 // planned or reserved: idle, held for a plan
+	WaitMean, WaitP95            time.Duration
+	BoundedSlowdown              float64 // mean
+	Makespan                     time.Duration
+	OnTearingDown                int // job starts on a node whose teardown had not ended
+	Hung, Drains, FalseDrains    int
+	DrainedLate                  int // hung teardowns not drained within 2 s of D
+	DownAfterDP50, DownAfterDP99 time.Duration
+	Commands, Writes             int
+	Violations                   []string // what OnTearingDown, FalseDrains and DrainedLate count
 }
 
 // DrainWithin is how soon after D a hung node must be shown drained.
