@@ -27,6 +27,8 @@ type Record struct {
 	// (its actuators and reservations), and of those the ones that
 	// changed something (update, create, delete).
 	Commands, Writes int
+	// Reservations is how many reservations gracewatch created.
+	Reservations int
 	// Tau is the bounded slowdown's floor on the run time (10 s of trace
 	// time, in real time).
 	Tau time.Duration
@@ -87,12 +89,58 @@ type Figures struct {
 // DrainWithin is how soon after D a hung node must be shown drained.
 const DrainWithin = 2 * time.Second
 
-// lost states: a node tearing down, or taken out after a hung teardown;
-// held: a node idle and kept for a plan.
+// Lost states: a node tearing down, or taken out after a hung teardown;
+// idle ones count as held while a job is waiting (Slurm's "planned" is an
+// idle node kept for a waiting job, "reserved" one held by a reservation).
 var (
 	teardownStates = []string{"completing", "draining", "drained", "down", "fail", "failing"}
-	heldStates     = []string{"planned", "reserved"}
+	idleStates     = []string{"idle", "planned", "reserved"}
 )
+
+// pending is the union of the times some job was waiting (submitted, not
+// started), sorted.
+func (r Record) pending() [][2]time.Time {
+	var iv [][2]time.Time
+	for _, j := range r.Jobs {
+		end := j.Start
+		if end.IsZero() {
+			end = r.End
+		}
+		if j.Submit.Before(end) {
+			iv = append(iv, [2]time.Time{j.Submit, end})
+		}
+	}
+	slices.SortFunc(iv, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
+	var out [][2]time.Time
+	for _, x := range iv {
+		if n := len(out); n > 0 && !x[0].After(out[n-1][1]) {
+			if x[1].After(out[n-1][1]) {
+				out[n-1][1] = x[1]
+			}
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// overlap is how much of [from, to) lies within the sorted intervals.
+func overlap(from, to time.Time, iv [][2]time.Time) time.Duration {
+	var d time.Duration
+	for _, x := range iv {
+		lo, hi := from, to
+		if x[0].After(lo) {
+			lo = x[0]
+		}
+		if x[1].Before(hi) {
+			hi = x[1]
+		}
+		if hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	return d
+}
 
 func stateIn(state string, set []string) bool {
 	s := strings.TrimRight(state, "*~#!%$@^-")
@@ -107,13 +155,13 @@ func stateIn(state string, set []string) bool {
 // Compute computes the figures of r.
 func Compute(r Record) Figures {
 	f := Figures{Run: r.Run, Jobs: len(r.Jobs), Commands: r.Commands, Writes: r.Writes}
+	pending := r.pending()
 	for _, s := range r.States {
-		h := s.To.Sub(s.From).Hours()
 		switch {
 		case stateIn(s.State, teardownStates):
-			f.TeardownNodeHours += h
-		case stateIn(s.State, heldStates):
-			f.HeldNodeHours += h
+			f.TeardownNodeHours += s.To.Sub(s.From).Hours()
+		case stateIn(s.State, idleStates):
+			f.HeldNodeHours += overlap(s.From, s.To, pending).Hours()
 		}
 	}
 	f.LostNodeHours = f.TeardownNodeHours + f.HeldNodeHours

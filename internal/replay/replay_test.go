@@ -138,7 +138,8 @@ func TestCompute(t *testing.T) {
 			{Node: "n1", State: "completing", From: at(20), To: at(26)},
 			{Node: "n1", State: "planned", From: at(26), To: at(62)},
 			{Node: "n2", State: "drained*", From: at(36), To: at(60)},
-			{Node: "n2", State: "idle", From: at(60), To: at(100)},
+			{Node: "n2", State: "idle", From: at(60), To: at(100)}, // job 5 waits from 90
+			{Node: "n1", State: "idle", From: at(2), To: at(25)},   // job 4 waits 20-30, job 3 0-5
 		},
 		Drains: []DrainRecord{
 			{Node: "n2", Reason: "gracewatch: hung", At: at(38)},
@@ -153,7 +154,9 @@ func TestCompute(t *testing.T) {
 	if want := (6 + 24) / 3600.0; f.TeardownNodeHours < want-1e-9 || f.TeardownNodeHours > want+1e-9 {
 		t.Errorf("teardown node-hours %g, want %g", f.TeardownNodeHours, want)
 	}
-	if want := 36 / 3600.0; f.HeldNodeHours < want-1e-9 || f.HeldNodeHours > want+1e-9 {
+	// Waiting: 0-12 (jobs 2, 3), 20-30 (job 4), 90-100 (job 5): n1
+	// planned 26-30, n2 idle 90-100, n1 idle 2-12 and 20-25.
+	if want := (4 + 10 + 10 + 5) / 3600.0; f.HeldNodeHours < want-1e-9 || f.HeldNodeHours > want+1e-9 {
 		t.Errorf("held node-hours %g, want %g", f.HeldNodeHours, want)
 	}
 	if f.OnTearingDown != 1 || f.FalseDrains != 1 || f.Drains != 2 || f.Hung != 1 || f.DrainedLate != 1 {
