@@ -10,6 +10,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/replay"
+	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 )
 
 // replaySample is the harness's sampling interval of Slurm's node states
@@ -63,8 +64,14 @@ func runReplay(t *testing.T, cfg replayConfig, run string, jobs []replay.Job, mo
 	begin := time.Now()
 	h.rec.Begin = begin
 	next := 0
+	var samples int
+	var maxGap time.Duration
+	prev := begin
 	for {
 		now := time.Now()
+		samples++
+		maxGap = max(maxGap, now.Sub(prev))
+		prev = now
 		for next < len(jobs) && now.Sub(begin) >= jobs[next].Submit {
 			h.submit(jobs[next], model, now)
 			next++
@@ -86,6 +93,10 @@ func runReplay(t *testing.T, cfg replayConfig, run string, jobs []replay.Job, mo
 		h.rec.States[i].To = h.rec.End
 	}
 	h.rec.Commands, h.rec.Writes, h.rec.Reservations = s.commandCounts()
+	// A machine that is the bottleneck shows here first: the sampling
+	// falls behind its interval.
+	t.Logf("%s: %d samples over %v, the longest gap %v (interval %v); load average %s", run, samples,
+		h.rec.End.Sub(begin).Round(time.Second), maxGap.Round(time.Millisecond), replaySample, benchenv.LoadAvg())
 	return h.rec
 }
 
