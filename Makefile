@@ -118,15 +118,16 @@ bench-crash:
 # A window of a real job trace replayed on a real 12-node Slurm with seeded
 # slow and hung teardowns: Slurm alone, gracewatch draining, and draining
 # with reservations, side by side (e2e TestReplay; BENCHMARKS.md, "Replay of
-# a real trace"). About 35 minutes on a quiet 2-core machine for the default
-# window (200 jobs, compression 60). It writes the runs' figures to
+# a real trace"). About 15 minutes on a 2-core machine for the default
+# window (200 jobs, compression 120: three runs of about 4 minutes and their
+# setup). It writes the runs' figures to
 # REPLAY_CSV and plots them across the hang rates of REPLAY_HUNG to
 # REPLAY_SVG. The short CI variant is TestReplay with its defaults.
 REPLAY_TRACE       ?= $(abspath ../shared/traces/coare-saliksik-2020.swf.gz)
 REPLAY_START       ?= 100
 REPLAY_JOBS        ?= 200
 REPLAY_NODES       ?= 12
-REPLAY_COMPRESSION ?= 60
+REPLAY_COMPRESSION ?= 120
 REPLAY_HUNG        ?= 0.01
 REPLAY_SEED        ?= 1
 REPLAY_RUNS        ?= alone,drain,plan
