@@ -119,7 +119,7 @@ func Plot(r io.Reader, title string) (string, error) {
 			}
 		}
 	}
-	panel(left, "node-hours lost to teardowns (tearing down, drained, or held for a plan)", maxLost, func(p point) float64 { return p.lost })
+	panel(left, "node-hours lost (teardown + held idle)", maxLost, func(p point) float64 { return p.lost })
 	panel(left+panelW+110, "mean wait (s, replayed time)", maxWait, func(p point) float64 { return p.wait })
 	for i, run := range order {
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="3" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
