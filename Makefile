@@ -117,6 +117,40 @@ CRASH_NODES ?= 100,1000
 bench-crash:
 	GW_BENCH_CRASH_NODES=$(CRASH_NODES) $(GO) test -run '^$$' -bench CrashRecovery -benchtime 1x -v -timeout 30m ./e2e/
 
+# A window of a real job trace replayed on a real 12-node Slurm with seeded
+# slow and hung teardowns: Slurm alone, gracewatch draining, and draining
+# with reservations, side by side (e2e TestReplay; BENCHMARKS.md, "Replay of
+# a real trace"). The default window (200 jobs, compression 120) took 12
+# minutes on a 2-core machine (three runs of about 4 minutes and their
+# setup). It writes the runs' figures to
+# REPLAY_CSV and plots them across the hang rates of REPLAY_HUNG to
+# REPLAY_SVG. The short CI variant is TestReplay with its defaults.
+REPLAY_TRACE       ?= $(abspath ../shared/traces/coare-saliksik-2020.swf.gz)
+REPLAY_START       ?= 100
+REPLAY_JOBS        ?= 200
+REPLAY_NODES       ?= 12
+REPLAY_COMPRESSION ?= 120
+REPLAY_HUNG        ?= 0.01
+REPLAY_SEED        ?= 1
+REPLAY_RUNS        ?= alone,drain,plan
+REPLAY_HORIZON     ?= 3h
+REPLAY_CSV         ?= $(CURDIR)/docs/replay/replay.csv
+REPLAY_SVG         ?= $(REPLAY_CSV:.csv=.svg)
+.PHONY: bench-replay replay-plot
+bench-replay:
+	rm -f $(REPLAY_CSV)
+	GRACEWATCH_REPLAY_TRACE=$(REPLAY_TRACE) GRACEWATCH_REPLAY_START=$(REPLAY_START) \
+	GRACEWATCH_REPLAY_JOBS=$(REPLAY_JOBS) GRACEWATCH_REPLAY_NODES=$(REPLAY_NODES) \
+	GRACEWATCH_REPLAY_COMPRESSION=$(REPLAY_COMPRESSION) GRACEWATCH_REPLAY_HUNG=$(REPLAY_HUNG) \
+	GRACEWATCH_REPLAY_SEED=$(REPLAY_SEED) GRACEWATCH_REPLAY_RUNS=$(REPLAY_RUNS) \
+	GRACEWATCH_REPLAY_HORIZON=$(REPLAY_HORIZON) GRACEWATCH_REPLAY_CSV=$(REPLAY_CSV) \
+	  $(GO) test -count=1 -run 'TestReplay$$' -v -timeout 6h ./e2e/
+	$(MAKE) replay-plot
+
+replay-plot:
+	$(GO) run ./internal/replay/replayplot -in $(REPLAY_CSV) -out $(REPLAY_SVG) \
+	  -title "Replay: $(REPLAY_JOBS) jobs of $(notdir $(REPLAY_TRACE)) from job $(REPLAY_START), $(REPLAY_NODES) nodes, compression $(REPLAY_COMPRESSION), seed $(REPLAY_SEED)"
+
 # A local demonstration (scripts/demo.sh; root, cgroup v2, python3, and
 # /dev/fuse for a truly unkillable epilogue): an aggregator and three node
 # agents on loopback, three jobs ending at once (one epilogue normal, one

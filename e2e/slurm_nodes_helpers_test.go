@@ -43,6 +43,9 @@ type slurmNodesConfig struct {
 	Epilog string
 	// BfResolution is SchedulerParameters' bf_resolution in seconds.
 	BfResolution int
+	// PrologEpilogTimeout is Slurm's, in seconds (0: unset, Slurm waits
+	// for the epilogue forever).
+	PrologEpilogTimeout int
 }
 
 // newSlurmNodes makes the namespaces and the site's folder; start runs the
