@@ -255,8 +255,10 @@ static double user_duration (double duration, json_t *rec)
 }
 
 /* augment makes the current job's jobspec carry T + G and its record (see
- * the top of the file), unless it does already. */
-static void augment (flux_plugin_t *p, flux_plugin_arg_t *args)
+ * the top of the file), unless it does already. A record in a submitted
+ * jobspec is the user's, not the plugin's: at submission (fresh) the
+ * duration is T whatever it says. */
+static void augment (flux_plugin_t *p, flux_plugin_arg_t *args, int fresh)
 {
     struct gw *gw = flux_plugin_aux_get (p, auxkey);
     flux_t *h = flux_jobtap_get_flux (p);
@@ -277,7 +279,7 @@ static void augment (flux_plugin_t *p, flux_plugin_arg_t *args)
                                          "queue", &queue,
                                          "gracewatch", &rec) < 0)
         return;
-    user = user_duration (duration, rec);
+    user = fresh ? duration : user_duration (duration, rec);
     if (!isfinite (user) || user <= 0.)
         return; /* no time limit: not changed */
     grace = grace_of (gw, queue);
@@ -356,7 +358,7 @@ static int validate_cb (flux_plugin_t *p,
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:i}",
                                 "state", &state) == 0
         && state == FLUX_JOB_STATE_NEW)
-        augment (p, args);
+        augment (p, args, 1);
     return 0;
 }
 
@@ -372,7 +374,7 @@ static int new_cb (flux_plugin_t *p,
     /* At a restart of the job manager or the plugin's load. */
     if (state == FLUX_JOB_STATE_DEPEND || state == FLUX_JOB_STATE_PRIORITY
         || state == FLUX_JOB_STATE_SCHED)
-        augment (p, args);
+        augment (p, args, 0);
     else if (state == FLUX_JOB_STATE_RUN)
         run_cb (p, topic, args, arg);
     return 0;
@@ -383,7 +385,7 @@ static int priority_cb (flux_plugin_t *p,
                         flux_plugin_arg_t *args,
                         void *arg)
 {
-    augment (p, args);
+    augment (p, args, 0);
     return 0;
 }
 
