@@ -296,7 +296,15 @@ static void augment (flux_plugin_t *p, flux_plugin_arg_t *args, int fresh)
     if (fabs (duration - want) < EPSILON && fabs (d - user) < EPSILON
         && fabs (g - grace) < EPSILON)
         return; /* done already */
+    /* The update of the current job, posted when the callback returns;
+     * at the plugin's load job.new runs outside the job's callback
+     * stack, where only the asynchronous update of job id is allowed. */
     if (flux_jobtap_jobspec_update_pack (p, "{s:f s:{s:f s:f}}",
+                                         "attributes.system.duration", want,
+                                         "attributes.system.gracewatch",
+                                           "duration", user,
+                                           "grace", grace) < 0
+        && flux_jobtap_jobspec_update_id_pack (p, id, "{s:f s:{s:f s:f}}",
                                          "attributes.system.duration", want,
                                          "attributes.system.gracewatch",
                                            "duration", user,
