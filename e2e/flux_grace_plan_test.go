@@ -423,7 +423,11 @@ func fluxGraceRestart(t *testing.T, g *gracewatchFlux, planG time.Duration) {
 		t.Errorf("without the plugin a job has duration %v (%s), want 9 and no record", d, rec)
 	}
 	s.must("jobtap", "load", plugin)
-	if d, rec := duration(before); d != 9+planG.Seconds() {
+	// The plugin's update is an event of the job's eventlog, which
+	// reaches the KVS (what flux job info reads) in the next batch.
+	var d float64
+	var rec string
+	if !testutil.Poll(10*time.Second, func() bool { d, rec = duration(before); return d == 9+planG.Seconds() }) {
 		t.Errorf("after the plugin's load the job submitted before has duration %v (%s), want %v", d, rec, 9+planG.Seconds())
 	}
 
