@@ -22,12 +22,13 @@ import (
 // list of the effects to switch off in the gracewatch runs ("drains": the
 // shipped actuator scripts are replaced by ones that change nothing in the
 // scheduler; "reservations": the Slurm reservations until free_at are not
-// configured; "phantom": Fluxion gets no allocation until free_at), so that
+// configured; "phantom": Fluxion gets no allocation until free_at; "plan":
+// Flux runs without the gracewatch jobtap plugin), so that
 // a person can see each compare test fail when what it measures is gone.
 const compareWithoutEnv = "GRACEWATCH_COMPARE_WITHOUT"
 
 // compareEffects are the effects GRACEWATCH_COMPARE_WITHOUT may name.
-var compareEffects = []string{"drains", "reservations", "phantom"}
+var compareEffects = []string{"drains", "reservations", "phantom", "plan"}
 
 // drainWithin is how soon after D the scheduler must show a hung node
 // drained with gracewatch (measured: D + 0.12 s median on Slurm, below

@@ -60,6 +60,9 @@ type fluxConfig struct {
 	// socket is Agents/fakeN/a.sock); empty: Flux alone, housekeeping runs
 	// the real housekeeping directly and there is no prolog.
 	Agents string
+	// PlanGrace, if set, loads the gracewatch jobtap plugin
+	// (flux/jobtap, built by jobtapPlugin) with this G.
+	PlanGrace time.Duration
 }
 
 // fluxSite is a Flux instance of Size brokers on this machine, rank N
@@ -101,7 +104,11 @@ func startFlux(t testing.TB, cfg fluxConfig) *fluxSite {
 		Size                 int
 		Last                 int
 		Prolog, Housekeeping string
+		Plugin, PluginGrace  string
 	}{Size: cfg.Size, Last: cfg.Size - 1, Housekeeping: real}
+	if cfg.PlanGrace > 0 {
+		data.Plugin, data.PluginGrace = jobtapPlugin(t, prefix), fmt.Sprintf("%gs", cfg.PlanGrace.Seconds())
+	}
 	if cfg.Agents != "" {
 		prolog := s.path("flux-prolog.sh")
 		text := replaceOnce(t, readExample(t, "nodeagent/flux-prolog.sh"), "/usr/sbin/nodeagent", bins.nodeagent)

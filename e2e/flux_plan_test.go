@@ -95,6 +95,11 @@ type fluxPlanRun struct {
 	freeAt, refusedAt, phantomAt, kickToPlan, cancelAt time.Duration
 	refusals                                           int
 	refusal, beforeKick                                string
+	// With the gracewatch jobtap plugin (planHook): the hung job, the
+	// samples of the 4-node job's t_estimate before E + G, and those not
+	// at E + G.
+	hung                 fluxJob
+	planSamples, planBad int
 }
 
 func (r fluxPlanRun) row() string {
@@ -145,7 +150,7 @@ func fluxPlanScenario(t *testing.T, s *fluxSite, name string, holder bool, hook 
 		short = append(short, s.submit("-N1", "-t", "30s", "--job-name=short", "sleep", "20"))
 	}
 
-	r := fluxPlanRun{name: name}
+	r := fluxPlanRun{name: name, hung: hung}
 	last := ""
 	var info jobInfo
 	for {
@@ -364,6 +369,32 @@ func TestFluxPlanCompare(t *testing.T) {
 			t.Errorf("Fluxion took the phantom at +%v at the first try: its reservation of the 4-node job did not hold fake0", r.phantomAt)
 		}
 	}) && ok
+	// The plan carrying G (the gracewatch jobtap plugin, its G and the
+	// agents' fluxPlanGrace): the 4-node job is planned at the hung job's
+	// E + G at every sample, where Flux alone has none, a stale or
+	// another job's estimate; it starts when the housekeeping ends.
+	t.Run("flux with gracewatch and the plan carrying G", func(t *testing.T) {
+		planG := fluxPlanGrace
+		if planWithout(t) {
+			planG = 0
+		}
+		gp := startGracewatchFluxPlan(t, fluxPlanGrace, planG)
+		r := fluxPlanScenario(t, gp.s, "Flux + gracewatch + plan with G (jobtap plugin)", false, planHook(t, gp.s))
+		check(t, r)
+		t.Logf("%s: %d samples of the 4-node job's t_estimate before E + G, %d not at E + G", r.name, r.planSamples, r.planBad)
+		if r.planSamples == 0 || r.planBad > 0 {
+			t.Errorf("%s: the 4-node job's t_estimate was not E + G at %d of %d samples (%q)", r.name, r.planBad, r.planSamples, r.planned)
+		}
+		if alone := runs[0]; alone.name == "Flux alone" {
+			stale := false
+			for _, p := range alone.planned {
+				stale = stale || strings.HasSuffix(p, "none") || strings.HasSuffix(p, "(past)")
+			}
+			if !stale {
+				t.Errorf("Flux alone planned the 4-node job %q: no missing or past estimate to compare with", alone.planned)
+			}
+		}
+	})
 	t.Log("| run | phantom | 4-node job's t_estimate (relative to the housekeeping's start) | short jobs started | housekeeping ended | 4-node job started | idle node-s fake1..3 |")
 	for _, r := range runs {
 		t.Log(r.row())

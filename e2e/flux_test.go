@@ -39,10 +39,17 @@ func startGracewatchFlux(t *testing.T) *gracewatchFlux {
 // aggregator's G.
 func startGracewatchFluxGrace(t *testing.T, grace time.Duration) *gracewatchFlux {
 	t.Helper()
+	return startGracewatchFluxPlan(t, grace, 0)
+}
+
+// startGracewatchFluxPlan is startGracewatchFluxGrace with the gracewatch
+// jobtap plugin's G (0: the plugin is not loaded).
+func startGracewatchFluxPlan(t *testing.T, grace, planGrace time.Duration) *gracewatchFlux {
+	t.Helper()
 	requireFlux(t)
 	c := newCluster(t)
 	c.grace = grace.String()
-	s := startFlux(t, fluxConfig{Size: fluxNodes, Agents: c.dir})
+	s := startFlux(t, fluxConfig{Size: fluxNodes, Agents: c.dir, PlanGrace: planGrace})
 	// The aggregator's actuators run flux of this instance.
 	t.Setenv("FLUX_URI", s.uri)
 	t.Setenv("PATH", filepath.Join(s.prefix, "bin")+":"+os.Getenv("PATH"))

@@ -205,6 +205,14 @@ doc=/usr/share/doc/$pkg/examples
 check "$pkg: examples" bash -c "$(declare -f mode_owner)
 	mode_owner $doc/slurm-epilog.sh 755 root:root && mode_owner $doc/flux-epilog.sh 755 root:root &&
 	mode_owner $doc/flux-prolog.sh 755 root:root && mode_owner $doc/flux-housekeeping.toml 644 root:root"
+check "$pkg: the jobtap plugin's source" bash -c "$(declare -f mode_owner)
+	mode_owner $doc/flux-jobtap/gracewatch.c 644 root:root && mode_owner $doc/flux-jobtap/Makefile 644 root:root"
+if [ -n "${GRACEWATCH_FLUX_PREFIX:-}" ]; then
+	# As packaging/README.md says a site builds it (here in a copy: the
+	# package's folder stays as installed).
+	check "$pkg: the jobtap plugin builds against flux-core ($GRACEWATCH_FLUX_PREFIX)" bash -c "
+		cp -r $doc/flux-jobtap $T/flux-jobtap && make -s -C $T/flux-jobtap FLUX_PREFIX=$GRACEWATCH_FLUX_PREFIX && test -s $T/flux-jobtap/gracewatch.so"
+fi
 check "$pkg: /var/lib/gracewatch 0700 and /run/gracewatch 0755, root" bash -c "$(declare -f mode_owner)
 	mode_owner /var/lib/gracewatch 700 root:root && mode_owner /run/gracewatch 755 root:root"
 check "$pkg: enabled for boot (multi-user.target.wants)" \
@@ -342,7 +350,8 @@ for p in "${PROGRAMS[@]}"; do
 		want+=("/usr/libexec/gracewatch/nodeagentd" "/usr/share/doc/$pkg/examples/slurm-epilog.sh"
 			"/usr/share/doc/$pkg/examples/flux-epilog.sh" "/usr/share/doc/$pkg/examples/flux-prolog.sh"
 			"/usr/share/doc/$pkg/examples/flux-housekeeping.toml" "/usr/share/doc/$pkg/examples/slurm-prolog.sh"
-			"/usr/share/doc/$pkg/examples/slurm-expiration.sh")
+			"/usr/share/doc/$pkg/examples/slurm-expiration.sh" "/usr/share/doc/$pkg/examples/flux-jobtap/gracewatch.c"
+			"/usr/share/doc/$pkg/examples/flux-jobtap/Makefile")
 	fi
 	check "$pkg.rpm: -qpl lists its files" contains "$T/$p.list" "${want[@]}"
 	check "$pkg.rpm: -qpl has no /etc/default nor Debian changelog" bash -c "! grep -E '^/etc/default/|changelog.Debian' $T/$p.list"

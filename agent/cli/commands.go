@@ -90,6 +90,7 @@ func (c *cli) execDaemon(args []string) int {
 type jobFlags struct {
 	id, exp, rFile, cg, user *string
 	asJSON                   *bool
+	plan                     *jobspecPlan // job start only: --jobspec
 }
 
 // newJobFlags declares the flags of a job registration (start: what E and
@@ -143,12 +144,16 @@ func (j jobFlags) parse(c *cli, f *flags, args []string) (string, int, bool) {
 	if code, ok := checkJobFlag(f, *j.id); !ok {
 		return "", code, false
 	}
+	if j.plan != nil && *j.plan.file != "" {
+		return j.plan.expiration(c, f, *j.rFile)
+	}
 	return expirationFlags(c, f, *j.exp, *j.rFile)
 }
 
 func runJobStart(c *cli, name string, args []string) int {
 	f := c.newFlags(name)
 	jf := newJobFlags(f, false)
+	jf.plan = newJobspecPlan(f)
 	grace := f.String("grace", "", "grace `period` G (default: the agent's)")
 	e, code, ok := jf.parse(c, f, args)
 	if !ok {
@@ -166,6 +171,9 @@ func runJobStart(c *cli, name string, args []string) int {
 	return call(c, f, *jf.asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) {
 		job, err := cl.StartJob(ctx, req)
 		sayWarnings(c, job)
+		if err == nil {
+			jf.plan.check(c, job)
+		}
 		return job, err
 	},
 		func(w io.Writer, job api.Job) {
