@@ -38,9 +38,15 @@ import (
 // drained (by gracewatch) within 2 s of its D, and the planning run's
 // node-hours lost not above the draining-only run's.
 //
-// By default it is the short CI variant: 4 nodes, the 30 jobs of
-// testdata/replay/coare-saliksik-2020-window.swf (the trace's first
-// multi-node burst), compression 60, a hang rate of 5 %: about 5 minutes.
+// By default it is the short CI variant: 4 nodes, the 20 jobs of
+// testdata/replay/coare-saliksik-2020-window.swf (a burst of 1- and 2-node
+// jobs), compression 60, a hang rate of 5 %, the draining and planning runs:
+// about 3 minutes. GRACEWATCH_REPLAY_PLAN_TOLERANCE (node-hours, default 0)
+// is how much more the planning run may lose than the draining-only run: a
+// window where the plan has nothing to take back differs by the runs'
+// variation alone (0.001 node-hours between repeats on 12 nodes), which a
+// full replay allows; the CI window, built so that the plan has something
+// to take back, allows nothing.
 // `make bench-replay` sets the GRACEWATCH_REPLAY_* variables for a full
 // replay (replaySettings). GRACEWATCH_COMPARE_WITHOUT=reservations|drains
 // (compare_test.go) switches gracewatch's effects off: the test then fails.
@@ -80,9 +86,9 @@ func TestReplay(t *testing.T) {
 		}
 		drain, okD := figs["drain"]
 		plan, okP := figs["plan"]
-		if okD && okP && plan.LostNodeHours > drain.LostNodeHours {
-			t.Errorf("hang rate %g: the planning run lost %.4f node-hours, the draining-only run %.4f: want no more with the plan",
-				rate, plan.LostNodeHours, drain.LostNodeHours)
+		if okD && okP && plan.LostNodeHours > drain.LostNodeHours+cfg.planTolerance {
+			t.Errorf("hang rate %g: the planning run lost %.4f node-hours, the draining-only run %.4f: want no more with the plan (tolerance %.4f)",
+				rate, plan.LostNodeHours, drain.LostNodeHours, cfg.planTolerance)
 		}
 	}
 }
@@ -131,6 +137,9 @@ type replayConfig struct {
 	runs         []string
 	csv          string
 	requireHung  bool
+	// planTolerance: node-hours the planning run may lose beyond the
+	// draining-only run (GRACEWATCH_REPLAY_PLAN_TOLERANCE).
+	planTolerance float64
 }
 
 // replaySettings reads the GRACEWATCH_REPLAY_* variables; each has the CI
@@ -153,6 +162,10 @@ func replaySettings(t *testing.T) replayConfig {
 		runs:        strings.Split(envString("GRACEWATCH_REPLAY_RUNS", "drain,plan"), ","),
 		csv:         os.Getenv("GRACEWATCH_REPLAY_CSV"),
 		requireHung: os.Getenv("GRACEWATCH_REPLAY_HUNG") == "",
+	}
+	cfg.planTolerance = envFloats(t, "GRACEWATCH_REPLAY_PLAN_TOLERANCE", []float64{0})[0]
+	if cfg.planTolerance < 0 || cfg.planTolerance > 1 {
+		t.Fatalf("GRACEWATCH_REPLAY_PLAN_TOLERANCE=%g: node-hours between 0 and 1", cfg.planTolerance)
 	}
 	cfg.model = replay.Model{
 		Seed:     uint64(envInt(t, "GRACEWATCH_REPLAY_SEED", 1)),
