@@ -79,6 +79,95 @@ static const char *f58 (flux_jobid_t id, char *buf, size_t len)
     return buf;
 }
 
+/* Updates of pending jobs that job.new asks for are sent by job id once
+ * the job-manager's callbacks have returned. At the plugin's load flux-core
+ * calls job.new in a loop of its own, with the job as the current one:
+ * there flux_jobtap_jobspec_update_pack() stores the update but nothing
+ * posts it (flux-core posts a stored update after the next plugin callback
+ * of whichever job comes next, so it would change another job), and
+ * flux_jobtap_jobspec_update_id_pack() refuses the current job. */
+struct deferred {
+    flux_watcher_t *w;
+    json_t *jobs; /* [[id, T + G, T, G], ...] */
+};
+
+static const char *deferkey = "gracewatch::deferred";
+
+static void deferred_destroy (void *arg)
+{
+    struct deferred *d = arg;
+    if (d) {
+        int saved_errno = errno;
+        flux_watcher_destroy (d->w);
+        json_decref (d->jobs);
+        free (d);
+        errno = saved_errno;
+    }
+}
+
+static void deferred_cb (flux_reactor_t *r, flux_watcher_t *w,
+                         int revents, void *arg)
+{
+    flux_plugin_t *p = arg;
+    struct deferred *d = flux_plugin_aux_get (p, deferkey);
+    flux_t *h = flux_jobtap_get_flux (p);
+    json_t *jobs;
+    json_t *job;
+    size_t i;
+    char ids[32];
+
+    if (!d)
+        return;
+    jobs = d->jobs; /* an update may call job.new again: a fresh list */
+    if (!(d->jobs = json_array ())) {
+        d->jobs = jobs;
+        return;
+    }
+    json_array_foreach (jobs, i, job) {
+        json_int_t id = 0;
+        double want = 0., user = 0., grace = 0.;
+        if (json_unpack (job, "[I F F F]", &id, &want, &user, &grace) < 0)
+            continue;
+        if (flux_jobtap_jobspec_update_id_pack (p, (flux_jobid_t) id,
+                                         "{s:f s:{s:f s:f}}",
+                                         "attributes.system.duration", want,
+                                         "attributes.system.gracewatch",
+                                           "duration", user,
+                                           "grace", grace) < 0)
+            flux_log_error (h, "gracewatch: job %s: cannot add the grace to"
+                            " its duration",
+                            f58 ((flux_jobid_t) id, ids, sizeof (ids)));
+    }
+    json_decref (jobs);
+}
+
+/* defer queues the update of job id for deferred_cb; -1 if it cannot. */
+static int defer (flux_plugin_t *p, flux_jobid_t id, double want,
+                  double user, double grace)
+{
+    struct deferred *d = flux_plugin_aux_get (p, deferkey);
+    json_t *o;
+
+    if (!d) {
+        flux_reactor_t *r = flux_get_reactor (flux_jobtap_get_flux (p));
+        if (!(d = calloc (1, sizeof (*d))))
+            return -1;
+        if (!r
+            || !(d->jobs = json_array ())
+            || !(d->w = flux_timer_watcher_create (r, 0., 0., deferred_cb, p))
+            || flux_plugin_aux_set (p, deferkey, d, deferred_destroy) < 0) {
+            deferred_destroy (d);
+            return -1;
+        }
+    }
+    if (!(o = json_pack ("[I f f f]", (json_int_t) id, want, user, grace))
+        || json_array_append_new (d->jobs, o) < 0)
+        return -1;
+    flux_timer_watcher_reset (d->w, 0., 0.);
+    flux_watcher_start (d->w);
+    return 0;
+}
+
 static void gw_destroy (struct gw *gw)
 {
     if (gw) {
@@ -258,7 +347,8 @@ static double user_duration (double duration, json_t *rec)
  * the top of the file), unless it does already. A record in a submitted
  * jobspec is the user's, not the plugin's: at submission (fresh) the
  * duration is T whatever it says. */
-static void augment (flux_plugin_t *p, flux_plugin_arg_t *args, int fresh)
+static void augment (flux_plugin_t *p, flux_plugin_arg_t *args, int fresh,
+                     int deferred)
 {
     struct gw *gw = flux_plugin_aux_get (p, auxkey);
     flux_t *h = flux_jobtap_get_flux (p);
@@ -296,15 +386,11 @@ static void augment (flux_plugin_t *p, flux_plugin_arg_t *args, int fresh)
     if (fabs (duration - want) < EPSILON && fabs (d - user) < EPSILON
         && fabs (g - grace) < EPSILON)
         return; /* done already */
-    /* The update of the current job, posted when the callback returns;
-     * at the plugin's load job.new runs outside the job's callback
-     * stack, where only the asynchronous update of job id is allowed. */
-    if (flux_jobtap_jobspec_update_pack (p, "{s:f s:{s:f s:f}}",
-                                         "attributes.system.duration", want,
-                                         "attributes.system.gracewatch",
-                                           "duration", user,
-                                           "grace", grace) < 0
-        && flux_jobtap_jobspec_update_id_pack (p, id, "{s:f s:{s:f s:f}}",
+    /* job.new: by id once the callbacks have returned (struct deferred);
+     * else the update of the current job, posted when the callback
+     * returns. */
+    if (deferred ? defer (p, id, want, user, grace) < 0
+                 : flux_jobtap_jobspec_update_pack (p, "{s:f s:{s:f s:f}}",
                                          "attributes.system.duration", want,
                                          "attributes.system.gracewatch",
                                            "duration", user,
@@ -366,7 +452,7 @@ static int validate_cb (flux_plugin_t *p,
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:i}",
                                 "state", &state) == 0
         && state == FLUX_JOB_STATE_NEW)
-        augment (p, args, 1);
+        augment (p, args, 1, 0);
     return 0;
 }
 
@@ -382,7 +468,7 @@ static int new_cb (flux_plugin_t *p,
     /* At a restart of the job manager or the plugin's load. */
     if (state == FLUX_JOB_STATE_DEPEND || state == FLUX_JOB_STATE_PRIORITY
         || state == FLUX_JOB_STATE_SCHED)
-        augment (p, args, 0);
+        augment (p, args, 0, 1);
     else if (state == FLUX_JOB_STATE_RUN)
         run_cb (p, topic, args, arg);
     return 0;
@@ -393,7 +479,7 @@ static int priority_cb (flux_plugin_t *p,
                         flux_plugin_arg_t *args,
                         void *arg)
 {
-    augment (p, args, 0);
+    augment (p, args, 0, 0);
     return 0;
 }
 
