@@ -352,16 +352,7 @@ func fluxGraceRestart(t *testing.T, g *gracewatchFlux, planG time.Duration) {
 	}
 	check("before")
 
-	for _, args := range [][]string{
-		{"module", "remove", "-f", "sched-fluxion-feasibility"},
-		{"module", "remove", "-f", "sched-fluxion-qmanager"},
-		{"module", "remove", "-f", "sched-fluxion-resource"},
-		{"module", "load", "sched-fluxion-resource", "load-allowlist=node,core,gpu"},
-		{"module", "load", "sched-fluxion-feasibility", "load-allowlist=node,core,gpu"},
-		{"module", "load", "sched-fluxion-qmanager"},
-	} {
-		s.must(args...)
-	}
+	s.reloadFluxion()
 	check("after a reload of Fluxion")
 	// A job that needs fake0 while it is held: Fluxion must not place it.
 	probe := s.submit("-N1", "--requires=rank:0", "-t", "5s", "--job-name=probe", "true")

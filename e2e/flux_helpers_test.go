@@ -238,6 +238,22 @@ func (s *fluxSite) run(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// reloadFluxion unloads and loads Fluxion's modules as the instance's rc3
+// and rc1 do: Fluxion then rebuilds its plan from the job manager's
+// allocations.
+func (s *fluxSite) reloadFluxion() {
+	for _, args := range [][]string{
+		{"module", "remove", "-f", "sched-fluxion-feasibility"},
+		{"module", "remove", "-f", "sched-fluxion-qmanager"},
+		{"module", "remove", "-f", "sched-fluxion-resource"},
+		{"module", "load", "sched-fluxion-resource", "load-allowlist=node,core,gpu"},
+		{"module", "load", "sched-fluxion-feasibility", "load-allowlist=node,core,gpu"},
+		{"module", "load", "sched-fluxion-qmanager"},
+	} {
+		s.must(args...)
+	}
+}
+
 func (s *fluxSite) must(args ...string) string {
 	s.t.Helper()
 	out, err := s.run(args...)

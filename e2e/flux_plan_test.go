@@ -478,17 +478,7 @@ func TestFluxPlanCompare(t *testing.T) {
 		if err := s.phantom(phantomID+3, 0, time.Now().Add(10*time.Minute)); err != nil {
 			t.Fatal(err)
 		}
-		// What rc3 and rc1 do.
-		for _, args := range [][]string{
-			{"module", "remove", "-f", "sched-fluxion-feasibility"},
-			{"module", "remove", "-f", "sched-fluxion-qmanager"},
-			{"module", "remove", "-f", "sched-fluxion-resource"},
-			{"module", "load", "sched-fluxion-resource", "load-allowlist=node,core,gpu"},
-			{"module", "load", "sched-fluxion-feasibility", "load-allowlist=node,core,gpu"},
-			{"module", "load", "sched-fluxion-qmanager"},
-		} {
-			s.must(args...)
-		}
+		s.reloadFluxion()
 		if out, err := s.run("ion-resource", "info", strconv.FormatInt(phantomID+3, 10)); err == nil {
 			t.Fatalf("after the reload Fluxion still has the phantom: %s", out)
 		}
