@@ -228,6 +228,7 @@ type agent struct {
 	socket string
 	root   string
 	config string
+	bind   string // its mesh address
 	client *api.Client
 }
 
@@ -325,11 +326,11 @@ func (c *cluster) addAgent(node string) *agent {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
-	a := &agent{node: node, socket: filepath.Join(dir, "a.sock"), root: cgrouptest.TempRoot(c.t), config: filepath.Join(dir, "nodeagent.toml")}
+	a := &agent{node: node, socket: filepath.Join(dir, "a.sock"), root: cgrouptest.TempRoot(c.t), config: filepath.Join(dir, "nodeagent.toml"), bind: agentBind(c.t)}
 	text := c.modeLine() + agentConfig{
 		node: node, dir: dir, socket: a.socket, root: a.root,
 		grace: c.graceOr(), killWait: or30s(c.killWait), unkillableAfter: or30s(c.unkillableAfter), teardown: c.teardown,
-		bind: agentBind(c.t), join: c.seeds, label: c.label, keyring: c.keyfile, keys: c.agentKeys(node),
+		bind: a.bind, join: c.seeds, label: c.label, keyring: c.keyfile, keys: c.agentKeys(node),
 	}.text() + c.extra
 	if err := os.WriteFile(a.config, []byte(text), 0o600); err != nil {
 		c.t.Fatal(err)

@@ -230,10 +230,18 @@ func TestNodeRestriction(t *testing.T) {
 	// proof. The first sorts before agg-1, so it would lead.
 	forged := make([]byte, 72)
 	rand.Read(forged)
-	c.joinRogue(t, "aaa-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, nil))
-	c.joinRogue(t, "aab-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, forged))
-	// Their gossip reaches everyone: each agent has logged each (joined,
-	// or refused).
+	rogues := []*rogue{r,
+		c.joinRogue(t, "aaa-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, nil)),
+		c.joinRogue(t, "aab-rogue-agg", encodeMeta(t, &gwpb.Meta{Role: gwpb.Role_ROLE_AGGREGATOR}, forged))}
+	// Each rogue pushes its state to each agent itself: gossip alone
+	// reaches a given member only by chance, as the seed (the aggregator)
+	// refuses the rogue aggregators and so never passes them on. Each
+	// agent has then logged each (joined, or refused).
+	for _, rg := range rogues {
+		if _, err := rg.ml.Join([]string{n1.bind, n2.bind}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	heard := time.Now()
 	for _, a := range []*agent{n1, n2} {
 		for _, name := range []string{"rogue", "aaa-rogue-agg", "aab-rogue-agg"} {
