@@ -41,12 +41,15 @@ import (
 // By default it is the short CI variant: 4 nodes, the 20 jobs of
 // testdata/replay/coare-saliksik-2020-window.swf (a burst of 1- and 2-node
 // jobs), compression 60, a hang rate of 5 %, the draining and planning runs:
-// about 3 minutes. GRACEWATCH_REPLAY_PLAN_TOLERANCE (node-hours, default 0)
-// is how much more the planning run may lose than the draining-only run: a
-// window where the plan has nothing to take back differs by the runs'
-// variation alone (0.001 node-hours between repeats on 12 nodes), which a
-// full replay allows; the CI window, built so that the plan has something
-// to take back, allows nothing.
+// about 3 minutes. GRACEWATCH_REPLAY_PLAN_TOLERANCE (node-hours, default
+// 0.002) is how much more the planning run may lose than the draining-only
+// run: the runs' own variation. On the CI window the planning run lost
+// 0.030-0.031 node-hours in five runs on two machines, the draining-only
+// run 0.029-0.035 (its held part follows how fast the machine's Slurm
+// places jobs): the plan took back up to 0.005 on one machine and lost
+// 0.0006 on the other (docs/replay/README.md). A plan that makes the
+// cluster lose more than that fails; one that takes nothing back (its
+// reservations switched off) passes, and is caught by checkReplayRun.
 // `make bench-replay` sets the GRACEWATCH_REPLAY_* variables for a full
 // replay (replaySettings). GRACEWATCH_COMPARE_WITHOUT=reservations|drains
 // (compare_test.go) switches gracewatch's effects off: the test then fails.
@@ -163,7 +166,7 @@ func replaySettings(t *testing.T) replayConfig {
 		csv:         os.Getenv("GRACEWATCH_REPLAY_CSV"),
 		requireHung: os.Getenv("GRACEWATCH_REPLAY_HUNG") == "",
 	}
-	cfg.planTolerance = envFloats(t, "GRACEWATCH_REPLAY_PLAN_TOLERANCE", []float64{0})[0]
+	cfg.planTolerance = envFloats(t, "GRACEWATCH_REPLAY_PLAN_TOLERANCE", []float64{0.002})[0]
 	if cfg.planTolerance < 0 || cfg.planTolerance > 1 {
 		t.Fatalf("GRACEWATCH_REPLAY_PLAN_TOLERANCE=%g: node-hours between 0 and 1", cfg.planTolerance)
 	}
