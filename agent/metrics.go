@@ -56,6 +56,7 @@ type agentMetrics struct {
 	reg *prometheus.Registry
 
 	jobs             prometheus.Counter
+	graceMismatches  prometheus.Counter
 	violations       prometheus.Counter
 	teardowns        *prometheus.CounterVec
 	teardownDuration prometheus.Histogram
@@ -83,6 +84,8 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 		reg: reg,
 		jobs: prometheus.NewCounter(prometheus.CounterOpts(opts("jobs_registered_total",
 			"Jobs registered (job start, or an epilogue for an unknown job)."))),
+		graceMismatches: prometheus.NewCounter(prometheus.CounterOpts(opts("grace_mismatches_total",
+			"Jobs registered whose scheduler plans with another grace G than the job's (Flux: the gracewatch jobtap plugin's [gracewatch] grace against [teardown] grace): the node is drained at another time than the plan says it is free."))),
 		violations: prometheus.NewCounter(prometheus.CounterOpts(opts("grace_violations_total",
 			"Teardowns not done by their deadline D, in either mode (observe mode signals none of them: escalations_total counts the signals)."))),
 		teardowns: prometheus.NewCounterVec(prometheus.CounterOpts(opts("teardowns_total",
@@ -139,7 +142,7 @@ func newAgentMetrics(reg *prometheus.Registry, proc *procfs.Reader, maxBlocked i
 
 // collectors returns every collector of m.
 func (m *agentMetrics) collectors() []prometheus.Collector {
-	cs := []prometheus.Collector{m.jobs, m.violations, m.teardowns, m.teardownDuration, m.escalations, m.epilogues,
+	cs := []prometheus.Collector{m.jobs, m.graceMismatches, m.violations, m.teardowns, m.teardownDuration, m.escalations, m.epilogues,
 		m.activeTeardowns, m.nodeState, m.downLatched, m.hung, m.stateWrites, m.stateFailing, m.running}
 	if m.proc != nil {
 		cs = append(cs, m.proc)
@@ -186,6 +189,8 @@ func (m *agentMetrics) onEvent(ev teardown.Event) {
 	switch ev.Kind {
 	case teardown.EventRegistered:
 		m.jobs.Inc()
+	case teardown.EventGraceMismatch:
+		m.graceMismatches.Inc()
 	case teardown.EventOverdue:
 		m.violations.Inc()
 	case teardown.EventEscalation:

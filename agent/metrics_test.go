@@ -59,6 +59,7 @@ func TestMetricsGolden(t *testing.T) {
 		teardown.Event{Kind: teardown.EventEpilogExited, Job: "1", Status: 0},
 		teardown.Event{Kind: teardown.EventReleased, Job: "1", Outcome: "clean", Duration: 2500 * time.Millisecond},
 		teardown.Event{Kind: teardown.EventOverdue, Job: "2"},
+		teardown.Event{Kind: teardown.EventGraceMismatch, Job: "2"},
 		teardown.Status{State: teardown.StateDown, Jobs: []teardown.Job{job("1", teardown.PhaseReleased), job("2", teardown.PhaseOverdue)},
 			Hung: []teardown.Hung{{Job: "2", PID: 7, Class: string(diagnose.Missed)}}},
 		teardown.Event{Kind: teardown.EventEscalation, Job: "2", Signal: "SIGTERM"},

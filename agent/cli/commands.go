@@ -90,7 +90,7 @@ func (c *cli) execDaemon(args []string) int {
 type jobFlags struct {
 	id, exp, rFile, cg, user *string
 	asJSON                   *bool
-	plan                     *jobspecPlan // job start only: --jobspec
+	plan                     *planEvents // job start only: --eventlog
 }
 
 // newJobFlags declares the flags of a job registration (start: what E and
@@ -153,7 +153,7 @@ func (j jobFlags) parse(c *cli, f *flags, args []string) (string, int, bool) {
 func runJobStart(c *cli, name string, args []string) int {
 	f := c.newFlags(name)
 	jf := newJobFlags(f, false)
-	jf.plan = newJobspecPlan(f)
+	jf.plan = newPlanEvents(f)
 	grace := f.String("grace", "", "grace `period` G (default: the agent's)")
 	e, code, ok := jf.parse(c, f, args)
 	if !ok {
@@ -168,6 +168,9 @@ func runJobStart(c *cli, name string, args []string) int {
 		}
 	}
 	req := request.JobStartRequest{Job: *jf.id, Expiration: e, Grace: *grace, Cgroup: *jf.cg, User: checkUserFlag(c, *jf.id, *jf.user)}
+	if jf.plan.ok {
+		req.PlanGrace = jf.plan.found.GraceDuration().String()
+	}
 	return call(c, f, *jf.asJSON, func(ctx context.Context, cl *api.Client) (api.Job, error) {
 		job, err := cl.StartJob(ctx, req)
 		sayWarnings(c, job)

@@ -36,6 +36,12 @@ type JobStartRequest struct {
 	// cluster's teardown history; a bad one is dropped, not the
 	// registration (CheckUser).
 	User string `json:"user,omitempty"`
+	// PlanGrace is the G the scheduler plans the job with (Flux: the
+	// gracewatch jobtap plugin's record, `nodeagent job start --eventlog`),
+	// as Grace; empty: not known. One that is not the job's G is logged
+	// and counted (gracewatch_agent_grace_mismatches_total): the node
+	// would be drained at another time than the plan says it is free.
+	PlanGrace string `json:"plan_grace,omitempty"`
 }
 
 // JobUpdateRequest is the body of POST /v1/jobs/{id}/update: what the exec

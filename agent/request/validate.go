@@ -394,3 +394,14 @@ func FormatUnix(sec float64) string {
 func DescribeJSONError(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, jsonbody.Classify(err, 0))
 }
+
+// ParseSchedulerGrace parses JobStartRequest.PlanGrace as ParseGrace does,
+// its errors naming the field "plan_grace".
+func ParseSchedulerGrace(s string) (time.Duration, error) {
+	g, err := ParseGrace(s)
+	var ie *InputError
+	if errors.As(err, &ie) {
+		return 0, Invalid("plan_grace", "%s", ie.Msg)
+	}
+	return g, err
+}

@@ -37,6 +37,9 @@ const (
 	// EventStateWriteRecovered: the state file was written after a streak
 	// of EventStateWriteError.
 	EventStateWriteRecovered EventKind = "state-write-recovered"
+	// EventGraceMismatch: a job was registered whose scheduler plans with
+	// another G than the job's (request.JobStartRequest.PlanGrace).
+	EventGraceMismatch EventKind = "grace-mismatch"
 )
 
 // Event is one thing that happened on the supervisor's main loop, for

@@ -115,3 +115,36 @@ func TestOnEventStateWriteError(t *testing.T) {
 		t.Errorf("error %v does not name %s", err, path)
 	}
 }
+
+// TestGraceMismatchEvent: a registration whose scheduler plans with
+// another G than the job's is told once (the agent's metric and log); the
+// same G, a job's own --grace that matches, or no plan G are not; a bad
+// plan G is refused by name.
+func TestGraceMismatchEvent(t *testing.T) {
+	log := &eventLog{}
+	h := newHarness(t, func(o *Options) { o.OnEvent = log.add }) // G = 60 s
+	exp := t0.Add(time.Hour).Format(time.RFC3339)
+	for _, r := range []request.JobStartRequest{
+		{Job: "same", Expiration: exp, PlanGrace: "1m"},
+		{Job: "other", Expiration: exp, PlanGrace: "15s"},
+		{Job: "own", Expiration: exp, Grace: "15s", PlanGrace: "15s"},
+		{Job: "none", Expiration: exp},
+	} {
+		if _, err := h.s.StartJob(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, l := range log.lines() {
+		if strings.HasPrefix(l, string(EventGraceMismatch)) {
+			got = append(got, l)
+		}
+	}
+	if !slices.Equal(got, []string{"grace-mismatch other"}) {
+		t.Fatalf("mismatch events %q, want the job planned with 15 s alone", got)
+	}
+	_, err := h.s.StartJob(context.Background(), request.JobStartRequest{Job: "bad", Expiration: exp, PlanGrace: "-5s"})
+	if err == nil || !strings.HasPrefix(err.Error(), "plan_grace: ") {
+		t.Fatalf("a negative plan G: %v", err)
+	}
+}

@@ -85,6 +85,12 @@ func (s *Supervisor) StartJob(ctx context.Context, req request.JobStartRequest) 
 			return Job{}, err
 		}
 	}
+	var planGrace time.Duration
+	if req.PlanGrace != "" {
+		if planGrace, err = request.ParseSchedulerGrace(req.PlanGrace); err != nil {
+			return Job{}, err
+		}
+	}
 	foreign, err := s.resolveForeign(req.Cgroup)
 	if err != nil {
 		return Job{}, err
@@ -109,6 +115,11 @@ func (s *Supervisor) StartJob(ctx context.Context, req request.JobStartRequest) 
 		s.log.Info("job registered", "job", j.ID, "expiration", exp, "no_expiration", none, "grace", grace,
 			"deadline", j.Deadline, "cgroup", foreign.Name, "user", user)
 		s.emit(Event{Kind: EventRegistered, Job: j.ID})
+		if d := planGrace - grace; req.PlanGrace != "" && (d >= time.Millisecond || d <= -time.Millisecond) {
+			s.log.Warn("grace mismatch: the scheduler plans this job with another grace than the agent's: the node would be drained at another time than the plan says it is free",
+				"job", j.ID, "plan_grace", planGrace, "grace", grace)
+			s.emit(Event{Kind: EventGraceMismatch, Job: j.ID})
+		}
 		s.persist()
 		s.armRunning(j)
 		s.changed()

@@ -82,6 +82,11 @@ func decodeJobStart(r io.Reader, now time.Time) (req request.JobStartRequest, wa
 	if err := request.ValidateCgroup(req.Cgroup); err != nil {
 		return req, nil, err
 	}
+	if req.PlanGrace != "" {
+		if _, err := request.ParseSchedulerGrace(req.PlanGrace); err != nil {
+			return req, nil, err
+		}
+	}
 	req.User, warn = request.CheckUser(req.User)
 	return req, warn, nil
 }

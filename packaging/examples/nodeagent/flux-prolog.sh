@@ -14,12 +14,13 @@
 # flux-epilog.sh uses too, so that both name one job on the agent.
 #
 # With the gracewatch jobtap plugin (gracewatch.so, packaging/README.md)
-# the scheduler's R carries E + G, and the job's jobspec the user's own
-# limit (attributes.system.gracewatch): the jobspec goes with R
-# (--jobspec), so that the agent takes the user's E, min(starttime + T,
-# R's expiration), and says on standard error (Flux's log) when the
-# plugin's G is not the agent's. Without the plugin the jobspec has no
-# such record and R's expiration is E.
+# the scheduler's R carries E + G, and the plugin's jobspec-update event
+# the user's own limit (attributes.system.gracewatch): the job's eventlog
+# goes with R (--eventlog), so that the agent takes the user's E,
+# min(starttime + T, R's expiration), and says on standard error (Flux's
+# log) when the plugin's G is not the agent's. Without the plugin no
+# event carries such a record (one the user wrote into the jobspec they
+# submitted is not taken) and R's expiration is E.
 #
 # R's expiration is 0.0 (sched-simple) or 9223372036 (Fluxion) for a job
 # without a time limit: the job is then registered without an expiration, and
@@ -46,14 +47,14 @@ if [ -n "${FLUX_JOB_USERID:-}" ]; then
 	user=$(getent passwd "$FLUX_JOB_USERID" | cut -d: -f1) || true
 	user=${user:-$FLUX_JOB_USERID}
 fi
-jobspec=$(mktemp) || jobspec=
-trap 'rm -f "$jobspec"' EXIT
-if [ -n "$jobspec" ] && ! flux job info "$FLUX_JOB_ID" jobspec >"$jobspec"; then
-	rm -f "$jobspec"
-	jobspec=
+eventlog=$(mktemp) || eventlog=
+trap 'rm -f "$eventlog"' EXIT
+if [ -n "$eventlog" ] && ! flux job info "$FLUX_JOB_ID" eventlog >"$eventlog"; then
+	rm -f "$eventlog"
+	eventlog=
 fi
 if ! flux job info "$FLUX_JOB_ID" R |
-	/usr/sbin/nodeagent job start --connect-wait 10s --job "$id" --R /dev/stdin ${jobspec:+--jobspec "$jobspec"} ${user:+--user "$user"} >/dev/null; then
+	/usr/sbin/nodeagent job start --connect-wait 10s --job "$id" --R /dev/stdin ${eventlog:+--eventlog "$eventlog"} ${user:+--user "$user"} >/dev/null; then
 	echo "gracewatch: job $id not registered with the node agent (registered at housekeeping instead)" >&2
 fi
 exit 0

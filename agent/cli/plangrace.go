@@ -10,42 +10,43 @@ import (
 	"github.com/gracewatch/gracewatch/agent/request"
 )
 
-// jobspecPlan is job start's --jobspec: a Flux job's jobspec, read with
+// planEvents is job start's --eventlog: a Flux job's eventlog, read with
 // its R (--R) when the scheduler plans with G added by the gracewatch
 // jobtap plugin (flux/jobtap/gracewatch.c). E is then the user's own
 // expiration, min(starttime + T, R's expiration), not the scheduler's
 // E + G (which would make D = E + 2G); and the plugin's G is checked
-// against the agent's.
-type jobspecPlan struct {
+// against the agent's. The record is the one the plugin's jobspec-update
+// events carry (request.ParsePlanGrace), not what the user submitted.
+type planEvents struct {
 	file *string
-	// found is the plugin's record, once --jobspec is read (ok false:
+	// found is the plugin's record, once --eventlog is read (ok false:
 	// none, the job is registered with R's expiration as it is).
 	found request.PlanGrace
 	ok    bool
 }
 
-func newJobspecPlan(f *flags) *jobspecPlan {
-	return &jobspecPlan{file: f.String("jobspec", "",
-		"Flux jobspec `file` (with --R): E is the user's own limit when the gracewatch jobtap plugin added G to the scheduler's, and its G is checked against the agent's")}
+func newPlanEvents(f *flags) *planEvents {
+	return &planEvents{file: f.String("eventlog", "",
+		"Flux job eventlog `file` (with --R): E is the user's own limit when the gracewatch jobtap plugin added G to the scheduler's, and its G is checked against the agent's")}
 }
 
-// expiration reads --R and --jobspec and returns E as the API takes it.
-func (p *jobspecPlan) expiration(c *cli, f *flags, rFile string) (string, int, bool) {
+// expiration reads --R and --eventlog and returns E as the API takes it.
+func (p *planEvents) expiration(c *cli, f *flags, rFile string) (string, int, bool) {
 	if !f.IsSet("R") || f.IsSet("expiration") {
-		return "", f.UsageErrorf("--jobspec goes with --R (and not --expiration)"), false
+		return "", f.UsageErrorf("--eventlog goes with --R (and not --expiration)"), false
 	}
-	js, err := readBounded(*p.file, request.MaxJobspec)
+	log, err := readBounded(*p.file, request.MaxEventlog)
 	if err != nil {
-		return "", f.UsageErrorf("--jobspec: %v", err), false
+		return "", f.UsageErrorf("--eventlog: %v", err), false
 	}
-	r, err := readBounded(rFile, request.MaxJobspec)
+	r, err := readBounded(rFile, request.MaxEventlog)
 	if err != nil {
 		return "", f.UsageErrorf("--R: %v", err), false
 	}
-	if p.found, p.ok, err = request.ParsePlanGrace(js); err != nil {
-		// The jobspec is the plugin's business: a bad record must not
-		// lose the registration; R's expiration is used as it is.
-		fmt.Fprintf(c.stderr, "nodeagent: warning: --jobspec %s: %s; E taken from R as it is\n", *p.file, inputMsg(err))
+	if p.found, p.ok, err = request.ParsePlanGrace(log); err != nil {
+		// The eventlog is Flux's business: a bad one must not lose the
+		// registration; R's expiration is used as it is.
+		fmt.Fprintf(c.stderr, "nodeagent: warning: --eventlog %s: %s; E taken from R as it is\n", *p.file, inputMsg(err))
 		p.ok = false
 	}
 	var e float64
@@ -64,7 +65,7 @@ func (p *jobspecPlan) expiration(c *cli, f *flags, rFile string) (string, int, b
 // prolog's), when the scheduler plans with another G than the agent's:
 // the node would be drained at another time than the plan says it is
 // free.
-func (p *jobspecPlan) check(c *cli, job api.Job) {
+func (p *planEvents) check(c *cli, job api.Job) {
 	if p == nil || !p.ok {
 		return
 	}
@@ -76,7 +77,7 @@ func (p *jobspecPlan) check(c *cli, job api.Job) {
 	if d := plan - agent; d > -time.Millisecond && d < time.Millisecond {
 		return
 	}
-	fmt.Fprintf(c.stderr, "nodeagent: warning: job %s: grace mismatch: the scheduler plans with grace %s (the gracewatch jobtap plugin, attributes.system.gracewatch of its jobspec), this node's agent has grace %s: set one G in both ([gracewatch] grace of Flux, [teardown] grace of the agent)\n",
+	fmt.Fprintf(c.stderr, "nodeagent: warning: job %s: grace mismatch: the scheduler plans with grace %s (the gracewatch jobtap plugin's jobspec-update, attributes.system.gracewatch), this node's agent has grace %s: set one G in both ([gracewatch] grace of Flux, [teardown] grace of the agent)\n",
 		job.ID, plan, agent)
 }
 
