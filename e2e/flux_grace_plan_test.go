@@ -285,9 +285,13 @@ func TestFluxGracePlan(t *testing.T) {
 		return
 	}
 
-	t.Run("a reload of Fluxion and a restart of the job manager keep every limit", func(t *testing.T) {
+	ok = t.Run("a reload of Fluxion and a restart of the job manager keep every limit", func(t *testing.T) {
 		fluxGraceRestart(t, g, planG)
 	})
+	if !ok || planG == 0 {
+		return
+	}
+	t.Run("without the plugin", func(t *testing.T) { fluxGraceUnloaded(t, g, planG) })
 }
 
 func planned0(info jobInfo, e time.Time) string {

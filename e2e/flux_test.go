@@ -49,6 +49,13 @@ func startGracewatchFluxPlan(t *testing.T, grace, planGrace time.Duration) *grac
 	requireFlux(t)
 	c := newCluster(t)
 	c.grace = grace.String()
+	// The shipped expiration command: the agents ask Flux for a job's E
+	// when it ran past the one they were told.
+	script, err := filepath.Abs(filepath.Join("..", "packaging", "examples", "nodeagent", "flux-expiration.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.teardown = fmt.Sprintf("expiration_command = [%q, \"{job}\"]", script)
 	s := startFlux(t, fluxConfig{Size: fluxNodes, Agents: c.dir, PlanGrace: planGrace})
 	// The aggregator's actuators run flux of this instance.
 	t.Setenv("FLUX_URI", s.uri)

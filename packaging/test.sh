@@ -350,7 +350,8 @@ for p in "${PROGRAMS[@]}"; do
 		want+=("/usr/libexec/gracewatch/nodeagentd" "/usr/share/doc/$pkg/examples/slurm-epilog.sh"
 			"/usr/share/doc/$pkg/examples/flux-epilog.sh" "/usr/share/doc/$pkg/examples/flux-prolog.sh"
 			"/usr/share/doc/$pkg/examples/flux-housekeeping.toml" "/usr/share/doc/$pkg/examples/slurm-prolog.sh"
-			"/usr/share/doc/$pkg/examples/slurm-expiration.sh" "/usr/share/doc/$pkg/examples/flux-jobtap/gracewatch.c"
+			"/usr/share/doc/$pkg/examples/slurm-expiration.sh" "/usr/share/doc/$pkg/examples/flux-expiration.sh"
+			"/usr/share/doc/$pkg/examples/flux-jobtap/gracewatch.c"
 			"/usr/share/doc/$pkg/examples/flux-jobtap/Makefile")
 	fi
 	check "$pkg.rpm: -qpl lists its files" contains "$T/$p.list" "${want[@]}"

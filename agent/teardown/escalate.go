@@ -41,16 +41,30 @@ func (s *Supervisor) expire(j *job) {
 // was extended in the exec system alone), or makes the job overdue. A
 // command that fails, hangs (it is bounded by its timeout) or prints
 // garbage is logged and changes nothing but the latch it did not prevent.
+//
+// It serves a job still running at E + G (expire) and a teardown whose job
+// ended after E (startTeardown, or overdue after a restart): a job that ran
+// past the E the agent was told was not ended there by its exec system,
+// whose own E may be later (a limit extended there alone, or a Flux job
+// planned with G whose resource-update to the user's E never came because
+// the jobtap plugin was removed): its teardown's D = min(T_end, E) + G
+// would leave it less grace, or none. A teardown asks as it starts, so
+// that the answer is in before D; at D, a question still open holds the
+// latch until it is answered (bounded by the command's timeout).
 func (s *Supervisor) askExpiration(j *job) {
 	j.asking = true
-	was := j.Expiration
+	was, phase := j.Expiration, j.Phase
 	ctx := s.ctx
 	go func() {
 		out, err := s.o.Expirations.Expiration(ctx, j.ID)
 		s.post(func() {
 			j.asking = false
-			if j.Phase != PhaseRunning || !j.Expiration.Equal(was) || j.NoExpiration {
-				return // ended, or updated meanwhile: that word is newer
+			if j.Phase != phase || !j.Expiration.Equal(was) || j.NoExpiration {
+				// Ended, released, or updated meanwhile: that word is
+				// newer. A teardown whose deadline came meanwhile is
+				// judged now.
+				s.overdueIfDue(j)
+				return
 			}
 			j.Asked = was
 			s.persist()
@@ -64,16 +78,14 @@ func (s *Supervisor) askExpiration(j *job) {
 					err = fmt.Errorf("answer %s: %w", clipText(out), err)
 				case none:
 					s.log.Info("expiration command: the job has no time limit any more", "job", j.ID, "was", was)
-					j.NoExpiration, j.Expiration, j.Deadline = true, time.Time{}, time.Time{}
-					s.armRunning(j)
-					s.changed()
+					j.NoExpiration, j.Expiration = true, time.Time{}
+					s.rearm(j)
 					return
 				case e.After(was) && e.Add(j.Grace).After(now):
 					s.log.Info("expiration command: the job's expiration moved; deadline re-armed", "job", j.ID,
 						"was", was, "expiration", e, "deadline", e.Add(j.Grace))
-					j.Expiration, j.Deadline = e, e.Add(j.Grace)
-					s.armRunning(j)
-					s.changed()
+					j.Expiration = e
+					s.rearm(j)
 					return
 				default:
 					s.log.Info("expiration command: the expiration did not move", "job", j.ID, "expiration", e)
@@ -82,10 +94,47 @@ func (s *Supervisor) askExpiration(j *job) {
 			if err != nil {
 				s.log.Warn("expiration command failed; the deadline holds", "job", j.ID, "err", err)
 			}
-			s.overdueRunning(j)
-			s.changed()
+			if phase == PhaseRunning {
+				s.overdueRunning(j)
+				s.changed()
+				return
+			}
+			s.overdueIfDue(j)
 		})
 	}()
+}
+
+// askTeardown reports whether j's teardown must ask the exec system for
+// its E (askExpiration): its job ended after the E not yet asked about.
+func (s *Supervisor) askTeardown(j *job) bool {
+	return s.o.Expirations != nil && !j.asking && !j.NoExpiration && !j.Expiration.IsZero() &&
+		j.Ended.After(j.Expiration) && !j.Asked.Equal(j.Expiration)
+}
+
+// overdueIfDue judges a teardown whose deadline has passed.
+func (s *Supervisor) overdueIfDue(j *job) {
+	if j.Phase == PhaseTeardown && !s.o.Clock.Now().Before(j.Deadline) {
+		s.overdue(j)
+	}
+}
+
+// rearm arms j's deadline again after its E moved (askExpiration): a
+// running job's E + G, a teardown's min(T_end, E) + G, which may be past
+// already (then it is overdue at once).
+func (s *Supervisor) rearm(j *job) {
+	if j.Phase == PhaseRunning {
+		j.Deadline = time.Time{}
+		if !j.NoExpiration {
+			j.Deadline = j.Expiration.Add(j.Grace)
+		}
+		s.armRunning(j)
+	} else {
+		j.Deadline = j.teardownDeadline()
+		s.log.Info("teardown deadline re-armed", "job", j.ID, "deadline", j.Deadline)
+		s.persist()
+		s.armAt(j, j.Deadline, func() { s.overdue(j) })
+	}
+	s.changed()
 }
 
 // clipText quotes a text from outside for a message, bounded.
@@ -116,11 +165,15 @@ func (s *Supervisor) overdueRunning(j *job) {
 // overdue handles the deadline of a teardown: latch the node DOWN,
 // snapshot, then SIGTERM.
 func (s *Supervisor) overdue(j *job) {
-	if j.Phase != PhaseTeardown {
+	if j.Phase != PhaseTeardown || j.asking {
 		return
 	}
 	if len(j.children) == 0 && !s.populated(j) {
 		s.release(j)
+		return
+	}
+	if s.askTeardown(j) {
+		s.askExpiration(j) // it ran past E: did E move? (see askExpiration)
 		return
 	}
 	j.Phase = PhaseOverdue

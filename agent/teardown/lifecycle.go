@@ -241,6 +241,9 @@ func (s *Supervisor) startTeardown(j *job, now time.Time, by string) {
 	s.persist()
 	s.watch(j)
 	s.armAt(j, j.Deadline, func() { s.overdue(j) })
+	if s.askTeardown(j) {
+		s.askExpiration(j) // it ran past E: did E move? (see askExpiration)
+	}
 }
 
 // endOverdue records the end of an overdue job whose end was not known,

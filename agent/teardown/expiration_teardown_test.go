@@ -1,0 +1,79 @@
+package teardown
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A teardown whose job ended after the E the agent was told: its exec
+// system did not end it there, and may have a later E (a limit extended
+// there alone; a Flux job planned with G whose plugin was removed before
+// it started, so that the exec system ends it at E + G). The agent asks
+// once, as the teardown starts; a later E re-arms D = min(T_end, E') + G;
+// the same E leaves D as it was. A job that ended at D itself (the plugin's
+// case) is judged once the answer is in: its E + G as a running job and
+// its end come at once, and either may ask first (one question each, at
+// most two).
+func TestExpirationCommandForATeardownPastE(t *testing.T) {
+	e := t0.Add(time.Minute) // the E the agent was told; G = 60 s
+	for _, c := range []struct {
+		name          string
+		ended, answer time.Time
+		want          time.Time // D after the answer; zero: down at once
+		maxCalls      int
+	}{
+		{"its exec system's E is later: re-armed", t0.Add(90 * time.Second), t0.Add(105 * time.Second), t0.Add(150 * time.Second), 1},
+		{"its exec system's E is the same: D as it was", t0.Add(90 * time.Second), e, e.Add(time.Minute), 1},
+		{"ended at D, E + G in the exec system: re-armed", e.Add(time.Minute), e.Add(time.Minute), e.Add(2 * time.Minute), 2},
+		{"ended at D, the same E: down", e.Add(time.Minute), e, time.Time{}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ex := &fakeExpirations{answers: []string{c.answer.Format(time.RFC3339)}}
+			h := newHarness(t, func(o *Options) { o.Expirations = ex })
+			h.start1("11", e.Format(time.RFC3339), "", "/foreign/11")
+			h.cg.SetPopulated("/foreign/11", true)
+			// The end comes as a report, not by the clock (which would
+			// make a running job at E + G ask on its own).
+			h.clk.Set(c.ended.Add(-time.Millisecond))
+			h.status()
+			h.clk.Set(c.ended)
+			if _, err := h.s.EndJob(context.Background(), "11"); err != nil {
+				t.Fatal(err)
+			}
+			if c.want.IsZero() {
+				st := h.eventually("down once answered", func(st Status) bool { return st.State == StateDown })
+				if n := ex.Calls(); n < 1 || n > c.maxCalls || !strings.Contains(st.Reason, "exceeded grace") {
+					t.Fatalf("calls %d, reason %q", ex.Calls(), st.Reason)
+				}
+				return
+			}
+			h.eventually("asked", func(Status) bool {
+				j := h.job("11")
+				return ex.Calls() >= 1 && j.Deadline.Equal(c.want)
+			})
+			if st := h.status(); st.State == StateDown {
+				t.Fatalf("down before D: %q", st.Reason)
+			}
+			h.clk.Set(c.want) // D, still hung: latched, not asked again
+			st := h.eventually("down at D", func(st Status) bool { return st.State == StateDown })
+			if n := ex.Calls(); n < 1 || n > c.maxCalls || !strings.Contains(st.Reason, "exceeded grace") {
+				t.Fatalf("calls %d, reason %q", ex.Calls(), st.Reason)
+			}
+		})
+	}
+}
+
+// A teardown whose job ended before its E is not a question for the exec
+// system: its deadline is T_end + G, whatever E says.
+func TestNoExpirationCommandForATeardownBeforeE(t *testing.T) {
+	ex := &fakeExpirations{answers: []string{t0.Add(time.Hour).Format(time.RFC3339)}}
+	h := newHarness(t, func(o *Options) { o.Expirations = ex })
+	h.endRunning("12", "", "/foreign/12")
+	h.advance(time.Minute)
+	h.eventually("down at T_end + G", func(st Status) bool { return st.State == StateDown })
+	if ex.Calls() != 0 {
+		t.Fatalf("the exec system was asked %d times", ex.Calls())
+	}
+}
