@@ -117,7 +117,7 @@ func (s *Supervisor) StartJob(ctx context.Context, req request.JobStartRequest) 
 		s.emit(Event{Kind: EventRegistered, Job: j.ID})
 		if d := planGrace - grace; req.PlanGrace != "" && (d >= time.Millisecond || d <= -time.Millisecond) {
 			s.log.Warn("grace mismatch: the scheduler plans this job with another grace than the agent's: the node would be drained at another time than the plan says it is free",
-				"job", j.ID, "plan_grace", planGrace, "grace", grace)
+				"job", j.ID, "plan_grace", planGrace.String(), "grace", grace.String())
 			s.emit(Event{Kind: EventGraceMismatch, Job: j.ID})
 		}
 		s.persist()
