@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,9 +21,7 @@ func fluxGraceMismatch(t *testing.T, g *gracewatchFlux, planG time.Duration) {
 	good := s.must("config", "get")
 	load := func(text string) {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(s.prefix, "bin", "flux"), "config", "load")
-		cmd.Env, cmd.Stdin = s.env, strings.NewReader(text)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := s.configLoad(text); err != nil {
 			t.Fatalf("flux config load: %v: %s", err, out)
 		}
 	}

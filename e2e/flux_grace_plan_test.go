@@ -456,9 +456,7 @@ func fluxGraceRestart(t *testing.T, g *gracewatchFlux, planG time.Duration) {
 		json.Unmarshal([]byte(bad), &table)
 		conf["gracewatch"] = table
 		text, _ := json.Marshal(conf)
-		cmd := exec.Command(filepath.Join(s.prefix, "bin", "flux"), "config", "load")
-		cmd.Env, cmd.Stdin = s.env, strings.NewReader(string(text))
-		out, err := cmd.CombinedOutput()
+		out, err := s.configLoad(string(text))
 		if err == nil || !strings.Contains(string(out), key) {
 			t.Errorf("flux config load of [gracewatch] %s: %v %q, want refused naming %q", bad, err, out, key)
 		}

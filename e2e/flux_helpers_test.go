@@ -431,3 +431,11 @@ func (w *watcher) nextFor(t testing.TB, name string, timeout time.Duration) (nod
 	t.Helper()
 	return w.nextWhere(t, "no event for "+name, timeout, func(n node) bool { return n.Name == name })
 }
+
+// configLoad runs `flux config load` with text (JSON) on its standard
+// input and returns its combined output.
+func (s *fluxSite) configLoad(text string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(s.prefix, "bin", "flux"), "config", "load")
+	cmd.Env, cmd.Stdin = s.env, strings.NewReader(text)
+	return cmd.CombinedOutput()
+}
