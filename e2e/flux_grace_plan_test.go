@@ -291,7 +291,7 @@ func TestFluxGracePlan(t *testing.T) {
 	if !ok || planG == 0 {
 		return
 	}
-	t.Run("a plugin G that is not the agents' is reported", func(t *testing.T) { fluxGraceMismatch(t, g, planG) })
+	t.Run("a queue whose plugin G is not the agents' is reported", func(t *testing.T) { fluxGraceMismatch(t, g, planG) })
 	t.Run("without the plugin", func(t *testing.T) { fluxGraceUnloaded(t, g, planG) })
 }
 
