@@ -2,7 +2,7 @@
 # [teardown] expiration_command for Flux: prints the job's current
 # expiration, R's execution.expiration with its resource-update events
 # applied (what the exec system ends the job at), as Unix seconds, or 0
-# without a time limit. The node agent runs it only for a job still running
+# without a time limit (sched-simple's 0.0, Fluxion's 9223372036). The node agent runs it only for a job still running
 # at its deadline E + G with no end reported, or whose teardown is at its
 # deadline although the job ended after E, once per expiration: rarely.
 #
@@ -28,5 +28,9 @@ case $e in
 	echo "flux-expiration: job $job: flux jobs printed expiration '$e'" >&2
 	exit 1
 	;;
+9223372036 | 9223372036.*)
+	# Fluxion's expiration of a job without a time limit.
+	echo 0
+	;;
+*) echo "$e" ;;
 esac
-echo "$e"
