@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -166,7 +167,7 @@ func benchService(b *testing.B, n int) *Service {
 // benchServer serves svc on 127.0.0.1:0 until cleanup and returns its URL.
 func benchServer(b *testing.B, svc *Service) string {
 	b.Helper()
-	srv := NewServer(svc, ServerOptions{})
+	srv := httpapi.NewServer(edge{svc}, httpapi.ServerOptions{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -207,7 +208,7 @@ func TestWatchersCap(t *testing.T) {
 	h.member("n1", upMeta(1, 1))
 	const max = 64
 	// Every client here is 127.0.0.1: the per-source bound is lifted.
-	base := h.serve(ServerOptions{MaxWatchers: max, MaxConnsPerSource: DefaultMaxConns})
+	base := h.serve(httpapi.ServerOptions{MaxWatchers: max, MaxConnsPerSource: httpapi.DefaultMaxConns})
 	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: testTimeout}
@@ -269,7 +270,7 @@ func TestWatchersCap(t *testing.T) {
 		t.Errorf("%d subscribers, want %d", n, max)
 	}
 	rr := call(t, "GET", base+"/v1/watch", "", "")
-	if rr.status != 503 || rr.header.Get("Retry-After") != fmt.Sprint(watchRetryAfter) || !strings.Contains(rr.errorMsg(t), "too many watchers") {
+	if ra, err := strconv.Atoi(rr.header.Get("Retry-After")); rr.status != 503 || err != nil || ra <= 0 || !strings.Contains(rr.errorMsg(t), "too many watchers") {
 		t.Errorf("refused watch: %d %v %s", rr.status, rr.header, rr.body)
 	}
 	// A slot that frees is taken again.
@@ -313,7 +314,7 @@ func TestMemoryUnderMaximalMessages(t *testing.T) {
 		d = v
 	}
 	h := newHarness(t)
-	base := h.serve(ServerOptions{})
+	base := h.serve(httpapi.ServerOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	// The watchers end when their requests are cancelled: cancel first,

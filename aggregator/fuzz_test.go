@@ -16,28 +16,6 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
-func FuzzDecodeAction(f *testing.F) {
-	for _, s := range []string{`{"reason":"fixed"}`, `{}`, `{"reason":5}`, `{"reason":"x","y":1}`, `[]`, `{"reason":"a"} x`, "", `{"reason":"\u0000"}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := decodeAction(strings.NewReader(string(body)))
-		if err != nil {
-			if err.Error() == "" {
-				t.Fatal("empty error message")
-			}
-			return
-		}
-		// Whatever is accepted is a usable reason.
-		if strings.TrimSpace(req.Reason) == "" || len(req.Reason) > MaxReasonBytes || !utf8.ValidString(req.Reason) {
-			t.Fatalf("accepted reason %q", req.Reason)
-		}
-		if validateReason(req.Reason) != nil {
-			t.Fatalf("accepted an invalid reason %q", req.Reason)
-		}
-	})
-}
-
 // FuzzComputeMeta feeds arbitrary bytes through the mesh's meta decoder and
 // a StateUpdate decoder into Compute: it never panics, and what it serves
 // encodes as JSON and keeps the state invariants.

@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 import (
 	"bufio"
@@ -201,7 +201,7 @@ func TestFloodFromOneSource(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
-			h.member("n1", upMeta(1, 1))
+			h.member("n1")
 			reg := prometheus.NewRegistry()
 			srv, base := h.server(ServerOptions{Token: []byte(testToken), ReadToken: []byte(testReadToken), Registry: reg,
 				MaxConnsPerSource: tc.perSource})

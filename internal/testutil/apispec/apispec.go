@@ -1,4 +1,7 @@
-package aggregator
+// Package apispec holds proto/openapi.yaml, the aggregator's HTTP API as it
+// is described, for tests: it loads and validates the document once and
+// checks real answers and JSON documents against it.
+package apispec
 
 import (
 	"bytes"
@@ -27,10 +30,12 @@ var spec struct {
 
 func specPath() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "proto", "openapi.yaml")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "proto", "openapi.yaml")
 }
 
-func loadSpec(t testing.TB) (*openapi3.T, routers.Router) {
+// Load returns proto/openapi.yaml and a router over its paths; the test
+// fails at once when the document cannot be loaded or is not valid.
+func Load(t testing.TB) (*openapi3.T, routers.Router) {
 	t.Helper()
 	spec.once.Do(func() {
 		// The watch stream is text; validate it as such.
@@ -57,13 +62,11 @@ func loadSpec(t testing.TB) (*openapi3.T, routers.Router) {
 	return spec.doc, spec.router
 }
 
-func TestOpenAPISpecIsValid(t *testing.T) { loadSpec(t) }
-
-// checkResponse validates a real response (status, headers, body) against
+// CheckResponse validates a real response (status, headers, body) against
 // proto/openapi.yaml: the status must be documented for the route.
-func checkResponse(t testing.TB, req *http.Request, status int, header http.Header, body []byte) {
+func CheckResponse(t testing.TB, req *http.Request, status int, header http.Header, body []byte) {
 	t.Helper()
-	_, router := loadSpec(t)
+	_, router := Load(t)
 	route, params, err := router.FindRoute(req)
 	if err != nil {
 		t.Fatalf("%s %s: not in the spec: %v", req.Method, req.URL.Path, err)
@@ -80,10 +83,10 @@ func checkResponse(t testing.TB, req *http.Request, status int, header http.Head
 	}
 }
 
-// checkSchema validates a JSON document against a schema of the spec.
-func checkSchema(t testing.TB, name string, data []byte) {
+// CheckSchema validates a JSON document against a schema of the spec.
+func CheckSchema(t testing.TB, name string, data []byte) {
 	t.Helper()
-	doc, _ := loadSpec(t)
+	doc, _ := Load(t)
 	ref := doc.Components.Schemas[name]
 	if ref == nil {
 		t.Fatalf("no schema %s", name)
