@@ -19,6 +19,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -340,7 +341,7 @@ func BenchmarkCompute(b *testing.B) {
 	in := make([]view.NodeInput, n)
 	for i := range n {
 		m, u := benchInputs(i, now)
-		in[i] = view.NodeInput{Name: m.Name, Role: roleOf(m.Role), Status: m.Status, StatusSince: m.Since, Gossip: decodeMeta(m.Meta),
+		in[i] = view.NodeInput{Name: m.Name, Role: intake.RoleOf(m.Role), Status: m.Status, StatusSince: m.Since, Gossip: intake.DecodeMeta(m.Meta),
 			Update: updateIn(u)}
 		if u != nil {
 			in[i].Direct = in[i].Update.Meta

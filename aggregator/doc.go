@@ -6,7 +6,8 @@
 //
 //   - The view, package aggregator/view: Compute, a pure function from
 //     what the mesh said about each node (member status, gossiped meta,
-//     the last direct StateUpdate, decoded at the intake: decode.go) and
+//     the last direct StateUpdate, bounded and decoded at the intake:
+//     package aggregator/intake) and
 //     the time to the served view. Two aggregators fed the same inputs
 //     serve the same answers.
 //   - Service, which receives the mesh's callbacks without blocking them,

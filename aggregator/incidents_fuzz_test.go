@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -30,8 +31,8 @@ func FuzzIntakeCause(f *testing.F) {
 		if proto.Unmarshal(updateBytes, &raw) != nil || raw.Meta == nil {
 			return
 		}
-		u := boundUpdate(&raw)
-		valid := checkCause(u.GetCause()) == nil
+		u := intake.BoundUpdate(&raw)
+		valid := intake.CheckCause(u.GetCause()) == nil
 		if !valid {
 			u.Cause = nil
 		}
@@ -51,7 +52,7 @@ func FuzzIntakeCause(f *testing.F) {
 				}
 			}
 		}
-		nu := decodeUpdate(u)
+		nu := intake.DecodeUpdate(u)
 		in := view.NodeInput{Name: "n1", Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0, Update: nu, Direct: nu.Meta,
 			ClockOffset: time.Duration(skewMs) * time.Millisecond}
 		n, rule := view.ComputeNodeCause(&in, t0, defaultPolicy)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
@@ -192,7 +193,7 @@ func TestViolationDeadline(t *testing.T) {
 		now    time.Time
 		want   time.Time
 	}{
-		{name: "agent report names the overdue teardown", in: view.NodeInput{Name: "n", Update: updateIn(overdue), Direct: decodeMeta(overdue.Meta)},
+		{name: "agent report names the overdue teardown", in: view.NodeInput{Name: "n", Update: updateIn(overdue), Direct: intake.DecodeMeta(overdue.Meta)},
 			cause: view.CauseAgent, now: d.Add(time.Second), want: d},
 		{name: "agent down after the served teardown", in: alive("n", downMeta(1, 3, "x")),
 			cause: view.CauseAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(2 * time.Second), want: d},
