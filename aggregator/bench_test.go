@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -21,6 +20,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -168,24 +168,7 @@ func benchService(b *testing.B, n int) *Service {
 // benchServer serves svc on 127.0.0.1:0 until cleanup and returns its URL.
 func benchServer(b *testing.B, svc *Service) string {
 	b.Helper()
-	srv := httpapi.NewServer(edge{svc}, httpapi.ServerOptions{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			b.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			b.Errorf("Serve: %v", err)
-		}
-	})
-	return "http://" + l.Addr().String()
+	return testutil.ServeLocal(b, httpapi.NewServer(edge{svc}, httpapi.ServerOptions{}), 10*time.Second)
 }
 
 // BenchmarkNodes measures GET /v1/nodes?state=down and the full GET

@@ -2,11 +2,9 @@ package aggregator
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/apispec"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -41,23 +40,7 @@ func (h *harness) server(o httpapi.ServerOptions) (*httpapi.Server, string) {
 		o.Logger = testLogger(h.t)
 	}
 	srv := httpapi.NewServer(edge{h.svc}, o)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	h.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			h.t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			h.t.Errorf("Serve: %v", err)
-		}
-	})
-	return srv, "http://" + l.Addr().String()
+	return srv, testutil.ServeLocal(h.t, srv, testTimeout)
 }
 
 type response struct {

@@ -12,6 +12,14 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/api"
 )
 
+// failedWith is how the server answers a request that failed with err: its
+// status, and a part of its error's message.
+type failedWith struct {
+	err      error
+	code     int
+	contains string
+}
+
 // TestActionFailures: a node action (resume, drain, forget) that fails is
 // answered with the status of its error's Failure, its text kept; a
 // failure without one is a 500.
@@ -20,11 +28,7 @@ func TestActionFailures(t *testing.T) {
 	h.member("n1")
 	base := h.serve(ServerOptions{Token: []byte(testToken)})
 	cause := errors.New("the cause")
-	for _, c := range []struct {
-		err      error
-		code     int
-		contains string
-	}{
+	for _, c := range []failedWith{
 		{&Error{Failure: NotFound, Err: cause}, http.StatusNotFound, `unknown node "n1"`},
 		{&Error{Failure: Conflict, Err: cause}, http.StatusConflict, "the cause"},
 		{&Error{Failure: Timeout, Err: cause}, http.StatusGatewayTimeout, "the cause; the agent may still act on it"},
@@ -51,11 +55,7 @@ func TestConfirmFailures(t *testing.T) {
 	h := newHarness(t)
 	base := h.serve(ServerOptions{Token: []byte(testToken)})
 	cause := errors.New("the cause")
-	for _, c := range []struct {
-		err      error
-		code     int
-		contains string
-	}{
+	for _, c := range []failedWith{
 		{&Error{Failure: NotFound, Err: cause}, http.StatusNotFound, "unknown incident 7"},
 		{&Error{Failure: Conflict, Err: cause}, http.StatusConflict, "the cause"},
 		{&Error{Failure: Timeout, Err: cause}, http.StatusInternalServerError, "the cause"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/aggregator/watch"
 	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 // Every test stops the servers it starts; goleak proves it.
@@ -207,36 +207,8 @@ func (h *harness) server(o ServerOptions) (*Server, string) {
 		o.Logger = testLogger(h.t)
 	}
 	srv := NewServer(h.svc, o)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	h.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			h.t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			h.t.Errorf("Serve: %v", err)
-		}
-	})
-	return srv, "http://" + l.Addr().String()
+	return srv, testutil.ServeLocal(h.t, srv, testTimeout)
 }
 
-// testLogger logs to the test's output when -v is given.
-func testLogger(t testing.TB) *slog.Logger {
-	if !testing.Verbose() {
-		return slog.New(slog.DiscardHandler)
-	}
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
+// testLogger discards: the fake's tests check answers, not logs.
+func testLogger(testing.TB) *slog.Logger { return slog.New(slog.DiscardHandler) }

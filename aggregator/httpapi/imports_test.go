@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -14,15 +13,7 @@ import (
 // into (package aggregator, edge.go). This test fails when a file of the
 // package imports the protobuf types or the aggregator's root package.
 func TestImportsNoWireTypes(t *testing.T) {
-	out, err := exec.Command(testutil.GoTool(), "list", "-f", `{{join .Imports "\n"}}`, ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	imports := strings.Fields(string(out))
-	if len(imports) == 0 {
-		t.Fatal("go list names no import")
-	}
-	for _, path := range imports {
+	for _, path := range testutil.Imports(t) {
 		if strings.HasSuffix(path, "/proto/gwpb") || strings.HasPrefix(path, "google.golang.org/protobuf") ||
 			path == "github.com/gracewatch/gracewatch/aggregator" {
 			t.Errorf("the HTTP edge imports %s: it asks the Service (http_service.go), which speaks the mesh's types", path)
