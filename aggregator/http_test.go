@@ -51,42 +51,15 @@ type response struct {
 
 func (r response) errorMsg(t testing.TB) string {
 	t.Helper()
-	var eb api.ErrorBody
-	if err := json.Unmarshal(r.body, &eb); err != nil || eb.Error == "" {
-		t.Fatalf("not an error body: %s", r.body)
-	}
-	return eb.Error
+	return apispec.Response{Status: r.status, Header: r.header, Body: r.body}.ErrorMsg(t)
 }
 
-// call makes a real request and validates the response against the spec.
+// call makes a real request and validates the response against the spec
+// (apispec.Call).
 func call(t testing.TB, method, url, token, body string) response {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	hc := &http.Client{Timeout: testTimeout}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apispec.CheckResponse(t, req, resp.StatusCode, resp.Header, b)
-	return response{resp.StatusCode, resp.Header, b}
+	r := apispec.Call(t, testTimeout, method, url, token, body)
+	return response{r.Status, r.Header, r.Body}
 }
 
 // ackControls makes the fake mesh answer every Control like an agent: ok

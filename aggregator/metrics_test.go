@@ -132,42 +132,6 @@ func TestMetricsGolden(t *testing.T) {
 	metricstest.LintCollectors(t, h.svc.met.collectors()...)
 }
 
-// /metrics is a read endpoint: with read_token it needs a token (auth_test.go
-// has it with the read token); without
-// a registry there is none.
-func TestMetricsAccess(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Registry = prometheus.NewRegistry() })
-	base := h.serve(httpapi.ServerOptions{})
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 404 {
-		t.Errorf("without a registry: %d, want 404", resp.StatusCode)
-	}
-
-	reg := metrics.NewRegistry(metrics.ProgramAggregator)
-	h = newHarness(t, func(o *Options) { o.Registry = reg })
-	base = h.serve(httpapi.ServerOptions{Registry: reg, Token: []byte(testToken), GuardReads: true})
-	if r := call(t, "GET", base+"/metrics", "", ""); r.status != 401 {
-		t.Errorf("read_token without a token: %d, want 401", r.status)
-	}
-	r := call(t, "GET", base+"/metrics", testToken, "")
-	if r.status != 200 || !strings.Contains(string(r.body), `gracewatch_build_info{goversion=`) {
-		t.Errorf("with the token: %d\n%s", r.status, r.body)
-	}
-	got := metricstest.ScrapeURL(t, base+"/metrics", http.Header{"Authorization": {"Bearer " + testToken}})
-	for _, want := range []string{
-		`gracewatch_aggregator_http_requests_total{code="401",method="GET",route="/metrics"} 1`,
-		`gracewatch_aggregator_http_requests_total{code="200",method="GET",route="/metrics"} 1`,
-	} {
-		if !strings.Contains(string(got), want+"\n") {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
-}
-
 // Two Services cannot share a registry: the second one's metrics would
 // collide with the first's.
 func TestMetricsRegistryConflict(t *testing.T) {

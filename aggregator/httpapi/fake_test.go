@@ -22,6 +22,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/watch"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/internal/testutil/apispec"
 )
 
 // Every test stops the servers it starts; goleak proves it.
@@ -212,3 +213,10 @@ func (h *harness) server(o ServerOptions) (*Server, string) {
 
 // testLogger discards: the fake's tests check answers, not logs.
 func testLogger(testing.TB) *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// call makes a real request and validates the answer against
+// proto/openapi.yaml (apispec.Call).
+func call(t testing.TB, method, url, token, body string) apispec.Response {
+	t.Helper()
+	return apispec.Call(t, testTimeout, method, url, token, body)
+}

@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -38,8 +40,10 @@ func specPath() string {
 func Load(t testing.TB) (*openapi3.T, routers.Router) {
 	t.Helper()
 	spec.once.Do(func() {
-		// The watch stream is text; validate it as such.
+		// The watch stream and the status page are text; validate them
+		// as such.
 		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
+		openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
 		loader := openapi3.NewLoader()
 		doc, err := loader.LoadFromFile(specPath())
 		if err != nil {
@@ -98,4 +102,57 @@ func CheckSchema(t testing.TB, name string, data []byte) {
 	if err := ref.Value.VisitJSON(v, openapi3.MultiErrors()); err != nil {
 		t.Errorf("%s does not match the schema: %v\n%s", name, err, data)
 	}
+}
+
+// Response is an answer as Call read it.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// ErrorMsg is the message of r's error body ({"error": "..."}); the test
+// fails at once when r's body is not one.
+func (r Response) ErrorMsg(t testing.TB) string {
+	t.Helper()
+	var eb struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(r.Body, &eb); err != nil || eb.Error == "" {
+		t.Fatalf("not an error body: %s", r.Body)
+	}
+	return eb.Error
+}
+
+// Call makes a real request, with token as its bearer token and body as
+// its JSON body when they are not empty, reads the answer within timeout
+// and validates it against proto/openapi.yaml (CheckResponse).
+func Call(t testing.TB, timeout time.Duration, method, url, token, body string) Response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	hc := &http.Client{Timeout: timeout}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	CheckResponse(t, req, resp.StatusCode, resp.Header, b)
+	return Response{resp.StatusCode, resp.Header, b}
 }
