@@ -159,7 +159,7 @@ func checkDocRoutes(t *testing.T, readme *doccheck.Doc, where string, doc map[st
 	t.Helper()
 	for _, r := range slices.Sorted(maps.Keys(served)) {
 		if _, ok := doc[r]; !ok && (acc == "" || served[r] == acc) {
-			t.Errorf("%s: %s lacks `%s`, which the server registers (access %s; aggregator/http.go, routes)", readme.Name, where, r, served[r])
+			t.Errorf("%s: %s lacks `%s`, which the server registers (access %s; aggregator/httpapi/http.go, routes)", readme.Name, where, r, served[r])
 		}
 	}
 	for _, r := range slices.Sorted(maps.Keys(doc)) {
