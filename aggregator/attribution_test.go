@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -29,7 +30,7 @@ func TestTeardownAttributionServed(t *testing.T) {
 	if len(nodes) != 1 || len(nodes[0].Teardowns) != 3 {
 		t.Fatalf("nodes = %+v", nodes)
 	}
-	w := wireNode(nodes[0])
+	w := httpapi.WireNode(nodes[0])
 	want := [][3]string{{"alice", "cat", ""}, {"svc$", "epilog.sh", "2025-06-01T12:00:30Z"}, {"", "", "2025-06-01T12:00:01Z"}}
 	for i, td := range w.Teardowns {
 		rel := ""

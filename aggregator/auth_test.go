@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -60,15 +61,15 @@ func TestTokenRules(t *testing.T) {
 
 	type config struct {
 		name         string
-		opts         ServerOptions
+		opts         httpapi.ServerOptions
 		readsGuarded bool
 	}
 	configs := []config{
-		{"read and admin tokens", ServerOptions{Token: []byte(testToken), ReadToken: []byte(testReadToken)}, true},
-		{"admin token only", ServerOptions{Token: []byte(testToken)}, false},
-		{"read_token with the admin token only", ServerOptions{Token: []byte(testToken), GuardReads: true}, true},
-		{"read token only", ServerOptions{ReadToken: []byte(testReadToken)}, true},
-		{"no token", ServerOptions{}, false},
+		{"read and admin tokens", httpapi.ServerOptions{Token: []byte(testToken), ReadToken: []byte(testReadToken)}, true},
+		{"admin token only", httpapi.ServerOptions{Token: []byte(testToken)}, false},
+		{"read_token with the admin token only", httpapi.ServerOptions{Token: []byte(testToken), GuardReads: true}, true},
+		{"read token only", httpapi.ServerOptions{ReadToken: []byte(testReadToken)}, true},
+		{"no token", httpapi.ServerOptions{}, false},
 	}
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -18,7 +17,10 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
+	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -166,24 +168,7 @@ func benchService(b *testing.B, n int) *Service {
 // benchServer serves svc on 127.0.0.1:0 until cleanup and returns its URL.
 func benchServer(b *testing.B, svc *Service) string {
 	b.Helper()
-	srv := NewServer(svc, ServerOptions{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			b.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			b.Errorf("Serve: %v", err)
-		}
-	})
-	return "http://" + l.Addr().String()
+	return testutil.ServeLocal(b, httpapi.NewServer(edge{svc}, httpapi.ServerOptions{}), 10*time.Second)
 }
 
 // BenchmarkNodes measures GET /v1/nodes?state=down and the full GET
@@ -339,7 +324,7 @@ func BenchmarkCompute(b *testing.B) {
 	in := make([]view.NodeInput, n)
 	for i := range n {
 		m, u := benchInputs(i, now)
-		in[i] = view.NodeInput{Name: m.Name, Role: roleOf(m.Role), Status: m.Status, StatusSince: m.Since, Gossip: decodeMeta(m.Meta),
+		in[i] = view.NodeInput{Name: m.Name, Role: intake.RoleOf(m.Role), Status: m.Status, StatusSince: m.Since, Gossip: intake.DecodeMeta(m.Meta),
 			Update: updateIn(u)}
 		if u != nil {
 			in[i].Direct = in[i].Update.Meta

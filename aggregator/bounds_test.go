@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -30,11 +32,11 @@ import (
 func maximalUpdate(seq uint64) *gwpb.StateUpdate {
 	meta := downMeta(1, seq, strings.Repeat("m", 64<<10))
 	u := &gwpb.StateUpdate{Meta: meta, Reason: strings.Repeat("r", 1<<20)}
-	for i := range 2 * maxTeardownsKept {
+	for i := range 2 * intake.MaxTeardownsKept {
 		u.Teardowns = append(u.Teardowns, &gwpb.Teardown{Job: strings.Repeat("j", 1024) + fmt.Sprint(i), Phase: "overdue", Outcome: strings.Repeat("o", 512)})
 	}
 	detail := []byte(`{"procs":"` + strings.Repeat("d", 150<<10) + `"}`)
-	for i := range 2 * maxReportsKept {
+	for i := range 2 * intake.MaxReportsKept {
 		u.Reports = append(u.Reports, &gwpb.Report{Job: fmt.Sprint(i), Summary: strings.Repeat("s", 8<<10), TakenMs: int64(1000 + i), DetailJson: detail})
 	}
 	u.ProtoReflect().SetUnknown(protowireUnknown(256 << 10))
@@ -56,22 +58,22 @@ func protowireUnknown(n int) protoreflect.RawFields {
 
 func TestBoundUpdate(t *testing.T) {
 	u := maximalUpdate(2)
-	b := boundUpdate(u)
+	b := intake.BoundUpdate(u)
 	if len(b.GetReason()) > view.MaxUpdateReasonBytes || !strings.HasSuffix(b.GetReason(), fmt.Sprintf(view.CutMarker, 1<<20)) {
 		t.Errorf("reason: %d bytes, ends %q", len(b.GetReason()), b.GetReason()[max(0, len(b.GetReason())-40):])
 	}
 	if len(b.GetMeta().GetReason()) > view.MaxUpdateReasonBytes || b.GetMeta().GetSeq() != 2 || b.GetMeta().GetState() != gwpb.State_STATE_DOWN {
 		t.Errorf("meta: %d bytes of reason, seq %d, %v", len(b.GetMeta().GetReason()), b.GetMeta().GetSeq(), b.GetMeta().GetState())
 	}
-	if len(b.GetTeardowns()) != maxTeardownsKept || len(b.GetTeardowns()[0].GetJob()) > maxFieldBytes {
+	if len(b.GetTeardowns()) != intake.MaxTeardownsKept || len(b.GetTeardowns()[0].GetJob()) > intake.MaxFieldBytes {
 		t.Errorf("%d teardowns, the first's job %d bytes", len(b.GetTeardowns()), len(b.GetTeardowns()[0].GetJob()))
 	}
 	reps := b.GetReports()
-	if len(reps) != maxReportsKept || reps[len(reps)-1].GetTakenMs() != int64(1000+2*maxReportsKept-1) || reps[0].GetTakenMs() != int64(1000+maxReportsKept) {
-		t.Fatalf("%d reports, want the %d newest in order", len(reps), maxReportsKept)
+	if len(reps) != intake.MaxReportsKept || reps[len(reps)-1].GetTakenMs() != int64(1000+2*intake.MaxReportsKept-1) || reps[0].GetTakenMs() != int64(1000+intake.MaxReportsKept) {
+		t.Fatalf("%d reports, want the %d newest in order", len(reps), intake.MaxReportsKept)
 	}
 	for i, r := range reps {
-		if len(r.GetSummary()) > maxSummaryBytes {
+		if len(r.GetSummary()) > intake.MaxSummaryBytes {
 			t.Errorf("report %d: summary %d bytes", i, len(r.GetSummary()))
 		}
 		if i < len(reps)-1 && len(r.GetDetailJson()) > 0 {
@@ -80,23 +82,23 @@ func TestBoundUpdate(t *testing.T) {
 	}
 	newest := reps[len(reps)-1].GetDetailJson()
 	var note map[string]any
-	if len(newest) > maxDetailBytes || json.Unmarshal(newest, &note) != nil || note["cut"] != true {
+	if len(newest) > intake.MaxDetailBytes || json.Unmarshal(newest, &note) != nil || note["cut"] != true {
 		t.Errorf("newest detail: %d bytes %.100s", len(newest), newest)
 	}
 	if len(b.ProtoReflect().GetUnknown()) != 0 {
 		t.Error("unknown fields kept")
 	}
-	if size := proto.Size(b); size > view.MaxUpdateReasonBytes*2+maxTeardownsKept*600+maxReportsKept*(maxSummaryBytes+600)+maxDetailBytes {
+	if size := proto.Size(b); size > view.MaxUpdateReasonBytes*2+intake.MaxTeardownsKept*600+intake.MaxReportsKept*(intake.MaxSummaryBytes+600)+intake.MaxDetailBytes {
 		t.Errorf("bounded update is %d bytes", size)
 	}
 	// A small update is kept as it is.
 	small := &gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reason: "hung", Reports: []*gwpb.Report{{Job: "7", Summary: "s", TakenMs: 5, DetailJson: []byte(`{}`)}}}
-	if !proto.Equal(boundUpdate(small), small) {
-		t.Errorf("small update changed: %v", boundUpdate(small))
+	if !proto.Equal(intake.BoundUpdate(small), small) {
+		t.Errorf("small update changed: %v", intake.BoundUpdate(small))
 	}
 }
 
-// boundMeta and boundUpdate copy field by field: a field added to the
+// intake.BoundMeta and intake.BoundUpdate copy field by field: a field added to the
 // schema must be added there too, or it is lost at the intake. This test
 // fills every field and fails when one is not copied.
 func TestBoundCopiesEveryField(t *testing.T) {
@@ -139,10 +141,10 @@ func TestBoundCopiesEveryField(t *testing.T) {
 		Cause: cause, Clean: true, AdminDrain: true, Mode: gwpb.Mode_MODE_OBSERVE, ObservedCause: observed,
 		KillPathFloorMs: 9, KillPath: "k"}
 	if n := (&gwpb.StateUpdate{}).ProtoReflect().Descriptor().Fields().Len(); n != 12 {
-		t.Errorf("StateUpdate has %d fields; boundUpdate copies 12", n)
+		t.Errorf("StateUpdate has %d fields; intake.BoundUpdate copies 12", n)
 	}
-	if b := boundUpdate(u); !proto.Equal(b, u) {
-		t.Errorf("boundUpdate lost a field:\n got %v\nwant %v", b, u)
+	if b := intake.BoundUpdate(u); !proto.Equal(b, u) {
+		t.Errorf("intake.BoundUpdate lost a field:\n got %v\nwant %v", b, u)
 	}
 }
 
@@ -156,7 +158,7 @@ func TestCutText(t *testing.T) {
 }
 
 // Three Handovers of 10,000 invented gone members each, sent over a real
-// mesh: the aggregator adopts at most maxAdoptedGone in all, once each,
+// mesh: the aggregator adopts at most intake.MaxAdoptedGone in all, once each,
 // and a Handover repeating names adds nothing. Each is sent once the one
 // before it is handled (the aggregator logs what it adopted, or what it
 // did not for the bound), so that the count at the end is taken after
@@ -177,7 +179,7 @@ func TestHandoverBounds(t *testing.T) {
 	}
 	for round := range 3 {
 		h := &gwpb.Handover{}
-		for i := range maxHandover {
+		for i := range intake.MaxHandover {
 			h.Gone = append(h.Gone, &gwpb.GoneMember{Name: fmt.Sprintf("ghost%d-%d", round, i), Meta: downMeta(1, 1, "x")})
 		}
 		send(h)
@@ -192,8 +194,8 @@ func TestHandoverBounds(t *testing.T) {
 		t.Errorf("%d handover log lines for 4 handovers:\n%s", n, log.String())
 	}
 	syncSvc(t, svc)
-	if n := len(svc.Nodes()); n != maxAdoptedGone {
-		t.Errorf("%d nodes adopted, want the bound %d", n, maxAdoptedGone)
+	if n := len(svc.Nodes()); n != intake.MaxAdoptedGone {
+		t.Errorf("%d nodes adopted, want the bound %d", n, intake.MaxAdoptedGone)
 	}
 }
 
@@ -207,7 +209,7 @@ func TestWatchersCap(t *testing.T) {
 	h.member("n1", upMeta(1, 1))
 	const max = 64
 	// Every client here is 127.0.0.1: the per-source bound is lifted.
-	base := h.serve(ServerOptions{MaxWatchers: max, MaxConnsPerSource: DefaultMaxConns})
+	base := h.serve(httpapi.ServerOptions{MaxWatchers: max, MaxConnsPerSource: httpapi.DefaultMaxConns})
 	tr := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: testTimeout}
@@ -269,7 +271,7 @@ func TestWatchersCap(t *testing.T) {
 		t.Errorf("%d subscribers, want %d", n, max)
 	}
 	rr := call(t, "GET", base+"/v1/watch", "", "")
-	if rr.status != 503 || rr.header.Get("Retry-After") != fmt.Sprint(watchRetryAfter) || !strings.Contains(rr.errorMsg(t), "too many watchers") {
+	if ra, err := strconv.Atoi(rr.header.Get("Retry-After")); rr.status != 503 || err != nil || ra <= 0 || !strings.Contains(rr.errorMsg(t), "too many watchers") {
 		t.Errorf("refused watch: %d %v %s", rr.status, rr.header, rr.body)
 	}
 	// A slot that frees is taken again.
@@ -287,16 +289,16 @@ func TestWatchersCap(t *testing.T) {
 }
 
 // memoryBound is what an aggregator of memNodes nodes may hold in heap
-// after it was fed maximal messages: per node what bounds.go lets it keep
+// after it was fed maximal messages: per node what intake's bounds.go lets it keep
 // (a bounded update ≈ 180 KB: 128 KiB of detail, 8 summaries of 4 KiB, 64
 // teardowns, the reasons) once as the update and once as the view's node,
 // the event history (DefaultHistoryBytes), the adopted gone members
-// (maxAdoptedBytes and their nodes), and 32 MiB for the rest of the
+// (intake.MaxAdoptedBytes and their nodes), and 32 MiB for the rest of the
 // process.
 const memNodes = 50
 
 func memoryBound() uint64 {
-	return memNodes*2*200<<10 + DefaultHistoryBytes + maxAdoptedBytes + maxAdoptedGone*2<<10 + 32<<20
+	return memNodes*2*200<<10 + DefaultHistoryBytes + intake.MaxAdoptedBytes + intake.MaxAdoptedGone*2<<10 + 32<<20
 }
 
 // TestMemoryUnderMaximalMessages feeds the Service's intake (the mesh
@@ -313,7 +315,7 @@ func TestMemoryUnderMaximalMessages(t *testing.T) {
 		d = v
 	}
 	h := newHarness(t)
-	base := h.serve(ServerOptions{})
+	base := h.serve(httpapi.ServerOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	// The watchers end when their requests are cancelled: cancel first,
@@ -383,12 +385,12 @@ func TestMemoryUnderMaximalMessages(t *testing.T) {
 	}
 }
 
-// maximalHandover is a Handover of maxHandover gone members, new names
+// maximalHandover is a Handover of intake.MaxHandover gone members, new names
 // each time, each with a StateUpdate, within mesh.EnvelopeLimit.
 func maximalHandover(round uint64) *gwpb.Handover {
 	h := &gwpb.Handover{}
 	up := &gwpb.StateUpdate{Meta: downMeta(1, 1, strings.Repeat("r", 200)), Reason: strings.Repeat("r", 200)}
-	for i := range maxHandover {
+	for i := range intake.MaxHandover {
 		h.Gone = append(h.Gone, &gwpb.GoneMember{Name: fmt.Sprintf("ghost%d-%d", round, i), Meta: downMeta(1, 1, "x"), Update: up})
 	}
 	return h

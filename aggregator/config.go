@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
@@ -113,12 +114,12 @@ type HTTPConfig struct {
 	// /healthz and /readyz never need a token.
 	ReadToken bool `toml:"read_token"`
 	// MaxWatchers bounds the /v1/watch streams served at once (past it:
-	// 503 with Retry-After); 0 or absent means DefaultMaxWatchers (256).
+	// 503 with Retry-After); 0 or absent means httpapi.DefaultMaxWatchers (256).
 	MaxWatchers int `toml:"max_watchers"`
 	// MaxConnsPerSource bounds the connections open at once from one IPv4
 	// address or IPv6 /64 (past it a new one is closed at once), so that
 	// one host cannot take the API's 1,024 slots; 0 or absent means
-	// DefaultMaxConnsPerSource (64). Raise it for a proxy that many
+	// httpapi.DefaultMaxConnsPerSource (64). Raise it for a proxy that many
 	// clients share.
 	MaxConnsPerSource int `toml:"max_conns_per_source"`
 }
@@ -151,7 +152,7 @@ func DefaultConfig() Config {
 		LogLevel:  "info",
 		Mode:      config.ModeEnforce,
 		Mesh:      mesh.DefaultConfig(),
-		HTTP:      HTTPConfig{Listen: DefaultListen, MaxWatchers: DefaultMaxWatchers, MaxConnsPerSource: DefaultMaxConnsPerSource},
+		HTTP:      HTTPConfig{Listen: DefaultListen, MaxWatchers: httpapi.DefaultMaxWatchers, MaxConnsPerSource: httpapi.DefaultMaxConnsPerSource},
 		Policy: PolicyConfig{
 			Grace:              config.Dur(DefaultGrace),
 			ClockSkewAllowance: config.Dur(DefaultClockSkewAllowance),
@@ -213,10 +214,10 @@ func (c *Config) Validate() error {
 		bad("http.tls_cert", "tls_cert and tls_key go together (got only one)")
 	}
 	if h.MaxWatchers < 0 || h.MaxWatchers > maxMaxWatchers {
-		bad("http.max_watchers", "want 0 (the default, %d) to %d, got %d", DefaultMaxWatchers, maxMaxWatchers, h.MaxWatchers)
+		bad("http.max_watchers", "want 0 (the default, %d) to %d, got %d", httpapi.DefaultMaxWatchers, maxMaxWatchers, h.MaxWatchers)
 	}
-	if h.MaxConnsPerSource < 0 || h.MaxConnsPerSource > DefaultMaxConns {
-		bad("http.max_conns_per_source", "want 0 (the default, %d) to %d (every connection the API holds), got %d", DefaultMaxConnsPerSource, DefaultMaxConns, h.MaxConnsPerSource)
+	if h.MaxConnsPerSource < 0 || h.MaxConnsPerSource > httpapi.DefaultMaxConns {
+		bad("http.max_conns_per_source", "want 0 (the default, %d) to %d (every connection the API holds), got %d", httpapi.DefaultMaxConnsPerSource, httpapi.DefaultMaxConns, h.MaxConnsPerSource)
 	}
 	if h.ReadToken && h.AdminTokenFile == "" && h.ReadTokenFile == "" {
 		bad("http.read_token", "needs http.read_token_file (or http.admin_token_file)")

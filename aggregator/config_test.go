@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 )
 
 func writeConfig(t *testing.T, text string) string {
@@ -28,7 +30,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if cfg.Name != "aggregator-"+host {
 		t.Errorf("name = %q, want aggregator-%s", cfg.Name, host)
 	}
-	if cfg.HTTP.Listen != "127.0.0.1:8470" || cfg.HTTP.ReadToken || cfg.HTTP.MaxConnsPerSource != DefaultMaxConnsPerSource {
+	if cfg.HTTP.Listen != "127.0.0.1:8470" || cfg.HTTP.ReadToken || cfg.HTTP.MaxConnsPerSource != httpapi.DefaultMaxConnsPerSource {
 		t.Errorf("http = %+v", cfg.HTTP)
 	}
 	if cfg.Policy.Grace.D() != 120*time.Second || cfg.Policy.ClockSkewAllowance.D() != 5*time.Second || cfg.Policy.UnreachableIsDown ||

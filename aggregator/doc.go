@@ -6,7 +6,8 @@
 //
 //   - The view, package aggregator/view: Compute, a pure function from
 //     what the mesh said about each node (member status, gossiped meta,
-//     the last direct StateUpdate, decoded at the intake: decode.go) and
+//     the last direct StateUpdate, bounded and decoded at the intake:
+//     package aggregator/intake) and
 //     the time to the served view. Two aggregators fed the same inputs
 //     serve the same answers.
 //   - Service, which receives the mesh's callbacks without blocking them,
@@ -21,12 +22,13 @@
 //     clock sanity (latch.go) and the recovery of an incident's nodes when
 //     its cause clears (docs/DESIGN.md §5b).
 //   - The teardown history and the grace advisor (teardown_history.go,
-//     http_grace.go, over packages aggregator/history and
-//     aggregator/advisor; docs/DESIGN.md §5d).
-//   - Server, the HTTP API described in proto/openapi.yaml, which asks the
-//     Service only what http_service.go lists and converts the view's
-//     nodes to the API's (wire.go). The API's types and its Go client are
-//     package aggregator/api; the command line is aggregator/cli.
+//     over packages aggregator/history and aggregator/advisor;
+//     docs/DESIGN.md §5d).
+//   - The HTTP edge, package aggregator/httpapi: the server of the HTTP
+//     API described in proto/openapi.yaml, which asks the Service only
+//     what its Service interface lists; edge.go adapts the Service to it.
+//     The API's types and its Go client are package aggregator/api; the
+//     command line is aggregator/cli.
 //
 // The Service sees the mesh through the small Mesh interface (with
 // FakeMesh beside it for tests); Run adapts the real one.

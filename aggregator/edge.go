@@ -2,14 +2,18 @@ package aggregator
 
 // What the Service gives the HTTP edge (package httpapi's Service) beyond
 // its other exported methods: the edge speaks no wire type of the mesh,
-// so the Service turns its requests into them here.
+// so the Service turns its requests into them here; and edge, the adapter
+// that classifies the Service's errors for the edge's answers.
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/history"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -59,4 +63,62 @@ func (s *Service) HistoryStats() history.Stats {
 	return s.hist.store.Stats()
 }
 
-var _ edgeService = (*Service)(nil)
+// edge is s as the HTTP edge asks it (httpapi.Service): the Service's
+// methods, with the errors of those whose answer depends on them wrapped
+// in their httpapi.Failure.
+type edge struct{ *Service }
+
+var _ httpapi.Service = edge{}
+
+// Resume is Service.Resume with its error classified.
+func (e edge) Resume(ctx context.Context, node, reason, by string) (view.Node, error) {
+	n, err := e.Service.Resume(ctx, node, reason, by)
+	return n, actionError(err)
+}
+
+// Drain is Service.Drain with its error classified.
+func (e edge) Drain(ctx context.Context, node, reason, by string) (view.Node, error) {
+	n, err := e.Service.Drain(ctx, node, reason, by)
+	return n, actionError(err)
+}
+
+// Forget is Service.Forget with its error classified.
+func (e edge) Forget(ctx context.Context, name, by string) error {
+	return actionError(e.Service.Forget(ctx, name, by))
+}
+
+// ConfirmIncident is Service.ConfirmIncident with its error classified.
+func (e edge) ConfirmIncident(id uint64, reason, by string, d time.Duration) (actuate.ConfirmScope, error) {
+	scope, err := e.Service.ConfirmIncident(id, reason, by, d)
+	switch {
+	case errors.Is(err, ErrUnknownIncident):
+		return scope, &httpapi.Error{Failure: httpapi.NotFound, Err: err}
+	case errors.Is(err, ErrIncidentClosed), errors.Is(err, ErrNotLeader):
+		return scope, &httpapi.Error{Failure: httpapi.Conflict, Err: err}
+	}
+	return scope, err
+}
+
+// actionError is the error of a node action (resume, drain, forget) with
+// its httpapi.Failure; err itself when it has none.
+func actionError(err error) error {
+	var ae *AgentError
+	f := httpapi.Internal
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrUnknownNode):
+		f = httpapi.NotFound
+	case errors.Is(err, ErrUnreachable), errors.As(err, &ae), errors.Is(err, ErrNotGone):
+		f = httpapi.Conflict
+	case errors.Is(err, ErrControlTimeout):
+		f = httpapi.Timeout
+	case errors.Is(err, ErrSend):
+		f = httpapi.Unsent
+	case errors.Is(err, ErrNotRunning):
+		f = httpapi.Unavailable
+	default:
+		return err
+	}
+	return &httpapi.Error{Failure: f, Err: err}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -113,10 +114,10 @@ func (s *Service) forget(name, by string, propagate bool) error {
 // sees its agent).
 func (s *Service) applyForget(from string, f *gwpb.Forget) {
 	names := f.GetNames()
-	if len(names) > maxForgetNames {
+	if len(names) > intake.MaxForgetNames {
 		s.log.Warn("forget over its bound: only the first names are applied", "from", nodename.Quote(from), "names", len(names),
-			"max", maxForgetNames)
-		names = names[:maxForgetNames]
+			"max", intake.MaxForgetNames)
+		names = names[:intake.MaxForgetNames]
 	}
 	for _, name := range names {
 		if s.refuseName(name, "forget", from) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -83,7 +84,7 @@ func TestServiceForget(t *testing.T) {
 // answers that match proto/openapi.yaml.
 func TestHTTPForget(t *testing.T) {
 	h := newHarness(t)
-	base := h.serve(ServerOptions{Token: []byte(testToken)})
+	base := h.serve(httpapi.ServerOptions{Token: []byte(testToken)})
 	h.member("n1", upMeta(1, 1))
 	h.member("n2", upMeta(1, 1))
 	h.status("n1", mesh.StatusLeft)

@@ -13,30 +13,9 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 )
-
-func FuzzDecodeAction(f *testing.F) {
-	for _, s := range []string{`{"reason":"fixed"}`, `{}`, `{"reason":5}`, `{"reason":"x","y":1}`, `[]`, `{"reason":"a"} x`, "", `{"reason":"\u0000"}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := decodeAction(strings.NewReader(string(body)))
-		if err != nil {
-			if err.Error() == "" {
-				t.Fatal("empty error message")
-			}
-			return
-		}
-		// Whatever is accepted is a usable reason.
-		if strings.TrimSpace(req.Reason) == "" || len(req.Reason) > MaxReasonBytes || !utf8.ValidString(req.Reason) {
-			t.Fatalf("accepted reason %q", req.Reason)
-		}
-		if validateReason(req.Reason) != nil {
-			t.Fatalf("accepted an invalid reason %q", req.Reason)
-		}
-	})
-}
 
 // FuzzComputeMeta feeds arbitrary bytes through the mesh's meta decoder and
 // a StateUpdate decoder into Compute: it never panics, and what it serves
@@ -53,7 +32,7 @@ func FuzzComputeMeta(f *testing.F) {
 		if len(metaBytes) > 0 {
 			var gossip *gwpb.Meta
 			gossip, in.GossipErr = mesh.DecodeMeta(metaBytes)
-			in.Gossip = decodeMeta(gossip)
+			in.Gossip = intake.DecodeMeta(gossip)
 			if in.GossipErr != nil {
 				in.Gossip, in.Role = nil, view.RoleUnspecified
 			}
@@ -98,7 +77,7 @@ func FuzzComputeMeta(f *testing.F) {
 }
 
 // FuzzBoundUpdate feeds arbitrary bytes through the StateUpdate decoder
-// into boundUpdate: what it keeps is within every bound, valid where the
+// into intake.BoundUpdate: what it keeps is within every bound, valid where the
 // input was, and bounding again changes nothing.
 func FuzzBoundUpdate(f *testing.F) {
 	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
@@ -111,16 +90,16 @@ func FuzzBoundUpdate(f *testing.F) {
 		if proto.Unmarshal(b, &u) != nil {
 			return
 		}
-		c := boundUpdate(&u)
+		c := intake.BoundUpdate(&u)
 		if len(c.GetReason()) > view.MaxUpdateReasonBytes || len(c.GetMeta().GetReason()) > view.MaxUpdateReasonBytes ||
-			len(c.GetTeardowns()) > maxTeardownsKept || len(c.GetReports()) > maxReportsKept {
+			len(c.GetTeardowns()) > intake.MaxTeardownsKept || len(c.GetReports()) > intake.MaxReportsKept {
 			t.Fatalf("over a bound: %d, %d, %d, %d", len(c.GetReason()), len(c.GetMeta().GetReason()), len(c.GetTeardowns()), len(c.GetReports()))
 		}
 		if utf8.ValidString(u.GetReason()) && !utf8.ValidString(c.GetReason()) {
 			t.Fatalf("cut made the reason invalid UTF-8: %q", c.GetReason())
 		}
 		for i, r := range c.GetReports() {
-			if len(r.GetSummary()) > maxSummaryBytes || len(r.GetDetailJson()) > maxDetailBytes || (i < len(c.GetReports())-1 && len(r.GetDetailJson()) > 0) {
+			if len(r.GetSummary()) > intake.MaxSummaryBytes || len(r.GetDetailJson()) > intake.MaxDetailBytes || (i < len(c.GetReports())-1 && len(r.GetDetailJson()) > 0) {
 				t.Fatalf("report %d over a bound", i)
 			}
 		}
@@ -128,11 +107,11 @@ func FuzzBoundUpdate(f *testing.F) {
 			t.Fatalf("mode %d kept", m)
 		}
 		// The would-be drain served from it (observe mode) is bounded too.
-		if wd := view.AgentWouldDrain(decodeUpdate(c)); wd != nil && (len(wd.Reason) > view.MaxUpdateReasonBytes || len(wd.Jobs) > maxTeardownsKept ||
+		if wd := view.AgentWouldDrain(intake.DecodeUpdate(c)); wd != nil && (len(wd.Reason) > view.MaxUpdateReasonBytes || len(wd.Jobs) > intake.MaxTeardownsKept ||
 			(wd.At.Year() > 9999)) {
 			t.Fatalf("would drain over a bound: %d bytes, %d jobs, at %v", len(wd.Reason), len(wd.Jobs), wd.At)
 		}
-		if again := boundUpdate(c); !proto.Equal(again, c) {
+		if again := intake.BoundUpdate(c); !proto.Equal(again, c) {
 			t.Fatal("bounding twice changed the update")
 		}
 	})

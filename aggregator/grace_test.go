@@ -13,6 +13,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/history"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -33,7 +34,7 @@ func startHistService(t *testing.T, clk *clock.Fake, dir string, opts ...func(*O
 		f(&o)
 	}
 	h, stopService := startHarness(t, clk, o)
-	srv := NewServer(h.svc, ServerOptions{Clock: clk, Logger: testLogger(t)})
+	srv := httpapi.NewServer(edge{h.svc}, httpapi.ServerOptions{Clock: clk, Logger: testLogger(t)})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +269,7 @@ func TestGraceBadQueries(t *testing.T) {
 
 func TestGraceHistoryOff(t *testing.T) {
 	h := newHarness(t)
-	base := h.serve(ServerOptions{})
+	base := h.serve(httpapi.ServerOptions{})
 	if r := call(t, "GET", base+"/v1/grace", "", ""); r.status != 503 {
 		t.Errorf("status %d: %s", r.status, r.body)
 	}

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // A handover carries the gone agents, and the aggregator that adopts them
@@ -21,13 +23,13 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 		Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "overdue", DeadlineMs: ms(at(time.Minute))}}}
 	origin := map[string]*view.NodeInput{
 		"cn1": {Name: "cn1", Role: view.RoleAgent, Status: mesh.StatusDead, StatusSince: at(2 * time.Minute),
-			Gossip: decodeMeta(down), Direct: decodeMeta(down), Update: updateIn(update)},
+			Gossip: intake.DecodeMeta(down), Direct: intake.DecodeMeta(down), Update: updateIn(update)},
 		"cn2": {Name: "cn2", Role: view.RoleAgent, Status: mesh.StatusLeft, StatusSince: at(3 * time.Minute),
-			Gossip: decodeMeta(upMeta(1, 3))},
-		"cn3": {Name: "cn3", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(1, 4))},
+			Gossip: intake.DecodeMeta(upMeta(1, 3))},
+		"cn3": {Name: "cn3", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: intake.DecodeMeta(upMeta(1, 4))},
 		"cn4": {Name: "cn4", Role: view.RoleUnspecified, Status: mesh.StatusDead, StatusSince: at(time.Minute)},
 	}
-	h := handoverOf(origin)
+	h := intake.HandoverOf(origin)
 	var names []string
 	for _, g := range h.GetGone() {
 		names = append(names, g.GetName())
@@ -45,9 +47,9 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 	if err := proto.Unmarshal(b, &env); err != nil {
 		t.Fatal(err)
 	}
-	later := map[string]*view.NodeInput{"cn3": {Name: "cn3", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(1, 4))}}
+	later := map[string]*view.NodeInput{"cn3": {Name: "cn3", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: intake.DecodeMeta(upMeta(1, 4))}}
 	dirty := map[string]bool{}
-	if names, _ := adoptHandover(later, env.GetHandover(), func(string) bool { return false }, dirty, maxAdoptedGone, maxAdoptedBytes); len(names) != 2 {
+	if names, _ := intake.AdoptHandover(later, env.GetHandover(), func(string) bool { return false }, dirty, intake.MaxAdoptedGone, intake.MaxAdoptedBytes); len(names) != 2 {
 		t.Fatalf("adopted %v, want 2", names)
 	}
 	if !dirty["cn1"] || !dirty["cn2"] || dirty["cn3"] {
@@ -70,7 +72,7 @@ func TestHandoverServesGoneNodesTheSame(t *testing.T) {
 
 // What the aggregator knows itself wins, and hostile entries are dropped.
 func TestHandoverNeverOverridesWhatIsKnown(t *testing.T) {
-	known := map[string]*view.NodeInput{"cn1": {Name: "cn1", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: decodeMeta(upMeta(3, 1))}}
+	known := map[string]*view.NodeInput{"cn1": {Name: "cn1", Role: view.RoleAgent, Status: mesh.StatusAlive, Gossip: intake.DecodeMeta(upMeta(3, 1))}}
 	h := &gwpb.Handover{Gone: []*gwpb.GoneMember{
 		{Name: "cn1", SinceMs: ms(t0), Meta: downMeta(2, 9, "old")},
 		{Name: ""},
@@ -79,7 +81,7 @@ func TestHandoverNeverOverridesWhatIsKnown(t *testing.T) {
 		{Name: "cn9", SinceMs: -5, Update: &gwpb.StateUpdate{}}, // an update without meta is not kept
 	}}
 	dirty := map[string]bool{}
-	names, _ := adoptHandover(known, h, func(name string) bool { return name == "agg-2" }, dirty, maxAdoptedGone, maxAdoptedBytes)
+	names, _ := intake.AdoptHandover(known, h, func(name string) bool { return name == "agg-2" }, dirty, intake.MaxAdoptedGone, intake.MaxAdoptedBytes)
 	n := len(names)
 	if n != 1 || len(known) != 2 {
 		t.Fatalf("adopted %d, inputs %v: want only cn9", n, known)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/advisor"
 	"github.com/gracewatch/gracewatch/aggregator/history"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -41,7 +42,7 @@ func FuzzHistoryIntake(f *testing.F) {
 			u.Teardowns = append(u.Teardowns, &gwpb.Teardown{Job: string(rune('a'+i%26)) + string(rune('a'+i/26)), Phase: "released",
 				DeadlineMs: at + 120_000 + int64(i), GraceMs: 120_000, ReleasedMs: at + int64(i) + 1000*int64(i), Outcome: "clean"})
 		}
-		u.Teardowns = u.Teardowns[:min(len(u.Teardowns), maxTeardownsKept)]
+		u.Teardowns = u.Teardowns[:min(len(u.Teardowns), intake.MaxTeardownsKept)]
 		s.recordHistory("n1", u)
 		u.KillPathFloorMs = 95_000
 		u.Teardowns = u.Teardowns[1:]

@@ -349,11 +349,8 @@ func (s *Service) Incidents() ([]incident.Incident, actuate.LimitStatus) {
 	return out, s.act.LimitStatus()
 }
 
-// MaxConfirmFor bounds the time a confirmation covers every drain of its
-// incident (ConfirmIncident's d; POST /v1/incidents/{id}/confirm's for; the
-// CLI's --for): a day covers a storm through a night, and no confirmation
-// leaves the limit open for longer.
-const MaxConfirmFor = 24 * time.Hour
+// MaxConfirmFor bounds ConfirmIncident's d (api.MaxConfirmFor).
+const MaxConfirmFor = api.MaxConfirmFor
 
 // ConfirmIncident records an administrator's confirmation of incident id
 // (docs/DESIGN.md §5b). It covers what the administrator saw: the drains

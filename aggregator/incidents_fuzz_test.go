@@ -1,8 +1,6 @@
 package aggregator
 
 import (
-	"math"
-	"strings"
 	"testing"
 	"time"
 	"unicode"
@@ -11,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -32,8 +31,8 @@ func FuzzIntakeCause(f *testing.F) {
 		if proto.Unmarshal(updateBytes, &raw) != nil || raw.Meta == nil {
 			return
 		}
-		u := boundUpdate(&raw)
-		valid := checkCause(u.GetCause()) == nil
+		u := intake.BoundUpdate(&raw)
+		valid := intake.CheckCause(u.GetCause()) == nil
 		if !valid {
 			u.Cause = nil
 		}
@@ -53,7 +52,7 @@ func FuzzIntakeCause(f *testing.F) {
 				}
 			}
 		}
-		nu := decodeUpdate(u)
+		nu := intake.DecodeUpdate(u)
 		in := view.NodeInput{Name: "n1", Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0, Update: nu, Direct: nu.Meta,
 			ClockOffset: time.Duration(skewMs) * time.Millisecond}
 		n, rule := view.ComputeNodeCause(&in, t0, defaultPolicy)
@@ -69,32 +68,6 @@ func FuzzIntakeCause(f *testing.F) {
 			if name != "n1" {
 				t.Fatalf("node n1 put %q into an incident", name)
 			}
-		}
-	})
-}
-
-// FuzzDecodeConfirm feeds arbitrary bodies to the decoder of POST
-// /v1/incidents/{id}/confirm: whatever it accepts has a usable reason and a
-// for within 0 to MaxConfirmFor, and so a duration within them.
-func FuzzDecodeConfirm(f *testing.F) {
-	for _, s := range []string{`{"reason":"fixed"}`, `{"reason":"x","for":600}`, `{"reason":"x","for":86400}`, `{"reason":"x","for":86400.0001}`,
-		`{"reason":"x","for":-0}`, `{"reason":"x","for":-1}`, `{"reason":"x","for":1e308}`, `{"reason":"x","for":"1h"}`, `{"reason":"x","for":null}`,
-		`{"reason":"x","for":1,"for":2}`, `{"reason":"x","until":1}`, `{}`, ""} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := decodeConfirm(strings.NewReader(string(body)))
-		if err != nil {
-			if err.Error() == "" {
-				t.Fatal("empty error message")
-			}
-			return
-		}
-		if validateReason(req.Reason) != nil {
-			t.Fatalf("accepted an invalid reason %q", req.Reason)
-		}
-		if d := confirmFor(req); math.IsNaN(req.For) || req.For < 0 || req.For > MaxConfirmFor.Seconds() || d < 0 || d > MaxConfirmFor {
-			t.Fatalf("accepted for %v (%v)", req.For, d)
 		}
 	})
 }

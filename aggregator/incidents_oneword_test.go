@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
@@ -139,7 +140,7 @@ func TestIncidentsOneNodeNeverResumesAnother(t *testing.T) {
 // confirmed three took none) and the rest are held.
 func TestIncidentsConfirmationCoversWhatWasSeen(t *testing.T) {
 	f := newIncFixture(t, 16, incident.Config{LimitNodes: 5})
-	url := f.serve(ServerOptions{Token: []byte(testToken)})
+	url := f.serve(httpapi.ServerOptions{Token: []byte(testToken)})
 	for i := 1; i <= 8; i++ {
 		f.update(fmt.Sprintf("n%d", i), hung(2, "/mnt/a", false))
 	}
@@ -204,7 +205,7 @@ func TestIncidentsConfirmationCoversWhatWasSeen(t *testing.T) {
 // checked.
 func TestIncidentsConfirmFor(t *testing.T) {
 	f := newIncFixture(t, 6, incident.Config{LimitNodes: 1, LimitWindow: config.Dur(time.Hour)})
-	url := f.serve(ServerOptions{Token: []byte(testToken)})
+	url := f.serve(httpapi.ServerOptions{Token: []byte(testToken)})
 	f.update("n1", hung(2, "/mnt/a", false))
 	f.update("n2", hung(2, "/mnt/a", false))
 	f.settle()

@@ -17,9 +17,11 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -160,14 +162,14 @@ func (f *incFixture) flushBatch(n int) {
 // incident's through; confirming what is unknown or closed is refused.
 func TestIncidentsAndTheDrainLimit(t *testing.T) {
 	f := newIncFixture(t, 30, incident.Config{LimitFraction: 0.1})
-	url := f.serve(ServerOptions{Token: []byte(testToken)})
+	url := f.serve(httpapi.ServerOptions{Token: []byte(testToken)})
 	f.hangTwoMounts()
 
 	a, b := f.incident("/mnt/a"), f.incident("/mnt/b")
-	if hl := apiHostlist(a.Nodes); hl != "n[1-20]" {
+	if hl, _ := hostlist.Compress(a.Nodes); hl != "n[1-20]" {
 		t.Errorf("incident of /mnt/a: %s", hl)
 	}
-	if hl := apiHostlist(b.Nodes); hl != "n[21-22]" {
+	if hl, _ := hostlist.Compress(b.Nodes); hl != "n[21-22]" {
 		t.Errorf("incident of /mnt/b: %s", hl)
 	}
 	logs := f.logs.String()

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -21,18 +22,18 @@ func (s *Service) HandleMessage(from string, env *gwpb.Envelope) {
 	// is busy cost its size for every message waiting, and maximal
 	// updates from many source addresses at once held hundreds of MB
 	// (e2e TestMeshFloodBounded). Bounded, an update holds at most a
-	// report's detail and the short fields (bounds.go).
+	// report's detail and the short fields (package intake).
 	// A new envelope of the known fields: unknown ones (a newer schema's,
 	// or padding) are not kept either.
 	switch b := env.GetBody().(type) {
 	case *gwpb.Envelope_State:
 		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
-			Body: &gwpb.Envelope_State{State: boundUpdate(b.State)}}
+			Body: &gwpb.Envelope_State{State: intake.BoundUpdate(b.State)}}
 	case *gwpb.Envelope_Ack:
 		a := b.Ack
 		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
-			Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: view.CutText(a.GetId(), maxFieldBytes), Ok: a.GetOk(),
-				Error: view.CutText(a.GetError(), view.MaxUpdateReasonBytes), Meta: boundMeta(a.GetMeta())}}}
+			Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: view.CutText(a.GetId(), intake.MaxFieldBytes), Ok: a.GetOk(),
+				Error: view.CutText(a.GetError(), view.MaxUpdateReasonBytes), Meta: intake.BoundMeta(a.GetMeta())}}}
 	}
 	s.enqueue(input{kind: inMessage, from: from, env: env, at: s.clock.Now()})
 }
@@ -145,8 +146,8 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		s.inputs[m.Name] = in
 	}
 	s.seenByMesh(m.Name)
-	in.Role, in.Status, in.StatusSince = roleOf(m.Role), m.Status, m.Since
-	in.Gossip, in.GossipErr = decodeMeta(m.Meta), m.MetaErr
+	in.Role, in.Status, in.StatusSince = intake.RoleOf(m.Role), m.Status, m.Since
+	in.Gossip, in.GossipErr = intake.DecodeMeta(m.Meta), m.MetaErr
 	dirty[m.Name] = true
 	return false
 }
@@ -179,7 +180,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			_, agg := s.aggs[name]
 			return agg || name == s.opts.Name || name == from || s.refuseName(name, "handover", from)
 		}
-		adopted, over := adoptHandover(s.inputs, h, skip, dirty, maxAdoptedGone-len(s.adopted), maxAdoptedBytes-s.adoptedBytes)
+		adopted, over := intake.AdoptHandover(s.inputs, h, skip, dirty, intake.MaxAdoptedGone-len(s.adopted), intake.MaxAdoptedBytes-s.adoptedBytes)
 		for name, size := range adopted {
 			s.adopted[name] = size
 			s.adoptedBytes += size
@@ -187,11 +188,11 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		if len(adopted) > 0 {
 			s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", len(adopted))
 		}
-		if over > 0 || len(h.GetGone()) > maxHandover {
+		if over > 0 || len(h.GetGone()) > intake.MaxHandover {
 			s.log.Warn("handover over its bound: the rest are not adopted (the aggregators that saw them go still serve them)",
-				"from", from, "entries", len(h.GetGone()), "max_entries", maxHandover, "not_adopted", over,
-				"adopted_gone", len(s.adopted), "max_adopted_gone", maxAdoptedGone, "adopted_bytes", s.adoptedBytes,
-				"max_adopted_bytes", maxAdoptedBytes)
+				"from", from, "entries", len(h.GetGone()), "max_entries", intake.MaxHandover, "not_adopted", over,
+				"adopted_gone", len(s.adopted), "max_adopted_gone", intake.MaxAdoptedGone, "adopted_bytes", s.adoptedBytes,
+				"max_adopted_bytes", intake.MaxAdoptedBytes)
 		}
 		return false
 	}
@@ -225,7 +226,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		s.recordHistory(from, u) // docs/DESIGN.md §5d: its released teardowns
 		s.intakeLatch(from, u)
 		s.clockSkew(in)
-		upd := decodeUpdate(u) // the internal node input from here on
+		upd := intake.DecodeUpdate(u) // the internal node input from here on
 		restarted := restartedSince(in.Update, upd)
 		if replacesUpdate(in.Update, upd) {
 			in.Update = upd
@@ -248,7 +249,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		}
 		dirty[from] = true
 	case *gwpb.Envelope_Ack: // bounded by HandleMessage
-		if m := decodeMeta(body.Ack.GetMeta()); m != nil {
+		if m := intake.DecodeMeta(body.Ack.GetMeta()); m != nil {
 			if in := s.nodeInput(from); in == nil {
 				s.dropUnseen(from)
 			} else {
@@ -385,13 +386,13 @@ func latestTaken(u *view.NodeUpdate) time.Time {
 
 // nodeInput returns the input of node, creating it for a node the mesh has
 // not told about yet (a direct message may overtake the member event), or
-// nil when maxUnseenNodes such nodes are known already. With node
+// nil when intake.MaxUnseenNodes such nodes are known already. With node
 // restriction every node enters so (its messages are proven, its gossip is
 // not read), and there is no such bound: the sender is a real node.
 func (s *Service) nodeInput(node string) *view.NodeInput {
 	in := s.inputs[node]
 	if in == nil {
-		if !s.opts.ProvenOnly && len(s.unseen) >= maxUnseenNodes {
+		if !s.opts.ProvenOnly && len(s.unseen) >= intake.MaxUnseenNodes {
 			return nil
 		}
 		s.unseen[node] = struct{}{}
@@ -422,12 +423,40 @@ func (s *Service) seenByMesh(name string) {
 }
 
 // dropUnseen logs (at most once a minute) that a message from a node the
-// mesh has not told of was dropped for maxUnseenNodes.
+// mesh has not told of was dropped for intake.MaxUnseenNodes.
 func (s *Service) dropUnseen(from string) {
 	s.met.refused.WithLabelValues("unseen").Inc()
 	if now := s.clock.Now(); now.Sub(s.unseenLogged) >= refusedSummaryEvery {
 		s.unseenLogged = now
 		s.log.Warn("message from a node the mesh has not told of dropped: too many such nodes; its gossip still brings it in",
-			"from", nodename.Quote(from), "max", maxUnseenNodes)
+			"from", nodename.Quote(from), "max", intake.MaxUnseenNodes)
 	}
+}
+
+// intakeLatch checks the cause of a StateUpdate from node: one that breaks
+// a bound is dropped (the node is then down without a named cause, so it
+// joins no file system's incident), counted (intake_refused_total{what=
+// "cause"}) and logged once per node and hour. A node speaks only for
+// itself: its cause can only place itself in an incident. It runs on the
+// loop.
+func (s *Service) intakeLatch(node string, u *gwpb.StateUpdate) {
+	err := intake.CheckCause(u.GetCause())
+	if err == nil {
+		if err = intake.CheckCause(u.GetObservedCause()); err == nil {
+			return
+		}
+		u.ObservedCause = nil
+	} else {
+		u.Cause = nil
+	}
+	s.met.refused.WithLabelValues("cause").Inc()
+	now := s.clock.Now()
+	if at, logged := s.inc.causeLogged[node]; logged && now.Sub(at) < time.Hour {
+		return
+	}
+	if len(s.inc.causeLogged) >= maxRefusedLogged {
+		clear(s.inc.causeLogged)
+	}
+	s.inc.causeLogged[node] = now
+	s.log.Warn("a node's cause refused: it joins no incident by it", "node", nodename.Quote(node), "err", err)
 }

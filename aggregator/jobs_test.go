@@ -2,14 +2,12 @@ package aggregator
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
-	"github.com/gracewatch/gracewatch/internal/hostlist"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -18,7 +16,7 @@ func TestHTTPRegisterJob(t *testing.T) {
 	h.member("n1", upMeta(1, 1))
 	h.member("n2", upMeta(1, 1))
 	h.member("n3", upMeta(1, 1))
-	base := h.serve(ServerOptions{Token: []byte(testToken)})
+	base := h.serve(httpapi.ServerOptions{Token: []byte(testToken)})
 	ackControls(h.mesh, func(node string, c *gwpb.Control) *gwpb.Meta { return upMeta(1, 2) }, "")
 
 	e := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
@@ -59,7 +57,7 @@ func TestHTTPRegisterJob(t *testing.T) {
 
 func TestHTTPRegisterJobBadInput(t *testing.T) {
 	h := newHarness(t)
-	base := h.serve(ServerOptions{Token: []byte(testToken)})
+	base := h.serve(httpapi.ServerOptions{Token: []byte(testToken)})
 	for _, c := range []struct{ name, body, want string }{
 		{"no job", `{"nodes":"n1","expiration":"0"}`, "job id is empty"},
 		{"bad job", `{"job":"a/b","nodes":"n1","expiration":"0"}`, "contains '/'"},
@@ -82,38 +80,11 @@ func TestHTTPRegisterJobBadInput(t *testing.T) {
 	if r := call(t, "POST", base+"/v1/jobs", "", `{"job":"1","nodes":"n1","expiration":"0"}`); r.status != 401 {
 		t.Fatalf("without a token: %d, want 401", r.status)
 	}
-	big := `{"job":"1","nodes":"` + strings.Repeat("n", MaxJobBodyBytes) + `","expiration":"0"}`
+	big := `{"job":"1","nodes":"` + strings.Repeat("n", httpapi.MaxJobBodyBytes) + `","expiration":"0"}`
 	if r := call(t, "POST", base+"/v1/jobs", testToken, big); r.status != 413 {
-		t.Fatalf("a body over %d bytes: %d, want 413", MaxJobBodyBytes, r.status)
+		t.Fatalf("a body over %d bytes: %d, want 413", httpapi.MaxJobBodyBytes, r.status)
 	}
 	if len(h.mesh.Sent()) != 0 {
 		t.Fatalf("bad requests sent controls: %+v", h.mesh.Sent())
 	}
-}
-
-func FuzzDecodeJob(f *testing.F) {
-	for _, s := range []string{`{"job":"5","nodes":"n[1-2]","expiration":"0"}`, `{"job":"5","nodes":"n1","expiration":"1714568400","grace":"90s"}`,
-		`{}`, `{"job":5}`, `{"job":"5","nodes":"n[","expiration":"0"}`, `[]`, ``, `{"job":"5","nodes":"a,,b","expiration":"0"}`} {
-		f.Add([]byte(s))
-	}
-	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, nodes, err := decodeJob(http.MaxBytesReader(nil, io.NopCloser(strings.NewReader(string(body))), MaxJobBodyBytes), now)
-		if err != nil {
-			if err.Error() == "" {
-				t.Fatal("empty error message")
-			}
-			return
-		}
-		if req.Job == "" || len(nodes) == 0 || len(nodes) > hostlist.MaxExpand {
-			t.Fatalf("accepted %+v with %d nodes", req, len(nodes))
-		}
-		seen := map[string]bool{}
-		for _, n := range nodes {
-			if n == "" || seen[n] {
-				t.Fatalf("nodes %q: empty or repeated name", nodes)
-			}
-			seen[n] = true
-		}
-	})
 }

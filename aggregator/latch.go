@@ -1,7 +1,7 @@
 package aggregator
 
 // What a node says of its DOWN latch for incidents (StateUpdate fields
-// 40-42), checked where it enters (decode.go), and the clock sanity that compares the
+// 40-42), checked where it enters (intakeLatch, intake.go), and the clock sanity that compares the
 // node's clock with this aggregator's (docs/DESIGN.md §5b).
 
 import (

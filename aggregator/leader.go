@@ -5,9 +5,11 @@ import (
 	"strings"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
+	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
 // otherAggregatorAlive reports whether another aggregator is alive (and so
@@ -74,4 +76,25 @@ func (s *Service) Reservations() (reservation.Status, bool) {
 		return reservation.Status{}, false
 	}
 	return s.plan.Status(), true
+}
+
+// sendHandovers sends the gone agents this aggregator knows to each of the
+// named aggregators, which it has just seen join (see intake.HandoverOf). It runs
+// on the loop; the sends run on goroutines of their own.
+func (s *Service) sendHandovers(to []string) {
+	h := intake.HandoverOf(s.inputs)
+	if len(h.GetGone()) == 0 {
+		return
+	}
+	env := &gwpb.Envelope{Body: &gwpb.Envelope_Handover{Handover: h}}
+	m := s.mesh
+	for _, name := range to {
+		go func() {
+			if err := m.Send(name, env); err != nil {
+				s.log.Warn("handover of gone nodes not delivered", "to", name, "nodes", len(h.GetGone()), "err", err)
+				return
+			}
+			s.log.Info("gone nodes handed over", "to", name, "nodes", len(h.GetGone()))
+		}()
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
@@ -90,7 +92,7 @@ func TestMetricsGolden(t *testing.T) {
 
 	sub := h.svc.Subscribe("")
 	defer sub.Close()
-	base := h.serve(ServerOptions{Registry: reg})
+	base := h.serve(httpapi.ServerOptions{Registry: reg})
 	for _, r := range []struct {
 		method, path string
 		code         int
@@ -127,44 +129,7 @@ func TestMetricsGolden(t *testing.T) {
 	}
 
 	metricstest.Lint(t, reg)
-	srv := NewServer(h.svc, ServerOptions{Registry: reg}) // the counter already there is reused
-	metricstest.LintCollectors(t, append(h.svc.met.collectors(), srv.requests)...)
-}
-
-// /metrics is a read endpoint: with read_token it needs a token (auth_test.go
-// has it with the read token); without
-// a registry there is none.
-func TestMetricsAccess(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.Registry = prometheus.NewRegistry() })
-	base := h.serve(ServerOptions{})
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 404 {
-		t.Errorf("without a registry: %d, want 404", resp.StatusCode)
-	}
-
-	reg := metrics.NewRegistry(metrics.ProgramAggregator)
-	h = newHarness(t, func(o *Options) { o.Registry = reg })
-	base = h.serve(ServerOptions{Registry: reg, Token: []byte(testToken), GuardReads: true})
-	if r := call(t, "GET", base+"/metrics", "", ""); r.status != 401 {
-		t.Errorf("read_token without a token: %d, want 401", r.status)
-	}
-	r := call(t, "GET", base+"/metrics", testToken, "")
-	if r.status != 200 || !strings.Contains(string(r.body), `gracewatch_build_info{goversion=`) {
-		t.Errorf("with the token: %d\n%s", r.status, r.body)
-	}
-	got := metricstest.ScrapeURL(t, base+"/metrics", http.Header{"Authorization": {"Bearer " + testToken}})
-	for _, want := range []string{
-		`gracewatch_aggregator_http_requests_total{code="401",method="GET",route="/metrics"} 1`,
-		`gracewatch_aggregator_http_requests_total{code="200",method="GET",route="/metrics"} 1`,
-	} {
-		if !strings.Contains(string(got), want+"\n") {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
+	metricstest.LintCollectors(t, h.svc.met.collectors()...)
 }
 
 // Two Services cannot share a registry: the second one's metrics would
@@ -192,7 +157,7 @@ func TestViolationDeadline(t *testing.T) {
 		now    time.Time
 		want   time.Time
 	}{
-		{name: "agent report names the overdue teardown", in: view.NodeInput{Name: "n", Update: updateIn(overdue), Direct: decodeMeta(overdue.Meta)},
+		{name: "agent report names the overdue teardown", in: view.NodeInput{Name: "n", Update: updateIn(overdue), Direct: intake.DecodeMeta(overdue.Meta)},
 			cause: view.CauseAgent, now: d.Add(time.Second), want: d},
 		{name: "agent down after the served teardown", in: alive("n", downMeta(1, 3, "x")),
 			cause: view.CauseAgent, prevAt: d.Add(p.ClockSkewAllowance), now: d.Add(2 * time.Second), want: d},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	gwtestutil "github.com/gracewatch/gracewatch/internal/testutil"
@@ -41,7 +42,7 @@ func TestInvalidNamesNeverReachTheActuators(t *testing.T) {
 		o.Actuators = []actuate.Config{{On: actuate.OnDown, Command: []string{script, downLog, "{node}", "gracewatch: {reason}"},
 			Timeout: config.Dur(10 * time.Second), Retries: &zero}}
 	})
-	base := (&harness{t: t, svc: svc}).serve(ServerOptions{})
+	base := (&harness{t: t, svc: svc}).serve(httpapi.ServerOptions{})
 
 	// A member named by a hostlist, publishing a down state.
 	rogue := joinRaw(t, m.Addr(), "node[1-2]", downMeta(1, 1, "hung"))
@@ -98,7 +99,7 @@ func TestInvalidNamesNeverReachTheActuators(t *testing.T) {
 func TestHTTPRefusesInvalidNames(t *testing.T) {
 	h := newHarness(t)
 	h.member("n1", upMeta(1, 1))
-	base := h.serve(ServerOptions{Token: []byte(testToken)})
+	base := h.serve(httpapi.ServerOptions{Token: []byte(testToken)})
 	for _, tc := range []struct{ method, path, body, want string }{
 		{"GET", "/v1/nodes/node%5B1-2%5D", "", `invalid node name "node[1-2]": '[' at byte 4`},
 		{"GET", "/v1/nodes/ALL", "", "reserved"},

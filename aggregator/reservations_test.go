@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -66,7 +67,7 @@ func waitHeld(h *harness, sched *reservation.FakeScheduler, want ...string) {
 func TestReservationsFollowTheView(t *testing.T) {
 	sched := reservation.NewFakeScheduler()
 	h := newHarness(t, withReservations(sched))
-	url := h.serve(ServerOptions{})
+	url := h.serve(httpapi.ServerOptions{})
 	maint := reservation.Reservation{Name: "maint_n2", Nodes: []string{"n2"}, End: at(time.Hour)}
 	sched.Put(maint)
 
@@ -104,7 +105,7 @@ func TestReservationsFollowTheView(t *testing.T) {
 // endpoint says so.
 func TestReservationsOff(t *testing.T) {
 	h := newHarness(t)
-	url := h.serve(ServerOptions{})
+	url := h.serve(httpapi.ServerOptions{})
 	r := call(t, "GET", url+"/v1/reservations", "", "")
 	if string(r.body) != `{"enabled":false,"leader":false,"reservations":[]}`+"\n" {
 		t.Errorf("GET /v1/reservations = %s", r.body)

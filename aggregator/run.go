@@ -10,6 +10,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
@@ -94,7 +95,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	if len(token)+len(readToken) > 0 && cfg.HTTP.TLSCert == "" && !isLoopback(l.Addr()) {
 		log.Warn("the tokens travel in clear text: set http.tls_cert and http.tls_key", "listen", l.Addr().String())
 	}
-	srv := NewServer(svc, ServerOptions{Token: token, ReadToken: readToken, GuardReads: cfg.HTTP.ReadToken, MaxWatchers: cfg.HTTP.MaxWatchers,
+	srv := httpapi.NewServer(edge{svc}, httpapi.ServerOptions{Token: token, ReadToken: readToken, GuardReads: cfg.HTTP.ReadToken, MaxWatchers: cfg.HTTP.MaxWatchers,
 		MaxConnsPerSource: cfg.HTTP.MaxConnsPerSource, Logger: logger, Registry: reg})
 	serveErr := make(chan error, 1)
 	go func() {
@@ -157,7 +158,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	return nil
 }
 
-func shutdownServer(srv *Server, log *slog.Logger) {
+func shutdownServer(srv *httpapi.Server, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

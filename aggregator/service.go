@@ -183,11 +183,11 @@ type Service struct {
 	refused    refusedNames
 	// adopted: the gone members adopted from Handovers that this
 	// aggregator's mesh has not told of, with the bytes each holds
-	// (bounded by maxAdoptedGone and maxAdoptedBytes).
+	// (bounded by intake.MaxAdoptedGone and intake.MaxAdoptedBytes).
 	adopted      map[string]int
 	adoptedBytes int
 	// unseen: the nodes known only from their direct messages (bounded by
-	// maxUnseenNodes).
+	// intake.MaxUnseenNodes).
 	unseen       map[string]struct{}
 	unseenLogged time.Time
 	// staleLog rate-limits the log of refused stale or implausible

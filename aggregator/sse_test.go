@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
+	"github.com/gracewatch/gracewatch/internal/testutil/apispec"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -93,7 +95,7 @@ func openWatch(t *testing.T, base, lastID string) *watcher {
 		<-done
 	})
 	// The spec's view of the stream: 200, text/event-stream.
-	checkResponse(t, req, resp.StatusCode, resp.Header, []byte("retry: 2000\n\n"))
+	apispec.CheckResponse(t, req, resp.StatusCode, resp.Header, []byte("retry: 2000\n\n"))
 	return w
 }
 
@@ -107,11 +109,11 @@ func (w *watcher) next() sseEvent {
 		}
 		switch ev.event {
 		case "snapshot":
-			checkSchema(w.t, "NodeList", []byte(ev.data))
+			apispec.CheckSchema(w.t, "NodeList", []byte(ev.data))
 		case "node":
-			checkSchema(w.t, "Node", []byte(ev.data))
+			apispec.CheckSchema(w.t, "Node", []byte(ev.data))
 		case "forget":
-			checkSchema(w.t, "Forgotten", []byte(ev.data))
+			apispec.CheckSchema(w.t, "Forgotten", []byte(ev.data))
 		}
 		return ev
 	case <-time.After(testTimeout):
@@ -150,7 +152,7 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 	h := newHarness(t)
 	h.member("n1", upMeta(1, 1))
 	h.member("n2", upMeta(1, 1))
-	base := h.serve(ServerOptions{})
+	base := h.serve(httpapi.ServerOptions{})
 	e := h.svc.epoch
 
 	w := openWatch(t, base, "")
@@ -196,7 +198,7 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 
 func TestWatchBeyondHistory(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.History = 3 })
-	base := h.serve(ServerOptions{})
+	base := h.serve(httpapi.ServerOptions{})
 	e := h.svc.epoch
 	for i := uint64(1); i <= 6; i++ {
 		h.member("n1", upMeta(1, i))
@@ -215,14 +217,14 @@ func TestWatchBeyondHistory(t *testing.T) {
 
 func TestWatchHeartbeat(t *testing.T) {
 	h := newHarness(t)
-	base := h.serve(ServerOptions{})
+	base := h.serve(httpapi.ServerOptions{})
 	w := openWatch(t, base, "")
 	w.snapshot()
 	// Wait for the stream's heartbeat timer (the only timer here).
 	if !testutil.Poll(testTimeout, func() bool { return h.clk.Pending() == 1 }) {
 		t.Fatalf("%d timers pending", h.clk.Pending())
 	}
-	h.clk.Advance(DefaultHeartbeat)
+	h.clk.Advance(httpapi.DefaultHeartbeat)
 	if ev := w.next(); ev.comment != "heartbeat" {
 		t.Errorf("got %+v, want a heartbeat comment", ev)
 	}
@@ -232,7 +234,7 @@ func TestWatchHeartbeat(t *testing.T) {
 // and the other watchers go on, and the stalled one is disconnected.
 func TestWatchStalledClient(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.SubscriberBuffer = 4 })
-	base := h.serve(ServerOptions{WriteTimeout: 300 * time.Millisecond})
+	base := h.serve(httpapi.ServerOptions{WriteTimeout: 300 * time.Millisecond})
 
 	stalled, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
@@ -272,8 +274,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestWatchRejectsQuery(t *testing.T) {
 	h := newHarness(t)
-	base := h.serve(ServerOptions{})
+	base := h.serve(httpapi.ServerOptions{})
 	if r := call(t, "GET", base+"/v1/watch?since=5", "", ""); r.status != 400 {
 		t.Errorf("status %d", r.status)
+	}
+}
+
+// The read timeout does not end a watch: its request is read, the stream
+// lasts.
+func TestWatchOutlivesTheReadTimeout(t *testing.T) {
+	h := newHarness(t)
+	const readTimeout = 300 * time.Millisecond
+	base := h.serve(httpapi.ServerOptions{ReadTimeout: readTimeout})
+	w := openWatch(t, base, "")
+	w.snapshot()
+	time.Sleep(3 * readTimeout) // not a wait: the watch stays idle past the read timeout, the scenario
+	h.member("n1", upMeta(1, 1))
+	if _, n := w.nextNode(); n.Name != "n1" {
+		t.Errorf("event %+v", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/advisor"
 	"github.com/gracewatch/gracewatch/aggregator/history"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/metrics"
@@ -28,8 +29,6 @@ import (
 
 // Bounds of what the glue keeps per node.
 const (
-	// maxKillPathBytes is the proto's bound of StateUpdate.kill_path.
-	maxKillPathBytes = 256
 	// maxCausesKept bounds the causes remembered per node by job: a
 	// cause travels while the node is latched or observed, its teardown's
 	// release comes later.
@@ -97,28 +96,28 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 	}
 	now := s.clock.Now()
 	tds := u.GetTeardowns()
-	tds = tds[:min(len(tds), maxTeardownsKept)]
+	tds = tds[:min(len(tds), intake.MaxTeardownsKept)]
 	floor := u.GetKillPathFloorMs()
 	h.mu.Lock()
 	if floor > 0 && floor <= history.MaxFloorMs {
-		h.floors[node] = advisor.Floor{Node: node, Ms: floor, Path: view.CutText(strings.ToValidUTF8(u.GetKillPath(), "?"), maxKillPathBytes)}
+		h.floors[node] = advisor.Floor{Node: node, Ms: floor, Path: view.CutText(strings.ToValidUTF8(u.GetKillPath(), "?"), intake.MaxKillPathBytes)}
 	} else {
 		delete(h.floors, node) // none, or past the bound: unknown
 	}
 	for _, c := range []*gwpb.Cause{u.GetCause(), u.GetObservedCause()} {
-		if boundCause(c) == nil || c.GetJob() == "" {
+		if intake.BoundCause(c) == nil || c.GetJob() == "" {
 			continue
 		}
 		cs := h.causes[node]
 		if len(cs) >= maxCausesKept {
 			cs = cs[1:]
 		}
-		h.causes[node] = append(cs, jobCause{view.CutText(c.GetJob(), maxFieldBytes), causeString(c)})
+		h.causes[node] = append(cs, jobCause{view.CutText(c.GetJob(), intake.MaxFieldBytes), causeString(c)})
 	}
 	attrs := map[string][2]string{}
 	for _, td := range tds {
 		if td.GetPhase() != "released" && (td.GetUser() != "" || td.GetCommand() != "") {
-			attrs[view.CutText(td.GetJob(), maxFieldBytes)] = [2]string{view.CutText(td.GetUser(), history.MaxUserBytes), view.CutText(td.GetCommand(), history.MaxCommandBytes)}
+			attrs[view.CutText(td.GetJob(), intake.MaxFieldBytes)] = [2]string{view.CutText(td.GetUser(), history.MaxUserBytes), view.CutText(td.GetCommand(), history.MaxCommandBytes)}
 		}
 	}
 	if len(attrs) > 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -41,14 +42,14 @@ const (
 type restartable struct {
 	t    *testing.T
 	svc  *Service
-	opts ServerOptions
+	opts httpapi.ServerOptions
 	addr string
 
-	srv  *Server
+	srv  *httpapi.Server
 	done chan error
 }
 
-func serveRestartable(t *testing.T, svc *Service, o ServerOptions) *restartable {
+func serveRestartable(t *testing.T, svc *Service, o httpapi.ServerOptions) *restartable {
 	t.Helper()
 	rs := &restartable{t: t, svc: svc, opts: o, addr: "127.0.0.1:0"}
 	rs.start()
@@ -65,7 +66,7 @@ func (rs *restartable) start() {
 		rs.t.Fatalf("listen on %s: %v", rs.addr, err)
 	}
 	rs.addr = l.Addr().String()
-	rs.srv = NewServer(rs.svc, rs.opts)
+	rs.srv = httpapi.NewServer(edge{rs.svc}, rs.opts)
 	rs.done = make(chan error, 1)
 	go func() { rs.done <- rs.srv.Serve(l) }()
 }
@@ -133,11 +134,11 @@ func statusCluster(h *harness, now time.Time) {
 func TestStatusPageInBrowser(t *testing.T) {
 	for _, c := range []struct {
 		name       string
-		opts       ServerOptions
+		opts       httpapi.ServerOptions
 		screenshot bool
 	}{
 		{name: "EventSource", screenshot: true},
-		{name: "fetch with the read token", opts: ServerOptions{Token: []byte(testToken), ReadToken: []byte(testReadToken)}},
+		{name: "fetch with the read token", opts: httpapi.ServerOptions{Token: []byte(testToken), ReadToken: []byte(testReadToken)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := newBrowser(t)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 )
 
@@ -13,7 +14,7 @@ import (
 // and the drain limit, from GET /v1/incidents.
 func TestStatusPageIncidents(t *testing.T) {
 	f := newIncFixture(t, 30, incident.Config{LimitFraction: 0.1})
-	url := f.serve(ServerOptions{})
+	url := f.serve(httpapi.ServerOptions{})
 	f.hangTwoMounts()
 	b := newBrowser(t)
 	b.run("open the page", chromedp.Navigate(url+"/"))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -27,7 +28,7 @@ func TestStatusPageWouldDrain(t *testing.T) {
 	h.update("cn01", u)
 	h.member("cn02", upMeta(1, 1))
 	h.update("cn02", &gwpb.StateUpdate{Meta: upMeta(1, 1), Mode: gwpb.Mode_MODE_ENFORCE})
-	srv := serveRestartable(t, h.svc, ServerOptions{Logger: testLogger(t), Clock: h.clk})
+	srv := serveRestartable(t, h.svc, httpapi.ServerOptions{Logger: testLogger(t), Clock: h.clk})
 
 	b.run("open the page", chromedp.Navigate(srv.base()+"/"))
 	b.waitFor("the would-be drain", `!document.getElementById('wouldDrain').hidden &&

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -39,12 +40,14 @@ func downMeta(inc, seq uint64, reason string) *gwpb.Meta {
 }
 
 func alive(name string, gossip *gwpb.Meta) view.NodeInput {
-	return view.NodeInput{Name: name, Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0, Gossip: decodeMeta(gossip)}
+	return view.NodeInput{Name: name, Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0, Gossip: intake.DecodeMeta(gossip)}
 }
 
 // updateIn is u as the intake keeps it (bounded, then decoded); nil for
 // nil.
-func updateIn(u *gwpb.StateUpdate) *view.NodeUpdate { return decodeUpdate(boundUpdate(u)) }
+func updateIn(u *gwpb.StateUpdate) *view.NodeUpdate {
+	return intake.DecodeUpdate(intake.BoundUpdate(u))
+}
 
 func tp(t time.Time) *time.Time { return &t }
 
@@ -155,7 +158,7 @@ func TestCompute(t *testing.T) {
 			name: "a newer report after the deadline wins", now: deadline.Add(time.Hour),
 			in: func() view.NodeInput {
 				in := alive("n1", teardownMeta(1, 2, deadline))
-				in.Direct = decodeMeta(upMeta(1, 3))
+				in.Direct = intake.DecodeMeta(upMeta(1, 3))
 				return in
 			}(),
 			state: view.StateUp, since: tp(t0), schedulable: true,
@@ -200,7 +203,7 @@ func TestCompute(t *testing.T) {
 			name: "a direct meta newer than gossip wins", now: at(time.Hour),
 			in: func() view.NodeInput {
 				in := alive("n1", downMeta(1, 5, "hung"))
-				in.Direct = decodeMeta(upMeta(1, 6))
+				in.Direct = intake.DecodeMeta(upMeta(1, 6))
 				return in
 			}(),
 			state: view.StateUp, since: tp(t0), schedulable: true,
@@ -209,7 +212,7 @@ func TestCompute(t *testing.T) {
 			name: "a new incarnation is newer whatever its seq", now: t0,
 			in: func() view.NodeInput {
 				in := alive("n1", upMeta(2, 1))
-				in.Direct = decodeMeta(downMeta(1, 99, "old"))
+				in.Direct = intake.DecodeMeta(downMeta(1, 99, "old"))
 				return in
 			}(),
 			state: view.StateUp, since: tp(t0), schedulable: true,
@@ -314,7 +317,7 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "a direct message before the member event counts as alive", now: t0,
-			in:    view.NodeInput{Name: "n1", Role: view.RoleAgent, Direct: decodeMeta(upMeta(1, 1))},
+			in:    view.NodeInput{Name: "n1", Role: view.RoleAgent, Direct: intake.DecodeMeta(upMeta(1, 1))},
 			state: view.StateUp, since: tp(t0), schedulable: true,
 			check: func(t *testing.T, n view.Node) {
 				if mesh.Status(n.Member) != mesh.StatusAlive {
@@ -476,7 +479,7 @@ func TestNextEnforcementUnreachableAfter(t *testing.T) {
 		t.Error("the window is still pending once it has passed")
 	}
 	// The earlier of a teardown's D + allowance and the window's end.
-	in.Gossip = decodeMeta(teardownMeta(1, 2, went.Add(-4*time.Second)))
+	in.Gossip = intake.DecodeMeta(teardownMeta(1, 2, went.Add(-4*time.Second)))
 	if got, ok := view.NextEnforcement(&in, went, p); !ok || !got.Equal(went.Add(time.Second)) {
 		t.Errorf("nextEnforcement = %v, %v; want D + allowance", got, ok)
 	}
@@ -550,7 +553,7 @@ func TestComputeSettle(t *testing.T) {
 		}(), now: seen, policy: p, state: view.StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
 		{name: "a ControlAck's meta counts as the agent's own", in: func() view.NodeInput {
 			in := gossipOnly()
-			in.Direct = decodeMeta(teardownMeta(1, 3, deadline))
+			in.Direct = intake.DecodeMeta(teardownMeta(1, 3, deadline))
 			return in
 		}(), now: seen, policy: p, state: view.StateDown, reason: centralReason, since: deadline.Add(5 * time.Second)},
 		{name: "settle 0: gossip is trusted at once", in: gossipOnly(),

@@ -345,6 +345,12 @@ type Confirmation struct {
 	Until *time.Time `json:"until,omitempty"`
 }
 
+// MaxConfirmFor bounds the time a confirmation covers every drain of its
+// incident (IncidentConfirmRequest's For; the Service's ConfirmIncident;
+// the CLI's --for): a day covers a storm through a night, and no
+// confirmation leaves the limit open for longer.
+const MaxConfirmFor = 24 * time.Hour
+
 // IncidentConfirmRequest is the body of POST /v1/incidents/{id}/confirm.
 type IncidentConfirmRequest struct {
 	// Reason says why (required, at most MaxReasonBytes of printable

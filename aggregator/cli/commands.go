@@ -13,6 +13,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator"
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/internal/cmdutil"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -178,8 +179,8 @@ func runAction(c *cli, name string, args []string) int {
 	if code, ok := f.ParseN(args, 1, "NODE"); !ok {
 		return code
 	}
-	if len(*reason) > aggregator.MaxReasonBytes {
-		return f.UsageErrorf("--reason: %d bytes, longer than %d", len(*reason), aggregator.MaxReasonBytes)
+	if len(*reason) > httpapi.MaxReasonBytes {
+		return f.UsageErrorf("--reason: %d bytes, longer than %d", len(*reason), httpapi.MaxReasonBytes)
 	}
 	node := f.Args()[0]
 	if name == "forget" {

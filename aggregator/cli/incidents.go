@@ -11,6 +11,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator"
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 )
 
 // runIncidents ("incidents") lists the incidents and the blast-radius
@@ -96,8 +97,8 @@ func runIncident(c *cli, name string, args []string) int {
 	if err != nil || id == 0 {
 		return f.UsageErrorf("incident id %q: want a positive integer (aggregator incidents lists them)", f.Args()[1])
 	}
-	if len(*reason) > aggregator.MaxReasonBytes || strings.TrimSpace(*reason) == "" {
-		return f.UsageErrorf("--reason: want 1 to %d bytes", aggregator.MaxReasonBytes)
+	if len(*reason) > httpapi.MaxReasonBytes || strings.TrimSpace(*reason) == "" {
+		return f.UsageErrorf("--reason: want 1 to %d bytes", httpapi.MaxReasonBytes)
 	}
 	if *forD < 0 || *forD > aggregator.MaxConfirmFor {
 		return f.UsageErrorf("--for: want 0 (none) to %v, got %v", aggregator.MaxConfirmFor, *forD)

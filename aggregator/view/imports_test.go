@@ -1,7 +1,6 @@
 package view
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -13,11 +12,7 @@ import (
 // view's output is converted at the HTTP edge. This test fails when a file
 // of the package imports the protobuf types, the HTTP API's or net/http.
 func TestImportsNoWireTypes(t *testing.T) {
-	out, err := exec.Command(testutil.GoTool(), "list", "-f", `{{join .Imports "\n"}}`, ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, path := range strings.Fields(string(out)) {
+	for _, path := range testutil.Imports(t) {
 		if strings.HasSuffix(path, "/proto/gwpb") || strings.HasPrefix(path, "google.golang.org/protobuf") ||
 			strings.HasSuffix(path, "/aggregator/api") || path == "net/http" {
 			t.Errorf("the view imports %s: it works on the node input (nodeinput.go); decode at the intake, convert at the HTTP edge", path)

@@ -1,10 +1,10 @@
 package view
 
 // The internal node input: what the intake keeps of a node's gossip and
-// StateUpdates, decoded and checked once where they enter (the aggregator's
-// decode.go), so that the view works on the aggregator's own types and
+// StateUpdates, decoded and checked once where they enter (package
+// aggregator/intake), so that the view works on the aggregator's own types and
 // never on the wire's (TestImportsNoWireTypes). The view's output is
-// converted to the HTTP type at the HTTP edge (wire.go); the same
+// converted to the HTTP type at the HTTP edge (aggregator/httpapi/wire.go); the same
 // split as kubernetes/node-problem-detector keeps between its internal
 // types and its exporters'.
 
@@ -50,7 +50,7 @@ type NodeMeta struct {
 }
 
 // NodeUpdate is an agent's StateUpdate, decoded and checked at the intake
-// (decodeUpdate): its meta, its teardown clocks and reports, what it says of
+// (intake.DecodeUpdate): its meta, its teardown clocks and reports, what it says of
 // its DOWN latch and its mode. Never modified once made, so it is shared
 // between the inputs and the handover.
 type NodeUpdate struct {

@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 // The HTTP requests' metrics: gracewatch_aggregator_http_requests_total by
 // route, method and status.
@@ -10,7 +10,16 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gracewatch/gracewatch/internal/metrics"
 )
+
+// subsystem is the metrics' subsystem, the aggregator's.
+const subsystem = "aggregator"
+
+func opts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: metrics.Namespace, Subsystem: subsystem, Name: name, Help: help}
+}
 
 // newRequestsCounter returns gracewatch_aggregator_http_requests_total,
 // registered in reg (or the one already there) when reg is not nil.

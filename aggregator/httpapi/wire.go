@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 // The HTTP edge: the view's nodes (Node, view.go) in the HTTP API's form
 // (api.Node, proto/openapi.yaml). Everything the HTTP server, the watch
@@ -11,8 +11,8 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
-// wireNode is n as the HTTP API serves it.
-func wireNode(n view.Node) api.Node {
+// WireNode is n as the HTTP API serves it.
+func WireNode(n view.Node) api.Node {
 	w := api.Node{Name: n.Name, State: api.State(n.State), Reason: n.Reason, Since: wireTime(n.Since), FreeAt: wireTime(n.FreeAt),
 		Schedulable: n.Schedulable, Member: string(n.Member), Role: n.Role, Incarnation: n.Incarnation, Seq: n.Seq,
 		DecodeError: n.DecodeError, Teardowns: make([]api.Teardown, len(n.Teardowns))}
@@ -40,7 +40,7 @@ func wireNode(n view.Node) api.Node {
 func wireNodes(nodes []view.Node) []api.Node {
 	out := make([]api.Node, len(nodes))
 	for i, n := range nodes {
-		out[i] = wireNode(n)
+		out[i] = WireNode(n)
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package aggregator
+package intake
 
 import (
 	"fmt"
@@ -9,94 +9,96 @@ import (
 )
 
 // What the aggregator keeps of one node's messages is bounded here, where
-// the messages enter (applyMessage, adoptHandover), so that its memory is
+// the messages enter (applyMessage, AdoptHandover), so that its memory is
 // bounded by the number of nodes whatever they send. A message is at most
 // mesh.EnvelopeLimit (4 MiB) on the wire; without these bounds the
 // aggregator kept all of it per node (and once more per watch event).
 const (
-	// maxSummaryBytes bounds a report's summary, which is of the same kind
+	// MaxSummaryBytes bounds a report's summary, which is of the same kind
 	// as a reason.
-	maxSummaryBytes = 4 << 10
-	// maxDetailBytes bounds a report's detail_json: about 500 hung
+	MaxSummaryBytes = 4 << 10
+	// MaxDetailBytes bounds a report's detail_json: about 500 hung
 	// processes at the ~250 bytes each of a real report (BenchmarkNodes'
 	// report is 2 KB for 8). A bigger report is replaced by a note that
 	// says where the whole one is: on the node, `nodeagent diagnose`.
-	maxDetailBytes = 128 << 10
-	// maxReportsKept bounds the reports kept per node (the agent sends the
+	MaxDetailBytes = 128 << 10
+	// MaxReportsKept bounds the reports kept per node (the agent sends the
 	// latest of each violating job; a node rarely has more than a few).
 	// Only the latest is served with its detail, so the others keep their
 	// summary only.
-	maxReportsKept = 8
-	// maxTeardownsKept bounds the teardown clocks kept per node: the
+	MaxReportsKept = 8
+	// MaxTeardownsKept bounds the teardown clocks kept per node: the
 	// jobs tearing down at once and those released recently; 64 is more
 	// than a node runs jobs at once.
-	maxTeardownsKept = 64
-	// maxFieldBytes bounds the short fields of teardowns and reports (job
+	MaxTeardownsKept = 64
+	// MaxFieldBytes bounds the short fields of teardowns and reports (job
 	// id, phase, stage, outcome): the agent's job ids are at most 128 bytes
 	// (agent/api).
-	maxFieldBytes = 128
-	// maxForgetNames bounds the names of one Forget: one per request from
+	MaxFieldBytes = 128
+	// MaxForgetNames bounds the names of one Forget: one per request from
 	// HTTP; 1,024 leaves room for a tool that forgets a decommissioned rack
 	// in one message.
-	maxForgetNames = 1024
-	// maxAdoptedGone bounds the gone members adopted from other
+	MaxForgetNames = 1024
+	// MaxAdoptedGone bounds the gone members adopted from other
 	// aggregators' Handovers and not (yet) seen by this aggregator's own
 	// mesh: the design's cluster size. Past it a Handover adopts nothing
 	// more; the aggregators that saw those nodes go still serve them.
-	maxAdoptedGone = 10000
-	// maxAdoptedBytes bounds what the adopted gone members hold (by
+	MaxAdoptedGone = 10000
+	// MaxAdoptedBytes bounds what the adopted gone members hold (by
 	// proto.Size of their bounded meta and update): without it 10,000
 	// maximal entries, each within the bounds above, could hold 2 GB. 64
 	// MiB is 10,000 gone nodes with a 6 KB update each.
-	maxAdoptedBytes = 64 << 20
-	// maxUnseenNodes bounds the nodes known only from their direct
+	MaxAdoptedBytes = 64 << 20
+	// MaxUnseenNodes bounds the nodes known only from their direct
 	// messages, of which the mesh has not told (a message may overtake the
 	// member event, briefly). Past it a message from yet another such
 	// name is dropped: the node's gossiped meta still brings it in.
-	maxUnseenNodes = 1024
+	MaxUnseenNodes = 1024
+	// MaxKillPathBytes is the proto's bound of StateUpdate.kill_path.
+	MaxKillPathBytes = 256
 )
 
-// cutDetail returns d, or when it is longer than maxDetailBytes a small
+// cutDetail returns d, or when it is longer than MaxDetailBytes a small
 // JSON object that says so (a cut JSON document would not decode).
 func cutDetail(d []byte) []byte {
-	if len(d) <= maxDetailBytes {
+	if len(d) <= MaxDetailBytes {
 		return d
 	}
 	return fmt.Appendf(nil, `{"cut":true,"bytes":%d,"max_bytes":%d,"note":"the whole report is on the node: nodeagent diagnose --json"}`,
-		len(d), maxDetailBytes)
+		len(d), MaxDetailBytes)
 }
 
-// boundUpdate returns a copy of u within the bounds above, without the
+// BoundUpdate returns a copy of u within the bounds above, without the
 // fields this build does not know (protobuf keeps them, and they could
 // carry megabytes). The reports kept are the newest (by taken_ms), the
-// teardowns the first maxTeardownsKept (the agent lists active ones first);
+// teardowns the first MaxTeardownsKept (the agent lists active ones first);
 // only the newest report keeps its detail, the one that is served
 // (fillDetails). A StateUpdate comes once per state change of a node: the
 // copy is cheap beside what it bounds.
-func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
+func BoundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 	if u == nil {
 		return nil
 	}
-	c := &gwpb.StateUpdate{Meta: boundMeta(u.GetMeta()), Reason: view.CutText(u.GetReason(), view.MaxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
-		Cause: boundCause(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(),
-		Mode: boundMode(u.GetMode()), ObservedCause: boundCause(u.GetObservedCause()),
-		KillPathFloorMs: u.GetKillPathFloorMs(), KillPath: view.CutText(u.GetKillPath(), maxKillPathBytes)}
+	c := &gwpb.StateUpdate{Meta: BoundMeta(u.GetMeta()), Reason: view.CutText(u.GetReason(), view.MaxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
+		Cause: BoundCause(u.GetCause()), Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(),
+		Mode: boundMode(u.GetMode()), ObservedCause: BoundCause(u.GetObservedCause()),
+		KillPathFloorMs: u.GetKillPathFloorMs(), KillPath: view.CutText(u.GetKillPath(), MaxKillPathBytes)}
 	tds := u.GetTeardowns()
-	for _, td := range tds[:min(len(tds), maxTeardownsKept)] {
+	for _, td := range tds[:min(len(tds), MaxTeardownsKept)] {
 		c.Teardowns = append(c.Teardowns, &gwpb.Teardown{
-			Job:          view.CutText(td.GetJob(), maxFieldBytes),
-			Phase:        view.CutText(td.GetPhase(), maxFieldBytes),
+			Job:          view.CutText(td.GetJob(), MaxFieldBytes),
+			Phase:        view.CutText(td.GetPhase(), MaxFieldBytes),
 			EndedMs:      td.GetEndedMs(),
 			DeadlineMs:   td.GetDeadlineMs(),
 			ExpirationMs: td.GetExpirationMs(),
 			GraceMs:      td.GetGraceMs(),
-			Outcome:      view.CutText(td.GetOutcome(), maxFieldBytes),
+			Outcome:      view.CutText(td.GetOutcome(), MaxFieldBytes),
 			ReleasedMs:   td.GetReleasedMs(),
-			// Cut at maxFieldBytes, past their own bound of 64: the
+			// Cut at MaxFieldBytes, past their own bound of 64: the
 			// history refuses a user or command longer than that (a cut
 			// one would look valid).
-			User:    view.CutText(td.GetUser(), maxFieldBytes),
-			Command: view.CutText(td.GetCommand(), maxFieldBytes),
+			User:    view.CutText(td.GetUser(), MaxFieldBytes),
+			Command: view.CutText(td.GetCommand(), MaxFieldBytes),
 		})
 	}
 	reps := slices.Clone(u.GetReports())
@@ -107,13 +109,13 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 	slices.SortStableFunc(reps, func(a, b *gwpb.Report) int { return view.MsTime(b.GetTakenMs()).Compare(view.MsTime(a.GetTakenMs())) })
 	// A new slice: a resliced clone would keep the reports past the bound
 	// (and their details) alive in its backing array.
-	reps = slices.Clone(reps[:min(len(reps), maxReportsKept)])
+	reps = slices.Clone(reps[:min(len(reps), MaxReportsKept)])
 	for i, r := range reps {
 		b := &gwpb.Report{
-			Job:     view.CutText(r.GetJob(), maxFieldBytes),
-			Stage:   view.CutText(r.GetStage(), maxFieldBytes),
-			Outcome: view.CutText(r.GetOutcome(), maxFieldBytes),
-			Summary: view.CutText(r.GetSummary(), maxSummaryBytes),
+			Job:     view.CutText(r.GetJob(), MaxFieldBytes),
+			Stage:   view.CutText(r.GetStage(), MaxFieldBytes),
+			Outcome: view.CutText(r.GetOutcome(), MaxFieldBytes),
+			Summary: view.CutText(r.GetSummary(), MaxSummaryBytes),
 			TakenMs: r.GetTakenMs(),
 		}
 		if i == 0 {
@@ -126,11 +128,11 @@ func boundUpdate(u *gwpb.StateUpdate) *gwpb.StateUpdate {
 	return c
 }
 
-// boundMeta returns a copy of m with its reason cut to
+// BoundMeta returns a copy of m with its reason cut to
 // maxUpdateReasonBytes and without unknown fields. A gossiped meta is
 // within memberlist's 512 bytes; one sent directly (in a StateUpdate or a
 // ControlAck) is not.
-func boundMeta(m *gwpb.Meta) *gwpb.Meta {
+func BoundMeta(m *gwpb.Meta) *gwpb.Meta {
 	if m == nil {
 		return nil
 	}
@@ -144,7 +146,7 @@ func boundMeta(m *gwpb.Meta) *gwpb.Meta {
 		DeadlineMs:  m.GetDeadlineMs(),
 		SinceMs:     m.GetSinceMs(),
 		Reason:      view.CutText(m.GetReason(), view.MaxUpdateReasonBytes),
-		Addr:        view.CutText(m.GetAddr(), maxFieldBytes),
+		Addr:        view.CutText(m.GetAddr(), MaxFieldBytes),
 		StartedMs:   m.GetStartedMs(),
 	}
 }

@@ -1,8 +1,7 @@
-package aggregator
+package httpapi
 
 import (
 	"bufio"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -201,7 +200,7 @@ func TestFloodFromOneSource(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
-			h.member("n1", upMeta(1, 1))
+			h.member("n1")
 			reg := prometheus.NewRegistry()
 			srv, base := h.server(ServerOptions{Token: []byte(testToken), ReadToken: []byte(testReadToken), Registry: reg,
 				MaxConnsPerSource: tc.perSource})
@@ -380,25 +379,10 @@ func TestPressureHTTP2(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv := NewServer(h.svc, ServerOptions{Clock: h.clk, Logger: testLogger(t), Registry: reg, MaxConns: maxConns, MaxConnsPerSource: maxConns})
 	certFile, keyFile, pool := selfSigned(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeTLS(l, certFile, keyFile) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("ServeTLS: %v", err)
-		}
-	})
+	addr := strings.TrimPrefix(testutil.ServeLocal(t, servingTLS{srv, certFile, keyFile}, testTimeout), "http://")
 	// Silent connections (no TLS handshake) up to the mark.
 	for range highWaterOf(maxConns) {
-		c, err := net.Dial("tcp", l.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -410,7 +394,7 @@ func TestPressureHTTP2(t *testing.T) {
 	tr := &http.Transport{DialContext: d.DialContext, TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: testTimeout}
-	resp, err := hc.Get("https://" + l.Addr().String() + "/healthz")
+	resp, err := hc.Get("https://" + addr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,6 +409,14 @@ func TestPressureHTTP2(t *testing.T) {
 		t.Errorf("closed %v, want the idle HTTP/2 connection", closed)
 	}
 }
+
+// servingTLS is a Server that Serve serves over TLS with cert and key.
+type servingTLS struct {
+	*Server
+	cert, key string
+}
+
+func (s servingTLS) Serve(l net.Listener) error { return s.ServeTLS(l, s.cert, s.key) }
 
 // selfSigned writes a certificate for 127.0.0.1 and its key, and returns
 // their files and a pool that trusts it.

@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 import (
 	"errors"
@@ -168,19 +168,4 @@ func (p *peakListener) Accept() (net.Conn, error) {
 		}
 	}
 	return c, err
-}
-
-// The read timeout does not end a watch: its request is read, the stream
-// lasts.
-func TestWatchOutlivesTheReadTimeout(t *testing.T) {
-	h := newHarness(t)
-	const readTimeout = 300 * time.Millisecond
-	base := h.serve(ServerOptions{ReadTimeout: readTimeout})
-	w := openWatch(t, base, "")
-	w.snapshot()
-	time.Sleep(3 * readTimeout) // not a wait: the watch stays idle past the read timeout, the scenario
-	h.member("n1", upMeta(1, 1))
-	if _, n := w.nextNode(); n.Name != "n1" {
-		t.Errorf("event %+v", n)
-	}
 }

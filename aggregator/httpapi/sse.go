@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 import (
 	"bytes"
@@ -138,7 +138,7 @@ func writeChange(buf *bytes.Buffer, ev watch.Event) {
 		writeEvent(buf, ev.ID, "forget", api.Forgotten{Name: ev.Node.Name})
 		return
 	}
-	writeEvent(buf, ev.ID, "node", wireNode(ev.Node))
+	writeEvent(buf, ev.ID, "node", WireNode(ev.Node))
 }
 
 // writeEvent appends one SSE event to buf. JSON has no raw line breaks, so

@@ -1,4 +1,4 @@
-package aggregator
+package intake
 
 import (
 	"reflect"
@@ -11,6 +11,14 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
+// t0 is the tests' time; at(d) is d after it, ms(t) t in Unix
+// milliseconds as the wire carries it.
+var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
 // fullUpdate is a StateUpdate with every field set to a valid value.
 func fullUpdate() *gwpb.StateUpdate {
 	deadline := at(2 * time.Minute)
@@ -18,7 +26,8 @@ func fullUpdate() *gwpb.StateUpdate {
 		return &gwpb.Cause{Fstype: fs, Source: "srv:/vol", Mountpoint: "/scratch", Wchan: "request_wait_answer", Class: "unkillable",
 			Unkillable: 1, ExitHang: 2, KillableD: 3, Missed: 4, Dying: 5, Zombie: 6, ExamplePid: 42, ExampleComm: "cat", Job: "7"}
 	}
-	meta := downMeta(3, 9, "job 7 hung")
+	meta := &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 3, Seq: 9, State: gwpb.State_STATE_DOWN,
+		SinceMs: ms(at(time.Minute)), Reason: "job 7 hung"}
 	meta.FreeAtMs, meta.DeadlineMs = ms(deadline), ms(deadline)
 	return &gwpb.StateUpdate{Meta: meta, Reason: "job 7 hung (full)", StartedMs: ms(t0),
 		Teardowns: []*gwpb.Teardown{
@@ -79,22 +88,22 @@ func zeroFields(v reflect.Value, path string) []string {
 // Handover's encoding of that input decodes to the same input: the
 // aggregator that adopts a gone node serves it as the one that saw it go.
 func TestDecodeCarriesEveryField(t *testing.T) {
-	u := decodeUpdate(boundUpdate(fullUpdate()))
+	u := DecodeUpdate(BoundUpdate(fullUpdate()))
 	if zero := zeroFields(reflect.ValueOf(u), "NodeUpdate"); len(zero) > 0 {
-		t.Errorf("decodeUpdate left fields unset: %v", zero)
+		t.Errorf("DecodeUpdate left fields unset: %v", zero)
 	}
 	if u.Mode != config.ModeObserve || u.Meta.State != view.AgentDown || u.KillPathFloor != 95*time.Second ||
 		u.Teardowns[0].Grace != 2*time.Minute || u.Cause.Counts[5] != 6 || u.ObservedCause.FSType != "nfs" {
 		t.Errorf("decoded %+v", u)
 	}
-	again := decodeUpdate(boundUpdate(encodeUpdate(u)))
+	again := DecodeUpdate(BoundUpdate(EncodeUpdate(u)))
 	if !reflect.DeepEqual(again, u) {
 		t.Errorf("a handover's encoding changed the input:\n got %+v\nwant %+v", again, u)
 	}
-	if m := decodeMeta(encodeMeta(u.Meta)); !reflect.DeepEqual(m, u.Meta) {
+	if m := DecodeMeta(EncodeMeta(u.Meta)); !reflect.DeepEqual(m, u.Meta) {
 		t.Errorf("a handover's encoding changed the meta:\n got %+v\nwant %+v", m, u.Meta)
 	}
-	if decodeUpdate(&gwpb.StateUpdate{}) != nil || decodeUpdate(nil) != nil || decodeMeta(nil) != nil || encodeUpdate(nil) != nil {
+	if DecodeUpdate(&gwpb.StateUpdate{}) != nil || DecodeUpdate(nil) != nil || DecodeMeta(nil) != nil || EncodeUpdate(nil) != nil {
 		t.Error("an update without meta decoded to an input")
 	}
 }
@@ -113,7 +122,7 @@ func TestDecodeDropsInvalidInput(t *testing.T) {
 	w.ObservedCause = &gwpb.Cause{}
 	w.Mode = gwpb.Mode(9)
 	w.KillPathFloorMs = 1 << 62
-	u := decodeUpdate(boundUpdate(w))
+	u := DecodeUpdate(BoundUpdate(w))
 	td := u.Teardowns[0]
 	switch {
 	case !u.Meta.Since.IsZero() || !u.Meta.FreeAt.IsZero():

@@ -1,9 +1,9 @@
-package aggregator
+package intake
 
 // The intake's decoding: gossip and StateUpdates (the wire's gwpb types),
 // once bounded (bounds.go), become the internal node input (aggregator/view)
 // here, checked once; a Handover carries that input back in the wire's
-// form (encodeMeta, encodeUpdate). Nothing past this file and the intake
+// form (EncodeMeta, EncodeUpdate). Nothing past this file and the intake
 // reads the wire's types of a node's state.
 
 import (
@@ -18,14 +18,13 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
-	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-// decodeMeta is m as the view keeps it; nil for nil. Its reason is cut to
+// DecodeMeta is m as the view keeps it; nil for nil. Its reason is cut to
 // maxUpdateReasonBytes (a gossiped meta is within memberlist's 512 bytes, a
 // direct one is not); times out of range are unknown (msTime).
-func decodeMeta(m *gwpb.Meta) *view.NodeMeta {
+func DecodeMeta(m *gwpb.Meta) *view.NodeMeta {
 	if m == nil {
 		return nil
 	}
@@ -34,47 +33,47 @@ func decodeMeta(m *gwpb.Meta) *view.NodeMeta {
 		Reason: view.CutText(m.GetReason(), view.MaxUpdateReasonBytes)}
 }
 
-// decodeUpdate is u, a StateUpdate bounded by boundUpdate, as the view
+// DecodeUpdate is u, a StateUpdate bounded by BoundUpdate, as the view
 // keeps it; nil when u is nil or has no meta. A cause that breaks its
-// bounds (checkCause) is dropped; a teardown's user or command that breaks
+// bounds (CheckCause) is dropped; a teardown's user or command that breaks
 // the proto's rule is dropped (servedUser, servedCommand); a report's
 // detail that is not valid JSON is dropped.
-func decodeUpdate(u *gwpb.StateUpdate) *view.NodeUpdate {
+func DecodeUpdate(u *gwpb.StateUpdate) *view.NodeUpdate {
 	if u.GetMeta() == nil {
 		return nil
 	}
-	d := &view.NodeUpdate{Meta: decodeMeta(u.GetMeta()), Reason: view.CutText(u.GetReason(), view.MaxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
+	d := &view.NodeUpdate{Meta: DecodeMeta(u.GetMeta()), Reason: view.CutText(u.GetReason(), view.MaxUpdateReasonBytes), StartedMs: u.GetStartedMs(),
 		Clean: u.GetClean(), AdminDrain: u.GetAdminDrain(), Mode: config.ModeEnforce,
-		KillPathFloor: msDuration(u.GetKillPathFloorMs()), KillPath: view.CutText(u.GetKillPath(), maxKillPathBytes)}
-	if checkCause(u.GetCause()) == nil {
+		KillPathFloor: msDuration(u.GetKillPathFloorMs()), KillPath: view.CutText(u.GetKillPath(), MaxKillPathBytes)}
+	if CheckCause(u.GetCause()) == nil {
 		d.Cause = decodeCause(u.GetCause())
 	}
-	if checkCause(u.GetObservedCause()) == nil {
+	if CheckCause(u.GetObservedCause()) == nil {
 		d.ObservedCause = decodeCause(u.GetObservedCause())
 	}
 	if u.GetMode() == gwpb.Mode_MODE_OBSERVE {
 		d.Mode = config.ModeObserve
 	}
 	tds := u.GetTeardowns()
-	tds = tds[:min(len(tds), maxTeardownsKept)]
+	tds = tds[:min(len(tds), MaxTeardownsKept)]
 	d.Teardowns = make([]view.Teardown, 0, len(tds))
 	for _, td := range tds {
 		d.Teardowns = append(d.Teardowns, view.Teardown{
-			Job:        view.CutText(td.GetJob(), maxFieldBytes),
-			Phase:      view.CutText(td.GetPhase(), maxFieldBytes),
+			Job:        view.CutText(td.GetJob(), MaxFieldBytes),
+			Phase:      view.CutText(td.GetPhase(), MaxFieldBytes),
 			Ended:      view.MsTime(td.GetEndedMs()),
 			Deadline:   view.MsTime(td.GetDeadlineMs()),
 			Expiration: view.MsTime(td.GetExpirationMs()),
 			Grace:      msDuration(td.GetGraceMs()),
-			Outcome:    view.CutText(td.GetOutcome(), maxFieldBytes),
+			Outcome:    view.CutText(td.GetOutcome(), MaxFieldBytes),
 			Released:   view.MsTime(td.GetReleasedMs()),
 			User:       servedUser(td.GetUser()),
 			Command:    servedCommand(td.GetCommand()),
 		})
 	}
 	for _, r := range u.GetReports() {
-		rep := view.Report{Job: view.CutText(r.GetJob(), maxFieldBytes), Stage: view.CutText(r.GetStage(), maxFieldBytes),
-			Outcome: view.CutText(r.GetOutcome(), maxFieldBytes), Summary: view.CutText(r.GetSummary(), maxSummaryBytes),
+		rep := view.Report{Job: view.CutText(r.GetJob(), MaxFieldBytes), Stage: view.CutText(r.GetStage(), MaxFieldBytes),
+			Outcome: view.CutText(r.GetOutcome(), MaxFieldBytes), Summary: view.CutText(r.GetSummary(), MaxSummaryBytes),
 			Taken: view.MsTime(r.GetTakenMs())}
 		if dj := r.GetDetailJson(); len(dj) > 0 && json.Valid(dj) {
 			rep.Detail = json.RawMessage(dj)
@@ -101,8 +100,8 @@ func msOf(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// encodeMeta is m in the wire's form (a Handover carries it); nil for nil.
-func encodeMeta(m *view.NodeMeta) *gwpb.Meta {
+// EncodeMeta is m in the wire's form (a Handover carries it); nil for nil.
+func EncodeMeta(m *view.NodeMeta) *gwpb.Meta {
 	if m == nil {
 		return nil
 	}
@@ -110,13 +109,13 @@ func encodeMeta(m *view.NodeMeta) *gwpb.Meta {
 		State: gwpb.State(m.State), SinceMs: msOf(m.Since), FreeAtMs: msOf(m.FreeAt), DeadlineMs: msOf(m.Deadline), Reason: m.Reason}
 }
 
-// encodeUpdate is u in the wire's form (a Handover carries it): decoded
+// EncodeUpdate is u in the wire's form (a Handover carries it): decoded
 // again, it gives u. Nil for nil.
-func encodeUpdate(u *view.NodeUpdate) *gwpb.StateUpdate {
+func EncodeUpdate(u *view.NodeUpdate) *gwpb.StateUpdate {
 	if u == nil {
 		return nil
 	}
-	w := &gwpb.StateUpdate{Meta: encodeMeta(u.Meta), Reason: u.Reason, StartedMs: u.StartedMs, Cause: encodeCause(u.Cause),
+	w := &gwpb.StateUpdate{Meta: EncodeMeta(u.Meta), Reason: u.Reason, StartedMs: u.StartedMs, Cause: encodeCause(u.Cause),
 		Clean: u.Clean, AdminDrain: u.AdminDrain, Mode: gwpb.Mode_MODE_ENFORCE, ObservedCause: encodeCause(u.ObservedCause),
 		KillPathFloorMs: u.KillPathFloor.Milliseconds(), KillPath: u.KillPath}
 	if u.Mode == config.ModeObserve {
@@ -150,9 +149,9 @@ func encodeCause(c *view.NodeCause) *gwpb.Cause {
 // still fits an int.
 const maxCauseCount = 1 << 20
 
-// checkCause checks a node's cause by agent/report's bounds: every string
+// CheckCause checks a node's cause by agent/report's bounds: every string
 // printable UTF-8 within its bound, a known class. A nil cause is valid.
-func checkCause(c *gwpb.Cause) error {
+func CheckCause(c *gwpb.Cause) error {
 	if c == nil {
 		return nil
 	}
@@ -181,9 +180,9 @@ func decodeCause(c *gwpb.Cause) *view.NodeCause {
 	}
 }
 
-// boundCause is a copy of c without unknown fields (bounds.go copies a
+// BoundCause is a copy of c without unknown fields (bounds.go copies a
 // StateUpdate's known fields only); the intake checks it (intakeLatch).
-func boundCause(c *gwpb.Cause) *gwpb.Cause {
+func BoundCause(c *gwpb.Cause) *gwpb.Cause {
 	if c == nil {
 		return nil
 	}
@@ -191,34 +190,6 @@ func boundCause(c *gwpb.Cause) *gwpb.Cause {
 		Class: c.GetClass(), Unkillable: c.GetUnkillable(), ExitHang: c.GetExitHang(), KillableD: c.GetKillableD(),
 		Missed: c.GetMissed(), Dying: c.GetDying(), Zombie: c.GetZombie(), ExamplePid: c.GetExamplePid(),
 		ExampleComm: c.GetExampleComm(), Job: c.GetJob()}
-}
-
-// intakeLatch checks the cause of a StateUpdate from node: one that breaks
-// a bound is dropped (the node is then down without a named cause, so it
-// joins no file system's incident), counted (intake_refused_total{what=
-// "cause"}) and logged once per node and hour. A node speaks only for
-// itself: its cause can only place itself in an incident. It runs on the
-// loop.
-func (s *Service) intakeLatch(node string, u *gwpb.StateUpdate) {
-	err := checkCause(u.GetCause())
-	if err == nil {
-		if err = checkCause(u.GetObservedCause()); err == nil {
-			return
-		}
-		u.ObservedCause = nil
-	} else {
-		u.Cause = nil
-	}
-	s.met.refused.WithLabelValues("cause").Inc()
-	now := s.clock.Now()
-	if at, logged := s.inc.causeLogged[node]; logged && now.Sub(at) < time.Hour {
-		return
-	}
-	if len(s.inc.causeLogged) >= maxRefusedLogged {
-		clear(s.inc.causeLogged)
-	}
-	s.inc.causeLogged[node] = now
-	s.log.Warn("a node's cause refused: it joins no incident by it", "node", nodename.Quote(node), "err", err)
 }
 
 // boundMode is m, or MODE_UNSPECIFIED for a value this build does not
@@ -250,8 +221,8 @@ func servedCommand(c string) string {
 	return c
 }
 
-// roleOf is r as NodeInput.Role names it.
-func roleOf(r gwpb.Role) string {
+// RoleOf is r as NodeInput.Role names it.
+func RoleOf(r gwpb.Role) string {
 	switch r {
 	case gwpb.Role_ROLE_AGENT:
 		return view.RoleAgent

@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 // POST /v1/jobs: a job's registration on its nodes, from the scheduler.
 

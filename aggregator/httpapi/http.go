@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 import (
 	"context"
@@ -114,7 +114,7 @@ type ServerOptions struct {
 // Server serves the HTTP API (proto/openapi.yaml) over a Service. It is safe
 // for concurrent use.
 type Server struct {
-	svc  edgeService
+	svc  Service
 	opts ServerOptions
 	// adminSum and readSum are the SHA-256 of the tokens, compared in
 	// constant time with that of a request's.
@@ -142,7 +142,7 @@ type Server struct {
 var _ http.Handler = (*Server)(nil)
 
 // NewServer returns a server over svc. Nothing is served until Serve.
-func NewServer(svc edgeService, o ServerOptions) *Server {
+func NewServer(svc Service, o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -350,7 +350,7 @@ func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
 		return
 	}
-	n := wireNode(node)
+	n := WireNode(node)
 	if n.LastReport != nil && n.LastReport.Detail != nil && s.tokenOf(r) == noToken {
 		// The detail names command lines, open files and users' paths: it
 		// is for clients with a token (read or admin) only, whether or not
@@ -382,7 +382,7 @@ func (s *Server) handleAction(act func(ctx context.Context, node, reason, by str
 			s.writeActionError(w, r, name, err)
 			return
 		}
-		s.writeJSON(w, http.StatusOK, wireNode(n))
+		s.writeJSON(w, http.StatusOK, WireNode(n))
 	}
 }
 
@@ -390,21 +390,22 @@ func (s *Server) handleAction(act func(ctx context.Context, node, reason, by str
 // failed with err, with the status its error calls for; nothing when the
 // client left.
 func (s *Server) writeActionError(w http.ResponseWriter, r *http.Request, name string, err error) {
-	var ae *AgentError
-	switch {
-	case errors.Is(err, ErrUnknownNode):
+	switch FailureOf(err) {
+	case NotFound:
 		s.writeError(w, http.StatusNotFound, "unknown node %q", name)
-	case errors.Is(err, ErrUnreachable), errors.As(err, &ae), errors.Is(err, ErrNotGone):
+	case Conflict:
 		s.writeError(w, http.StatusConflict, "%v", err)
-	case errors.Is(err, ErrControlTimeout):
+	case Timeout:
 		s.writeError(w, http.StatusGatewayTimeout, "%v; the agent may still act on it", err)
-	case errors.Is(err, ErrSend):
+	case Unsent:
 		s.writeError(w, http.StatusBadGateway, "%v", err)
-	case errors.Is(err, ErrNotRunning):
+	case Unavailable:
 		s.writeError(w, http.StatusServiceUnavailable, "%v", err)
-	case r.Context().Err() != nil:
-		// The client left; nobody reads an answer.
 	default:
+		if r.Context().Err() != nil {
+			// The client left; nobody reads an answer.
+			return
+		}
 		s.writeError(w, http.StatusInternalServerError, "%v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 import (
 	"context"
@@ -14,11 +14,14 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/watch"
 )
 
-// edgeService is what the HTTP edge asks of the aggregator's Service, which
-// implements it. Every method is safe for concurrent use; the ones with a
-// context may block until it ends (a node's agent is asked and answers),
-// the others return at once.
-type edgeService interface {
+// Service is what the server asks of the aggregator's Service (which an
+// adapter of package aggregator implements). Every method is safe for
+// concurrent use; the ones with a context may block until it ends (a node's
+// agent is asked and answers), the others return at once. Their errors
+// carry their Failure (*Error) where the answer depends on it: Resume,
+// Drain and Forget's NotFound, Conflict, Timeout, Unsent and Unavailable,
+// ConfirmIncident's NotFound and Conflict.
+type Service interface {
 	// Name is this aggregator's member name.
 	Name() string
 	// Grace is the cluster's G.

@@ -1,4 +1,4 @@
-package aggregator
+package httpapi
 
 import (
 	"maps"
@@ -9,6 +9,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gracewatch/gracewatch/internal/clock"
+	"github.com/gracewatch/gracewatch/internal/testutil/apispec"
 	"github.com/gracewatch/gracewatch/internal/testutil/doccheck"
 )
 
@@ -17,8 +19,8 @@ import (
 // access.
 func servedRoutes(t *testing.T) map[string]string {
 	t.Helper()
-	// A nil *Service: the routes take its method values, none is called.
-	srv := NewServer((*Service)(nil), ServerOptions{Registry: prometheus.NewRegistry()})
+	// A fake Service: the routes take its method values, none is called.
+	srv := NewServer(newFakeService(clock.NewFake(t0)), ServerOptions{Registry: prometheus.NewRegistry()})
 	routes := map[string]string{}
 	for _, rt := range srv.Routes() {
 		path := rt.Path
@@ -64,7 +66,7 @@ func specAccess(doc *openapi3.T, op *openapi3.Operation) string {
 // of proto/openapi.yaml with the same access, and every operation of the
 // spec is a registered route.
 func TestRoutesAreTheSpec(t *testing.T) {
-	doc, _ := loadSpec(t)
+	doc, _ := apispec.Load(t)
 	served := servedRoutes(t)
 	spec := map[string]string{}
 	for path, item := range doc.Paths.Map() {
@@ -76,14 +78,14 @@ func TestRoutesAreTheSpec(t *testing.T) {
 		acc, ok := spec[r]
 		switch {
 		case !ok:
-			t.Errorf("%s is registered (aggregator/http.go, routes) but is not in proto/openapi.yaml", r)
+			t.Errorf("%s is registered (aggregator/httpapi/http.go, routes) but is not in proto/openapi.yaml", r)
 		case acc != served[r]:
 			t.Errorf("%s: proto/openapi.yaml's security says %s, the server registers it %s", r, acc, served[r])
 		}
 	}
 	for _, r := range slices.Sorted(maps.Keys(spec)) {
 		if _, ok := served[r]; !ok {
-			t.Errorf("%s is in proto/openapi.yaml but the server does not register it (aggregator/http.go, routes)", r)
+			t.Errorf("%s is in proto/openapi.yaml but the server does not register it (aggregator/httpapi/http.go, routes)", r)
 		}
 	}
 }
@@ -157,13 +159,13 @@ func checkDocRoutes(t *testing.T, readme *doccheck.Doc, where string, doc map[st
 	t.Helper()
 	for _, r := range slices.Sorted(maps.Keys(served)) {
 		if _, ok := doc[r]; !ok && (acc == "" || served[r] == acc) {
-			t.Errorf("%s: %s lacks `%s`, which the server registers (access %s; aggregator/http.go, routes)", readme.Name, where, r, served[r])
+			t.Errorf("%s: %s lacks `%s`, which the server registers (access %s; aggregator/httpapi/http.go, routes)", readme.Name, where, r, served[r])
 		}
 	}
 	for _, r := range slices.Sorted(maps.Keys(doc)) {
 		switch got, ok := served[r]; {
 		case !ok:
-			t.Errorf("%s: `%s` in %s is not a route the server registers (aggregator/http.go, routes)", readme.At(doc[r]), r, where)
+			t.Errorf("%s: `%s` in %s is not a route the server registers (aggregator/httpapi/http.go, routes)", readme.At(doc[r]), r, where)
 		case acc != "" && got != acc:
 			t.Errorf("%s: `%s` in %s: the server registers it with access %s", readme.At(doc[r]), r, where, got)
 		}

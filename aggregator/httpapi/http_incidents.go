@@ -1,7 +1,6 @@
-package aggregator
+package httpapi
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -95,9 +94,9 @@ func (s *Server) handleConfirmIncident(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		s.writeJSON(w, http.StatusOK, api.IncidentConfirmation{ID: id, Released: scope.Released, Confirmation: *wireConfirmation(scope)})
-	case errors.Is(err, ErrUnknownIncident):
+	case FailureOf(err) == NotFound:
 		s.writeError(w, http.StatusNotFound, "unknown incident %d (GET /v1/incidents lists them; ids are each aggregator's own)", id)
-	case errors.Is(err, ErrIncidentClosed), errors.Is(err, ErrNotLeader):
+	case FailureOf(err) == Conflict:
 		s.writeError(w, http.StatusConflict, "%v", err)
 	default:
 		s.writeError(w, http.StatusInternalServerError, "%v", err)
@@ -106,7 +105,7 @@ func (s *Server) handleConfirmIncident(w http.ResponseWriter, r *http.Request) {
 
 // decodeConfirm reads the body of POST /v1/incidents/{id}/confirm: a
 // reason as for a node's resume, and an optional for, in seconds, 0 to
-// MaxConfirmFor.
+// api.MaxConfirmFor.
 func decodeConfirm(r io.Reader) (IncidentConfirmRequest, error) {
 	var req IncidentConfirmRequest
 	if err := decodeStrict(r, &req, `{"reason": "...", "for": seconds}`, "reason and for"); err != nil {
@@ -115,8 +114,8 @@ func decodeConfirm(r io.Reader) (IncidentConfirmRequest, error) {
 	if err := validateReason(req.Reason); err != nil {
 		return req, err
 	}
-	if f := req.For; math.IsNaN(f) || f < 0 || f > MaxConfirmFor.Seconds() {
-		return req, fmt.Errorf("for: want 0 (the incident's nodes now only) to %v seconds, got %v", MaxConfirmFor.Seconds(), f)
+	if f := req.For; math.IsNaN(f) || f < 0 || f > api.MaxConfirmFor.Seconds() {
+		return req, fmt.Errorf("for: want 0 (the incident's nodes now only) to %v seconds, got %v", api.MaxConfirmFor.Seconds(), f)
 	}
 	return req, nil
 }

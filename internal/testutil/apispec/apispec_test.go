@@ -1,0 +1,5 @@
+package apispec
+
+import "testing"
+
+func TestOpenAPISpecIsValid(t *testing.T) { Load(t) }
