@@ -198,51 +198,71 @@ func TestMeshFloodBounded(t *testing.T) {
 		agg.waitNode(t, "n1", "up", 5*time.Second, func(n node) bool { return n.State == "up" })
 	})
 
-	t.Run("maximal messages from 30 source addresses at once", func(t *testing.T) {
-		// Root on "rogue" adds addresses to its interface: 30 of them,
-		// 10 maximal messages each at once (2 past each one's bound).
-		const sources, each = 30, 10
-		var from []net.IP
-		for i := range sources {
-			from = append(from, net.IPv4(127, 0, 77, byte(1+i)))
-		}
-		many := c.rogueFrom(t, from)
-		resetPeak(t, pid)
-		before := memKB(t, pid, "VmHWM")
-		refusedBefore := metric(t, agg, `gracewatch_mesh_refused_total{reason="stream_bytes"}`) +
-			metric(t, agg, `gracewatch_mesh_refused_total{reason="streams_per_peer"}`)
-		reason := incompressible(t, mesh.EnvelopeLimit-1024)
-		b := c.sealAs(t, "rogue", time.Now(), &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{
-			Meta: &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 3, State: gwpb.State_STATE_DOWN}, Reason: reason}}})
-		ap := netip.MustParseAddrPort(aggAddr)
-		var wg sync.WaitGroup
-		for range sources * each {
-			wg.Go(func() {
-				many.SendReliable(&memberlist.Node{Name: "agg-1", Addr: ap.Addr().AsSlice(), Port: ap.Port()}, b)
-			})
-		}
-		wg.Wait()
-		// Every stream has been handled or refused (each send returned
-		// once the aggregator closed its stream); one more message of
-		// the rogue's, small, from one of the addresses, is served: the
-		// small messages pass whatever the big ones hold.
-		after := &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{
-			Meta: &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 4, State: gwpb.State_STATE_DOWN, Reason: "after the 300"}, Reason: "after the 300"}}}
-		testutil.Eventually(t, 60*time.Second, "the aggregator to serve the rogue's message sent after the 300", func() bool {
-			many.SendReliable(&memberlist.Node{Name: "agg-1", Addr: ap.Addr().AsSlice(), Port: ap.Port()}, c.sealAs(t, "rogue", time.Now(), after))
-			n, ok := agg.node(t, "rogue")
-			return ok && strings.Contains(n.Reason, "after the 300")
+	// Random text is as long on the wire as in memory; one repeated
+	// letter is a few KB on the wire once memberlist compressed it, and
+	// counts at what it expands to (mesh/streamcheck.go).
+	for i, text := range []struct {
+		name string
+		make func(n int) string
+	}{
+		{"random text", func(n int) string { return incompressible(t, n) }},
+		{"one repeated letter", func(n int) string { return strings.Repeat("x", n) }},
+	} {
+		t.Run("maximal messages of "+text.name+" from 30 source addresses at once", func(t *testing.T) {
+			floodFromManySources(t, c, agg, aggAddr, pid, i, text.make)
 		})
-		peak := memKB(t, pid, "VmHWM")
-		refused := metric(t, agg, `gracewatch_mesh_refused_total{reason="stream_bytes"}`) +
-			metric(t, agg, `gracewatch_mesh_refused_total{reason="streams_per_peer"}`) - refusedBefore
-		t.Logf("%d messages of %.1f MB at once from %d source addresses: peak RSS %d -> %d MB, %.0f streams refused",
-			sources*each, float64(len(b))/1e6, sources, before/1024, peak/1024, refused)
-		if grew := (peak - before) / 1024; grew > manySourcesRSSBoundMB {
-			t.Errorf("peak RSS grew by %d MB, bound %d MB", grew, manySourcesRSSBoundMB)
-		}
-		agg.waitNode(t, "n1", "up", 5*time.Second, func(n node) bool { return n.State == "up" })
+	}
+}
+
+// floodFromManySources floods the aggregator with maximal messages of text from 30
+// source addresses of its own (127.0.77.(1+30 run)...), 10 each at once, and checks
+// that its peak RSS stays within manySourcesRSSBoundMB and that a small
+// message sent after them is served.
+func floodFromManySources(t *testing.T, c *cluster, agg *aggregator, aggAddr string, pid int, run int, text func(n int) string) {
+	// Root on "rogue" adds addresses to its interface: 30 of them,
+	// 10 maximal messages each at once (2 past each one's bound).
+	const sources, each = 30, 10
+	var from []net.IP
+	for i := range sources {
+		from = append(from, net.IPv4(127, 0, 77, byte(1+30*run+i)))
+	}
+	many := c.rogueFrom(t, from)
+	resetPeak(t, pid)
+	before := memKB(t, pid, "VmHWM")
+	refusedBefore := metric(t, agg, `gracewatch_mesh_refused_total{reason="stream_bytes"}`) +
+		metric(t, agg, `gracewatch_mesh_refused_total{reason="streams_per_peer"}`)
+	reason := text(mesh.EnvelopeLimit - 1024)
+	b := c.sealAs(t, "rogue", time.Now(), &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{
+		Meta: &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: uint64(3 + 2*run), State: gwpb.State_STATE_DOWN}, Reason: reason}}})
+	ap := netip.MustParseAddrPort(aggAddr)
+	var wg sync.WaitGroup
+	for range sources * each {
+		wg.Go(func() {
+			many.SendReliable(&memberlist.Node{Name: "agg-1", Addr: ap.Addr().AsSlice(), Port: ap.Port()}, b)
+		})
+	}
+	wg.Wait()
+	// Every stream has been handled or refused (each send returned
+	// once the aggregator closed its stream); one more message of
+	// the rogue's, small, from one of the addresses, is served: the
+	// small messages pass whatever the big ones hold.
+	mark := fmt.Sprintf("after the 300 of run %d", run)
+	after := &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{
+		Meta: &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: uint64(4 + 2*run), State: gwpb.State_STATE_DOWN, Reason: mark}, Reason: mark}}}
+	testutil.Eventually(t, 60*time.Second, "the aggregator to serve the rogue's message sent after the 300", func() bool {
+		many.SendReliable(&memberlist.Node{Name: "agg-1", Addr: ap.Addr().AsSlice(), Port: ap.Port()}, c.sealAs(t, "rogue", time.Now(), after))
+		n, ok := agg.node(t, "rogue")
+		return ok && strings.Contains(n.Reason, mark)
 	})
+	peak := memKB(t, pid, "VmHWM")
+	refused := metric(t, agg, `gracewatch_mesh_refused_total{reason="stream_bytes"}`) +
+		metric(t, agg, `gracewatch_mesh_refused_total{reason="streams_per_peer"}`) - refusedBefore
+	t.Logf("%d messages of %.1f MB at once from %d source addresses: peak RSS %d -> %d MB, %.0f streams refused",
+		sources*each, float64(len(b))/1e6, sources, before/1024, peak/1024, refused)
+	if grew := (peak - before) / 1024; grew > manySourcesRSSBoundMB {
+		t.Errorf("peak RSS grew by %d MB, bound %d MB", grew, manySourcesRSSBoundMB)
+	}
+	agg.waitNode(t, "n1", "up", 5*time.Second, func(n node) bool { return n.State == "up" })
 }
 
 // rogueFrom is a memberlist of the rogue's (the mesh key, not joined)
@@ -294,10 +314,7 @@ func (m *manySources) DialTimeout(addr string, timeout time.Duration) (net.Conn,
 
 // incompressible is n bytes of text that memberlist's compression (LZW,
 // on by default, inside the encryption) does not shrink much: random
-// bytes in base64. A maximal message of one repeated letter compresses to
-// a few KB on the wire, under every stream's free bytes, so the streams'
-// byte bound never sees it (the known gap of packaging/README.md: such
-// messages are bounded by memberlist's own per-stream limits only).
+// bytes in base64, as long on the wire as in memory.
 func incompressible(t testing.TB, n int) string {
 	t.Helper()
 	b := make([]byte, n*3/4+3)
@@ -320,15 +337,13 @@ const (
 	// Measured +81 to +100 MB over four runs of random text.
 	maxMessagesRSSBoundMB = 192
 	// manySourcesRSSBoundMB: maximal messages from many source addresses
-	// are held to the streams' byte bound of all peers (mesh/transport.go),
-	// and each is bounded before it waits in the aggregator's inbox
-	// (aggregator/intake.go HandleMessage). What the 300 messages leave
-	// behind is garbage, and how much of it the peak holds depends on the
-	// collector's pace and the load: measured +0 to +11 MB over four runs
-	// of random text (after the 40 of one peer, whose garbage is still
-	// resident); 2,275 MB before either bound, +1,096 MB without the byte
-	// bound. Messages of one repeated letter compress to a few KB on the
-	// wire, which the byte bound does not see: +250 to +1,080 MB (the
-	// known gap of packaging/README.md).
-	manySourcesRSSBoundMB = 512
+	// are held to the same byte bound of all peers (mesh/transport.go),
+	// counted at what they expand to (mesh/streamcheck.go), and each is
+	// bounded before it waits in the aggregator's inbox
+	// (aggregator/intake.go HandleMessage): the same bound as one peer's.
+	// Measured: random text +16 to +50 MB, one repeated letter (a few KB
+	// each on the wire) +16 MB; 2,275 MB before any bound, +1,096 MB
+	// without the byte bound, +860 MB for the repeated letter with the
+	// byte bound counting only the wire.
+	manySourcesRSSBoundMB = maxMessagesRSSBoundMB
 )

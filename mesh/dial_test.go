@@ -38,7 +38,7 @@ func TestStreamsDialledFromTheBoundAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := guardStreams(inner, net.ParseIP("127.0.0.4"), maxStreamsPerPeer, nil)
+	g := guardStreams(inner, net.ParseIP("127.0.0.4"), maxStreamsPerPeer, "", nil, nil)
 	defer g.Shutdown()
 	c, err := g.DialTimeout(l.Addr().String(), time.Second)
 	if err != nil {

@@ -283,7 +283,7 @@ func New(o Options) (*Mesh, error) {
 		}
 		mc.Transport = nt
 	}
-	guard := guardStreams(mc.Transport, net.ParseIP(mc.BindAddr), maxStreamsPerPeer, m.refuseStream)
+	guard := guardStreams(mc.Transport, net.ParseIP(mc.BindAddr), maxStreamsPerPeer, mc.Label, mc.Keyring, m.refuseStream)
 	mc.Transport = guard
 
 	ml, err := memberlist.Create(mc)

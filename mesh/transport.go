@@ -17,8 +17,13 @@ package mesh
 //     control are a few KB and never touch it, so a peer that sends
 //     maximal messages from many addresses holds at most maxStreamBytes
 //     of them (and memberlist's copies of those) in memory, and the
-//     small messages of every other node still pass. A push-pull of a
-//     full member table (16,384 members) is about 10 MB: several fit.
+//     small messages of every other node still pass. What a stream
+//     counts is what it makes memberlist hold: its bytes read, and what
+//     its head says memberlist will expand or allocate (streamcheck.go).
+//     A push-pull of a full member table (16,384 members, signed metas)
+//     counts about 11 MB (TestStreamCheckHeaderLies): one fits beside the
+//     small messages; a second at the same moment is dropped, and its
+//     sender's next push-pull (minutes apart at that size) goes through.
 //
 // A peer's messages go one after the other on few connections: an agent
 // opens at most 4 at once to an aggregator (agent/meshlink/sender.go), a push-pull
@@ -72,11 +77,13 @@ type streamGuard struct {
 	maxBytes int64
 	onRefuse func(peer, why string) // why: refusedStreams, refusedStreamsTotal, refusedStreamBytes
 	local    net.IP                 // the bound IP streams are dialled from (dialFrom)
+	label    string                 // the mesh's label (memberlist Config.Label)
+	keyring  *memberlist.Keyring    // the mesh's keys; nil: an insecure mesh
 
 	mu    sync.Mutex
 	open  map[string]int // peer IP -> streams open
 	total int            // streams open
-	bytes int64          // bytes read past streamFreeBytes by the streams open
+	bytes int64          // bytes read past streamFreeBytes, and reserved, by the streams open
 }
 
 // newNetTransport makes memberlist's NetTransport as memberlist.Create
@@ -109,14 +116,17 @@ func newNetTransport(mc *memberlist.Config, logger *log.Logger) (*memberlist.Net
 // guardStreams wraps t, dialling from local (see dialFrom), with at most
 // max streams per peer and the package's total bounds; onRefuse is called
 // for each stream closed or failed for a bound (on the guard's goroutine,
-// or on the reader's for the byte bound).
-func guardStreams(t memberlist.Transport, local net.IP, max int, onRefuse func(peer, why string)) *streamGuard {
+// or on the reader's for the byte bound). label and keyring are the
+// mesh's (keyring nil: insecure), with which the guard reads a stream's
+// head (streamcheck.go).
+func guardStreams(t memberlist.Transport, local net.IP, max int, label string, keyring *memberlist.Keyring, onRefuse func(peer, why string)) *streamGuard {
 	nat, ok := t.(memberlist.NodeAwareTransport)
 	if !ok {
 		nat = nodeAware{t}
 	}
 	g := &streamGuard{NodeAwareTransport: nat, local: local, streams: make(chan net.Conn), done: make(chan struct{}), max: max,
-		maxTotal: maxStreamsTotal, maxBytes: maxStreamBytes, onRefuse: onRefuse, open: map[string]int{}}
+		maxTotal: maxStreamsTotal, maxBytes: maxStreamBytes, onRefuse: onRefuse, open: map[string]int{},
+		label: label, keyring: keyring}
 	g.wg.Add(1)
 	go g.forward()
 	return g
@@ -130,11 +140,21 @@ func (g *streamGuard) DialTimeout(addr string, timeout time.Duration) (net.Conn,
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport: from the
 // bound address (see dialFrom), else as the wrapped transport dials.
+// The stream's answer (a push-pull's, a ping's ack) is read as an inbound
+// stream is (streamcheck.go), counted against the same byte bound but not
+// against the inbound streams' slots.
 func (g *streamGuard) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	var err error
 	if local := dialFrom(g.local, addr.Addr); local != nil {
-		return (&net.Dialer{Timeout: timeout, LocalAddr: local}).Dial("tcp", addr.Addr)
+		c, err = (&net.Dialer{Timeout: timeout, LocalAddr: local}).Dial("tcp", addr.Addr)
+	} else {
+		c, err = g.NodeAwareTransport.DialAddressTimeout(addr, timeout)
 	}
-	return g.NodeAwareTransport.DialAddressTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &guardedConn{Conn: c, g: g, peer: peerIP(c.RemoteAddr()), dialled: true}, nil
 }
 
 // dialFrom returns the local address a stream to addr is dialled from: the
@@ -211,8 +231,23 @@ func (g *streamGuard) forward() {
 	}
 }
 
-// take counts n more bytes read by a stream past its free bytes; it
-// reports whether they fit.
+// keys are the mesh's keys, the primary first; none for an insecure mesh.
+func (g *streamGuard) keys() [][]byte {
+	if g.keyring == nil {
+		return nil
+	}
+	return g.keyring.GetKeys()
+}
+
+// left is what the byte bound has left.
+func (g *streamGuard) left() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return max(0, g.maxBytes-g.bytes)
+}
+
+// take counts n more bytes read or reserved by a stream; it reports
+// whether they fit.
 func (g *streamGuard) take(n int64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -223,53 +258,122 @@ func (g *streamGuard) take(n int64) bool {
 	return true
 }
 
-// release gives back a closed stream's slots and bytes.
-func (g *streamGuard) release(peer string, bytes int64) {
+// release gives back a closed stream's bytes, and an inbound one's
+// slots.
+func (g *streamGuard) release(peer string, bytes int64, slots bool) {
 	g.mu.Lock()
-	if g.open[peer]--; g.open[peer] <= 0 {
-		delete(g.open, peer)
+	if slots {
+		if g.open[peer]--; g.open[peer] <= 0 {
+			delete(g.open, peer)
+		}
+		g.total--
 	}
-	g.total--
 	g.bytes -= bytes
 	g.mu.Unlock()
 }
 
-// guardedConn counts what it reads past streamFreeBytes against the
-// guard's byte bound, fails the read that would pass it, and gives its
-// slots and bytes back once, when closed. memberlist reads a stream on one
-// goroutine.
+// guardedConn reads the head of its stream before memberlist does
+// (streamcheck.go), counts what it reads past streamFreeBytes and what its
+// head reserves against the guard's byte bound, fails the read that would
+// pass it, and gives its slots and bytes back once, when closed.
+// memberlist reads a stream on one goroutine.
 type guardedConn struct {
 	net.Conn
 	g       *streamGuard
 	peer    string
 	read    int64 // bytes read
-	counted int64 // of them, counted against the byte bound
+	counted int64 // bytes read or reserved past streamFreeBytes, counted against the byte bound
+	extra   int64 // of them, reserved for what memberlist allocates beyond the bytes read
+	checked bool
+	replay  []byte // what the check read, handed to memberlist first
 	failed  bool
+	dialled bool // dialled by this member: holds no inbound slots
 	once    sync.Once
 }
 
 func (c *guardedConn) Read(p []byte) (int, error) {
+	if !c.checked {
+		c.checked = true
+		if err := c.check(); err != nil {
+			c.fail()
+		}
+	}
+	if c.failed {
+		return 0, errStreamBytes
+	}
+	if len(c.replay) > 0 {
+		n := copy(p, c.replay)
+		if c.replay = c.replay[n:]; len(c.replay) == 0 {
+			c.replay = nil // not held for the stream's life
+		}
+		return n, nil
+	}
+	return c.readCounted(p)
+}
+
+// readCounted reads the stream, its bytes past streamFreeBytes counted
+// (unless reserved before: reserveReads).
+func (c *guardedConn) readCounted(p []byte) (int, error) {
 	if c.failed {
 		return 0, errStreamBytes
 	}
 	n, err := c.Conn.Read(p)
 	c.read += int64(n)
-	if over := c.read - streamFreeBytes - c.counted; over > 0 {
-		if !c.g.take(over) {
-			c.failed = true
-			if c.g.onRefuse != nil {
-				c.g.onRefuse(c.peer, refusedStreamBytes)
-			}
+	if over := c.read - streamFreeBytes - c.reads(); over > 0 {
+		if !c.reserve(over) {
+			c.fail()
 			return 0, errStreamBytes
 		}
-		c.counted += over
 	}
 	return n, err
 }
 
+// reads is how much of counted stands for bytes read: what was reserved
+// for reads ahead of them (reserveReads) counts as read.
+func (c *guardedConn) reads() int64 { return c.counted - c.extra }
+
+// reserveReads reserves the next n bytes of the stream ahead of reading
+// them.
+func (c *guardedConn) reserveReads(n int64) bool {
+	over := c.read + n - streamFreeBytes - c.reads()
+	return over <= 0 || c.reserve(over)
+}
+
+// reserve counts n bytes against the guard's byte bound.
+func (c *guardedConn) reserve(n int64) bool {
+	if n <= 0 {
+		return true
+	}
+	if !c.g.take(n) {
+		return false
+	}
+	c.counted += n
+	return true
+}
+
+// reserveExtra reserves n bytes of what memberlist allocates for the
+// stream beyond the bytes it reads.
+func (c *guardedConn) reserveExtra(n int64) bool {
+	if !c.reserve(n) {
+		return false
+	}
+	c.extra += max(0, n)
+	return true
+}
+
+func (c *guardedConn) fail() {
+	if c.failed {
+		return
+	}
+	c.failed = true
+	if c.g.onRefuse != nil {
+		c.g.onRefuse(c.peer, refusedStreamBytes)
+	}
+}
+
 func (c *guardedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.g.release(c.peer, c.counted) })
+	c.once.Do(func() { c.g.release(c.peer, c.counted, !c.dialled) })
 	return err
 }
 

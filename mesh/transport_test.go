@@ -42,7 +42,7 @@ func newGuardFeed(t *testing.T) *guardFeed {
 		t.Fatal(err)
 	}
 	gf := &guardFeed{feed: make(chan net.Conn), l: l}
-	gf.streamGuard = guardStreams(&feedTransport{Transport: inner, ch: gf.feed}, nil, maxStreamsPerPeer, func(peer, why string) {
+	gf.streamGuard = guardStreams(&feedTransport{Transport: inner, ch: gf.feed}, nil, maxStreamsPerPeer, "", nil, func(peer, why string) {
 		gf.mu.Lock()
 		gf.refs = append(gf.refs, peer+" "+why)
 		gf.mu.Unlock()
