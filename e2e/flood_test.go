@@ -341,8 +341,8 @@ const (
 	// counted at what they expand to (mesh/streamcheck.go), and each is
 	// bounded before it waits in the aggregator's inbox
 	// (aggregator/intake.go HandleMessage): the same bound as one peer's.
-	// Measured: random text +16 to +50 MB, one repeated letter (a few KB
-	// each on the wire) +16 MB; 2,275 MB before any bound, +1,096 MB
+	// Measured: random text +2 to +50 MB, one repeated letter (a few KB
+	// each on the wire) +16 to +53 MB; 2,275 MB before any bound, +1,096 MB
 	// without the byte bound, +860 MB for the repeated letter with the
 	// byte bound counting only the wire.
 	manySourcesRSSBoundMB = maxMessagesRSSBoundMB

@@ -82,14 +82,17 @@ const (
 	refusedStreams       = "streams_per_peer"
 	refusedStreamsTotal  = "streams_total"
 	refusedStreamBytes   = "stream_bytes"
+	// refusedPacketExpansion: a packet whose compressed messages expand
+	// past maxPacketExpanded (packetcheck.go).
+	refusedPacketExpansion = "packet_expansion"
 )
 
 var refusalReasons = []string{refusedName, refusedTableFull, refusedAggregatorMet, refusedTakeover, refusedConflict, refusedMerge, refusedSelf, refusedStreams,
-	refusedStreamsTotal, refusedStreamBytes}
+	refusedStreamsTotal, refusedStreamBytes, refusedPacketExpansion}
 
 // refusals counts the refusals by reason.
 type refusals struct {
-	n [10]atomic.Uint64
+	n [11]atomic.Uint64
 }
 
 func (r *refusals) add(reason string) {
@@ -251,6 +254,9 @@ func (m *Mesh) refuseStream(peer, why string) {
 			m.log.Warn("closed an inbound stream: its peer has too many open", "peer", peer, "max", maxStreamsPerPeer, "suppressed", suppressed)
 		case refusedStreamsTotal:
 			m.log.Warn("closed an inbound stream: too many open from all peers", "peer", peer, "max", maxStreamsTotal, "suppressed", suppressed)
+		case refusedPacketExpansion:
+			m.log.Warn("dropped a packet: its compressed messages expand past the bound", "peer", peer,
+				"max_bytes", maxPacketExpanded, "suppressed", suppressed)
 		default:
 			m.log.Warn("dropped an inbound stream: the streams open at once hold their byte bound", "peer", peer,
 				"max_bytes", maxStreamBytes, "free_bytes_each", streamFreeBytes, "suppressed", suppressed)

@@ -69,6 +69,7 @@ var errStreamBytes = errors.New("inbound stream refused: the streams open at onc
 type streamGuard struct {
 	memberlist.NodeAwareTransport
 	streams  chan net.Conn
+	packets  chan *memberlist.Packet
 	done     chan struct{}
 	stop     sync.Once
 	wg       sync.WaitGroup
@@ -124,11 +125,13 @@ func guardStreams(t memberlist.Transport, local net.IP, max int, label string, k
 	if !ok {
 		nat = nodeAware{t}
 	}
-	g := &streamGuard{NodeAwareTransport: nat, local: local, streams: make(chan net.Conn), done: make(chan struct{}), max: max,
+	g := &streamGuard{NodeAwareTransport: nat, local: local, streams: make(chan net.Conn), packets: make(chan *memberlist.Packet),
+		done: make(chan struct{}), max: max,
 		maxTotal: maxStreamsTotal, maxBytes: maxStreamBytes, onRefuse: onRefuse, open: map[string]int{},
 		label: label, keyring: keyring}
-	g.wg.Add(1)
+	g.wg.Add(2)
 	go g.forward()
+	go g.forwardPackets()
 	return g
 }
 
