@@ -106,7 +106,7 @@ func expandsWithin(b []byte, budget *int, depth int) bool {
 	switch b[0] {
 	case mlCompressMsg:
 		var cm mlCompress
-		if err := codec.NewDecoderBytes(b[1:], &codec.MsgpackHandle{}).Decode(&cm); err != nil || cm.Algo != mlLZWAlgo {
+		if err := codec.NewDecoderBytes(b[1:], mlHandle).Decode(&cm); err != nil || cm.Algo != mlLZWAlgo {
 			return true
 		}
 		lz := lzw.NewReader(bytes.NewReader(cm.Buf), lzw.LSB, mlLZWLitWidth)

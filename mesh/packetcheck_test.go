@@ -102,8 +102,8 @@ type packetFeed struct {
 }
 
 func (f *packetFeed) PacketCh() <-chan *memberlist.Packet { return f.ch }
-func (f *packetFeed) StreamCh() <-chan net.Conn          { return nil }
-func (f *packetFeed) Shutdown() error                    { return nil }
+func (f *packetFeed) StreamCh() <-chan net.Conn           { return nil }
+func (f *packetFeed) Shutdown() error                     { return nil }
 
 // The guard hands memberlist the packets that fit, in order, and drops
 // the others, counting each under packet_expansion.

@@ -59,6 +59,10 @@ const (
 	headBytes = 4 << 10
 )
 
+// mlHandle decodes what memberlist encodes; a handle caches the types it
+// decoded and is safe for concurrent use.
+var mlHandle = &codec.MsgpackHandle{}
+
 // mlPushNodeState mirrors memberlist's pushNodeState, for its size: what a
 // push-pull's header makes memberlist allocate per declared node.
 type mlPushNodeState struct {
@@ -182,7 +186,7 @@ func (c *guardedConn) checkEncrypted(r io.Reader, head *bytes.Buffer, keys [][]b
 func (c *guardedConn) checkMessage(t byte, r io.Reader, unframed bool) error {
 	if t == mlCompressMsg {
 		var cm mlCompress
-		if err := codec.NewDecoder(r, &codec.MsgpackHandle{}).Decode(&cm); err != nil || cm.Algo != mlLZWAlgo {
+		if err := codec.NewDecoder(r, mlHandle).Decode(&cm); err != nil || cm.Algo != mlLZWAlgo {
 			return errStreamInvalid
 		}
 		lz := lzw.NewReader(bytes.NewReader(cm.Buf), lzw.LSB, mlLZWLitWidth)
@@ -232,7 +236,7 @@ func (c *guardedConn) checkMessage(t byte, r io.Reader, unframed bool) error {
 func (c *guardedConn) checkHeader(t byte, r io.Reader, carried int64, unframed bool) error {
 	// A header is a small map: a stream that sends more before it ends
 	// one is not a message memberlist accepts.
-	dec := codec.NewDecoder(io.LimitReader(r, headBytes), &codec.MsgpackHandle{})
+	dec := codec.NewDecoder(io.LimitReader(r, headBytes), mlHandle)
 	declared := func(n int64) int64 {
 		if unframed || n > carried {
 			return n

@@ -359,3 +359,40 @@ func TestStreamCheckOnDialledStreams(t *testing.T) {
 		t.Errorf("after close: %d bytes, %d streams, %v open", gf.bytes, gf.total, gf.open)
 	}
 }
+
+// BenchmarkStreamCheck: what reading a stream's head costs per stream,
+// for a state update (4 KB) and a push-pull of a full member table, both
+// as memberlist sends them (encrypted, compressed).
+func BenchmarkStreamCheck(b *testing.B) {
+	kr := checkKeyring(b)
+	var body bytes.Buffer
+	enc := codec.NewEncoder(&body, &codec.MsgpackHandle{})
+	meta := make([]byte, 120)
+	for i := range DefaultMaxMembers {
+		rand.Read(meta)
+		enc.Encode(&mlPushNodeState{Name: fmt.Sprintf("node%05d", i), Addr: []byte{10, byte(i >> 8), byte(i), 1},
+			Port: 7946, Meta: meta, Incarnation: 3, Vsn: []uint8{1, 5, 2, 2, 5, 4}})
+	}
+	update := make([]byte, 4<<10)
+	rand.Read(update)
+	for _, c := range []struct {
+		name string
+		wire []byte
+	}{
+		{"state-update-4KB", sealFrame(b, kr, compressed(b, userMessage(b, update)))},
+		{"push-pull-16384-members", sealFrame(b, kr, compressed(b, message(b, mlPushPullMsg, &mlPushPullHeader{Nodes: DefaultMaxMembers}, body.Bytes())))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			g := &streamGuard{maxBytes: maxStreamBytes, open: map[string]int{}, label: checkLabel, keyring: kr}
+			b.SetBytes(int64(len(c.wire)))
+			b.ReportAllocs()
+			for b.Loop() {
+				gc := &guardedConn{Conn: byteConn{r: bytes.NewReader(c.wire)}, g: g, peer: "p", dialled: true}
+				if err := gc.check(); err != nil {
+					b.Fatal(err)
+				}
+				gc.Close()
+			}
+		})
+	}
+}
