@@ -396,3 +396,42 @@ func BenchmarkStreamCheck(b *testing.B) {
 		})
 	}
 }
+
+// The check reads no further than the message's head: a peer that sends a
+// push-pull and then waits for the answer (as memberlist does) is not
+// waited on, on an insecure mesh (unframed) too.
+func TestStreamCheckReadsNoFurtherThanTheHead(t *testing.T) {
+	msg := compressed(t, message(t, mlPushPullMsg, &mlPushPullHeader{Nodes: 1}, []byte{0x80}))
+	plain := message(t, mlPushPullMsg, &mlPushPullHeader{Nodes: 1}, []byte{0x80})
+	for _, c := range []struct {
+		name   string
+		secure bool
+		msg    []byte
+	}{{"insecure, compressed", false, msg}, {"insecure", false, plain}, {"encrypted", true, msg}} {
+		gf := newGuardFeed(t)
+		wire := c.msg
+		if c.secure {
+			kr := checkKeyring(t)
+			gf.keyring, gf.label = kr, checkLabel
+			wire = sealFrame(t, kr, c.msg)
+		}
+		out, err := net.Dial("tcp", gf.l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		out.Write(wire) // and waits: no close
+		in, err := gf.l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gf.feed <- in
+		got := <-gf.StreamCh()
+		got.SetReadDeadline(time.Now().Add(time.Minute))
+		buf := make([]byte, len(wire))
+		if _, err := io.ReadFull(got, buf); err != nil || !bytes.Equal(buf, wire) {
+			t.Errorf("%s: the message not handed on while its sender waits: %v", c.name, err)
+		}
+		got.Close()
+	}
+}
