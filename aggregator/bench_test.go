@@ -19,6 +19,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
@@ -97,7 +98,7 @@ func benchInputs(i int, now time.Time) (mesh.Member, *gwpb.StateUpdate) {
 	since := now.Add(-time.Hour).UnixMilli()
 	meta := &gwpb.Meta{Schema: gwpb.SchemaVersion, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 1,
 		State: gwpb.State_STATE_UP, SinceMs: since}
-	m := AgentMember(name, meta, now.Add(-time.Hour))
+	m := meshfake.AgentMember(name, meta, now.Add(-time.Hour))
 	switch benchKind(i) {
 	case view.StateUnreachable:
 		m.Status, m.Since = mesh.StatusDead, now.Add(-time.Minute)
@@ -127,7 +128,7 @@ func benchService(b *testing.B, n int) *Service {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fm := NewFakeMesh(svc)
+	fm := meshfake.New(svc, svc.clock.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx, fm) }()

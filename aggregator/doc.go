@@ -31,5 +31,5 @@
 //     command line is aggregator/cli.
 //
 // The Service sees the mesh through the small Mesh interface (with
-// FakeMesh beside it for tests); Run adapts the real one.
+// its fake, package aggregator/meshfake, for tests); Run adapts the real one.
 package aggregator

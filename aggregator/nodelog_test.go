@@ -13,6 +13,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -202,7 +203,7 @@ func BenchmarkLogFlood(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			fm := NewFakeMesh(svc)
+			fm := meshfake.New(svc, svc.clock.Now)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { _ = svc.Run(ctx, fm); close(done) }()

@@ -6,6 +6,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -71,7 +72,7 @@ func (p *prober) waitTimers(n int) {
 func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 	p := newProber(t)
 	up := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 3, State: gwpb.State_STATE_UP, SinceMs: t0.UnixMilli()}
-	p.mesh.SetMember(AgentMember("node1", nil, t0))
+	p.mesh.SetMember(meshfake.AgentMember("node1", nil, t0))
 	p.update("node1", &gwpb.StateUpdate{Meta: up, StartedMs: t0.UnixMilli()})
 	p.wantState("node1", view.StateUp)
 	p.answerWith(up)
@@ -109,7 +110,7 @@ func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 func TestGoneNodeThatDoesNotAnswer(t *testing.T) {
 	p := newProber(t)
 	up := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 3, State: gwpb.State_STATE_UP, SinceMs: t0.UnixMilli()}
-	p.mesh.SetMember(AgentMember("node1", nil, t0))
+	p.mesh.SetMember(meshfake.AgentMember("node1", nil, t0))
 	p.update("node1", &gwpb.StateUpdate{Meta: up, StartedMs: t0.UnixMilli()})
 	p.clk.Advance(time.Second)
 	gone := p.clk.Now()
@@ -136,7 +137,7 @@ func TestCentralDeadlineAsksFirst(t *testing.T) {
 			d := t0.Add(time.Minute)
 			td := &gwpb.StateUpdate{Meta: teardownMeta(1, 4, d), StartedMs: t0.UnixMilli(),
 				Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "teardown", DeadlineMs: d.UnixMilli()}}}
-			p.mesh.SetMember(AgentMember("node1", nil, t0))
+			p.mesh.SetMember(meshfake.AgentMember("node1", nil, t0))
 			p.update("node1", td)
 			p.wantState("node1", view.StateTeardown)
 			if answers {

@@ -34,7 +34,7 @@ import (
 )
 
 // Mesh is what the Service needs of the gossip layer. *mesh.Mesh implements
-// it; FakeMesh is the test double.
+// it; aggregator/meshfake is the test double.
 type Mesh interface {
 	// Members returns every member seen, this one included.
 	Members() []mesh.Member

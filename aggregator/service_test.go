@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -17,11 +18,14 @@ import (
 const testTimeout = 10 * time.Second
 
 // harness is a running Service on a fake mesh and a fake clock.
+// The fake of the mesh the tests run the Service on is one.
+var _ Mesh = (*meshfake.Mesh)(nil)
+
 type harness struct {
 	t    *testing.T
 	clk  *clock.Fake
 	svc  *Service
-	mesh *FakeMesh
+	mesh *meshfake.Mesh
 }
 
 func newHarness(t *testing.T, opts ...func(*Options)) *harness {
@@ -49,7 +53,7 @@ func startHarness(t *testing.T, clk *clock.Fake, o Options) (h *harness, stop fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	h = &harness{t: t, clk: clk, svc: svc, mesh: NewFakeMesh(svc)}
+	h = &harness{t: t, clk: clk, svc: svc, mesh: meshfake.New(svc, svc.clock.Now)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx, h.mesh) }()
@@ -84,7 +88,7 @@ func (h *harness) sync() {
 
 // member sets an alive agent publishing meta and waits for it.
 func (h *harness) member(name string, meta *gwpb.Meta) {
-	h.mesh.SetMember(AgentMember(name, meta, h.clk.Now()))
+	h.mesh.SetMember(meshfake.AgentMember(name, meta, h.clk.Now()))
 	h.sync()
 }
 
