@@ -54,7 +54,7 @@ func (s *Service) publishEventLocked(ev watch.Event) {
 	s.history.Add(ev)
 	for sub := range s.subs {
 		if !sub.Offer(ev) {
-			s.met.watchersDropped.Inc()
+			s.met.WatcherDropped()
 			s.log.Warn("watcher dropped: too slow", "behind", cap(sub.C))
 			s.dropLocked(sub)
 		}

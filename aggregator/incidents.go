@@ -192,11 +192,11 @@ func (s *Service) logIncident(ch incident.Change, now time.Time) {
 		"hostlist", logHostlist(inc.Nodes)}
 	switch ch.Kind {
 	case incident.Opened:
-		s.met.incidentsOpened.Inc()
+		s.met.IncidentOpened()
 		attrs = append(attrs, "example", exampleText(inc.Example))
 		s.incidentLine(slog.LevelWarn, ch, "incident opened", attrs...)
 	case incident.Closed:
-		s.met.incidentsClosed.Inc()
+		s.met.IncidentClosed()
 		delete(s.inc.logs, inc.ID)
 		s.act.ForgetIncident(inc.ID)
 		s.incidentLine(slog.LevelInfo, ch, "incident closed", "incident", inc.ID, "kind", string(inc.Cause.Kind), "cause", inc.Cause.String(),
@@ -330,12 +330,10 @@ func (s *Service) resumeOne(ctx context.Context, node, reason string) {
 	defer func() { <-s.inc.resumes }()
 	_, err := s.control(ctx, node, &gwpb.Control{Action: gwpb.Action_ACTION_RESUME, Reason: reason, By: s.opts.Name + " (incident auto-resume)"},
 		slog.LevelDebug)
-	result := resultSuccess
 	if err != nil {
-		result = resultFailure
 		s.log.Debug("incident auto-resume failed; asked again later if the node stays down and clean", "node", node, "err", err)
 	}
-	s.met.incidentResumes.WithLabelValues(result).Inc()
+	s.met.IncidentResumed(err == nil)
 }
 
 // Incidents returns the open incidents and the last closed ones (by id),

@@ -73,7 +73,7 @@ func (s *Service) refuseName(name, what, from string) bool {
 	if err == nil {
 		return false
 	}
-	s.met.refused.WithLabelValues(what).Inc()
+	s.met.Refused(what)
 	r := &s.refused
 	if _, logged := r.seen[name]; logged {
 		return true
@@ -339,7 +339,7 @@ func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Dur
 // refuseStale counts and logs (once per node and staleLogEvery) a refused
 // message.
 func (s *Service) refuseStale(from, what, why string, offset time.Duration) {
-	s.met.refused.WithLabelValues(what).Inc()
+	s.met.Refused(what)
 	if ok, suppressed := s.staleLog.Allow(from, s.clock.Now()); ok {
 		s.log.Warn("message refused: not fresh or not plausible", "node", nodename.Quote(from), "why", why,
 			"clock_offset", offset.Round(time.Millisecond).String(), "suppressed", suppressed)
@@ -425,7 +425,7 @@ func (s *Service) seenByMesh(name string) {
 // dropUnseen logs (at most once a minute) that a message from a node the
 // mesh has not told of was dropped for intake.MaxUnseenNodes.
 func (s *Service) dropUnseen(from string) {
-	s.met.refused.WithLabelValues("unseen").Inc()
+	s.met.Refused("unseen")
 	if now := s.clock.Now(); now.Sub(s.unseenLogged) >= refusedSummaryEvery {
 		s.unseenLogged = now
 		s.log.Warn("message from a node the mesh has not told of dropped: too many such nodes; its gossip still brings it in",
@@ -449,7 +449,7 @@ func (s *Service) intakeLatch(node string, u *gwpb.StateUpdate) {
 	} else {
 		u.Cause = nil
 	}
-	s.met.refused.WithLabelValues("cause").Inc()
+	s.met.Refused("cause")
 	now := s.clock.Now()
 	if at, logged := s.inc.causeLogged[node]; logged && now.Sub(at) < time.Hour {
 		return

@@ -98,7 +98,7 @@ func (s *Service) logMixed(mixed bool, now time.Time) {
 	if mixed == m.logged || !due {
 		if changed {
 			m.changes++
-			s.met.logSuppressed.WithLabelValues(nodelog.ScopeCluster).Inc()
+			s.met.LogSuppressed(nodelog.ScopeCluster)
 		}
 		return
 	}

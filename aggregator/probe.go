@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"time"
 
+	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -45,8 +46,8 @@ const (
 
 // Probe reasons: the label why of gracewatch_aggregator_probes_total.
 const (
-	probeDeadline = "deadline" // before the central deadline
-	probeGone     = "gone"     // memberlist says the node is dead or left
+	probeDeadline = aggmetrics.ProbeDeadline // before the central deadline
+	probeGone     = aggmetrics.ProbeGone     // memberlist says the node is dead or left
 )
 
 // ProbeWaitFor derives Policy.ProbeWait from the clock skew allowance: half
@@ -193,7 +194,7 @@ func (s *Service) probed(r probeResult) bool {
 	if ps := s.probes[r.node]; ps != nil {
 		ps.inFlight = false
 	}
-	s.met.probe(r.why, r.answered)
+	s.met.Probe(r.why, r.answered)
 	in := s.inputs[r.node]
 	if in == nil {
 		return false

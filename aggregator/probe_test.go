@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -44,7 +42,7 @@ func (p *prober) answerWith(meta *gwpb.Meta) {
 
 // probes returns how many probes of why ended with result.
 func (p *prober) probes(why, result string) int {
-	return int(promtest.ToFloat64(p.svc.met.probes.WithLabelValues(why, result)))
+	return int(counted(p.t, p.svc, "probes_total", "why", why, "result", result))
 }
 
 // waitProbes syncs until n probes of why ended with result.

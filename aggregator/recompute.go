@@ -113,7 +113,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 				if c.node.State == view.StateDown {
 					d, _ = view.ViolationDeadline(c.in, c.cause, c.prevAt, now, p)
 				}
-				s.met.transition(c.node.State, c.cause, d, now)
+				s.met.Transition(c.node.State, c.cause, d, now)
 			}
 			if _, held := s.held[c.node.Name]; !held {
 				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))

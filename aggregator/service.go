@@ -19,6 +19,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
@@ -152,7 +153,7 @@ type Service struct {
 	epoch string // qualifies event ids: they are only meaningful here
 	act   *actuate.Actuators
 	plan  *reservation.Planner // nil: reservations off
-	met   *serviceMetrics
+	met   *aggmetrics.Metrics
 	inc   *incidents
 	hist  *teardownHistory // nil: off
 	lines *nodelog.Log     // the lines about one node, within its budget
@@ -325,15 +326,15 @@ func New(o Options) (*Service, error) {
 	if s.hist, err = openHistory(o.TeardownHistory, o.Clock.Now()); err != nil {
 		return nil, fmt.Errorf("aggregator: %w", err)
 	}
-	s.met = newServiceMetrics(s)
-	s.act.OnSaveError = s.met.stateWrites.Inc
-	s.act.OnRun = s.met.actuatorRun
-	s.lines = nodelog.New(o.Clock, func(scope string) { s.met.logSuppressed.WithLabelValues(scope).Inc() })
+	s.met = aggmetrics.New(metricsSource{s}, o.Host)
+	s.act.OnSaveError = s.met.StateWriteFailed
+	s.act.OnRun = s.met.ActuatorRun
+	s.lines = nodelog.New(o.Clock, s.met.LogSuppressed)
 	s.act.Lines = s.lines
 	if o.Registry != nil {
-		cs := s.met.collectors()
+		cs := s.met.Collectors()
 		if s.hist != nil {
-			cs = append(cs, newHistoryCollector(s.hist.store, o.Clock.Now))
+			cs = append(cs, aggmetrics.NewHistoryCollector(s.hist.store.Stats, o.Clock.Now))
 		}
 		for _, c := range cs {
 			if err := o.Registry.Register(c); err != nil {

@@ -8,14 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gracewatch/gracewatch/aggregator/advisor"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
-	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -216,64 +213,6 @@ func (s *Service) closeHistory() {
 			s.log.Error("teardown history: closing", "err", err)
 		}
 	}
-}
-
-// historyCollector exports the history's gauges and counters at scrape
-// time: no node, job or user label.
-type historyCollector struct {
-	st                                        *history.Store
-	records, bytes, oldest, segments, corrupt *prometheus.Desc
-	refused, usersDropped, droppedSegments    *prometheus.Desc
-	now                                       func() time.Time
-}
-
-func newHistoryCollector(st *history.Store, now func() time.Time) *historyCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, subsystem, name), help, labels, nil)
-	}
-	return &historyCollector{st: st, now: now,
-		records:         d("history_records", "Released teardowns kept in the teardown history."),
-		bytes:           d("history_bytes", "Bytes of the teardown history's segment files (bounded by history.max_bytes)."),
-		oldest:          d("history_oldest_record_age_seconds", "Age of the oldest teardown kept in the history (bounded by history.max_age); 0 when empty."),
-		segments:        d("history_segments", "Segment files of the teardown history."),
-		corrupt:         d("history_corrupt_segments", "Segments found damaged at start: read up to the damage, never appended to (the log names them)."),
-		refused:         d("history_refused_total", "Released teardowns not recorded, by reason: duplicate (a resend), rate (over the node's bound), clock_step (released before it started), future (released more than 1h ahead), too_old, invalid, bounds (a grace past 7 days, or self-ended and longer than 8 days), write_error.", "reason"),
-		usersDropped:    d("history_users_dropped_total", "User names dropped (recorded as unknown) for breaking the rule of Teardown.user."),
-		droppedSegments: d("history_dropped_segments_total", "Oldest segments dropped for the bounds, by bound: bytes or age.", "bound"),
-	}
-}
-
-// Describe implements prometheus.Collector.
-func (c *historyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.records, c.bytes, c.oldest, c.segments, c.corrupt, c.refused, c.usersDropped, c.droppedSegments} {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *historyCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.st.Stats()
-	g := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
-	k := func(d *prometheus.Desc, v uint64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
-	}
-	g(c.records, float64(st.Records))
-	g(c.bytes, float64(st.Bytes))
-	age := 0.0
-	if st.OldestStartMs > 0 {
-		age = max(c.now().Sub(time.UnixMilli(st.OldestStartMs)).Seconds(), 0)
-	}
-	g(c.oldest, age)
-	g(c.segments, float64(st.Segments))
-	g(c.corrupt, float64(st.Corrupt))
-	for _, r := range history.Refusals {
-		k(c.refused, st.Refused[r], string(r))
-	}
-	k(c.usersDropped, st.UsersDropped)
-	k(c.droppedSegments, st.DroppedBytes, "bytes")
-	k(c.droppedSegments, st.DroppedAge, "age")
 }
 
 // HistoryConfig is the [history] table: the teardown history behind the
