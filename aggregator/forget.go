@@ -70,7 +70,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	delete(s.held, name)
 	delete(s.probeAt, name)
 	delete(s.probes, name)
-	s.forgetReach(name)
+	s.reach.Forget(name)
 	s.mu.Lock()
 	prev := s.view[name]
 	s.modes.move(prev.Mode, "")

@@ -21,6 +21,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
+	"github.com/gracewatch/gracewatch/aggregator/reach"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/aggregator/watch"
@@ -202,8 +203,8 @@ type Service struct {
 	rescued  map[string]time.Time
 	probeSem chan struct{}
 	// reach is where the nodes proved they are reached, kept under
-	// state_dir for a restart (reach.go).
-	reach *reachBook
+	// state_dir for a restart (package aggregator/reach).
+	reach *reach.Book
 	done  chan struct{} // closed when Run ends
 
 	// Shared with readers.
@@ -304,7 +305,7 @@ func New(o Options) (*Service, error) {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
 	}
-	if s.reach, err = openReach(o.StateDir); err != nil {
+	if s.reach, err = reach.Open(o.StateDir, o.Clock, log); err != nil {
 		log.Warn("where the nodes were reached: not all of it read; a restart asks only the nodes of it that were", "err", err)
 	}
 	if o.Reservations.Enabled() {
