@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/historian"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
@@ -83,8 +84,8 @@ type Config struct {
 	// (aggregator/incident; packaging/README.md, "Incidents").
 	Incidents incident.Config `toml:"incidents"`
 	// History keeps every released teardown for the grace advisor
-	// (teardown_history.go; packaging/README.md, "Choosing G").
-	History HistoryConfig `toml:"history"`
+	// (package aggregator/historian; packaging/README.md, "Choosing G").
+	History historian.Config `toml:"history"`
 }
 
 // HTTPConfig is the [http] table: the scheduler-facing API.
@@ -161,7 +162,7 @@ func DefaultConfig() Config {
 		},
 		Reservations: reservation.DefaultConfig(),
 		Incidents:    incident.DefaultConfig(),
-		History:      DefaultHistoryConfig(),
+		History:      historian.DefaultConfig(),
 	}
 }
 
@@ -246,7 +247,7 @@ func (c *Config) Validate() error {
 	if err := c.Incidents.Validate("incidents"); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.History.validate("history"); err != nil {
+	if err := c.History.Validate("history"); err != nil {
 		errs = append(errs, err)
 	}
 

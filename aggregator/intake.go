@@ -223,7 +223,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			return false
 		}
 		in.ClockOffset, in.Reached = offset, at
-		s.recordHistory(from, u) // docs/DESIGN.md §5d: its released teardowns
+		s.hist.Record(from, u) // docs/DESIGN.md §5d: its released teardowns
 		s.intakeLatch(from, u)
 		s.clockSkew(in)
 		upd := intake.DecodeUpdate(u) // the internal node input from here on

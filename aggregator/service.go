@@ -17,6 +17,7 @@ import (
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/historian"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
@@ -123,7 +124,7 @@ type Options struct {
 	// undrains them. Empty: in memory only.
 	StateDir string
 	// TeardownHistory, with a Dir, keeps every released teardown the
-	// nodes report, for the grace advisor (teardown_history.go,
+	// nodes report, for the grace advisor (package aggregator/historian,
 	// docs/DESIGN.md §5d). No Dir: off.
 	TeardownHistory history.Options
 	// Registry, if set, receives the Service's metrics
@@ -156,8 +157,8 @@ type Service struct {
 	plan  *reservation.Planner // nil: reservations off
 	met   *aggmetrics.Metrics
 	inc   *incidents
-	hist  *teardownHistory // nil: off
-	lines *nodelog.Log     // the lines about one node, within its budget
+	hist  *historian.Historian // nil: off
+	lines *nodelog.Log         // the lines about one node, within its budget
 	// runCtx is Run's context (set before the loop starts).
 	runCtx context.Context
 
@@ -324,7 +325,7 @@ func New(o Options) (*Service, error) {
 	if o.TeardownHistory.Logger == nil {
 		o.TeardownHistory.Logger = log
 	}
-	if s.hist, err = openHistory(o.TeardownHistory, o.Clock.Now()); err != nil {
+	if s.hist, err = historian.Open(o.TeardownHistory, o.Clock, log); err != nil {
 		return nil, fmt.Errorf("aggregator: %w", err)
 	}
 	s.met = aggmetrics.New(metricsSource{s}, o.Host)
@@ -335,11 +336,11 @@ func New(o Options) (*Service, error) {
 	if o.Registry != nil {
 		cs := s.met.Collectors()
 		if s.hist != nil {
-			cs = append(cs, aggmetrics.NewHistoryCollector(s.hist.store.Stats, o.Clock.Now))
+			cs = append(cs, aggmetrics.NewHistoryCollector(s.hist.Stats, o.Clock.Now))
 		}
 		for _, c := range cs {
 			if err := o.Registry.Register(c); err != nil {
-				s.closeHistory() // opened above: its files are not left open
+				s.hist.Close() // opened above: its files are not left open
 				return nil, fmt.Errorf("aggregator: metrics: %w", err)
 			}
 		}
@@ -402,7 +403,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	}
 	defer func() {
 		close(s.done)
-		defer s.closeHistory()
+		defer s.hist.Close()
 		s.act.Stop()
 		<-planDone
 		if s.timer != nil {

@@ -1,8 +1,17 @@
-package aggregator
+// Package historian keeps the teardown history for the grace advisor
+// (docs/DESIGN.md §5d): the Service's intake hands it every node's own
+// StateUpdate (Record), bounded but not yet decoded, of which it stores
+// the released teardowns (package aggregator/history) and keeps what the
+// advisor needs of the running ones and of the node (its kill-path floor);
+// Advise answers GET /v1/grace over them. Config is the [history] table.
+//
+// It reads the mesh's wire update (the history keeps what the node said,
+// before the view's decoding) but nothing of HTTP or of the Service
+// (TestImports).
+package historian
 
 import (
-	"errors"
-	"path/filepath"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -12,17 +21,11 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
-	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/ratelog"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
-
-// The teardown history's glue (docs/DESIGN.md §5d): the intake hands every
-// node's own StateUpdate to recordHistory, which stores its released
-// teardowns (package aggregator/history) and keeps what the advisor needs
-// of the running ones and of the node (its kill-path floor); Advise
-// answers GET /v1/grace.
 
 // Bounds of what the glue keeps per node.
 const (
@@ -32,12 +35,15 @@ const (
 	maxCausesKept = 8
 )
 
-// teardownHistory is the Service's history and what the advisor needs
-// beside it. The store is written by the loop only; the maps are read by
-// Advise under mu.
-type teardownHistory struct {
-	store *history.Store
-	log   *ratelog.Limiter
+// Historian is the history and what the advisor needs beside it. Record
+// is called by one goroutine (the Service's loop); Advise, Stats and Close
+// are safe for concurrent use. A nil *Historian is the history off: it
+// records nothing and advises history.ErrOff.
+type Historian struct {
+	store   *history.Store
+	clock   clock.Clock
+	log     *slog.Logger
+	limiter *ratelog.Limiter
 
 	mu sync.Mutex
 	// floors: each node's latest kill-path floor (what it says now).
@@ -54,17 +60,18 @@ type teardownHistory struct {
 
 type jobCause struct{ job, cause string }
 
-// openHistory opens the teardown history of o, or returns nil when it is
-// off (no directory).
-func openHistory(o history.Options, now time.Time) (*teardownHistory, error) {
+// Open opens the teardown history of o, or returns nil when it is off (no
+// directory). Its warnings go to log (the Service's), each at most once a
+// minute per node and kind.
+func Open(o history.Options, clk clock.Clock, log *slog.Logger) (*Historian, error) {
 	if o.Dir == "" {
 		return nil, nil
 	}
-	st, err := history.Open(o, now)
+	st, err := history.Open(o, clk.Now())
 	if err != nil {
 		return nil, err
 	}
-	return &teardownHistory{store: st, log: ratelog.New(time.Minute), floors: map[string]advisor.Floor{},
+	return &Historian{store: st, clock: clk, log: log, limiter: ratelog.New(time.Minute), floors: map[string]advisor.Floor{},
 		attrs: map[string]map[string][2]string{}, causes: map[string][]jobCause{}}, nil
 }
 
@@ -82,16 +89,15 @@ func causeString(c *gwpb.Cause) string {
 	return ""
 }
 
-// recordHistory takes the released teardowns of u, a StateUpdate that node
-// sent (proven to be its own with node restriction), into the history: a
-// node speaks only for itself, so each record names node. Runs on the
-// loop.
-func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
-	h := s.hist
+// Record takes the released teardowns of u, a StateUpdate that node sent
+// (proven to be its own with node restriction) and the intake bounded,
+// into the history: a node speaks only for itself, so each record names
+// node. Called by one goroutine at a time (the Service's loop).
+func (h *Historian) Record(node string, u *gwpb.StateUpdate) {
 	if h == nil || u == nil {
 		return
 	}
-	now := s.clock.Now()
+	now := h.clock.Now()
 	tds := u.GetTeardowns()
 	tds = tds[:min(len(tds), intake.MaxTeardownsKept)]
 	floor := u.GetKillPathFloorMs()
@@ -125,8 +131,8 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 	causes := h.causes[node]
 	h.mu.Unlock()
 	if floor < 0 || floor > history.MaxFloorMs {
-		if ok, suppressed := h.log.Allow(node+"/floor", now); ok {
-			s.log.Warn("kill-path floor out of bounds: not used for the grace advice", "node", nodename.Quote(node),
+		if ok, suppressed := h.limiter.Allow(node+"/floor", now); ok {
+			h.log.Warn("kill-path floor out of bounds: not used for the grace advice", "node", nodename.Quote(node),
 				"kill_path_floor_ms", floor, "max_ms", history.MaxFloorMs, "suppressed", suppressed)
 		}
 	}
@@ -157,31 +163,30 @@ func (s *Service) recordHistory(node string, u *gwpb.StateUpdate) {
 			added++
 		case history.RefusedDuplicate:
 		default:
-			if ok, suppressed := h.log.Allow(node+"/"+string(why), now); ok {
-				s.log.Warn("released teardown not recorded in the history", "node", nodename.Quote(node), "why", string(why),
+			if ok, suppressed := h.limiter.Allow(node+"/"+string(why), now); ok {
+				h.log.Warn("released teardown not recorded in the history", "node", nodename.Quote(node), "why", string(why),
 					"job", view.CutText(td.GetJob(), 64), "start_ms", r.StartMs, "released_ms", r.ReleasedMs, "suppressed", suppressed)
 			}
 		}
 	}
 	if added > 0 {
 		if err := h.store.Flush(now); err != nil {
-			if ok, _ := h.log.Allow("flush", now); ok {
-				s.log.Error("teardown history: write failed", "err", err)
+			if ok, _ := h.limiter.Allow("flush", now); ok {
+				h.log.Error("teardown history: write failed", "err", err)
 			}
 		}
 	}
 }
 
-// Advise answers the grace advisor's query q (its NowMs and InForce are
-// filled here) over the history and the teardowns running in the view
-// now. One answer is computed at a time. Safe for concurrent use.
-func (s *Service) Advise(q advisor.Query) (*advisor.Advice, error) {
-	h := s.hist
+// Advise answers the grace advisor's query q (its NowMs is filled here,
+// its InForce is inForce, the cluster's G) over the history and the
+// teardowns running in nodes, the view now. One answer is computed at a
+// time. Safe for concurrent use.
+func (h *Historian) Advise(q advisor.Query, inForce time.Duration, nodes []view.Node) (*advisor.Advice, error) {
 	if h == nil {
 		return nil, history.ErrOff
 	}
-	now := s.clock.Now()
-	q.NowMs, q.InForce = now.UnixMilli(), s.opts.Grace
+	q.NowMs, q.InForce = h.clock.Now().UnixMilli(), inForce
 	h.mu.Lock()
 	floors := make([]advisor.Floor, 0, len(h.floors))
 	for _, f := range h.floors {
@@ -189,7 +194,7 @@ func (s *Service) Advise(q advisor.Query) (*advisor.Advice, error) {
 	}
 	attrs := h.attrs
 	var running []advisor.Running
-	for _, n := range s.Nodes() {
+	for _, n := range nodes {
 		for _, td := range n.Teardowns {
 			if td.Phase != "teardown" && td.Phase != "overdue" || td.Deadline.IsZero() {
 				continue
@@ -206,53 +211,20 @@ func (s *Service) Advise(q advisor.Query) (*advisor.Advice, error) {
 	return advisor.Advise(q, h.store.ScanRaw, running, floors)
 }
 
-// closeHistory closes the store (Run's end).
-func (s *Service) closeHistory() {
-	if s.hist != nil {
-		if err := s.hist.store.Close(); err != nil {
-			s.log.Error("teardown history: closing", "err", err)
-		}
+// Stats are the history's figures; zero when it is off.
+func (h *Historian) Stats() history.Stats {
+	if h == nil {
+		return history.Stats{}
 	}
+	return h.store.Stats()
 }
 
-// HistoryConfig is the [history] table: the teardown history behind the
-// grace advisor (docs/DESIGN.md §5d).
-type HistoryConfig struct {
-	// Dir holds the history's segment files; empty: "history" under
-	// state_dir; with neither, the history is off.
-	Dir string `toml:"dir"`
-	// MaxBytes bounds the files (the oldest segment is dropped first); at
-	// least 1 MiB.
-	MaxBytes config.Size `toml:"max_bytes"`
-	// MaxAge drops the segments whose newest teardown started longer ago.
-	MaxAge config.Duration `toml:"max_age"`
-}
-
-// DefaultHistoryConfig is the [history] table's defaults.
-func DefaultHistoryConfig() HistoryConfig {
-	return HistoryConfig{MaxBytes: config.Bytes(history.DefaultMaxBytes), MaxAge: config.Dur(history.DefaultMaxAge)}
-}
-
-// validate checks the table; key prefixes the key names.
-func (h HistoryConfig) validate(key string) error {
-	var errs []error
-	if h.Dir != "" && !filepath.IsAbs(h.Dir) {
-		errs = append(errs, config.KeyErr(key+".dir", "must be an absolute path, got %q", h.Dir))
+// Close closes the store (the Service's end), logging a failure.
+func (h *Historian) Close() {
+	if h == nil {
+		return
 	}
-	if n := h.MaxBytes.N(); n < history.MinMaxBytes || n > 1<<40 {
-		errs = append(errs, config.KeyErr(key+".max_bytes", "want 1MiB to 1TiB, got %d bytes", n))
+	if err := h.store.Close(); err != nil {
+		h.log.Error("teardown history: closing", "err", err)
 	}
-	if d := h.MaxAge.D(); d < time.Hour || d > 10*365*24*time.Hour {
-		errs = append(errs, config.KeyErr(key+".max_age", "want 1h to 10 years, got %v", d))
-	}
-	return errors.Join(errs...)
-}
-
-// Options returns the history's options with the state dir stateDir.
-func (h HistoryConfig) Options(stateDir string) history.Options {
-	dir := h.Dir
-	if dir == "" && stateDir != "" {
-		dir = filepath.Join(stateDir, "history")
-	}
-	return history.Options{Dir: dir, MaxBytes: h.MaxBytes.N(), MaxAge: h.MaxAge.D()}
 }

@@ -1,4 +1,4 @@
-package aggregator
+package historian
 
 import (
 	"log/slog"
@@ -13,7 +13,7 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-// FuzzHistoryIntake feeds the teardown history's intake (recordHistory)
+// FuzzHistoryIntake feeds the teardown history's intake (Record)
 // a node's StateUpdate of any released teardown and kill-path floor, as a
 // node's root can sign one: it never panics, what it keeps is within the
 // bounds (a floor, a record's grace, start and duration), and the advice
@@ -29,12 +29,11 @@ func FuzzHistoryIntake(f *testing.F) {
 	f.Add(at, int64(math.MaxInt64), at, int64(1), "killed", "5")
 	f.Fuzz(func(t *testing.T, deadline, grace, released, floor int64, outcome, job string) {
 		clk := clock.NewFake(now)
-		h, err := openHistory(history.Options{Dir: t.TempDir()}, now)
+		h, err := Open(history.Options{Dir: t.TempDir()}, clk, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer h.store.Close()
-		s := &Service{clock: clk, log: slog.New(slog.DiscardHandler), hist: h}
+		defer h.Close()
 		u := &gwpb.StateUpdate{KillPathFloorMs: floor, KillPath: "slurm", Teardowns: []*gwpb.Teardown{
 			{Job: job, Phase: "released", DeadlineMs: deadline, GraceMs: grace, ReleasedMs: released, Outcome: outcome}}}
 		// Enough honest ones beside it to recommend from.
@@ -43,10 +42,10 @@ func FuzzHistoryIntake(f *testing.F) {
 				DeadlineMs: at + 120_000 + int64(i), GraceMs: 120_000, ReleasedMs: at + int64(i) + 1000*int64(i), Outcome: "clean"})
 		}
 		u.Teardowns = u.Teardowns[:min(len(u.Teardowns), intake.MaxTeardownsKept)]
-		s.recordHistory("n1", u)
+		h.Record("n1", u)
 		u.KillPathFloorMs = 95_000
 		u.Teardowns = u.Teardowns[1:]
-		s.recordHistory("n2", u)
+		h.Record("n2", u)
 		var floors []advisor.Floor
 		for _, fl := range h.floors {
 			if fl.Ms <= 0 || fl.Ms > history.MaxFloorMs {
