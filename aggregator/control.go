@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -114,7 +114,7 @@ func (s *Service) control(ctx context.Context, node string, c *gwpb.Control, lev
 	t := s.clock.AfterFunc(s.opts.ControlTimeout, func() { close(timedOut) })
 	defer t.Stop()
 	log := s.log.With("node", node, "action", action.String(), "id", id, "by", by)
-	log.Log(ctx, level, "control sent", "reason", logText(reason), "job", logText(c.GetJob().GetJob()))
+	log.Log(ctx, level, "control sent", "reason", nodelog.Text(reason), "job", nodelog.Text(c.GetJob().GetJob()))
 	c.Id = id
 	// The agent applies it only until the caller is told it timed out
 	// (it may have been stopped, or the message queued, that long).
@@ -144,13 +144,4 @@ func (s *Service) control(ctx context.Context, node string, c *gwpb.Control, lev
 	case <-ctx.Done():
 		return n, ctx.Err()
 	}
-}
-
-// logText bounds a text from the network in a log line.
-func logText(s string) string {
-	const max = 512
-	if len(s) <= max {
-		return s
-	}
-	return strings.ToValidUTF8(s[:max], "") + "…"
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/incidents"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -56,7 +57,7 @@ func FuzzIntakeCause(f *testing.F) {
 		in := view.NodeInput{Name: "n1", Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0, Update: nu, Direct: nu.Meta,
 			ClockOffset: time.Duration(skewMs) * time.Millisecond}
 		n, rule := view.ComputeNodeCause(&in, t0, defaultPolicy)
-		down := []incident.Node{incidentNode(n, rule)}
+		down := []incident.Node{incidents.NodeOf(n, rule)}
 		if n.State != view.StateDown {
 			down = nil
 		}

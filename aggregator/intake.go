@@ -225,7 +225,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		in.ClockOffset, in.Reached = offset, at
 		s.hist.Record(from, u) // docs/DESIGN.md §5d: its released teardowns
 		s.intakeLatch(from, u)
-		s.clockSkew(in)
+		s.inc.ClockSkew(in.Name, in.ClockOffset)
 		upd := intake.DecodeUpdate(u) // the internal node input from here on
 		restarted := restartedSince(in.Update, upd)
 		if replacesUpdate(in.Update, upd) {
@@ -254,7 +254,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 				s.dropUnseen(from)
 			} else {
 				in.ClockOffset, in.Reached = offset, at
-				s.clockSkew(in)
+				s.inc.ClockSkew(in.Name, in.ClockOffset)
 				// An ack carries no start time: it counts only within
 				// the incarnation of the latest update (an ack of an
 				// earlier agent start, late or replayed, would undo a
@@ -451,12 +451,12 @@ func (s *Service) intakeLatch(node string, u *gwpb.StateUpdate) {
 	}
 	s.met.Refused("cause")
 	now := s.clock.Now()
-	if at, logged := s.inc.causeLogged[node]; logged && now.Sub(at) < time.Hour {
+	if at, logged := s.causeLogged[node]; logged && now.Sub(at) < time.Hour {
 		return
 	}
-	if len(s.inc.causeLogged) >= maxRefusedLogged {
-		clear(s.inc.causeLogged)
+	if len(s.causeLogged) >= maxRefusedLogged {
+		clear(s.causeLogged)
 	}
-	s.inc.causeLogged[node] = now
+	s.causeLogged[node] = now
 	s.log.Warn("a node's cause refused: it joins no incident by it", "node", nodename.Quote(node), "err", err)
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -50,10 +51,10 @@ func (s *Service) RegisterJobOnNodes(ctx context.Context, req api.JobRequest, no
 	}
 	failed := slices.DeleteFunc(slices.Clone(res.Nodes), func(r api.JobNodeResult) bool { return r.OK })
 	if len(failed) > 0 {
-		s.log.Warn("job not registered on every node", "job", logText(req.Job), "registered", res.Registered,
+		s.log.Warn("job not registered on every node", "job", nodelog.Text(req.Job), "registered", res.Registered,
 			"failed", res.Failed, "first", failed[0].Node, "err", failed[0].Error)
 	} else {
-		s.log.Info("job registered", "job", logText(req.Job), "nodes", len(nodes), "expiration", req.Expiration, "by", by)
+		s.log.Info("job registered", "job", nodelog.Text(req.Job), "nodes", len(nodes), "expiration", req.Expiration, "by", by)
 	}
 	return res
 }

@@ -49,7 +49,5 @@ func (m metricsSource) Incidents() ([]incident.Incident, actuate.LimitStatus) { 
 
 // ClockSkewed implements aggmetrics.Source.
 func (m metricsSource) ClockSkewed() int {
-	m.s.inc.mu.RLock()
-	defer m.s.inc.mu.RUnlock()
-	return len(m.s.inc.skewed)
+	return m.s.inc.SkewedCount()
 }

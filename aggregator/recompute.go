@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 )
@@ -98,17 +99,17 @@ func (s *Service) recompute(dirty map[string]bool) {
 
 	// The incidents first: the actuators hear of a node with its incident.
 	for _, c := range changes {
-		s.trackDown(c.node, c.cause)
+		s.inc.Track(c.node, c.cause)
 	}
-	s.regroup(now)
+	s.inc.Regroup(now)
 	for _, c := range changes {
 		s.observePlan(c.node)
 		if c.first || c.prev != c.node.State {
 			if c.first {
-				s.nodeLine(slog.LevelInfo, c.node.Name, "node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
+				s.nodeLine(slog.LevelInfo, c.node.Name, "node", "node", c.node.Name, "state", string(c.node.State), "reason", nodelog.Text(c.node.Reason))
 			} else {
 				s.nodeLine(slog.LevelInfo, c.node.Name, "node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
-					"reason", logText(c.node.Reason))
+					"reason", nodelog.Text(c.node.Reason))
 				var d time.Time
 				if c.node.State == view.StateDown {
 					d, _ = view.ViolationDeadline(c.in, c.cause, c.prevAt, now, p)
@@ -116,18 +117,18 @@ func (s *Service) recompute(dirty map[string]bool) {
 				s.met.Transition(c.node.State, c.cause, d, now)
 			}
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
+				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.inc.ActInfo(c.node))
 			}
 		} else if c.node.State == view.StateDown {
 			// Its reason, its incident or its clock's earliness changed.
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
+				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.inc.ActInfo(c.node))
 			}
 		}
 	}
 	for _, name := range released {
 		if n, ok := s.view[name]; ok {
-			s.act.Observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
+			s.act.Observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.inc.ActInfo(n))
 		}
 		s.nodeLine(slog.LevelDebug, name, "settle over: the actuators decide on the node", "node", name)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/historian"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/incidents"
 	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reach"
@@ -88,7 +89,8 @@ type Options struct {
 	// ReservationScheduler replaces the command of Reservations (tests).
 	ReservationScheduler reservation.Scheduler
 	// Incidents groups the DOWN nodes by cause, limits the drains and
-	// resumes an incident's nodes when its cause clears (incidents.go).
+	// resumes an incident's nodes when its cause clears (package
+	// aggregator/incidents).
 	// The zero value groups with the defaults, limits nothing and
 	// resumes nothing; the configuration's defaults limit.
 	Incidents incident.Config
@@ -156,7 +158,7 @@ type Service struct {
 	act   *actuate.Actuators
 	plan  *reservation.Planner // nil: reservations off
 	met   *aggmetrics.Metrics
-	inc   *incidents
+	inc   *incidents.Tracker
 	hist  *historian.Historian // nil: off
 	lines *nodelog.Log         // the lines about one node, within its budget
 	// runCtx is Run's context (set before the loop starts).
@@ -196,6 +198,9 @@ type Service struct {
 	// staleLog rate-limits the log of refused stale or implausible
 	// messages (intake.go), per node.
 	staleLog *ratelog.Limiter
+	// causeLogged: the nodes whose refused cause was logged, and when
+	// (intakeLatch).
+	causeLogged map[string]time.Time
 	// The probes (probe.go): each node's, when the next is due, the
 	// nodes whose answer overrode memberlist's word (logged once per
 	// episode), and the bound of those in flight.
@@ -277,30 +282,30 @@ func New(o Options) (*Service, error) {
 	log := o.Logger.With("component", "aggregator")
 	var err error
 	s := &Service{
-		opts:     o,
-		clock:    o.Clock,
-		log:      log,
-		epoch:    hex.EncodeToString(rnd[:]),
-		wake:     make(chan struct{}, 1),
-		inputs:   map[string]*view.NodeInput{},
-		enforce:  map[string]time.Time{},
-		held:     map[string]time.Time{},
-		adopted:  map[string]int{},
-		unseen:   map[string]struct{}{},
-		staleLog: ratelog.New(staleLogEvery),
-		probes:   map[string]*probeState{},
-		probeAt:  map[string]time.Time{},
-		probeSem: make(chan struct{}, maxProbesInFlight),
-		done:     make(chan struct{}),
-		aggs:     map[string]mesh.Member{},
-		view:     map[string]view.Node{},
-		history:  watch.NewEventLog(o.History, o.HistoryBytes),
-		subs:     map[*watch.Subscription]struct{}{},
-		waiters:  map[string]*waiter{},
+		opts:        o,
+		clock:       o.Clock,
+		log:         log,
+		epoch:       hex.EncodeToString(rnd[:]),
+		wake:        make(chan struct{}, 1),
+		inputs:      map[string]*view.NodeInput{},
+		enforce:     map[string]time.Time{},
+		held:        map[string]time.Time{},
+		adopted:     map[string]int{},
+		unseen:      map[string]struct{}{},
+		staleLog:    ratelog.New(staleLogEvery),
+		causeLogged: map[string]time.Time{},
+		probes:      map[string]*probeState{},
+		probeAt:     map[string]time.Time{},
+		probeSem:    make(chan struct{}, maxProbesInFlight),
+		done:        make(chan struct{}),
+		aggs:        map[string]mesh.Member{},
+		view:        map[string]view.Node{},
+		history:     watch.NewEventLog(o.History, o.HistoryBytes),
+		subs:        map[*watch.Subscription]struct{}{},
+		waiters:     map[string]*waiter{},
 	}
 	s.act = actuate.New(o.Actuators, o.Clock, o.ActuatorBackoff, log)
 	s.act.SetLimit(o.Incidents.Limit())
-	s.inc = newIncidents(o.Incidents)
 	if o.StateDir != "" && len(o.Actuators) > 0 {
 		if err := s.act.Remember(o.StateDir); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
@@ -333,6 +338,7 @@ func New(o Options) (*Service, error) {
 	s.act.OnRun = s.met.ActuatorRun
 	s.lines = nodelog.New(o.Clock, s.met.LogSuppressed)
 	s.act.Lines = s.lines
+	s.inc = s.newIncidents()
 	if o.Registry != nil {
 		cs := s.met.Collectors()
 		if s.hist != nil {

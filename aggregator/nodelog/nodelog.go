@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -123,3 +124,13 @@ func CallerPC() uintptr {
 // Keys is how many nodes' budgets of info lines are remembered (at most
 // maxNodeLogKeys).
 func (l *Log) Keys() int { return l.budget.Keys() }
+
+// Text bounds a text from the network (a reason, a job id) in a log line:
+// its first 512 bytes, valid UTF-8, and "…" when it was cut.
+func Text(s string) string {
+	const max = 512
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "…"
+}
