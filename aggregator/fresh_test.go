@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -41,7 +42,7 @@ func TestStateUpdatesFreshAndPlausible(t *testing.T) {
 	h.wantState("node1", view.StateUp)
 	// From a clock implausibly far ahead (one a few minutes ahead is
 	// heard and flagged: TestIncidentsClockAhead).
-	send(now.Add(maxClockAhead+allowance), &gwpb.StateUpdate{Meta: meta(3, gwpb.State_STATE_DOWN), StartedMs: now.Add(-time.Hour).UnixMilli()})
+	send(now.Add(intake.MaxClockAhead+allowance), &gwpb.StateUpdate{Meta: meta(3, gwpb.State_STATE_DOWN), StartedMs: now.Add(-time.Hour).UnixMilli()})
 	h.wantState("node1", view.StateUp)
 	// An agent start in the year 2255.
 	far := time.Date(2255, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -21,21 +20,8 @@ func (s *Service) HandleMessage(from string, env *gwpb.Envelope) {
 	// inbox: a node's maximal update (4 MiB) queued whole while the loop
 	// is busy cost its size for every message waiting, and maximal
 	// updates from many source addresses at once held hundreds of MB
-	// (e2e TestMeshFloodBounded). Bounded, an update holds at most a
-	// report's detail and the short fields (package intake).
-	// A new envelope of the known fields: unknown ones (a newer schema's,
-	// or padding) are not kept either.
-	switch b := env.GetBody().(type) {
-	case *gwpb.Envelope_State:
-		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
-			Body: &gwpb.Envelope_State{State: intake.BoundUpdate(b.State)}}
-	case *gwpb.Envelope_Ack:
-		a := b.Ack
-		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
-			Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: view.CutText(a.GetId(), intake.MaxFieldBytes), Ok: a.GetOk(),
-				Error: view.CutText(a.GetError(), view.MaxUpdateReasonBytes), Meta: intake.BoundMeta(a.GetMeta())}}}
-	}
-	s.enqueue(input{kind: inMessage, from: from, env: env, at: s.clock.Now()})
+	// (e2e TestMeshFloodBounded).
+	s.enqueue(input{kind: inMessage, from: from, env: intake.BoundEnvelope(env), at: s.clock.Now()})
 }
 
 // MemberChanged implements mesh.Handler: it queues m and returns.
@@ -227,15 +213,15 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 		s.intakeLatch(from, u)
 		s.inc.ClockSkew(in.Name, in.ClockOffset)
 		upd := intake.DecodeUpdate(u) // the internal node input from here on
-		restarted := restartedSince(in.Update, upd)
-		if replacesUpdate(in.Update, upd) {
+		restarted := intake.RestartedSince(in.Update, upd)
+		if intake.ReplacesUpdate(in.Update, upd) {
 			in.Update = upd
 			s.provenAddr(from, u.GetMeta().GetAddr())
 		} else if in.Update != nil && view.Newer(in.Update.Meta, upd.Meta) {
 			s.nodeLine(slog.LevelDebug, from, "older state update ignored (late, or replayed)", "node", from,
 				"incarnation", upd.Meta.Incarnation, "seq", upd.Meta.Seq)
 		}
-		earlier := restartedSince(upd, in.Update) // of an earlier start: late or replayed
+		earlier := intake.RestartedSince(upd, in.Update) // of an earlier start: late or replayed
 		if restarted || (!earlier && view.Newer(upd.Meta, in.Direct)) {
 			// A later start resets the order: an agent that lost its
 			// state file counts from incarnation 1 again.
@@ -282,55 +268,14 @@ const (
 	staleLogEvery = time.Minute
 )
 
-// fresh checks a node's StateUpdate or ControlAck that arrived at at: the
-// send time the node put in it (bound to the message by its proof) must
-// be within the clock skew allowance of this aggregator's clock plus the
-// time a delivery can take (mesh.MaxDelivery: the sender stamps it before
-// its dial, and a message delayed by a lossy network is no replay;
-// refusing it would also end the sender's retries, which count it
-// delivered), not ahead of it by more than maxClockAhead, and a
-// StateUpdate's agent start time not after it. So a captured message
-// replayed later (after both the agent and the aggregator restarted, when
-// nothing newer is known to order it by) is refused, and so is an agent
-// start in the future (a later start wins over every update of an earlier
-// one: one in the year 2255 would shut the real agent out). A refusal is
-// logged once per node and staleLogEvery, and counted. It returns the
-// node's clock offset as measured (arrival minus send time). It runs on
-// the loop.
-// maxClockAhead is how far ahead of this aggregator's a node's clock may be
-// for its messages to be heard (flagged as skewed past the allowance).
-const maxClockAhead = time.Hour
-
+// fresh checks a node's StateUpdate or ControlAck that arrived at at
+// (intake.Fresh says what passes); a refusal is logged once per node and
+// staleLogEvery, and counted. It returns the node's clock offset as
+// measured (arrival minus send time). It runs on the loop.
 func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Duration, bool) {
-	window := s.clockAllowance() + mesh.MaxDelivery
-	sentMs := env.GetSentMs()
-	if sentMs == 0 {
-		if !s.opts.ProvenOnly {
-			return 0, true // an agent of a release that did not stamp its messages, heard without proofs anyway
-		}
-		s.refuseStale(from, "stale", "no send time in a proven message", 0)
-		return 0, false
-	}
-	offset := at.Sub(time.UnixMilli(sentMs))
-	switch {
-	case offset > window:
-		s.refuseStale(from, "stale", fmt.Sprintf("sent %v before it arrived, more than the clock allowance and the longest delivery (%v): a replay, or the node's clock is behind",
-			offset.Round(time.Millisecond), window), offset)
-		return offset, false
-	case offset < -maxClockAhead:
-		// A send time in the future is no replay (what was captured was
-		// sent before): a node whose clock is ahead is heard, flagged
-		// (clockSkew) and its deadline DOWNs not drained before the
-		// deadline passes here. Past maxClockAhead it is implausible.
-		s.refuseStale(from, "stale", fmt.Sprintf("sent %v after it arrived, more than the %v a node's clock may be ahead",
-			(-offset).Round(time.Millisecond), maxClockAhead), offset)
-		return offset, false
-	}
-	// The agent's start after the send time is implausible (measured on
-	// the node's own clock, so that a clock ahead is not taken for it).
-	if st := env.GetState().GetStartedMs(); st != 0 && time.UnixMilli(st).After(time.UnixMilli(sentMs).Add(window)) {
-		s.refuseStale(from, "future_start", fmt.Sprintf("agent start time %s is in the future",
-			time.UnixMilli(st).UTC().Format(time.RFC3339)), offset)
+	offset, what, why := intake.Fresh(env, at, s.clockAllowance(), s.opts.ProvenOnly)
+	if what != "" {
+		s.refuseStale(from, what, why, offset)
 		return offset, false
 	}
 	return offset, true
@@ -344,44 +289,6 @@ func (s *Service) refuseStale(from, what, why string, offset time.Duration) {
 		s.log.Warn("message refused: not fresh or not plausible", "node", nodename.Quote(from), "why", why,
 			"clock_offset", offset.Round(time.Millisecond).String(), "suppressed", suppressed)
 	}
-}
-
-// replacesUpdate reports whether StateUpdate u replaces old. The agent's
-// sends arrive in any order (it starts a newer one without waiting for an
-// older one, and repeats one that seems lost): a newer (incarnation, seq)
-// wins; of two of the same state, the one with the later report (a
-// diagnosis adds a report without changing the state).
-//
-// Updates of a later agent start (started_ms) replace those of an earlier
-// one whatever their order, and never the reverse: an agent that lost its
-// state file counts from incarnation 1 again, and an update of an earlier
-// process is late or replayed.
-func replacesUpdate(old, u *view.NodeUpdate) bool {
-	if old == nil {
-		return true
-	}
-	if a, b := old.StartedMs, u.StartedMs; a != 0 && b != 0 && a != b {
-		return b > a
-	}
-	switch {
-	case view.Newer(u.Meta, old.Meta):
-		return true
-	case view.Newer(old.Meta, u.Meta):
-		return false
-	}
-	return !latestTaken(u).Before(latestTaken(old))
-}
-
-// latestTaken is when u's latest report was taken; the zero time without
-// one (or without a known time).
-func latestTaken(u *view.NodeUpdate) time.Time {
-	var t time.Time
-	for _, r := range u.Reports {
-		if r.Taken.After(t) {
-			t = r.Taken
-		}
-	}
-	return t
 }
 
 // nodeInput returns the input of node, creating it for a node the mesh has
@@ -400,16 +307,6 @@ func (s *Service) nodeInput(node string) *view.NodeInput {
 		s.inputs[node] = in
 	}
 	return in
-}
-
-// restartedSince reports whether u comes from a later start of the agent
-// than old.
-func restartedSince(old, u *view.NodeUpdate) bool {
-	if old == nil || u == nil {
-		return false
-	}
-	a, b := old.StartedMs, u.StartedMs
-	return a != 0 && b > a
 }
 
 // seenByMesh records that the mesh told of name: it is neither adopted
