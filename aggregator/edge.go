@@ -15,6 +15,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/modes"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -42,7 +43,7 @@ func (s *Service) ClusterConfig() api.ClusterConfig {
 		UnreachableAfter:   p.UnreachableAfter.Seconds(),
 		Settle:             p.Settle.Seconds(),
 		Schema:             gwpb.SchemaVersion,
-		Mode:               modeName(p.Observe),
+		Mode:               modes.Name(p.Observe),
 	}
 }
 

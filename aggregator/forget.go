@@ -74,7 +74,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	s.reach.Forget(name)
 	s.mu.Lock()
 	prev := s.view[name]
-	s.modes.move(prev.Mode, "")
+	s.modes.Move(prev.Mode, "")
 	delete(s.view, name)
 	s.inc.Untrack(name)
 	if i, found := slices.BinarySearch(s.names, name); found {

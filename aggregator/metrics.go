@@ -4,8 +4,6 @@ package aggregator
 // owns the collectors; the counters are fed where things happen).
 
 import (
-	"maps"
-
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
@@ -22,7 +20,7 @@ var _ aggmetrics.Source = metricsSource{}
 // under one lock.
 func (m metricsSource) View() aggmetrics.View {
 	s := m.s
-	own := s.ownMode()
+	nodeModes, mixed, _ := s.modes.State()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	nodes := make([]view.Node, 0, len(s.view))
@@ -30,7 +28,7 @@ func (m metricsSource) View() aggmetrics.View {
 		nodes = append(nodes, n)
 	}
 	return aggmetrics.View{Nodes: nodes, Watchers: len(s.subs), Lowest: s.leader == s.opts.Name,
-		Mode: own, NodeModes: maps.Clone(s.modes.nodes), Mixed: s.modes.mixed(own)}
+		Mode: s.modes.Own(), NodeModes: nodeModes, Mixed: mixed}
 }
 
 // Mesh implements aggmetrics.Source.

@@ -62,7 +62,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		}
 		s.view[name] = n
 		if prev.Mode != n.Mode || !had {
-			s.modes.move(prev.Mode, n.Mode)
+			s.modes.Move(prev.Mode, n.Mode)
 		}
 		if !had {
 			added = append(added, name)
@@ -90,9 +90,8 @@ func (s *Service) recompute(dirty map[string]bool) {
 			}
 		}
 	}
-	mixed := s.modes.mixed(s.ownMode())
 	s.mu.Unlock()
-	s.logMixed(mixed, now)
+	s.modes.LogMixed(now)
 	for _, name := range asked {
 		s.scheduleProbe(name, s.inputs[name], now)
 	}
@@ -148,7 +147,7 @@ func sameNode(a, b view.Node) bool {
 
 // armTimer arms the one timer for the earliest time in s.enforce, s.held
 // and s.probeAt, and the line about the cluster's modes that its bound
-// held back (logMixed).
+// held back (modes.Count.LogMixed).
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
 	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
@@ -158,7 +157,7 @@ func (s *Service) armTimer(now time.Time) {
 			}
 		}
 	}
-	if at := s.modes.lineDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+	if at := s.modes.LineDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
 		next = at
 	}
 	if next.Equal(s.timerAt) && s.timer != nil {

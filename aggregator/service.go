@@ -22,6 +22,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/incidents"
 	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
+	"github.com/gracewatch/gracewatch/aggregator/modes"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reach"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
@@ -172,6 +173,8 @@ type Service struct {
 	// Owned by the loop goroutine.
 	inputs  map[string]*view.NodeInput
 	enforce map[string]time.Time // nodes whose view time alone changes, and when
+	// modes counts the nodes by their agents' mode (its own lock).
+	modes *modes.Count
 	// held: nodes first seen less than Policy.Settle ago, and when the
 	// actuators hear of them. Until then gossip may be stale and the
 	// other aggregators may not be known yet (a merge delivers members in
@@ -218,7 +221,6 @@ type Service struct {
 	mesh     Mesh
 	view     map[string]view.Node
 	names    []string // sorted keys of view
-	modes    modeCount
 	seq      uint64
 	history  watch.EventLog
 	subs     map[*watch.Subscription]struct{}
@@ -338,6 +340,7 @@ func New(o Options) (*Service, error) {
 	s.act.OnRun = s.met.ActuatorRun
 	s.lines = nodelog.New(o.Clock, s.met.LogSuppressed)
 	s.act.Lines = s.lines
+	s.modes = modes.New(modes.Name(o.Policy.Observe), log, func() { s.met.LogSuppressed(nodelog.ScopeCluster) })
 	s.inc = s.newIncidents()
 	if o.Registry != nil {
 		cs := s.met.Collectors()
@@ -352,7 +355,6 @@ func New(o Options) (*Service, error) {
 		}
 	}
 	s.aggInfo = []api.AggregatorInfo{{Name: o.Name, Status: string(mesh.StatusAlive), Self: true}}
-	s.modes = modeCount{nodes: map[string]int{}}
 	return s, nil
 }
 
@@ -506,7 +508,7 @@ func (s *Service) process(batch []input) {
 		s.recompute(dirty)
 	} else if ticked {
 		now := s.clock.Now()
-		s.logMixed(s.mixedModes(), now) // a line its bound held back may be due
+		s.modes.LogMixed(now) // a line its bound held back may be due
 		s.armTimer(now)
 	}
 	if len(s.handoverTo) > 0 {
