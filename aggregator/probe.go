@@ -15,8 +15,6 @@ package aggregator
 // goes out ProbeWait ahead of it.
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"time"
 
@@ -146,14 +144,10 @@ func (s *Service) scheduleProbe(name string, in *view.NodeInput, now time.Time) 
 // as an inProbe input. The answer itself (a ControlAck, then the node's
 // StateUpdate) comes in as any message and sets NodeInput.Reached.
 func (s *Service) startProbe(node, why string, now time.Time) {
-	var rnd [12]byte
-	_, _ = rand.Read(rnd[:])
-	id := hex.EncodeToString(rnd[:])
-	w := &waiter{node: node, ch: make(chan *gwpb.ControlAck, 1)}
-	s.mu.Lock()
-	s.waiters[id] = w
+	id, ack, cancel := s.relay.Await(node)
+	s.mu.RLock()
 	m := s.mesh
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	wait := s.opts.Policy.ProbeWait
 	c := &gwpb.Control{Id: id, Action: gwpb.Action_ACTION_PROBE, By: s.opts.Name,
 		AskedMs: now.UnixMilli(), DeadlineMs: now.Add(wait).UnixMilli()}
@@ -161,9 +155,7 @@ func (s *Service) startProbe(node, why string, now time.Time) {
 	go func() {
 		answered := false
 		defer func() {
-			s.mu.Lock()
-			delete(s.waiters, id)
-			s.mu.Unlock()
+			cancel()
 			s.enqueue(input{kind: inProbe, probe: probeResult{node: node, why: why, answered: answered, at: s.clock.Now()}})
 		}()
 		select {
@@ -180,7 +172,7 @@ func (s *Service) startProbe(node, why string, now time.Time) {
 			return
 		}
 		select {
-		case <-w.ch:
+		case <-ack:
 			answered = true
 		case <-timedOut:
 		case <-s.done:

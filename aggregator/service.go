@@ -25,6 +25,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/modes"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reach"
+	"github.com/gracewatch/gracewatch/aggregator/relay"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/aggregator/watch"
@@ -162,6 +163,7 @@ type Service struct {
 	inc   *incidents.Tracker
 	hist  *historian.Historian // nil: off
 	lines *nodelog.Log         // the lines about one node, within its budget
+	relay *relay.Relay         // the Controls waiting for their ack
 	// runCtx is Run's context (set before the loop starts).
 	runCtx context.Context
 
@@ -224,7 +226,6 @@ type Service struct {
 	seq      uint64
 	history  watch.EventLog
 	subs     map[*watch.Subscription]struct{}
-	waiters  map[string]*waiter
 	leader   string
 	aggInfo  []api.AggregatorInfo
 	running  bool
@@ -304,7 +305,6 @@ func New(o Options) (*Service, error) {
 		view:        map[string]view.Node{},
 		history:     watch.NewEventLog(o.History, o.HistoryBytes),
 		subs:        map[*watch.Subscription]struct{}{},
-		waiters:     map[string]*waiter{},
 	}
 	s.act = actuate.New(o.Actuators, o.Clock, o.ActuatorBackoff, log)
 	s.act.SetLimit(o.Incidents.Limit())
@@ -340,6 +340,7 @@ func New(o Options) (*Service, error) {
 	s.act.OnRun = s.met.ActuatorRun
 	s.lines = nodelog.New(o.Clock, s.met.LogSuppressed)
 	s.act.Lines = s.lines
+	s.relay = relay.New(o.Clock, o.ControlTimeout, log, s.lines)
 	s.modes = modes.New(modes.Name(o.Policy.Observe), log, func() { s.met.LogSuppressed(nodelog.ScopeCluster) })
 	s.inc = s.newIncidents()
 	if o.Registry != nil {
@@ -516,7 +517,7 @@ func (s *Service) process(batch []input) {
 		s.handoverTo = nil
 	}
 	for _, env := range acks {
-		s.deliverAck(env.GetFrom(), env.GetAck())
+		s.relay.Deliver(env.GetFrom(), env.GetAck())
 	}
 	for _, done := range syncs {
 		close(done)
