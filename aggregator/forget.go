@@ -69,8 +69,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	s.seenByMesh(name) // leaves the adopted and unseen sets
 	delete(s.enforce, name)
 	delete(s.held, name)
-	delete(s.probeAt, name)
-	delete(s.probes, name)
+	s.probes.Forget(name)
 	s.reach.Forget(name)
 	s.mu.Lock()
 	prev := s.view[name]

@@ -15,6 +15,8 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
+	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
+	"github.com/gracewatch/gracewatch/aggregator/probe"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
@@ -209,4 +211,12 @@ func counted(t testing.TB, svc *Service, name string, labels ...string) float64 
 		}
 	}
 	return 0
+}
+
+// The probes' reasons whose series exist from the start are the ones the
+// probes give.
+func TestProbeReasonsAreTheMetricsLabels(t *testing.T) {
+	if probe.Deadline != aggmetrics.ProbeDeadline || probe.Gone != aggmetrics.ProbeGone {
+		t.Errorf("probe reasons %q %q, the metrics' %q %q", probe.Deadline, probe.Gone, aggmetrics.ProbeDeadline, aggmetrics.ProbeGone)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/meshfake"
+	"github.com/gracewatch/gracewatch/aggregator/probe"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -77,14 +78,14 @@ func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 	p.clk.Advance(time.Second)
 
 	p.status("node1", mesh.StatusDead)
-	p.waitProbes(probeGone, "answered", 1)
+	p.waitProbes(probe.Gone, "answered", 1)
 	if n := p.wantState("node1", view.StateUp); n.Member != mesh.StatusAlive {
 		t.Errorf("served member %q, want alive", n.Member)
 	}
 	// Asked again every ReachedFor/3 while memberlist says so.
 	for i := 2; i <= 5; i++ {
 		p.clk.Advance(probePolicy.ReachedFor / 3)
-		p.waitProbes(probeGone, "answered", i)
+		p.waitProbes(probe.Gone, "answered", i)
 		p.wantState("node1", view.StateUp)
 	}
 	// It stops answering (gone for real): the next probe's wait runs out.
@@ -93,7 +94,7 @@ func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 	p.clk.Advance(probePolicy.ReachedFor / 3)
 	p.waitTimers(2) // the probe's wait, and the view's timer
 	p.clk.Advance(probePolicy.ProbeWait)
-	p.waitProbes(probeGone, "unanswered", 1)
+	p.waitProbes(probe.Gone, "unanswered", 1)
 	p.clk.Advance(lastAnswer.Add(probePolicy.ReachedFor).Sub(p.clk.Now()))
 	p.sync()
 	n := p.wantState("node1", view.StateDown)
@@ -116,7 +117,7 @@ func TestGoneNodeThatDoesNotAnswer(t *testing.T) {
 	p.wantState("node1", view.StateUp) // asked, not yet accused
 	p.waitTimers(2)
 	p.clk.Advance(probePolicy.ProbeWait)
-	p.waitProbes(probeGone, "unanswered", 1)
+	p.waitProbes(probe.Gone, "unanswered", 1)
 	n := p.wantState("node1", view.StateDown)
 	if n.Since.IsZero() || !n.Since.Equal(gone) {
 		t.Errorf("down since %v, want when memberlist said it went (%v)", n.Since, gone)
@@ -145,7 +146,7 @@ func TestCentralDeadlineAsksFirst(t *testing.T) {
 			p.clk.Advance(enforce.Add(-probePolicy.ProbeWait).Sub(p.clk.Now()))
 			p.sync()
 			if answers {
-				p.waitProbes(probeDeadline, "answered", 1)
+				p.waitProbes(probe.Deadline, "answered", 1)
 				p.wantState("node1", view.StateUp)
 				p.clk.Advance(enforce.Add(time.Minute).Sub(p.clk.Now()))
 				p.sync()
@@ -159,7 +160,7 @@ func TestCentralDeadlineAsksFirst(t *testing.T) {
 			if n.Since.IsZero() || !n.Since.Equal(enforce) {
 				t.Errorf("down since %v, want D + allowance %v", n.Since, enforce)
 			}
-			p.waitProbes(probeDeadline, "unanswered", 1)
+			p.waitProbes(probe.Deadline, "unanswered", 1)
 		})
 	}
 }

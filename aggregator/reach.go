@@ -8,12 +8,9 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/gracewatch/gracewatch/aggregator/probe"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 )
-
-// probeRestart is the probes' why (gracewatch_aggregator_probes_total) of
-// the nodes asked at the start.
-const probeRestart = "restart"
 
 // addrProver is the part of the mesh that records where a node proved it
 // is reached (*mesh.Mesh; mesh/reach.go).
@@ -72,7 +69,7 @@ func (s *Service) askSaved() {
 		if err := p.SetProvenAddr(name, loaded[name]); err != nil {
 			continue
 		}
-		s.startProbe(name, probeRestart, now)
+		s.startProbe(name, probe.Restart, now)
 		asked++
 	}
 	s.log.Info("asked the nodes of the last run for their state", "nodes", asked, "file", s.reach.Path())

@@ -40,8 +40,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 	for _, name := range names {
 		in := s.inputs[name]
 		if in == nil { // forgotten (Service.Forget) after it was marked dirty
-			delete(s.probeAt, name)
-			delete(s.probes, name)
+			s.probes.Forget(name)
 			continue
 		}
 		if at, ok := s.held[name]; ok && !now.Before(at) {
@@ -93,7 +92,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 	s.mu.Unlock()
 	s.modes.LogMixed(now)
 	for _, name := range asked {
-		s.scheduleProbe(name, s.inputs[name], now)
+		s.scheduleProbe(name, now)
 	}
 
 	// The incidents first: the actuators hear of a node with its incident.
@@ -146,11 +145,11 @@ func sameNode(a, b view.Node) bool {
 }
 
 // armTimer arms the one timer for the earliest time in s.enforce, s.held
-// and s.probeAt, and the line about the cluster's modes that its bound
+// and s.probes.Due(), and the line about the cluster's modes that its bound
 // held back (modes.Count.LogMixed).
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
-	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
+	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probes.Due()} {
 		for _, at := range m {
 			if next.IsZero() || at.Before(next) {
 				next = at

@@ -24,6 +24,7 @@ import (
 	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
 	"github.com/gracewatch/gracewatch/aggregator/modes"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
+	"github.com/gracewatch/gracewatch/aggregator/probe"
 	"github.com/gracewatch/gracewatch/aggregator/reach"
 	"github.com/gracewatch/gracewatch/aggregator/relay"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
@@ -206,12 +207,9 @@ type Service struct {
 	// causeLogged: the nodes whose refused cause was logged, and when
 	// (intakeLatch).
 	causeLogged map[string]time.Time
-	// The probes (probe.go): each node's, when the next is due, the
-	// nodes whose answer overrode memberlist's word (logged once per
-	// episode), and the bound of those in flight.
-	probes   map[string]*probeState
-	probeAt  map[string]time.Time
-	rescued  map[string]time.Time
+	// probes: each node's probes and when the next is due (package
+	// aggregator/probe); probeSem bounds those in flight.
+	probes   *probe.Schedule
 	probeSem chan struct{}
 	// reach is where the nodes proved they are reached, kept under
 	// state_dir for a restart (package aggregator/reach).
@@ -297,9 +295,8 @@ func New(o Options) (*Service, error) {
 		unseen:      map[string]struct{}{},
 		staleLog:    ratelog.New(staleLogEvery),
 		causeLogged: map[string]time.Time{},
-		probes:      map[string]*probeState{},
-		probeAt:     map[string]time.Time{},
-		probeSem:    make(chan struct{}, maxProbesInFlight),
+		probes:      probe.NewSchedule(o.Policy),
+		probeSem:    make(chan struct{}, probe.MaxInFlight),
 		done:        make(chan struct{}),
 		aggs:        map[string]mesh.Member{},
 		view:        map[string]view.Node{},
@@ -476,7 +473,7 @@ func (s *Service) process(batch []input) {
 				s.timer, ticked = nil, true
 			}
 			now := s.clock.Now()
-			for _, due := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
+			for _, due := range []map[string]time.Time{s.enforce, s.held, s.probes.Due()} {
 				for name, at := range due {
 					if !now.Before(at) {
 						dirty[name] = true
