@@ -49,7 +49,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	}
 	log := logger.With("component", "main")
 
-	token, readToken, err := LoadTokens(cfg.HTTP)
+	token, readToken, err := cfg.HTTP.LoadTokens()
 	if err != nil {
 		return err
 	}
