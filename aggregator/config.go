@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -134,9 +133,6 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	return config.Parse(name, data, DefaultConfig())
 }
 
-// placeholder matches "{word}" in actuator arguments.
-var placeholder = regexp.MustCompile(`\{[A-Za-z_]+\}`)
-
 // Validate checks values that decode but make no sense, fills Name and the
 // actuators' defaults. Every problem is reported, each naming its key.
 func (c *Config) Validate() error {
@@ -191,55 +187,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 
-	var haveDown, haveUp bool
-	for i := range c.Actuators {
-		a := &c.Actuators[i]
-		key := func(k string) string { return fmt.Sprintf("actuator[%d].%s", i, k) }
-		switch a.On {
-		case actuate.OnDown:
-			haveDown = true
-		case actuate.OnUp:
-			haveUp = true
-		case actuate.OnReason:
-		default:
-			bad(key("on"), "must be %q, %q or %q, got %q", actuate.OnDown, actuate.OnUp, actuate.OnReason, a.On)
-		}
-		if len(a.Command) == 0 || a.Command[0] == "" {
-			bad(key("command"), "must name a program")
-		}
-		batch := actuate.IsBatch(*a)
-		if batch && a.On != actuate.OnUp {
-			bad(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", actuate.OnUp)
-		}
-		for _, arg := range a.Command {
-			for _, ph := range placeholder.FindAllString(arg, -1) {
-				switch {
-				case ph == "{nodes}":
-				case ph != "{node}" && ph != "{reason}":
-					bad(key("command"), "unknown placeholder %s in %q (want {node}, {reason} or, on = \"up\", {nodes})", ph, arg)
-				case batch:
-					bad(key("command"), "%s in %q: a command with {nodes} runs once for many nodes and takes no %s", ph, arg, ph)
-				}
-			}
-			if strings.IndexByte(arg, 0) >= 0 {
-				bad(key("command"), "argument %q holds a NUL byte", arg)
-			}
-		}
-		switch d := a.Timeout.D(); {
-		case d == 0:
-			a.Timeout = config.Dur(actuate.DefaultActuatorTimeout)
-		case d < 0:
-			bad(key("timeout"), "must be positive, got %v", d)
-		}
-		if a.Retries == nil {
-			r := actuate.DefaultActuatorRetries
-			a.Retries = &r
-		} else if *a.Retries < 0 || *a.Retries > 100 {
-			bad(key("retries"), "want 0 to 100, got %d", *a.Retries)
-		}
-	}
-	if haveUp && !haveDown {
-		bad("actuator", "an on = \"up\" actuator runs only after on = \"down\" ones succeeded, and there is none")
+	if err := actuate.ValidateConfigs(c.Actuators, "actuator"); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
