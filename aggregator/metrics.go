@@ -27,7 +27,7 @@ func (m metricsSource) View() aggmetrics.View {
 	for _, n := range s.view {
 		nodes = append(nodes, n)
 	}
-	return aggmetrics.View{Nodes: nodes, Watchers: len(s.subs), Lowest: s.leader == s.opts.Name,
+	return aggmetrics.View{Nodes: nodes, Watchers: s.watchers.LenLocked(), Lowest: s.leader == s.opts.Name,
 		Mode: s.modes.Own(), NodeModes: nodeModes, Mixed: mixed}
 }
 

@@ -157,7 +157,6 @@ type Service struct {
 	opts  Options
 	clock clock.Clock
 	log   *slog.Logger
-	epoch string // qualifies event ids: they are only meaningful here
 	act   *actuate.Actuators
 	plan  *reservation.Planner // nil: reservations off
 	met   *aggmetrics.Metrics
@@ -220,10 +219,8 @@ type Service struct {
 	mu       sync.RWMutex
 	mesh     Mesh
 	view     map[string]view.Node
-	names    []string // sorted keys of view
-	seq      uint64
-	history  watch.EventLog
-	subs     map[*watch.Subscription]struct{}
+	names    []string   // sorted keys of view
+	watchers *watch.Hub // the events to the watchers, under mu
 	leader   string
 	aggInfo  []api.AggregatorInfo
 	running  bool
@@ -286,7 +283,6 @@ func New(o Options) (*Service, error) {
 		opts:        o,
 		clock:       o.Clock,
 		log:         log,
-		epoch:       hex.EncodeToString(rnd[:]),
 		wake:        make(chan struct{}, 1),
 		inputs:      map[string]*view.NodeInput{},
 		enforce:     map[string]time.Time{},
@@ -300,9 +296,8 @@ func New(o Options) (*Service, error) {
 		done:        make(chan struct{}),
 		aggs:        map[string]mesh.Member{},
 		view:        map[string]view.Node{},
-		history:     watch.NewEventLog(o.History, o.HistoryBytes),
-		subs:        map[*watch.Subscription]struct{}{},
 	}
+	s.watchers = watch.NewHub(&s.mu, hex.EncodeToString(rnd[:]), watch.NewEventLog(o.History, o.HistoryBytes), o.SubscriberBuffer, s.watcherDropped)
 	s.act = actuate.New(o.Actuators, o.Clock, o.ActuatorBackoff, log)
 	s.act.SetLimit(o.Incidents.Limit())
 	if o.StateDir != "" && len(o.Actuators) > 0 {
@@ -420,9 +415,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 		}
 		s.mu.Lock()
 		s.running, s.finished = false, true
-		for sub := range s.subs {
-			s.dropLocked(sub)
-		}
+		s.watchers.EndLocked()
 		s.mu.Unlock()
 	}()
 

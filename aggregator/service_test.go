@@ -247,7 +247,7 @@ func TestServiceEvents(t *testing.T) {
 		t.Errorf("unexpected event %+v", ev)
 	default:
 	}
-	e := h.svc.epoch
+	e := h.svc.watchers.Epoch()
 	want := []string{e + "-2 n1 teardown", e + "-3 n2 up"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("events = %q, want %q", got, want)
@@ -275,7 +275,7 @@ func TestServiceHistoryBound(t *testing.T) {
 	for i := uint64(1); i <= 10; i++ {
 		h.member("n1", upMeta(1, i)) // seq changes: one event each
 	}
-	e := h.svc.epoch
+	e := h.svc.watchers.Epoch()
 	if sub := h.svc.Subscribe(e + "-6"); sub.Snapshot != nil || len(sub.Missed) != 4 {
 		t.Errorf("within history: snapshot %v missed %d", sub.Snapshot != nil, len(sub.Missed))
 	} else {
