@@ -29,7 +29,7 @@ func (s *Service) MemberChanged(m mesh.Member) {
 	s.enqueue(input{kind: inMember, member: m})
 }
 
-// Bounds of the log of refused names (refusedNames).
+// Bounds of the log of refused names (nodelog.Once).
 const (
 	// maxRefusedLogged is how many distinct refused names are logged (and
 	// remembered, so that each is logged once): enough to diagnose a
@@ -41,17 +41,8 @@ const (
 	refusedSummaryEvery = time.Minute
 )
 
-// refusedNames logs each name refused at the intake once, and past
-// maxRefusedLogged names one line every refusedSummaryEvery at most.
-// Owned by the loop goroutine.
-type refusedNames struct {
-	seen       map[string]struct{}
-	suppressed int
-	lastLine   time.Time
-}
-
 // refuseName reports whether name is not a node name (nodename.Validate).
-// A refused name is logged (once, see refusedNames) with where it came
+// A refused name is logged (once, see nodelog.Once) with where it came
 // from (what: "member", "message", "handover", "forget") and the sender;
 // nothing of it enters the view. It runs on the loop.
 func (s *Service) refuseName(name, what, from string) bool {
@@ -60,24 +51,13 @@ func (s *Service) refuseName(name, what, from string) bool {
 		return false
 	}
 	s.met.Refused(what)
-	r := &s.refused
-	if _, logged := r.seen[name]; logged {
-		return true
-	}
-	if len(r.seen) < maxRefusedLogged {
-		if r.seen == nil {
-			r.seen = map[string]struct{}{}
-		}
-		r.seen[name] = struct{}{}
+	switch first, count := s.refused.Allow(name, s.clock.Now()); {
+	case first:
 		s.log.Warn("invalid node name refused: nothing of it enters the view", "what", what, "from", nodename.Quote(from),
 			"name", nodename.Quote(name), "err", err)
-		return true
-	}
-	r.suppressed++
-	if now := s.clock.Now(); now.Sub(r.lastLine) >= refusedSummaryEvery {
-		s.log.Warn("more invalid node names refused (not logged one by one)", "count", r.suppressed, "last", nodename.Quote(name),
+	case count > 0:
+		s.log.Warn("more invalid node names refused (not logged one by one)", "count", count, "last", nodename.Quote(name),
 			"what", what, "from", nodename.Quote(from))
-		r.suppressed, r.lastLine = 0, now
 	}
 	return true
 }

@@ -190,7 +190,7 @@ type Service struct {
 	leading bool
 	// handoverTo: aggregators seen joining in this batch (see sendHandovers).
 	handoverTo []string
-	refused    refusedNames
+	refused    *nodelog.Once // the refused names told
 	// adopted: the gone members adopted from Handovers that this
 	// aggregator's mesh has not told of, with the bytes each holds
 	// (bounded by intake.MaxAdoptedGone and intake.MaxAdoptedBytes).
@@ -289,6 +289,7 @@ func New(o Options) (*Service, error) {
 		held:        map[string]time.Time{},
 		adopted:     map[string]int{},
 		unseen:      map[string]struct{}{},
+		refused:     nodelog.NewOnce(maxRefusedLogged, refusedSummaryEvery),
 		staleLog:    ratelog.New(staleLogEvery),
 		causeLogged: map[string]time.Time{},
 		probes:      probe.NewSchedule(o.Policy),
