@@ -1,7 +1,6 @@
 package historian
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -11,12 +10,8 @@ import (
 // carries it (the history keeps what the node said), and nothing of HTTP
 // or of the Service: it is handed the view's nodes and the cluster's G.
 // This test fails when a file of the package imports net/http, the HTTP
-// API's types or the aggregator's root package.
+// API's types, the HTTP edge or the aggregator's root package.
 func TestImports(t *testing.T) {
-	for _, path := range testutil.Imports(t) {
-		if path == "net/http" || strings.HasSuffix(path, "/aggregator/api") || strings.HasSuffix(path, "/aggregator/httpapi") ||
-			path == "github.com/gracewatch/gracewatch/aggregator" {
-			t.Errorf("the historian imports %s", path)
-		}
-	}
+	testutil.RefuseImports(t, "the historian", "it is handed the view's nodes and the cluster's G",
+		"net/http", testutil.AggregatorAPI, testutil.AggregatorRoot+"/httpapi", testutil.AggregatorRoot)
 }

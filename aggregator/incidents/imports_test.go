@@ -1,7 +1,6 @@
 package incidents
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -13,10 +12,6 @@ import (
 // the protobuf types, net/http, aggregator/api or the aggregator's root
 // package.
 func TestImportsNoWireTypes(t *testing.T) {
-	for _, path := range testutil.Imports(t) {
-		if strings.HasSuffix(path, "/proto/gwpb") || strings.HasPrefix(path, "google.golang.org/protobuf") || path == "net/http" ||
-			strings.HasSuffix(path, "/aggregator/api") || path == "github.com/gracewatch/gracewatch/aggregator" {
-			t.Errorf("the incidents' tracker imports %s", path)
-		}
-	}
+	testutil.RefuseImports(t, "the incidents' tracker", "ask the Service through Deps",
+		testutil.WireTypes, testutil.Protobuf, "net/http", testutil.AggregatorAPI, testutil.AggregatorRoot)
 }

@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -12,10 +11,6 @@ import (
 // fails when a file of the package imports the protobuf types, net/http,
 // aggregator/api or the aggregator's root package.
 func TestImportsNoWireTypes(t *testing.T) {
-	for _, path := range testutil.Imports(t) {
-		if strings.HasSuffix(path, "/proto/gwpb") || strings.HasPrefix(path, "google.golang.org/protobuf") || path == "net/http" ||
-			strings.HasSuffix(path, "/aggregator/api") || path == "github.com/gracewatch/gracewatch/aggregator" {
-			t.Errorf("the probes' schedule imports %s", path)
-		}
-	}
+	testutil.RefuseImports(t, "the probes' schedule", "it decides on the view's input; the Service sends the probes",
+		testutil.WireTypes, testutil.Protobuf, "net/http", testutil.AggregatorAPI, testutil.AggregatorRoot)
 }

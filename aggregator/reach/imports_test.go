@@ -1,7 +1,6 @@
 package reach
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -12,10 +11,6 @@ import (
 // when a file of the package imports the protobuf types, the mesh or one
 // of the aggregator's packages.
 func TestImportsNoWireTypes(t *testing.T) {
-	for _, path := range testutil.Imports(t) {
-		if strings.HasSuffix(path, "/proto/gwpb") || strings.HasPrefix(path, "google.golang.org/protobuf") ||
-			strings.HasSuffix(path, "/gracewatch/mesh") || strings.HasPrefix(path, "github.com/gracewatch/gracewatch/aggregator") {
-			t.Errorf("the reach book imports %s", path)
-		}
-	}
+	testutil.RefuseImports(t, "the reach book", "it is handed names and addresses",
+		testutil.WireTypes, testutil.Protobuf, "github.com/gracewatch/gracewatch/mesh", testutil.AggregatorRoot+"/...")
 }

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -13,10 +12,6 @@ import (
 // net/http, aggregator/api, aggregator/view or the aggregator's root
 // package.
 func TestImports(t *testing.T) {
-	for _, path := range testutil.Imports(t) {
-		if path == "net/http" || strings.HasSuffix(path, "/aggregator/api") || strings.HasSuffix(path, "/aggregator/view") ||
-			path == "github.com/gracewatch/gracewatch/aggregator" {
-			t.Errorf("the relay imports %s", path)
-		}
-	}
+	testutil.RefuseImports(t, "the relay", "the Service decides whether a node may be asked",
+		"net/http", testutil.AggregatorAPI, testutil.AggregatorRoot+"/view", testutil.AggregatorRoot)
 }
