@@ -46,20 +46,22 @@ const (
 var refusals = []string{"member", "message", "handover", "forget", "unseen", "stale", "future_start", "cause"}
 
 // transitionCauses lists the (to, cause) pairs Compute can give, so that
-// each series exists from the start.
-var transitionCauses = [][2]string{
-	{string(view.StateUp), view.CauseAgent},
-	{string(view.StateTeardown), view.CauseAgent},
-	{string(view.StateDown), view.CauseAgent},
-	{string(view.StateDown), view.CauseCentralDeadline},
-	{string(view.StateUnreachable), view.CauseUnreachable},
-	{string(view.StateUnreachable), view.CauseDecodeError},
-	{string(view.StateUnreachable), view.CauseNoState},
-	{string(view.StateUnreachable), view.CauseUnknownState},
-	{string(view.StateDown), view.CauseUnreachable},
-	{string(view.StateDown), view.CauseDecodeError},
-	{string(view.StateDown), view.CauseNoState},
-	{string(view.StateDown), view.CauseUnknownState},
+// each series exists from the start: the agent's own up, teardown and
+// down, the central deadline's down, and unreachable, or down with
+// unreachable_is_down, for each cause of a node not heard.
+func transitionCauses() [][2]string {
+	pairs := [][2]string{
+		{string(view.StateUp), view.CauseAgent},
+		{string(view.StateTeardown), view.CauseAgent},
+		{string(view.StateDown), view.CauseAgent},
+		{string(view.StateDown), view.CauseCentralDeadline},
+	}
+	for _, to := range []view.State{view.StateUnreachable, view.StateDown} {
+		for _, cause := range []string{view.CauseUnreachable, view.CauseDecodeError, view.CauseNoState, view.CauseUnknownState} {
+			pairs = append(pairs, [2]string{string(to), cause})
+		}
+	}
+	return pairs
 }
 
 // Metrics are the Service's gracewatch_aggregator_* metrics. Counts are by
@@ -135,7 +137,7 @@ func New(src Source, host imetrics.HostFunc) *Metrics {
 	if host != nil {
 		m.stateDir = imetrics.NewStateDirCollector(Subsystem, host)
 	}
-	for _, tc := range transitionCauses {
+	for _, tc := range transitionCauses() {
 		m.transitions.WithLabelValues(tc[0], tc[1])
 	}
 	for _, why := range []string{ProbeDeadline, ProbeGone} {
