@@ -159,9 +159,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 
-	if err := c.HTTP.Validate("http"); err != nil {
-		errs = append(errs, err)
-	}
+	errs = appendEach(errs, c.HTTP.Validate("http"))
 
 	p := c.Policy
 	if p.Grace.D() < 0 {
@@ -187,10 +185,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 
-	if err := actuate.ValidateConfigs(c.Actuators, "actuator"); err != nil {
+	errs = appendEach(errs, actuate.ValidateConfigs(c.Actuators, "actuator"))
+	return errors.Join(errs...)
+}
+
+// appendEach appends to errs each error of err (an errors.Join's one by
+// one, so that each stands on its own line of the file's errors; nil
+// none).
+func appendEach(errs []error, err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return append(errs, j.Unwrap()...)
+	}
+	if err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Warnings lists what a valid configuration does that its operator
