@@ -66,7 +66,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 		return fmt.Errorf("%w: %s is a %s member of the mesh; only a dead or departed node can be forgotten", ErrNotGone, name, st)
 	}
 	delete(s.inputs, name)
-	s.seenByMesh(name) // leaves the adopted and unseen sets
+	s.strangers.Seen(name) // no longer adopted or unseen
 	delete(s.enforce, name)
 	delete(s.held, name)
 	s.probes.Forget(name)

@@ -96,7 +96,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		if !known {
 			return false
 		}
-		s.seenByMesh(m.Name)
+		s.strangers.Seen(m.Name)
 		in.Status, in.StatusSince = m.Status, m.Since
 		in.Gossip, in.GossipErr = nil, nil
 		dirty[m.Name] = true
@@ -111,7 +111,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		in = &view.NodeInput{Name: m.Name, FirstSeen: s.clock.Now()}
 		s.inputs[m.Name] = in
 	}
-	s.seenByMesh(m.Name)
+	s.strangers.Seen(m.Name)
 	in.Role, in.Status, in.StatusSince = intake.RoleOf(m.Role), m.Status, m.Since
 	in.Gossip, in.GossipErr = intake.DecodeMeta(m.Meta), m.MetaErr
 	dirty[m.Name] = true
@@ -146,18 +146,17 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			_, agg := s.aggs[name]
 			return agg || name == s.opts.Name || name == from || s.refuseName(name, "handover", from)
 		}
-		adopted, over := intake.AdoptHandover(s.inputs, h, skip, dirty, intake.MaxAdoptedGone-len(s.adopted), intake.MaxAdoptedBytes-s.adoptedBytes)
-		for name, size := range adopted {
-			s.adopted[name] = size
-			s.adoptedBytes += size
-		}
+		roomGone, roomBytes := s.strangers.Room()
+		adopted, over := intake.AdoptHandover(s.inputs, h, skip, dirty, roomGone, roomBytes)
+		s.strangers.Adopt(adopted)
 		if len(adopted) > 0 {
 			s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", len(adopted))
 		}
 		if over > 0 || len(h.GetGone()) > intake.MaxHandover {
+			gone, bytes := s.strangers.Adopted()
 			s.log.Warn("handover over its bound: the rest are not adopted (the aggregators that saw them go still serve them)",
 				"from", from, "entries", len(h.GetGone()), "max_entries", intake.MaxHandover, "not_adopted", over,
-				"adopted_gone", len(s.adopted), "max_adopted_gone", intake.MaxAdoptedGone, "adopted_bytes", s.adoptedBytes,
+				"adopted_gone", gone, "max_adopted_gone", intake.MaxAdoptedGone, "adopted_bytes", bytes,
 				"max_adopted_bytes", intake.MaxAdoptedBytes)
 		}
 		return false
@@ -279,24 +278,13 @@ func (s *Service) refuseStale(from, what, why string, offset time.Duration) {
 func (s *Service) nodeInput(node string) *view.NodeInput {
 	in := s.inputs[node]
 	if in == nil {
-		if !s.opts.ProvenOnly && len(s.unseen) >= intake.MaxUnseenNodes {
+		if !s.strangers.Unseen(node, !s.opts.ProvenOnly) {
 			return nil
 		}
-		s.unseen[node] = struct{}{}
 		in = &view.NodeInput{Name: node, Role: view.RoleAgent, FirstSeen: s.clock.Now()}
 		s.inputs[node] = in
 	}
 	return in
-}
-
-// seenByMesh records that the mesh told of name: it is neither adopted
-// from a Handover nor known only from its messages any more.
-func (s *Service) seenByMesh(name string) {
-	if size, ok := s.adopted[name]; ok {
-		s.adoptedBytes -= size
-		delete(s.adopted, name)
-	}
-	delete(s.unseen, name)
 }
 
 // dropUnseen logs (at most once a minute) that a message from a node the

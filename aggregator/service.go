@@ -21,6 +21,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/incidents"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
 	"github.com/gracewatch/gracewatch/aggregator/modes"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
@@ -191,14 +192,8 @@ type Service struct {
 	// handoverTo: aggregators seen joining in this batch (see sendHandovers).
 	handoverTo []string
 	refused    *nodelog.Once // the refused names told
-	// adopted: the gone members adopted from Handovers that this
-	// aggregator's mesh has not told of, with the bytes each holds
-	// (bounded by intake.MaxAdoptedGone and intake.MaxAdoptedBytes).
-	adopted      map[string]int
-	adoptedBytes int
-	// unseen: the nodes known only from their direct messages (bounded by
-	// intake.MaxUnseenNodes).
-	unseen       map[string]struct{}
+	// strangers: the nodes this aggregator's mesh has not told of.
+	strangers    *intake.Strangers
 	unseenLogged time.Time
 	// staleLog rate-limits the log of refused stale or implausible
 	// messages (intake.go), per node.
@@ -287,8 +282,7 @@ func New(o Options) (*Service, error) {
 		inputs:      map[string]*view.NodeInput{},
 		enforce:     map[string]time.Time{},
 		held:        map[string]time.Time{},
-		adopted:     map[string]int{},
-		unseen:      map[string]struct{}{},
+		strangers:   intake.NewStrangers(),
 		refused:     nodelog.NewOnce(maxRefusedLogged, refusedSummaryEvery),
 		staleLog:    ratelog.New(staleLogEvery),
 		causeLogged: map[string]time.Time{},

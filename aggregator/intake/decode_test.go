@@ -215,3 +215,31 @@ func TestReplacesUpdate(t *testing.T) {
 		})
 	}
 }
+
+// The strangers are bounded: MaxUnseenNodes known from their messages
+// (unless unbounded), and the room of the adoptions shrinks by what is
+// adopted and grows by what the mesh tells of.
+func TestStrangers(t *testing.T) {
+	s := NewStrangers()
+	for i := range MaxUnseenNodes {
+		if !s.Unseen("n"+strconv.Itoa(i), true) {
+			t.Fatalf("node %d refused", i)
+		}
+	}
+	if s.Unseen("over", true) || !s.Unseen("proven", false) {
+		t.Error("the bound of the unseen nodes")
+	}
+	s.Seen("n0")
+	s.Seen("proven")
+	if !s.Unseen("again", true) {
+		t.Error("a node told of by the mesh still counts as unseen")
+	}
+	s.Adopt(map[string]int{"g1": 100, "g2": 50})
+	if gone, bytes := s.Room(); gone != MaxAdoptedGone-2 || bytes != MaxAdoptedBytes-150 {
+		t.Errorf("room %d, %d", gone, bytes)
+	}
+	s.Seen("g1")
+	if gone, bytes := s.Adopted(); gone != 1 || bytes != 50 {
+		t.Errorf("adopted %d, %d: want g2 alone", gone, bytes)
+	}
+}
