@@ -32,7 +32,7 @@ import (
 // with its StateUpdate, teardown and a diagnostics report of about 2 KB), one
 // in teardown (deadline an hour ahead, so the view does not change while it
 // is measured), one unreachable every two hundred (the mesh declared it
-// dead), the rest up. The Service runs on a FakeMesh and the wall clock; the
+// dead), the rest up. The Service runs on a meshfake.Mesh and the wall clock; the
 // HTTP server is the real one on 127.0.0.1:0 and the client Go's, with
 // keep-alive connections.
 
@@ -120,7 +120,7 @@ func benchInputs(i int, now time.Time) (mesh.Member, *gwpb.StateUpdate) {
 	return m, nil
 }
 
-// benchService starts a Service over a FakeMesh holding n nodes of the mix
+// benchService starts a Service over a meshfake.Mesh holding n nodes of the mix
 // and waits until it serves them all. It stops at cleanup.
 func benchService(b *testing.B, n int) *Service {
 	b.Helper()
@@ -181,7 +181,7 @@ func benchServer(b *testing.B, svc *Service) string {
 // 50 ms (full) at 10,000 nodes.
 //
 // Its last sub-benchmark, memory, reports the heap the Service (with its
-// FakeMesh's member list) holds for the view, after a GC, and the resident
+// fake mesh's member list) holds for the view, after a GC, and the resident
 // set of the benchmark process (Service, server, client and test binary)
 // after the listings, now and at its peak.
 //

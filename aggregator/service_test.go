@@ -43,7 +43,7 @@ func newHarnessClock(t *testing.T, clk *clock.Fake, opts ...func(*Options)) *har
 	return h
 }
 
-// startHarness runs a Service of o on a FakeMesh until stop (or the test's
+// startHarness runs a Service of o on a meshfake.Mesh until stop (or the test's
 // end) and returns once it has processed its start. stop ends it once (a
 // later call does nothing) and fails the test if Run failed or did not
 // return within testTimeout.

@@ -4,7 +4,7 @@ package nodelog
 // §6): every line about one node, whatever its kind (its state, its clock,
 // its incident, its actuators, a message of its refused), takes from that
 // node's budget; the lines about the cluster as a whole that the nodes
-// change (its modes) are spaced apart (modes.go). What is held back is
+// change (its modes) are spaced apart (package aggregator/modes). What is held back is
 // counted in gracewatch_aggregator_log_lines_suppressed_total{scope} and
 // reported, as "suppressed", with the node's next line.
 

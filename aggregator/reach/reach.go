@@ -10,7 +10,7 @@
 // probe round of their member table, and with a table full of invented
 // members that is hours) asks every node of that file at once, at its
 // proven address, with the same signed probe that asks before it accuses
-// (the Service's probe.go): each agent answers with its whole state, and
+// (package aggregator/probe): each agent answers with its whole state, and
 // with node restriction every node is served again within a few round
 // trips, whatever memberlist's tables hold. A node that does not answer is
 // not accused for it: it enters the view when it speaks, as before.
