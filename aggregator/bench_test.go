@@ -19,6 +19,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/internal/testutil/benchenv"
@@ -31,7 +32,7 @@ import (
 // with its StateUpdate, teardown and a diagnostics report of about 2 KB), one
 // in teardown (deadline an hour ahead, so the view does not change while it
 // is measured), one unreachable every two hundred (the mesh declared it
-// dead), the rest up. The Service runs on a FakeMesh and the wall clock; the
+// dead), the rest up. The Service runs on a meshfake.Mesh and the wall clock; the
 // HTTP server is the real one on 127.0.0.1:0 and the client Go's, with
 // keep-alive connections.
 
@@ -97,7 +98,7 @@ func benchInputs(i int, now time.Time) (mesh.Member, *gwpb.StateUpdate) {
 	since := now.Add(-time.Hour).UnixMilli()
 	meta := &gwpb.Meta{Schema: gwpb.SchemaVersion, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 1,
 		State: gwpb.State_STATE_UP, SinceMs: since}
-	m := AgentMember(name, meta, now.Add(-time.Hour))
+	m := meshfake.AgentMember(name, meta, now.Add(-time.Hour))
 	switch benchKind(i) {
 	case view.StateUnreachable:
 		m.Status, m.Since = mesh.StatusDead, now.Add(-time.Minute)
@@ -119,7 +120,7 @@ func benchInputs(i int, now time.Time) (mesh.Member, *gwpb.StateUpdate) {
 	return m, nil
 }
 
-// benchService starts a Service over a FakeMesh holding n nodes of the mix
+// benchService starts a Service over a meshfake.Mesh holding n nodes of the mix
 // and waits until it serves them all. It stops at cleanup.
 func benchService(b *testing.B, n int) *Service {
 	b.Helper()
@@ -127,7 +128,7 @@ func benchService(b *testing.B, n int) *Service {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fm := NewFakeMesh(svc)
+	fm := meshfake.New(svc, svc.clock.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx, fm) }()
@@ -180,7 +181,7 @@ func benchServer(b *testing.B, svc *Service) string {
 // 50 ms (full) at 10,000 nodes.
 //
 // Its last sub-benchmark, memory, reports the heap the Service (with its
-// FakeMesh's member list) holds for the view, after a GC, and the resident
+// fake mesh's member list) holds for the view, after a GC, and the resident
 // set of the benchmark process (Service, server, client and test binary)
 // after the listings, now and at its peak.
 //

@@ -1,24 +1,21 @@
 package aggregator
 
 import (
-	"crypto/subtle"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/historian"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/nodename"
-	"github.com/gracewatch/gracewatch/internal/secretfile"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -41,10 +38,6 @@ const (
 	// "Convergence and detection at scale") and a retried send or two.
 	DefaultSettle = 3 * time.Second
 )
-
-// maxMaxWatchers is the largest http.max_watchers: each watcher holds a
-// descriptor, and 65,536 is above any default limit of open files.
-const maxMaxWatchers = 65536
 
 // Config is the aggregator's configuration, read from
 // /etc/gracewatch/aggregator.toml. Start from DefaultConfig.
@@ -71,7 +64,7 @@ type Config struct {
 	StateDir string `toml:"state_dir"`
 
 	Mesh      mesh.Config      `toml:"mesh"`
-	HTTP      HTTPConfig       `toml:"http"`
+	HTTP      httpapi.Config   `toml:"http"`
 	Policy    PolicyConfig     `toml:"policy"`
 	Actuators []actuate.Config `toml:"actuator"`
 	// Reservations puts free_at into the scheduler's own plan
@@ -83,45 +76,8 @@ type Config struct {
 	// (aggregator/incident; packaging/README.md, "Incidents").
 	Incidents incident.Config `toml:"incidents"`
 	// History keeps every released teardown for the grace advisor
-	// (teardown_history.go; packaging/README.md, "Choosing G").
-	History HistoryConfig `toml:"history"`
-}
-
-// HTTPConfig is the [http] table: the scheduler-facing API.
-type HTTPConfig struct {
-	// Listen is the TCP address of the API.
-	Listen string `toml:"listen"`
-	// AdminTokenFile holds the bearer token of the admin endpoints (POST
-	// .../resume, .../drain, .../forget, /v1/jobs), which opens the read
-	// endpoints too. It must not be readable or writable by others: the
-	// aggregator refuses to start. Empty disables the admin endpoints (they
-	// answer 403).
-	AdminTokenFile string `toml:"admin_token_file"`
-	// ReadTokenFile holds the read token, by the same file rules: set, the
-	// read endpoints (/v1/nodes, /v1/nodes/{name}, /v1/watch, /v1/config,
-	// /metrics) need it or the admin token, and it opens nothing else (the
-	// admin endpoints answer it 403). It is what the status page, a
-	// Prometheus or a script that only reads should hold. It must differ
-	// from the admin token.
-	ReadTokenFile string `toml:"read_token_file"`
-	// TLSCert and TLSKey, both or neither, serve HTTPS.
-	TLSCert string `toml:"tls_cert"`
-	TLSKey  string `toml:"tls_key"`
-	// ReadToken makes the read endpoints need a token even without
-	// ReadTokenFile: then the admin token, which every reader would have to
-	// hold (Warnings says so). Kept so that configurations from before
-	// read_token_file keep working; with ReadTokenFile it changes nothing.
-	// /healthz and /readyz never need a token.
-	ReadToken bool `toml:"read_token"`
-	// MaxWatchers bounds the /v1/watch streams served at once (past it:
-	// 503 with Retry-After); 0 or absent means httpapi.DefaultMaxWatchers (256).
-	MaxWatchers int `toml:"max_watchers"`
-	// MaxConnsPerSource bounds the connections open at once from one IPv4
-	// address or IPv6 /64 (past it a new one is closed at once), so that
-	// one host cannot take the API's 1,024 slots; 0 or absent means
-	// httpapi.DefaultMaxConnsPerSource (64). Raise it for a proxy that many
-	// clients share.
-	MaxConnsPerSource int `toml:"max_conns_per_source"`
+	// (package aggregator/historian; packaging/README.md, "Choosing G").
+	History historian.Config `toml:"history"`
 }
 
 // PolicyConfig is the [policy] table: the cluster's time model.
@@ -152,7 +108,7 @@ func DefaultConfig() Config {
 		LogLevel:  "info",
 		Mode:      config.ModeEnforce,
 		Mesh:      mesh.DefaultConfig(),
-		HTTP:      HTTPConfig{Listen: DefaultListen, MaxWatchers: httpapi.DefaultMaxWatchers, MaxConnsPerSource: httpapi.DefaultMaxConnsPerSource},
+		HTTP:      httpapi.Config{Listen: DefaultListen, MaxWatchers: httpapi.DefaultMaxWatchers, MaxConnsPerSource: httpapi.DefaultMaxConnsPerSource},
 		Policy: PolicyConfig{
 			Grace:              config.Dur(DefaultGrace),
 			ClockSkewAllowance: config.Dur(DefaultClockSkewAllowance),
@@ -161,7 +117,7 @@ func DefaultConfig() Config {
 		},
 		Reservations: reservation.DefaultConfig(),
 		Incidents:    incident.DefaultConfig(),
-		History:      DefaultHistoryConfig(),
+		History:      historian.DefaultConfig(),
 	}
 }
 
@@ -176,9 +132,6 @@ func LoadConfig(path string) (Config, error) { return config.LoadWith(path, Pars
 func ParseConfig(name string, data []byte) (Config, error) {
 	return config.Parse(name, data, DefaultConfig())
 }
-
-// placeholder matches "{word}" in actuator arguments.
-var placeholder = regexp.MustCompile(`\{[A-Za-z_]+\}`)
 
 // Validate checks values that decode but make no sense, fills Name and the
 // actuators' defaults. Every problem is reported, each naming its key.
@@ -206,25 +159,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 
-	h := c.HTTP
-	if _, port, err := net.SplitHostPort(h.Listen); err != nil || port == "" {
-		bad("http.listen", "want host:port, got %q", h.Listen)
-	}
-	if (h.TLSCert == "") != (h.TLSKey == "") {
-		bad("http.tls_cert", "tls_cert and tls_key go together (got only one)")
-	}
-	if h.MaxWatchers < 0 || h.MaxWatchers > maxMaxWatchers {
-		bad("http.max_watchers", "want 0 (the default, %d) to %d, got %d", httpapi.DefaultMaxWatchers, maxMaxWatchers, h.MaxWatchers)
-	}
-	if h.MaxConnsPerSource < 0 || h.MaxConnsPerSource > httpapi.DefaultMaxConns {
-		bad("http.max_conns_per_source", "want 0 (the default, %d) to %d (every connection the API holds), got %d", httpapi.DefaultMaxConnsPerSource, httpapi.DefaultMaxConns, h.MaxConnsPerSource)
-	}
-	if h.ReadToken && h.AdminTokenFile == "" && h.ReadTokenFile == "" {
-		bad("http.read_token", "needs http.read_token_file (or http.admin_token_file)")
-	}
-	if h.ReadTokenFile != "" && h.AdminTokenFile != "" && filepath.Clean(h.ReadTokenFile) == filepath.Clean(h.AdminTokenFile) {
-		bad("http.read_token_file", "is http.admin_token_file: the read token must differ from the admin token, or a reader could drain nodes")
-	}
+	errs = appendEach(errs, c.HTTP.Validate("http"))
 
 	p := c.Policy
 	if p.Grace.D() < 0 {
@@ -246,61 +181,25 @@ func (c *Config) Validate() error {
 	if err := c.Incidents.Validate("incidents"); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.History.validate("history"); err != nil {
+	if err := c.History.Validate("history"); err != nil {
 		errs = append(errs, err)
 	}
 
-	var haveDown, haveUp bool
-	for i := range c.Actuators {
-		a := &c.Actuators[i]
-		key := func(k string) string { return fmt.Sprintf("actuator[%d].%s", i, k) }
-		switch a.On {
-		case actuate.OnDown:
-			haveDown = true
-		case actuate.OnUp:
-			haveUp = true
-		case actuate.OnReason:
-		default:
-			bad(key("on"), "must be %q, %q or %q, got %q", actuate.OnDown, actuate.OnUp, actuate.OnReason, a.On)
-		}
-		if len(a.Command) == 0 || a.Command[0] == "" {
-			bad(key("command"), "must name a program")
-		}
-		batch := actuate.IsBatch(*a)
-		if batch && a.On != actuate.OnUp {
-			bad(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", actuate.OnUp)
-		}
-		for _, arg := range a.Command {
-			for _, ph := range placeholder.FindAllString(arg, -1) {
-				switch {
-				case ph == "{nodes}":
-				case ph != "{node}" && ph != "{reason}":
-					bad(key("command"), "unknown placeholder %s in %q (want {node}, {reason} or, on = \"up\", {nodes})", ph, arg)
-				case batch:
-					bad(key("command"), "%s in %q: a command with {nodes} runs once for many nodes and takes no %s", ph, arg, ph)
-				}
-			}
-			if strings.IndexByte(arg, 0) >= 0 {
-				bad(key("command"), "argument %q holds a NUL byte", arg)
-			}
-		}
-		switch d := a.Timeout.D(); {
-		case d == 0:
-			a.Timeout = config.Dur(actuate.DefaultActuatorTimeout)
-		case d < 0:
-			bad(key("timeout"), "must be positive, got %v", d)
-		}
-		if a.Retries == nil {
-			r := actuate.DefaultActuatorRetries
-			a.Retries = &r
-		} else if *a.Retries < 0 || *a.Retries > 100 {
-			bad(key("retries"), "want 0 to 100, got %d", *a.Retries)
-		}
-	}
-	if haveUp && !haveDown {
-		bad("actuator", "an on = \"up\" actuator runs only after on = \"down\" ones succeeded, and there is none")
-	}
+	errs = appendEach(errs, actuate.ValidateConfigs(c.Actuators, "actuator"))
 	return errors.Join(errs...)
+}
+
+// appendEach appends to errs each error of err (an errors.Join's one by
+// one, so that each stands on its own line of the file's errors; nil
+// none).
+func appendEach(errs []error, err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return append(errs, j.Unwrap()...)
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 // Warnings lists what a valid configuration does that its operator
@@ -324,39 +223,3 @@ func (c *Config) ViewPolicy() view.Policy {
 		Observe:            c.Mode == config.ModeObserve,
 	}
 }
-
-// ErrSameToken is returned by LoadTokens when the read token is the admin
-// token: it would open the admin endpoints to every reader.
-var ErrSameToken = errors.New("http.read_token_file holds the same token as http.admin_token_file: a reader could drain nodes; make a new read token (head -c 32 /dev/urandom | base64)")
-
-// LoadTokens reads h's token files, each by LoadToken's rules: the admin
-// token (nil without http.admin_token_file) and the read token (nil without
-// http.read_token_file). The two must differ (ErrSameToken). Errors name
-// the key.
-func LoadTokens(h HTTPConfig) (admin, read []byte, err error) {
-	if h.AdminTokenFile != "" {
-		if admin, err = LoadToken(h.AdminTokenFile); err != nil {
-			return nil, nil, fmt.Errorf("key \"http.admin_token_file\": %w", err)
-		}
-	}
-	if h.ReadTokenFile != "" {
-		if read, err = LoadToken(h.ReadTokenFile); err != nil {
-			return nil, nil, fmt.Errorf("key \"http.read_token_file\": %w", err)
-		}
-	}
-	if admin != nil && read != nil && subtle.ConstantTimeCompare(admin, read) == 1 {
-		return nil, nil, fmt.Errorf("key \"http.read_token_file\": %w", ErrSameToken)
-	}
-	return admin, read, nil
-}
-
-// LoadToken reads a token file (the admin or the read token): one line, at
-// least MinTokenBytes long, without white space. It is a secret file, read
-// by internal/secretfile's policy (mode 0600 or 0640; a token anyone on the
-// host can read protects nothing, and the aggregator refuses to start).
-func LoadToken(path string) ([]byte, error) {
-	return secretfile.Token("token", path, MinTokenBytes)
-}
-
-// MinTokenBytes is the shortest token (admin or read) accepted.
-const MinTokenBytes = 16

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
+	"github.com/gracewatch/gracewatch/aggregator/advisor"
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/history"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/modes"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -41,7 +43,7 @@ func (s *Service) ClusterConfig() api.ClusterConfig {
 		UnreachableAfter:   p.UnreachableAfter.Seconds(),
 		Settle:             p.Settle.Seconds(),
 		Schema:             gwpb.SchemaVersion,
-		Mode:               modeName(p.Observe),
+		Mode:               modes.Name(p.Observe),
 	}
 }
 
@@ -57,10 +59,18 @@ func (s *Service) Leading() bool { return s.act.StillLeading() }
 
 // HistoryStats are the teardown history's figures; zero when it is off.
 func (s *Service) HistoryStats() history.Stats {
+	return s.hist.Stats()
+}
+
+// Advise answers the grace advisor's query q (its NowMs and InForce are
+// filled in) over the teardown history and the teardowns running in the
+// view now; history.ErrOff when the history is off. Safe for concurrent
+// use.
+func (s *Service) Advise(q advisor.Query) (*advisor.Advice, error) {
 	if s.hist == nil {
-		return history.Stats{}
+		return nil, history.ErrOff
 	}
-	return s.hist.store.Stats()
+	return s.hist.Advise(q, s.opts.Grace, s.Nodes())
 }
 
 // edge is s as the HTTP edge asks it (httpapi.Service): the Service's

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/gracewatch/gracewatch/aggregator/intake"
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -65,17 +66,16 @@ func (s *Service) forget(name, by string, propagate bool) error {
 		return fmt.Errorf("%w: %s is a %s member of the mesh; only a dead or departed node can be forgotten", ErrNotGone, name, st)
 	}
 	delete(s.inputs, name)
-	s.seenByMesh(name) // leaves the adopted and unseen sets
+	s.strangers.Seen(name) // no longer adopted or unseen
 	delete(s.enforce, name)
 	delete(s.held, name)
-	delete(s.probeAt, name)
-	delete(s.probes, name)
-	s.forgetReach(name)
+	s.probes.Forget(name)
+	s.reach.Forget(name)
 	s.mu.Lock()
 	prev := s.view[name]
-	s.modes.move(prev.Mode, "")
+	s.modes.Move(prev.Mode, "")
 	delete(s.view, name)
-	s.untrackDown(name)
+	s.inc.Untrack(name)
 	if i, found := slices.BinarySearch(s.names, name); found {
 		s.names = slices.Delete(s.names, i, i+1)
 	}
@@ -88,7 +88,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 	if s.plan != nil {
 		s.plan.Forget(name)
 	}
-	s.log.Info("node forgotten", "node", name, "by", by, "was", prev.State, "reason", logText(prev.Reason))
+	s.log.Info("node forgotten", "node", name, "by", by, "was", prev.State, "reason", nodelog.Text(prev.Reason))
 	if propagate {
 		var to []string
 		for agg, m := range s.aggs {
@@ -123,7 +123,7 @@ func (s *Service) applyForget(from string, f *gwpb.Forget) {
 		if s.refuseName(name, "forget", from) {
 			continue
 		}
-		if err := s.forget(name, fmt.Sprintf("%s (from %s)", logText(f.GetBy()), from), false); err != nil {
+		if err := s.forget(name, fmt.Sprintf("%s (from %s)", nodelog.Text(f.GetBy()), from), false); err != nil {
 			s.log.Info("forget from another aggregator not applied", "from", from, "node", name, "err", err)
 		}
 	}

@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -43,7 +42,7 @@ func TestStateUpdatesFreshAndPlausible(t *testing.T) {
 	h.wantState("node1", view.StateUp)
 	// From a clock implausibly far ahead (one a few minutes ahead is
 	// heard and flagged: TestIncidentsClockAhead).
-	send(now.Add(maxClockAhead+allowance), &gwpb.StateUpdate{Meta: meta(3, gwpb.State_STATE_DOWN), StartedMs: now.Add(-time.Hour).UnixMilli()})
+	send(now.Add(intake.MaxClockAhead+allowance), &gwpb.StateUpdate{Meta: meta(3, gwpb.State_STATE_DOWN), StartedMs: now.Add(-time.Hour).UnixMilli()})
 	h.wantState("node1", view.StateUp)
 	// An agent start in the year 2255.
 	far := time.Date(2255, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -65,11 +64,11 @@ func TestStateUpdatesFreshAndPlausible(t *testing.T) {
 	if !strings.Contains(logs.String(), "a replay, or the node's clock is behind") {
 		t.Errorf("the log does not say why:\n%s", logs)
 	}
-	if got := h.svc.met.refused.WithLabelValues("stale"); promtest.ToFloat64(got) != 5 {
-		t.Errorf("refused stale %v, want 5", promtest.ToFloat64(got))
+	if got := counted(t, h.svc, "intake_refused_total", "what", "stale"); got != 5 {
+		t.Errorf("refused stale %v, want 5", got)
 	}
-	if got := h.svc.met.refused.WithLabelValues("future_start"); promtest.ToFloat64(got) != 1 {
-		t.Errorf("refused future_start %v, want 1", promtest.ToFloat64(got))
+	if got := counted(t, h.svc, "intake_refused_total", "what", "future_start"); got != 1 {
+		t.Errorf("refused future_start %v, want 1", got)
 	}
 }
 
@@ -90,7 +89,7 @@ func TestStateUpdateDelayedInDeliveryIsTaken(t *testing.T) {
 	if n := h.wantState("node1", view.StateDown); n.Reason != "delayed" {
 		t.Fatalf("an update delivered %v after its send time: %+v, want taken", delayed, n)
 	}
-	if got := promtest.ToFloat64(h.svc.met.refused.WithLabelValues("stale")); got != 0 {
+	if got := counted(t, h.svc, "intake_refused_total", "what", "stale"); got != 0 {
 		t.Errorf("refused stale %v, want 0", got)
 	}
 	if r := h.svc.Ready(); r.ClockSkewedNodes != 0 {
@@ -99,7 +98,7 @@ func TestStateUpdateDelayedInDeliveryIsTaken(t *testing.T) {
 	// Past that bound it is refused.
 	send(now.Add(-(allowance + mesh.MaxDelivery + time.Second)), &gwpb.StateUpdate{Meta: meta(2, gwpb.State_STATE_UP), StartedMs: started})
 	h.wantState("node1", view.StateDown)
-	if got := promtest.ToFloat64(h.svc.met.refused.WithLabelValues("stale")); got != 1 {
+	if got := counted(t, h.svc, "intake_refused_total", "what", "stale"); got != 1 {
 		t.Errorf("refused stale %v, want 1", got)
 	}
 }

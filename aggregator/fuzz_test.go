@@ -17,15 +17,17 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/view"
 )
 
+// marshal is m in the wire's bytes, a fuzz test's seed.
+func marshal(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
+
 // FuzzComputeMeta feeds arbitrary bytes through the mesh's meta decoder and
 // a StateUpdate decoder into Compute: it never panics, and what it serves
 // encodes as JSON and keeps the state invariants.
 func FuzzComputeMeta(f *testing.F) {
-	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
-	f.Add(seed(upMeta(1, 1)), []byte(nil), int64(0))
-	f.Add(seed(teardownMeta(1, 2, at(time.Minute))), seed(&gwpb.StateUpdate{Meta: teardownMeta(1, 2, at(time.Minute)),
+	f.Add(marshal(upMeta(1, 1)), []byte(nil), int64(0))
+	f.Add(marshal(teardownMeta(1, 2, at(time.Minute))), marshal(&gwpb.StateUpdate{Meta: teardownMeta(1, 2, at(time.Minute)),
 		Teardowns: []*gwpb.Teardown{{Job: "1", Phase: "teardown", DeadlineMs: ms(at(30 * time.Second))}}}), int64(time.Hour))
-	f.Add(seed(downMeta(1, 3, "hung")), seed(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reports: []*gwpb.Report{{DetailJson: []byte("{")}}}), int64(0))
+	f.Add(marshal(downMeta(1, 3, "hung")), marshal(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reports: []*gwpb.Report{{DetailJson: []byte("{")}}}), int64(0))
 	f.Add([]byte{0xff, 0x01}, []byte{0x0a, 0x02, 0x28}, int64(-1))
 	f.Fuzz(func(t *testing.T, metaBytes, updateBytes []byte, offset int64) {
 		in := view.NodeInput{Name: "n1", Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0}
@@ -80,11 +82,10 @@ func FuzzComputeMeta(f *testing.F) {
 // into intake.BoundUpdate: what it keeps is within every bound, valid where the
 // input was, and bounding again changes nothing.
 func FuzzBoundUpdate(f *testing.F) {
-	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
-	f.Add(seed(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reason: "hung", Reports: []*gwpb.Report{{Job: "7", DetailJson: []byte("{}")}}}))
-	f.Add(seed(&gwpb.StateUpdate{Reason: strings.Repeat("é", view.MaxUpdateReasonBytes)}))
+	f.Add(marshal(&gwpb.StateUpdate{Meta: downMeta(1, 3, "hung"), Reason: "hung", Reports: []*gwpb.Report{{Job: "7", DetailJson: []byte("{}")}}}))
+	f.Add(marshal(&gwpb.StateUpdate{Reason: strings.Repeat("é", view.MaxUpdateReasonBytes)}))
 	f.Add([]byte{0x12, 0x03, 0xe2, 0x82, 0xac})
-	f.Add(seed(observedUpdate(3, at(time.Minute))))
+	f.Add(marshal(observedUpdate(3, at(time.Minute))))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var u gwpb.StateUpdate
 		if proto.Unmarshal(b, &u) != nil {

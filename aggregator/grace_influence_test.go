@@ -50,7 +50,7 @@ func TestGraceOneLongRecord(t *testing.T) {
 			ReleasedMs: ms(start.Add(d)), Outcome: "exited", User: "mallory", Command: "epilog"}
 	}
 	s.update("evil", &gwpb.StateUpdate{Meta: upMeta(1, 1), Teardowns: []*gwpb.Teardown{long("666", 20*24*time.Hour)}})
-	if st := s.svc.hist.store.Stats(); st.Refused[history.RefusedBounds] != 1 || st.Records != 60 {
+	if st := s.svc.HistoryStats(); st.Refused[history.RefusedBounds] != 1 || st.Records != 60 {
 		t.Errorf("20 days: %d stored, %d refused out of bounds, want 60 and 1", st.Records, st.Refused[history.RefusedBounds])
 	}
 	s.update("evil", &gwpb.StateUpdate{Meta: upMeta(1, 2), Teardowns: []*gwpb.Teardown{long("667", 7*24*time.Hour)}})

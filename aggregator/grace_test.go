@@ -228,7 +228,7 @@ func TestGraceAdvisor(t *testing.T) {
 	a.advance(300 * time.Second) // the running one has run 300 s
 	_, ga := askGrace(t, a.base, graceQuery)
 	checkGraceTable(t, ga)
-	st := a.svc.hist.store.Stats()
+	st := a.svc.HistoryStats()
 	if st.Records != 1206 || st.Refused[history.RefusedClock] != 1 || st.Refused[history.RefusedFuture] != 1 || st.UsersDropped != 1 {
 		t.Errorf("stats %+v", st)
 	}
@@ -248,7 +248,7 @@ func TestGraceAdvisor(t *testing.T) {
 	deliverHistory(b.harness, ups) // every agent resends: nothing is stored twice
 	_, gb := askGrace(t, b.base, graceQuery)
 	checkGraceTable(t, gb)
-	if st := b.svc.hist.store.Stats(); st.Records != 1206 || st.Refused[history.RefusedDuplicate] < 1206 {
+	if st := b.svc.HistoryStats(); st.Records != 1206 || st.Refused[history.RefusedDuplicate] < 1206 {
 		t.Errorf("after the restart: %+v", st)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gracewatch/gracewatch/aggregator/intake"
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -117,7 +118,7 @@ func TestServiceHandsOverGoneNodes(t *testing.T) {
 	}
 	h1.member("cn1", upMeta(1, 1))
 	h1.member("cn2", upMeta(1, 1))
-	dead := AgentMember("cn1", downMeta(1, 2, "job 7 teardown exceeded grace 2m0s"), h1.clk.Now())
+	dead := meshfake.AgentMember("cn1", downMeta(1, 2, "job 7 teardown exceeded grace 2m0s"), h1.clk.Now())
 	dead.Status = mesh.StatusDead
 	h1.mesh.SetMember(dead)
 	h1.clk.Advance(time.Minute)
@@ -158,7 +159,7 @@ func TestServiceHandsOverGoneNodes(t *testing.T) {
 	}
 
 	// An agent cannot hand over: its handover is ignored.
-	h2.mesh.SetMember(AgentMember("cn3", upMeta(1, 1), h1.clk.Now()))
+	h2.mesh.SetMember(meshfake.AgentMember("cn3", upMeta(1, 1), h1.clk.Now()))
 	h2.mesh.Deliver("cn3", &gwpb.Envelope{Body: &gwpb.Envelope_Handover{Handover: &gwpb.Handover{
 		Gone: []*gwpb.GoneMember{{Name: "cn9", SinceMs: ms(t0)}}}}})
 	h2.sync()

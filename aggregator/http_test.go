@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -64,7 +65,7 @@ func call(t testing.TB, method, url, token, body string) response {
 
 // ackControls makes the fake mesh answer every Control like an agent: ok
 // with the meta that meta returns, or refused with errMsg.
-func ackControls(fm *FakeMesh, meta func(node string, c *gwpb.Control) *gwpb.Meta, errMsg string) {
+func ackControls(fm *meshfake.Mesh, meta func(node string, c *gwpb.Control) *gwpb.Meta, errMsg string) {
 	fm.OnSend(func(node string, env *gwpb.Envelope) error {
 		c := env.GetControl()
 		ack := &gwpb.ControlAck{Id: c.GetId(), Ok: errMsg == "", Error: errMsg}

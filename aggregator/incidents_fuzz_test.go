@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/incidents"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -21,11 +22,10 @@ import (
 // that passes is within agent/report's bounds and printable; and a node
 // lands in at most one incident, its own.
 func FuzzIntakeCause(f *testing.F) {
-	seed := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
-	f.Add(seed(hung(2, "/mnt/a", false)), int64(0))
-	f.Add(seed(hung(3, "/mnt/a", true)), int64(300_000))
-	f.Add(seed(&gwpb.StateUpdate{Meta: downMeta(1, 2, "x"), Cause: &gwpb.Cause{Wchan: "a\x00b", Class: "worst"}, AdminDrain: true}), int64(-5))
-	f.Add(seed(&gwpb.StateUpdate{Meta: downMeta(1, 2, "x"), Cause: &gwpb.Cause{Mountpoint: "/x"}}), int64(1))
+	f.Add(marshal(hung(2, "/mnt/a", false)), int64(0))
+	f.Add(marshal(hung(3, "/mnt/a", true)), int64(300_000))
+	f.Add(marshal(&gwpb.StateUpdate{Meta: downMeta(1, 2, "x"), Cause: &gwpb.Cause{Wchan: "a\x00b", Class: "worst"}, AdminDrain: true}), int64(-5))
+	f.Add(marshal(&gwpb.StateUpdate{Meta: downMeta(1, 2, "x"), Cause: &gwpb.Cause{Mountpoint: "/x"}}), int64(1))
 	f.Fuzz(func(t *testing.T, updateBytes []byte, skewMs int64) {
 		var raw gwpb.StateUpdate
 		if proto.Unmarshal(updateBytes, &raw) != nil || raw.Meta == nil {
@@ -56,7 +56,7 @@ func FuzzIntakeCause(f *testing.F) {
 		in := view.NodeInput{Name: "n1", Role: view.RoleAgent, Status: mesh.StatusAlive, StatusSince: t0, Update: nu, Direct: nu.Meta,
 			ClockOffset: time.Duration(skewMs) * time.Millisecond}
 		n, rule := view.ComputeNodeCause(&in, t0, defaultPolicy)
-		down := []incident.Node{incidentNode(n, rule)}
+		down := []incident.Node{incidents.NodeOf(n, rule)}
 		if n.State != view.StateDown {
 			down = nil
 		}

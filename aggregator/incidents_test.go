@@ -19,6 +19,7 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/incidents"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
@@ -388,5 +389,12 @@ func TestIncidentsCauseRefused(t *testing.T) {
 	}
 	if n := count(f.logs.String(), "a node's cause refused"); n != 1 {
 		t.Errorf("%d refusal lines, want 1", n)
+	}
+}
+
+// The tracker's bound of a confirmation is the HTTP API's.
+func TestMaxConfirmForIsTheAPIs(t *testing.T) {
+	if incidents.MaxConfirmFor != api.MaxConfirmFor {
+		t.Errorf("incidents.MaxConfirmFor %v, api.MaxConfirmFor %v", incidents.MaxConfirmFor, api.MaxConfirmFor)
 	}
 }

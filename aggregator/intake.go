@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -21,21 +20,8 @@ func (s *Service) HandleMessage(from string, env *gwpb.Envelope) {
 	// inbox: a node's maximal update (4 MiB) queued whole while the loop
 	// is busy cost its size for every message waiting, and maximal
 	// updates from many source addresses at once held hundreds of MB
-	// (e2e TestMeshFloodBounded). Bounded, an update holds at most a
-	// report's detail and the short fields (package intake).
-	// A new envelope of the known fields: unknown ones (a newer schema's,
-	// or padding) are not kept either.
-	switch b := env.GetBody().(type) {
-	case *gwpb.Envelope_State:
-		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
-			Body: &gwpb.Envelope_State{State: intake.BoundUpdate(b.State)}}
-	case *gwpb.Envelope_Ack:
-		a := b.Ack
-		env = &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
-			Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: view.CutText(a.GetId(), intake.MaxFieldBytes), Ok: a.GetOk(),
-				Error: view.CutText(a.GetError(), view.MaxUpdateReasonBytes), Meta: intake.BoundMeta(a.GetMeta())}}}
-	}
-	s.enqueue(input{kind: inMessage, from: from, env: env, at: s.clock.Now()})
+	// (e2e TestMeshFloodBounded).
+	s.enqueue(input{kind: inMessage, from: from, env: intake.BoundEnvelope(env), at: s.clock.Now()})
 }
 
 // MemberChanged implements mesh.Handler: it queues m and returns.
@@ -43,7 +29,7 @@ func (s *Service) MemberChanged(m mesh.Member) {
 	s.enqueue(input{kind: inMember, member: m})
 }
 
-// Bounds of the log of refused names (refusedNames).
+// Bounds of the log of refused names (nodelog.Once).
 const (
 	// maxRefusedLogged is how many distinct refused names are logged (and
 	// remembered, so that each is logged once): enough to diagnose a
@@ -55,17 +41,8 @@ const (
 	refusedSummaryEvery = time.Minute
 )
 
-// refusedNames logs each name refused at the intake once, and past
-// maxRefusedLogged names one line every refusedSummaryEvery at most.
-// Owned by the loop goroutine.
-type refusedNames struct {
-	seen       map[string]struct{}
-	suppressed int
-	lastLine   time.Time
-}
-
 // refuseName reports whether name is not a node name (nodename.Validate).
-// A refused name is logged (once, see refusedNames) with where it came
+// A refused name is logged (once, see nodelog.Once) with where it came
 // from (what: "member", "message", "handover", "forget") and the sender;
 // nothing of it enters the view. It runs on the loop.
 func (s *Service) refuseName(name, what, from string) bool {
@@ -73,25 +50,14 @@ func (s *Service) refuseName(name, what, from string) bool {
 	if err == nil {
 		return false
 	}
-	s.met.refused.WithLabelValues(what).Inc()
-	r := &s.refused
-	if _, logged := r.seen[name]; logged {
-		return true
-	}
-	if len(r.seen) < maxRefusedLogged {
-		if r.seen == nil {
-			r.seen = map[string]struct{}{}
-		}
-		r.seen[name] = struct{}{}
+	s.met.Refused(what)
+	switch first, count := s.refused.Allow(name, s.clock.Now()); {
+	case first:
 		s.log.Warn("invalid node name refused: nothing of it enters the view", "what", what, "from", nodename.Quote(from),
 			"name", nodename.Quote(name), "err", err)
-		return true
-	}
-	r.suppressed++
-	if now := s.clock.Now(); now.Sub(r.lastLine) >= refusedSummaryEvery {
-		s.log.Warn("more invalid node names refused (not logged one by one)", "count", r.suppressed, "last", nodename.Quote(name),
+	case count > 0:
+		s.log.Warn("more invalid node names refused (not logged one by one)", "count", count, "last", nodename.Quote(name),
 			"what", what, "from", nodename.Quote(from))
-		r.suppressed, r.lastLine = 0, now
 	}
 	return true
 }
@@ -130,7 +96,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		if !known {
 			return false
 		}
-		s.seenByMesh(m.Name)
+		s.strangers.Seen(m.Name)
 		in.Status, in.StatusSince = m.Status, m.Since
 		in.Gossip, in.GossipErr = nil, nil
 		dirty[m.Name] = true
@@ -145,7 +111,7 @@ func (s *Service) applyMember(m mesh.Member, dirty map[string]bool) bool {
 		in = &view.NodeInput{Name: m.Name, FirstSeen: s.clock.Now()}
 		s.inputs[m.Name] = in
 	}
-	s.seenByMesh(m.Name)
+	s.strangers.Seen(m.Name)
 	in.Role, in.Status, in.StatusSince = intake.RoleOf(m.Role), m.Status, m.Since
 	in.Gossip, in.GossipErr = intake.DecodeMeta(m.Meta), m.MetaErr
 	dirty[m.Name] = true
@@ -180,18 +146,17 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			_, agg := s.aggs[name]
 			return agg || name == s.opts.Name || name == from || s.refuseName(name, "handover", from)
 		}
-		adopted, over := intake.AdoptHandover(s.inputs, h, skip, dirty, intake.MaxAdoptedGone-len(s.adopted), intake.MaxAdoptedBytes-s.adoptedBytes)
-		for name, size := range adopted {
-			s.adopted[name] = size
-			s.adoptedBytes += size
-		}
+		roomGone, roomBytes := s.strangers.Room()
+		adopted, over := intake.AdoptHandover(s.inputs, h, skip, dirty, roomGone, roomBytes)
+		s.strangers.Adopt(adopted)
 		if len(adopted) > 0 {
 			s.log.Info("gone nodes learned from another aggregator", "from", from, "nodes", len(adopted))
 		}
 		if over > 0 || len(h.GetGone()) > intake.MaxHandover {
+			gone, bytes := s.strangers.Adopted()
 			s.log.Warn("handover over its bound: the rest are not adopted (the aggregators that saw them go still serve them)",
 				"from", from, "entries", len(h.GetGone()), "max_entries", intake.MaxHandover, "not_adopted", over,
-				"adopted_gone", len(s.adopted), "max_adopted_gone", intake.MaxAdoptedGone, "adopted_bytes", s.adoptedBytes,
+				"adopted_gone", gone, "max_adopted_gone", intake.MaxAdoptedGone, "adopted_bytes", bytes,
 				"max_adopted_bytes", intake.MaxAdoptedBytes)
 		}
 		return false
@@ -223,19 +188,19 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 			return false
 		}
 		in.ClockOffset, in.Reached = offset, at
-		s.recordHistory(from, u) // docs/DESIGN.md §5d: its released teardowns
+		s.hist.Record(from, u) // docs/DESIGN.md §5d: its released teardowns
 		s.intakeLatch(from, u)
-		s.clockSkew(in)
+		s.inc.ClockSkew(in.Name, in.ClockOffset)
 		upd := intake.DecodeUpdate(u) // the internal node input from here on
-		restarted := restartedSince(in.Update, upd)
-		if replacesUpdate(in.Update, upd) {
+		restarted := intake.RestartedSince(in.Update, upd)
+		if intake.ReplacesUpdate(in.Update, upd) {
 			in.Update = upd
 			s.provenAddr(from, u.GetMeta().GetAddr())
 		} else if in.Update != nil && view.Newer(in.Update.Meta, upd.Meta) {
 			s.nodeLine(slog.LevelDebug, from, "older state update ignored (late, or replayed)", "node", from,
 				"incarnation", upd.Meta.Incarnation, "seq", upd.Meta.Seq)
 		}
-		earlier := restartedSince(upd, in.Update) // of an earlier start: late or replayed
+		earlier := intake.RestartedSince(upd, in.Update) // of an earlier start: late or replayed
 		if restarted || (!earlier && view.Newer(upd.Meta, in.Direct)) {
 			// A later start resets the order: an agent that lost its
 			// state file counts from incarnation 1 again.
@@ -254,7 +219,7 @@ func (s *Service) applyMessage(from string, env *gwpb.Envelope, at time.Time, di
 				s.dropUnseen(from)
 			} else {
 				in.ClockOffset, in.Reached = offset, at
-				s.clockSkew(in)
+				s.inc.ClockSkew(in.Name, in.ClockOffset)
 				// An ack carries no start time: it counts only within
 				// the incarnation of the latest update (an ack of an
 				// earlier agent start, late or replayed, would undo a
@@ -282,55 +247,14 @@ const (
 	staleLogEvery = time.Minute
 )
 
-// fresh checks a node's StateUpdate or ControlAck that arrived at at: the
-// send time the node put in it (bound to the message by its proof) must
-// be within the clock skew allowance of this aggregator's clock plus the
-// time a delivery can take (mesh.MaxDelivery: the sender stamps it before
-// its dial, and a message delayed by a lossy network is no replay;
-// refusing it would also end the sender's retries, which count it
-// delivered), not ahead of it by more than maxClockAhead, and a
-// StateUpdate's agent start time not after it. So a captured message
-// replayed later (after both the agent and the aggregator restarted, when
-// nothing newer is known to order it by) is refused, and so is an agent
-// start in the future (a later start wins over every update of an earlier
-// one: one in the year 2255 would shut the real agent out). A refusal is
-// logged once per node and staleLogEvery, and counted. It returns the
-// node's clock offset as measured (arrival minus send time). It runs on
-// the loop.
-// maxClockAhead is how far ahead of this aggregator's a node's clock may be
-// for its messages to be heard (flagged as skewed past the allowance).
-const maxClockAhead = time.Hour
-
+// fresh checks a node's StateUpdate or ControlAck that arrived at at
+// (intake.Fresh says what passes); a refusal is logged once per node and
+// staleLogEvery, and counted. It returns the node's clock offset as
+// measured (arrival minus send time). It runs on the loop.
 func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Duration, bool) {
-	window := s.clockAllowance() + mesh.MaxDelivery
-	sentMs := env.GetSentMs()
-	if sentMs == 0 {
-		if !s.opts.ProvenOnly {
-			return 0, true // an agent of a release that did not stamp its messages, heard without proofs anyway
-		}
-		s.refuseStale(from, "stale", "no send time in a proven message", 0)
-		return 0, false
-	}
-	offset := at.Sub(time.UnixMilli(sentMs))
-	switch {
-	case offset > window:
-		s.refuseStale(from, "stale", fmt.Sprintf("sent %v before it arrived, more than the clock allowance and the longest delivery (%v): a replay, or the node's clock is behind",
-			offset.Round(time.Millisecond), window), offset)
-		return offset, false
-	case offset < -maxClockAhead:
-		// A send time in the future is no replay (what was captured was
-		// sent before): a node whose clock is ahead is heard, flagged
-		// (clockSkew) and its deadline DOWNs not drained before the
-		// deadline passes here. Past maxClockAhead it is implausible.
-		s.refuseStale(from, "stale", fmt.Sprintf("sent %v after it arrived, more than the %v a node's clock may be ahead",
-			(-offset).Round(time.Millisecond), maxClockAhead), offset)
-		return offset, false
-	}
-	// The agent's start after the send time is implausible (measured on
-	// the node's own clock, so that a clock ahead is not taken for it).
-	if st := env.GetState().GetStartedMs(); st != 0 && time.UnixMilli(st).After(time.UnixMilli(sentMs).Add(window)) {
-		s.refuseStale(from, "future_start", fmt.Sprintf("agent start time %s is in the future",
-			time.UnixMilli(st).UTC().Format(time.RFC3339)), offset)
+	offset, what, why := intake.Fresh(env, at, s.clockAllowance(), s.opts.ProvenOnly)
+	if what != "" {
+		s.refuseStale(from, what, why, offset)
 		return offset, false
 	}
 	return offset, true
@@ -339,49 +263,11 @@ func (s *Service) fresh(from string, env *gwpb.Envelope, at time.Time) (time.Dur
 // refuseStale counts and logs (once per node and staleLogEvery) a refused
 // message.
 func (s *Service) refuseStale(from, what, why string, offset time.Duration) {
-	s.met.refused.WithLabelValues(what).Inc()
+	s.met.Refused(what)
 	if ok, suppressed := s.staleLog.Allow(from, s.clock.Now()); ok {
 		s.log.Warn("message refused: not fresh or not plausible", "node", nodename.Quote(from), "why", why,
 			"clock_offset", offset.Round(time.Millisecond).String(), "suppressed", suppressed)
 	}
-}
-
-// replacesUpdate reports whether StateUpdate u replaces old. The agent's
-// sends arrive in any order (it starts a newer one without waiting for an
-// older one, and repeats one that seems lost): a newer (incarnation, seq)
-// wins; of two of the same state, the one with the later report (a
-// diagnosis adds a report without changing the state).
-//
-// Updates of a later agent start (started_ms) replace those of an earlier
-// one whatever their order, and never the reverse: an agent that lost its
-// state file counts from incarnation 1 again, and an update of an earlier
-// process is late or replayed.
-func replacesUpdate(old, u *view.NodeUpdate) bool {
-	if old == nil {
-		return true
-	}
-	if a, b := old.StartedMs, u.StartedMs; a != 0 && b != 0 && a != b {
-		return b > a
-	}
-	switch {
-	case view.Newer(u.Meta, old.Meta):
-		return true
-	case view.Newer(old.Meta, u.Meta):
-		return false
-	}
-	return !latestTaken(u).Before(latestTaken(old))
-}
-
-// latestTaken is when u's latest report was taken; the zero time without
-// one (or without a known time).
-func latestTaken(u *view.NodeUpdate) time.Time {
-	var t time.Time
-	for _, r := range u.Reports {
-		if r.Taken.After(t) {
-			t = r.Taken
-		}
-	}
-	return t
 }
 
 // nodeInput returns the input of node, creating it for a node the mesh has
@@ -392,40 +278,19 @@ func latestTaken(u *view.NodeUpdate) time.Time {
 func (s *Service) nodeInput(node string) *view.NodeInput {
 	in := s.inputs[node]
 	if in == nil {
-		if !s.opts.ProvenOnly && len(s.unseen) >= intake.MaxUnseenNodes {
+		if !s.strangers.Unseen(node, !s.opts.ProvenOnly) {
 			return nil
 		}
-		s.unseen[node] = struct{}{}
 		in = &view.NodeInput{Name: node, Role: view.RoleAgent, FirstSeen: s.clock.Now()}
 		s.inputs[node] = in
 	}
 	return in
 }
 
-// restartedSince reports whether u comes from a later start of the agent
-// than old.
-func restartedSince(old, u *view.NodeUpdate) bool {
-	if old == nil || u == nil {
-		return false
-	}
-	a, b := old.StartedMs, u.StartedMs
-	return a != 0 && b > a
-}
-
-// seenByMesh records that the mesh told of name: it is neither adopted
-// from a Handover nor known only from its messages any more.
-func (s *Service) seenByMesh(name string) {
-	if size, ok := s.adopted[name]; ok {
-		s.adoptedBytes -= size
-		delete(s.adopted, name)
-	}
-	delete(s.unseen, name)
-}
-
 // dropUnseen logs (at most once a minute) that a message from a node the
 // mesh has not told of was dropped for intake.MaxUnseenNodes.
 func (s *Service) dropUnseen(from string) {
-	s.met.refused.WithLabelValues("unseen").Inc()
+	s.met.Refused("unseen")
 	if now := s.clock.Now(); now.Sub(s.unseenLogged) >= refusedSummaryEvery {
 		s.unseenLogged = now
 		s.log.Warn("message from a node the mesh has not told of dropped: too many such nodes; its gossip still brings it in",
@@ -449,14 +314,14 @@ func (s *Service) intakeLatch(node string, u *gwpb.StateUpdate) {
 	} else {
 		u.Cause = nil
 	}
-	s.met.refused.WithLabelValues("cause").Inc()
+	s.met.Refused("cause")
 	now := s.clock.Now()
-	if at, logged := s.inc.causeLogged[node]; logged && now.Sub(at) < time.Hour {
+	if at, logged := s.causeLogged[node]; logged && now.Sub(at) < time.Hour {
 		return
 	}
-	if len(s.inc.causeLogged) >= maxRefusedLogged {
-		clear(s.inc.causeLogged)
+	if len(s.causeLogged) >= maxRefusedLogged {
+		clear(s.causeLogged)
 	}
-	s.inc.causeLogged[node] = now
+	s.causeLogged[node] = now
 	s.log.Warn("a node's cause refused: it joins no incident by it", "node", nodename.Quote(node), "err", err)
 }

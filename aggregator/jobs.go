@@ -1,59 +1,19 @@
 package aggregator
 
-// Job registration through the aggregator: the exec system's controller
-// tells one aggregator of a job once (Slurm's PrologSlurmctld runs once per
-// job, on the controller), and the aggregator hands the job to the agent of
-// each of its nodes over the mesh. Slurm gives its node Prolog no end time
-// and warns against asking the controller from every node's prolog at
-// scale: this is one request to the controller per job, not one per node.
-
 import (
 	"context"
-	"slices"
-	"sync"
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
+	"github.com/gracewatch/gracewatch/aggregator/jobs"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-// jobParallel bounds the registrations in flight of one request.
-const jobParallel = 64
-
-// RegisterJobOnNodes hands the job to the agent of each node, at most
-// jobParallel at a time, each bounded by Options.ControlTimeout, and
-// returns every node's answer. Safe for concurrent use; it blocks.
+// RegisterJobOnNodes hands the job to the agent of each node (package
+// aggregator/jobs), each bounded by Options.ControlTimeout, and returns
+// every node's answer. Safe for concurrent use; it blocks.
 func (s *Service) RegisterJobOnNodes(ctx context.Context, req api.JobRequest, nodes []string, by string) api.JobResult {
-	reg := &gwpb.JobRegistration{Job: req.Job, Expiration: req.Expiration, Grace: req.Grace}
-	res := api.JobResult{Job: req.Job, Nodes: make([]api.JobNodeResult, len(nodes))}
-	sem := make(chan struct{}, jobParallel)
-	var wg sync.WaitGroup
-	for i, node := range nodes {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r := api.JobNodeResult{Node: node, OK: true}
-			if _, err := s.RegisterJob(ctx, node, reg, by); err != nil {
-				r.OK, r.Error = false, err.Error()
-			}
-			res.Nodes[i] = r
-		}()
-	}
-	wg.Wait()
-	for _, r := range res.Nodes {
-		if r.OK {
-			res.Registered++
-		} else {
-			res.Failed++
-		}
-	}
-	failed := slices.DeleteFunc(slices.Clone(res.Nodes), func(r api.JobNodeResult) bool { return r.OK })
-	if len(failed) > 0 {
-		s.log.Warn("job not registered on every node", "job", logText(req.Job), "registered", res.Registered,
-			"failed", res.Failed, "first", failed[0].Node, "err", failed[0].Error)
-	} else {
-		s.log.Info("job registered", "job", logText(req.Job), "nodes", len(nodes), "expiration", req.Expiration, "by", by)
-	}
-	return res
+	return jobs.Register(ctx, req, nodes, by, s.log, func(ctx context.Context, node string, reg *gwpb.JobRegistration, by string) error {
+		_, err := s.RegisterJob(ctx, node, reg, by)
+		return err
+	})
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/intake"
+	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
+	"github.com/gracewatch/gracewatch/aggregator/probe"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
@@ -129,7 +131,7 @@ func TestMetricsGolden(t *testing.T) {
 	}
 
 	metricstest.Lint(t, reg)
-	metricstest.LintCollectors(t, h.svc.met.collectors()...)
+	metricstest.LintCollectors(t, h.svc.met.Collectors()...)
 }
 
 // Two Services cannot share a registry: the second one's metrics would
@@ -174,5 +176,47 @@ func TestViolationDeadline(t *testing.T) {
 				t.Fatalf("violationDeadline = %v %v, want %v", got, ok, tc.want)
 			}
 		})
+	}
+}
+
+// counted returns the value of the Service's metric
+// gracewatch_aggregator_<name> whose labels are labels (name, value
+// pairs), as a scrape would read it; 0 when there is no such series.
+func counted(t testing.TB, svc *Service, name string, labels ...string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range svc.met.Collectors() {
+		reg.MustRegister(c)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "gracewatch_aggregator_"+name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+// The probes' reasons whose series exist from the start are the ones the
+// probes give.
+func TestProbeReasonsAreTheMetricsLabels(t *testing.T) {
+	if probe.Deadline != aggmetrics.ProbeDeadline || probe.Gone != aggmetrics.ProbeGone {
+		t.Errorf("probe reasons %q %q, the metrics' %q %q", probe.Deadline, probe.Gone, aggmetrics.ProbeDeadline, aggmetrics.ProbeGone)
 	}
 }

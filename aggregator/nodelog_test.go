@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -161,11 +160,11 @@ func TestLogFloodOfOneNode(t *testing.T) {
 			reported += l.suppressed()
 		}
 	}
-	counted := int(promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(nodelog.ScopeNode)))
-	if counted == 0 || reported != counted {
-		t.Errorf("%d lines of the node reported suppressed, %d counted: want the same, not 0", reported, counted)
+	held := int(counted(t, h.svc, "log_lines_suppressed_total", "scope", nodelog.ScopeNode))
+	if held == 0 || reported != held {
+		t.Errorf("%d lines of the node reported suppressed, %d counted: want the same, not 0", reported, held)
 	}
-	if c := promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(nodelog.ScopeCluster)); c == 0 {
+	if c := counted(t, h.svc, "log_lines_suppressed_total", "scope", nodelog.ScopeCluster); c == 0 {
 		t.Error("no change of the cluster's modes counted suppressed")
 	}
 	if k := h.svc.lines.Keys(); k > 2 {
@@ -202,7 +201,7 @@ func BenchmarkLogFlood(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			fm := NewFakeMesh(svc)
+			fm := meshfake.New(svc, svc.clock.Now)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { _ = svc.Run(ctx, fm); close(done) }()
@@ -270,7 +269,7 @@ func TestClusterModeLinesSpaced(t *testing.T) {
 	if len(got) != 2 || !strings.Contains(got[1].str("msg"), "one mode again") || got[1].suppressed() != 3 {
 		t.Fatalf("lines %v, want one mode again with 3 changes suppressed", got)
 	}
-	if c := promtest.ToFloat64(h.svc.met.logSuppressed.WithLabelValues(nodelog.ScopeCluster)); c != 3 {
+	if c := counted(t, h.svc, "log_lines_suppressed_total", "scope", nodelog.ScopeCluster); c != 3 {
 		t.Errorf("%v changes counted suppressed, want 3", c)
 	}
 }

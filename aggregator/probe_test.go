@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
+	"github.com/gracewatch/gracewatch/aggregator/probe"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -43,7 +43,7 @@ func (p *prober) answerWith(meta *gwpb.Meta) {
 
 // probes returns how many probes of why ended with result.
 func (p *prober) probes(why, result string) int {
-	return int(promtest.ToFloat64(p.svc.met.probes.WithLabelValues(why, result)))
+	return int(counted(p.t, p.svc, "probes_total", "why", why, "result", result))
 }
 
 // waitProbes syncs until n probes of why ended with result.
@@ -71,21 +71,21 @@ func (p *prober) waitTimers(n int) {
 func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 	p := newProber(t)
 	up := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 3, State: gwpb.State_STATE_UP, SinceMs: t0.UnixMilli()}
-	p.mesh.SetMember(AgentMember("node1", nil, t0))
+	p.mesh.SetMember(meshfake.AgentMember("node1", nil, t0))
 	p.update("node1", &gwpb.StateUpdate{Meta: up, StartedMs: t0.UnixMilli()})
 	p.wantState("node1", view.StateUp)
 	p.answerWith(up)
 	p.clk.Advance(time.Second)
 
 	p.status("node1", mesh.StatusDead)
-	p.waitProbes(probeGone, "answered", 1)
+	p.waitProbes(probe.Gone, "answered", 1)
 	if n := p.wantState("node1", view.StateUp); n.Member != mesh.StatusAlive {
 		t.Errorf("served member %q, want alive", n.Member)
 	}
 	// Asked again every ReachedFor/3 while memberlist says so.
 	for i := 2; i <= 5; i++ {
 		p.clk.Advance(probePolicy.ReachedFor / 3)
-		p.waitProbes(probeGone, "answered", i)
+		p.waitProbes(probe.Gone, "answered", i)
 		p.wantState("node1", view.StateUp)
 	}
 	// It stops answering (gone for real): the next probe's wait runs out.
@@ -94,7 +94,7 @@ func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 	p.clk.Advance(probePolicy.ReachedFor / 3)
 	p.waitTimers(2) // the probe's wait, and the view's timer
 	p.clk.Advance(probePolicy.ProbeWait)
-	p.waitProbes(probeGone, "unanswered", 1)
+	p.waitProbes(probe.Gone, "unanswered", 1)
 	p.clk.Advance(lastAnswer.Add(probePolicy.ReachedFor).Sub(p.clk.Now()))
 	p.sync()
 	n := p.wantState("node1", view.StateDown)
@@ -109,7 +109,7 @@ func TestGoneNodeAskedBeforeAccused(t *testing.T) {
 func TestGoneNodeThatDoesNotAnswer(t *testing.T) {
 	p := newProber(t)
 	up := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 3, State: gwpb.State_STATE_UP, SinceMs: t0.UnixMilli()}
-	p.mesh.SetMember(AgentMember("node1", nil, t0))
+	p.mesh.SetMember(meshfake.AgentMember("node1", nil, t0))
 	p.update("node1", &gwpb.StateUpdate{Meta: up, StartedMs: t0.UnixMilli()})
 	p.clk.Advance(time.Second)
 	gone := p.clk.Now()
@@ -117,7 +117,7 @@ func TestGoneNodeThatDoesNotAnswer(t *testing.T) {
 	p.wantState("node1", view.StateUp) // asked, not yet accused
 	p.waitTimers(2)
 	p.clk.Advance(probePolicy.ProbeWait)
-	p.waitProbes(probeGone, "unanswered", 1)
+	p.waitProbes(probe.Gone, "unanswered", 1)
 	n := p.wantState("node1", view.StateDown)
 	if n.Since.IsZero() || !n.Since.Equal(gone) {
 		t.Errorf("down since %v, want when memberlist said it went (%v)", n.Since, gone)
@@ -136,7 +136,7 @@ func TestCentralDeadlineAsksFirst(t *testing.T) {
 			d := t0.Add(time.Minute)
 			td := &gwpb.StateUpdate{Meta: teardownMeta(1, 4, d), StartedMs: t0.UnixMilli(),
 				Teardowns: []*gwpb.Teardown{{Job: "7", Phase: "teardown", DeadlineMs: d.UnixMilli()}}}
-			p.mesh.SetMember(AgentMember("node1", nil, t0))
+			p.mesh.SetMember(meshfake.AgentMember("node1", nil, t0))
 			p.update("node1", td)
 			p.wantState("node1", view.StateTeardown)
 			if answers {
@@ -146,7 +146,7 @@ func TestCentralDeadlineAsksFirst(t *testing.T) {
 			p.clk.Advance(enforce.Add(-probePolicy.ProbeWait).Sub(p.clk.Now()))
 			p.sync()
 			if answers {
-				p.waitProbes(probeDeadline, "answered", 1)
+				p.waitProbes(probe.Deadline, "answered", 1)
 				p.wantState("node1", view.StateUp)
 				p.clk.Advance(enforce.Add(time.Minute).Sub(p.clk.Now()))
 				p.sync()
@@ -160,7 +160,7 @@ func TestCentralDeadlineAsksFirst(t *testing.T) {
 			if n.Since.IsZero() || !n.Since.Equal(enforce) {
 				t.Errorf("down since %v, want D + allowance %v", n.Since, enforce)
 			}
-			p.waitProbes(probeDeadline, "unanswered", 1)
+			p.waitProbes(probe.Deadline, "unanswered", 1)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"testing"
 
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -122,7 +123,7 @@ func TestSigningNodeGossipDropped(t *testing.T) {
 	h := newHarness(t)
 	down := &gwpb.Meta{Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: 5, State: gwpb.State_STATE_DOWN, Reason: "hung", SinceMs: t0.UnixMilli()}
 	h.update("n1", &gwpb.StateUpdate{Meta: down, Reason: "hung", StartedMs: 1000})
-	m := AgentMember("n1", upMeta(7, 99), h.clk.Now())
+	m := meshfake.AgentMember("n1", upMeta(7, 99), h.clk.Now())
 	m.Signs = true
 	h.mesh.SetMember(m)
 	h.sync()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/reach"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
@@ -26,7 +27,7 @@ func TestReachKeptAndAskedAfterRestart(t *testing.T) {
 	h := newHarness(t, provenOnly, withDir)
 	h.update("node1", &gwpb.StateUpdate{Meta: meta(1, "10.0.0.1:7946"), StartedMs: 1000})
 	h.update("node2", &gwpb.StateUpdate{Meta: meta(1, "10.0.0.2:7946"), StartedMs: 1000})
-	path := filepath.Join(dir, reachFileName)
+	path := filepath.Join(dir, reach.FileName)
 	read := func() string { b, _ := os.ReadFile(path); return string(b) }
 	want := "node1 10.0.0.1:7946\nnode2 10.0.0.2:7946\n"
 	// The first save is armed at once (no save before): the fake clock's
@@ -35,16 +36,16 @@ func TestReachKeptAndAskedAfterRestart(t *testing.T) {
 		h.clk.Advance(time.Millisecond)
 		return read() == want
 	})
-	// A move within reachSaveEvery of the last save waits for it.
+	// A move within reach.SaveEvery of the last save waits for it.
 	h.update("node2", &gwpb.StateUpdate{Meta: meta(2, "10.0.0.3:7946"), StartedMs: 1000})
-	h.clk.Advance(reachSaveEvery / 2)
+	h.clk.Advance(reach.SaveEvery / 2)
 	if got := read(); got != want {
-		t.Fatalf("saved again within %v: %q", reachSaveEvery, got)
+		t.Fatalf("saved again within %v: %q", reach.SaveEvery, got)
 	}
-	h.clk.Advance(reachSaveEvery)
+	h.clk.Advance(reach.SaveEvery)
 	want = "node1 10.0.0.1:7946\nnode2 10.0.0.3:7946\n"
 	if got := read(); got != want {
-		t.Fatalf("after %v: %q, want %q", reachSaveEvery, got, want)
+		t.Fatalf("after %v: %q, want %q", reach.SaveEvery, got, want)
 	}
 
 	// A line that is no node and address is skipped; the rest is used.
@@ -73,8 +74,8 @@ func TestReachKeptAndAskedAfterRestart(t *testing.T) {
 	// Without node restriction nothing is kept or asked: no word is proven.
 	open := newHarness(t, func(o *Options) { o.StateDir = t.TempDir() })
 	open.update("node1", &gwpb.StateUpdate{Meta: meta(1, "10.0.0.1:7946"), StartedMs: 1000})
-	open.clk.Advance(reachSaveEvery)
-	if _, err := os.Stat(filepath.Join(open.svc.opts.StateDir, reachFileName)); err == nil {
+	open.clk.Advance(reach.SaveEvery)
+	if _, err := os.Stat(filepath.Join(open.svc.opts.StateDir, reach.FileName)); err == nil {
 		t.Error("a reach file written without node restriction")
 	}
 }

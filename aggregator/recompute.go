@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/nodelog"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 )
@@ -39,8 +40,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 	for _, name := range names {
 		in := s.inputs[name]
 		if in == nil { // forgotten (Service.Forget) after it was marked dirty
-			delete(s.probeAt, name)
-			delete(s.probes, name)
+			s.probes.Forget(name)
 			continue
 		}
 		if at, ok := s.held[name]; ok && !now.Before(at) {
@@ -61,7 +61,7 @@ func (s *Service) recompute(dirty map[string]bool) {
 		}
 		s.view[name] = n
 		if prev.Mode != n.Mode || !had {
-			s.modes.move(prev.Mode, n.Mode)
+			s.modes.Move(prev.Mode, n.Mode)
 		}
 		if !had {
 			added = append(added, name)
@@ -89,45 +89,44 @@ func (s *Service) recompute(dirty map[string]bool) {
 			}
 		}
 	}
-	mixed := s.modes.mixed(s.ownMode())
 	s.mu.Unlock()
-	s.logMixed(mixed, now)
+	s.modes.LogMixed(now)
 	for _, name := range asked {
-		s.scheduleProbe(name, s.inputs[name], now)
+		s.scheduleProbe(name, now)
 	}
 
 	// The incidents first: the actuators hear of a node with its incident.
 	for _, c := range changes {
-		s.trackDown(c.node, c.cause)
+		s.inc.Track(c.node, c.cause)
 	}
-	s.regroup(now)
+	s.inc.Regroup(now)
 	for _, c := range changes {
 		s.observePlan(c.node)
 		if c.first || c.prev != c.node.State {
 			if c.first {
-				s.nodeLine(slog.LevelInfo, c.node.Name, "node", "node", c.node.Name, "state", string(c.node.State), "reason", logText(c.node.Reason))
+				s.nodeLine(slog.LevelInfo, c.node.Name, "node", "node", c.node.Name, "state", string(c.node.State), "reason", nodelog.Text(c.node.Reason))
 			} else {
 				s.nodeLine(slog.LevelInfo, c.node.Name, "node state changed", "node", c.node.Name, "from", string(c.prev), "state", string(c.node.State),
-					"reason", logText(c.node.Reason))
+					"reason", nodelog.Text(c.node.Reason))
 				var d time.Time
 				if c.node.State == view.StateDown {
 					d, _ = view.ViolationDeadline(c.in, c.cause, c.prevAt, now, p)
 				}
-				s.met.transition(c.node.State, c.cause, d, now)
+				s.met.Transition(c.node.State, c.cause, d, now)
 			}
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
+				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.inc.ActInfo(c.node))
 			}
 		} else if c.node.State == view.StateDown {
 			// Its reason, its incident or its clock's earliness changed.
 			if _, held := s.held[c.node.Name]; !held {
-				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.actInfo(c.node))
+				s.act.Observe(c.node.Name, c.node.State, c.node.Reason, s.otherAggregatorAlive(), s.inc.ActInfo(c.node))
 			}
 		}
 	}
 	for _, name := range released {
 		if n, ok := s.view[name]; ok {
-			s.act.Observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.actInfo(n))
+			s.act.Observe(name, n.State, n.Reason, s.otherAggregatorAlive(), s.inc.ActInfo(n))
 		}
 		s.nodeLine(slog.LevelDebug, name, "settle over: the actuators decide on the node", "node", name)
 	}
@@ -146,18 +145,18 @@ func sameNode(a, b view.Node) bool {
 }
 
 // armTimer arms the one timer for the earliest time in s.enforce, s.held
-// and s.probeAt, and the line about the cluster's modes that its bound
-// held back (logMixed).
+// and s.probes.Due(), and the line about the cluster's modes that its bound
+// held back (modes.Count.LogMixed).
 func (s *Service) armTimer(now time.Time) {
 	var next time.Time
-	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
+	for _, m := range []map[string]time.Time{s.enforce, s.held, s.probes.Due()} {
 		for _, at := range m {
 			if next.IsZero() || at.Before(next) {
 				next = at
 			}
 		}
 	}
-	if at := s.modes.lineDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+	if at := s.modes.LineDue(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
 		next = at
 	}
 	if next.Equal(s.timerAt) && s.timer != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/api"
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -125,14 +126,14 @@ func TestReservationsOneJobOfAThousandNodes(t *testing.T) {
 		names = append(names, name)
 		m := teardownMeta(1, 1, free)
 		m.SinceMs = ms(at(time.Duration(i) * time.Millisecond))
-		h.mesh.SetMember(AgentMember(name, m, h.clk.Now()))
+		h.mesh.SetMember(meshfake.AgentMember(name, m, h.clk.Now()))
 	}
 	h.sync()
 	h.advance(11 * time.Second)
 	waitHeld(h, sched, "node[0000-0999] until +2m0s")
 	for i := 0; i < len(names); i += 50 {
 		for _, n := range names[i : i+50] {
-			h.mesh.SetMember(AgentMember(n, upMeta(1, 2), h.clk.Now()))
+			h.mesh.SetMember(meshfake.AgentMember(n, upMeta(1, 2), h.clk.Now()))
 		}
 		h.advance(150 * time.Millisecond)
 	}

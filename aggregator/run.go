@@ -12,6 +12,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
+	"github.com/gracewatch/gracewatch/aggregator/probe"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/hostinfo"
 	"github.com/gracewatch/gracewatch/internal/metrics"
@@ -48,7 +49,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	}
 	log := logger.With("component", "main")
 
-	token, readToken, err := LoadTokens(cfg.HTTP)
+	token, readToken, err := cfg.HTTP.LoadTokens()
 	if err != nil {
 		return err
 	}
@@ -62,11 +63,11 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 			return fmt.Errorf("state_dir: %w", err)
 		}
 	}
-	// Ask before accuse (probe.go): a node is asked directly before it is
+	// Ask before accuse (package aggregator/probe): a node is asked directly before it is
 	// served down by the central deadline or unreachable on memberlist's
 	// word.
 	policy := cfg.ViewPolicy()
-	policy.ProbeWait, policy.ReachedFor = ProbeWaitFor(policy.ClockSkewAllowance), DefaultReachedFor
+	policy.ProbeWait, policy.ReachedFor = probe.WaitFor(policy.ClockSkewAllowance), probe.DefaultReachedFor
 	svc, err := New(Options{
 		Registry:     reg,
 		Name:         cfg.Name,

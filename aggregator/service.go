@@ -12,20 +12,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gracewatch/gracewatch/agent/report"
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	"github.com/gracewatch/gracewatch/aggregator/api"
-	"github.com/gracewatch/gracewatch/aggregator/history"
-	"github.com/gracewatch/gracewatch/aggregator/incident"
+	"github.com/gracewatch/gracewatch/aggregator/historian"
+	"github.com/gracewatch/gracewatch/aggregator/incidents"
+	"github.com/gracewatch/gracewatch/aggregator/intake"
+	aggmetrics "github.com/gracewatch/gracewatch/aggregator/metrics"
+	"github.com/gracewatch/gracewatch/aggregator/modes"
 	"github.com/gracewatch/gracewatch/aggregator/nodelog"
+	"github.com/gracewatch/gracewatch/aggregator/probe"
+	"github.com/gracewatch/gracewatch/aggregator/reach"
+	"github.com/gracewatch/gracewatch/aggregator/relay"
 	"github.com/gracewatch/gracewatch/aggregator/reservation"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/aggregator/watch"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/internal/hostlist"
-	"github.com/gracewatch/gracewatch/internal/metrics"
 	"github.com/gracewatch/gracewatch/internal/nodename"
 	"github.com/gracewatch/gracewatch/internal/opt"
 	"github.com/gracewatch/gracewatch/internal/ratelog"
@@ -34,7 +37,7 @@ import (
 )
 
 // Mesh is what the Service needs of the gossip layer. *mesh.Mesh implements
-// it; FakeMesh is the test double.
+// it; aggregator/meshfake is the test double.
 type Mesh interface {
 	// Members returns every member seen, this one included.
 	Members() []mesh.Member
@@ -52,89 +55,6 @@ var (
 	_ mesh.Handler = (*Service)(nil)
 )
 
-// Defaults of Options.
-const (
-	DefaultControlTimeout = 10 * time.Second
-	DefaultHistory        = 4096
-	// DefaultHistoryBytes bounds the history by the bytes its events hold
-	// (eventSize) as well as by count: 4,096 typical events (a summary of
-	// about 1 KB) fit in a quarter of it; maximal ones (a 4 KiB reason, 64
-	// teardowns: about 38 KB) are held about 430 deep instead of the 4,096
-	// × 3 MB that 50 StateUpdates with 3 MB reasons once cost. A watcher
-	// that reconnects past it gets a snapshot.
-	DefaultHistoryBytes     = 16 << 20
-	DefaultSubscriberBuffer = 1024
-	// joinRecheck is how often leadership is re-evaluated while the mesh
-	// has not joined yet (the mesh tells no event when it does).
-	joinRecheck = time.Second
-)
-
-// Options configure a Service.
-type Options struct {
-	// Name is this aggregator's member name.
-	Name string
-	// Policy is the view's policy.
-	Policy view.Policy
-	// Grace is the cluster's G, served by /v1/config.
-	Grace time.Duration
-	// Actuators run on transitions when this aggregator leads.
-	Actuators []actuate.Config
-	// Reservations, when enabled, keep the scheduler's reservations on the
-	// nodes tearing down while this aggregator leads.
-	Reservations reservation.Config
-	// ReservationScheduler replaces the command of Reservations (tests).
-	ReservationScheduler reservation.Scheduler
-	// Incidents groups the DOWN nodes by cause, limits the drains and
-	// resumes an incident's nodes when its cause clears (incidents.go).
-	// The zero value groups with the defaults, limits nothing and
-	// resumes nothing; the configuration's defaults limit.
-	Incidents incident.Config
-	// MeshInsecure is reported by Ready (the mesh runs without encryption).
-	MeshInsecure bool
-	// ProvenOnly is node restriction (the mesh refuses unproven input): a
-	// node's state is taken from its direct updates only, which the mesh
-	// has proven to come from it, never from its gossiped meta (a claim),
-	// and a member enters the view with its first update. Off (the mesh
-	// runs with allow_unsigned), Ready warns of it.
-	ProvenOnly bool
-	// Clock is the time source; nil is the wall clock.
-	Clock clock.Clock
-	// Logger receives the events; nil discards them.
-	Logger *slog.Logger
-	// ControlTimeout bounds the wait for an agent's ControlAck; 0 means
-	// DefaultControlTimeout.
-	ControlTimeout time.Duration
-	// History is how many events are kept for Last-Event-ID resumption; 0
-	// means DefaultHistory.
-	History int
-	// HistoryBytes bounds the history by eventSize; 0 means
-	// DefaultHistoryBytes.
-	HistoryBytes int
-	// SubscriberBuffer is how many events a watcher may lag behind before
-	// it is dropped; 0 means DefaultSubscriberBuffer.
-	SubscriberBuffer int
-	// ActuatorBackoff is the first retry delay of a failed actuator (it
-	// doubles, up to a minute); 0 means one second.
-	ActuatorBackoff time.Duration
-	// StateDir, if set, is where the actuators keep the nodes gracewatch
-	// drained (drained.json), so that a restarted aggregator still
-	// undrains them. Empty: in memory only.
-	StateDir string
-	// TeardownHistory, with a Dir, keeps every released teardown the
-	// nodes report, for the grace advisor (teardown_history.go,
-	// docs/DESIGN.md §5d). No Dir: off.
-	TeardownHistory history.Options
-	// Registry, if set, receives the Service's metrics
-	// (gracewatch_aggregator_*; see metrics.go). Nil keeps them
-	// unregistered.
-	Registry prometheus.Registerer
-	// Host, if set, gives the facts of the machine the aggregator runs on
-	// (load, memory, uptime, state dir space; internal/hostinfo.Reader.Read,
-	// through gopsutil) for /readyz and the state dir metrics. It must
-	// return within a bounded time.
-	Host metrics.HostFunc
-}
-
 // Service keeps what the mesh says about every node, serves the view derived
 // from it, publishes the view's changes and relays administrators' actions
 // to the agents.
@@ -149,13 +69,13 @@ type Service struct {
 	opts  Options
 	clock clock.Clock
 	log   *slog.Logger
-	epoch string // qualifies event ids: they are only meaningful here
 	act   *actuate.Actuators
 	plan  *reservation.Planner // nil: reservations off
-	met   *serviceMetrics
-	inc   *incidents
-	hist  *teardownHistory // nil: off
-	lines *nodelog.Log     // the lines about one node, within its budget
+	met   *aggmetrics.Metrics
+	inc   *incidents.Tracker
+	hist  *historian.Historian // nil: off
+	lines *nodelog.Log         // the lines about one node, within its budget
+	relay *relay.Relay         // the Controls waiting for their ack
 	// runCtx is Run's context (set before the loop starts).
 	runCtx context.Context
 
@@ -167,6 +87,8 @@ type Service struct {
 	// Owned by the loop goroutine.
 	inputs  map[string]*view.NodeInput
 	enforce map[string]time.Time // nodes whose view time alone changes, and when
+	// modes counts the nodes by their agents' mode (its own lock).
+	modes *modes.Count
 	// held: nodes first seen less than Policy.Settle ago, and when the
 	// actuators hear of them. Until then gossip may be stale and the
 	// other aggregators may not be known yet (a merge delivers members in
@@ -180,41 +102,31 @@ type Service struct {
 	leading bool
 	// handoverTo: aggregators seen joining in this batch (see sendHandovers).
 	handoverTo []string
-	refused    refusedNames
-	// adopted: the gone members adopted from Handovers that this
-	// aggregator's mesh has not told of, with the bytes each holds
-	// (bounded by intake.MaxAdoptedGone and intake.MaxAdoptedBytes).
-	adopted      map[string]int
-	adoptedBytes int
-	// unseen: the nodes known only from their direct messages (bounded by
-	// intake.MaxUnseenNodes).
-	unseen       map[string]struct{}
+	refused    *nodelog.Once // the refused names told
+	// strangers: the nodes this aggregator's mesh has not told of.
+	strangers    *intake.Strangers
 	unseenLogged time.Time
 	// staleLog rate-limits the log of refused stale or implausible
-	// messages (intake.go), per node.
+	// messages (intake.go, reach.go), per node.
 	staleLog *ratelog.Limiter
-	// The probes (probe.go): each node's, when the next is due, the
-	// nodes whose answer overrode memberlist's word (logged once per
-	// episode), and the bound of those in flight.
-	probes   map[string]*probeState
-	probeAt  map[string]time.Time
-	rescued  map[string]time.Time
+	// causeLogged: the nodes whose refused cause was logged, and when
+	// (intakeLatch).
+	causeLogged map[string]time.Time
+	// probes: each node's probes and when the next is due (package
+	// aggregator/probe); probeSem bounds those in flight.
+	probes   *probe.Schedule
 	probeSem chan struct{}
 	// reach is where the nodes proved they are reached, kept under
-	// state_dir for a restart (reach.go).
-	reach *reachBook
+	// state_dir for a restart (package aggregator/reach).
+	reach *reach.Book
 	done  chan struct{} // closed when Run ends
 
 	// Shared with readers.
 	mu       sync.RWMutex
 	mesh     Mesh
 	view     map[string]view.Node
-	names    []string // sorted keys of view
-	modes    modeCount
-	seq      uint64
-	history  watch.EventLog
-	subs     map[*watch.Subscription]struct{}
-	waiters  map[string]*waiter
+	names    []string   // sorted keys of view
+	watchers *watch.Hub // the events to the watchers, under mu
 	leader   string
 	aggInfo  []api.AggregatorInfo
 	running  bool
@@ -274,36 +186,32 @@ func New(o Options) (*Service, error) {
 	log := o.Logger.With("component", "aggregator")
 	var err error
 	s := &Service{
-		opts:     o,
-		clock:    o.Clock,
-		log:      log,
-		epoch:    hex.EncodeToString(rnd[:]),
-		wake:     make(chan struct{}, 1),
-		inputs:   map[string]*view.NodeInput{},
-		enforce:  map[string]time.Time{},
-		held:     map[string]time.Time{},
-		adopted:  map[string]int{},
-		unseen:   map[string]struct{}{},
-		staleLog: ratelog.New(staleLogEvery),
-		probes:   map[string]*probeState{},
-		probeAt:  map[string]time.Time{},
-		probeSem: make(chan struct{}, maxProbesInFlight),
-		done:     make(chan struct{}),
-		aggs:     map[string]mesh.Member{},
-		view:     map[string]view.Node{},
-		history:  watch.NewEventLog(o.History, o.HistoryBytes),
-		subs:     map[*watch.Subscription]struct{}{},
-		waiters:  map[string]*waiter{},
+		opts:        o,
+		clock:       o.Clock,
+		log:         log,
+		wake:        make(chan struct{}, 1),
+		inputs:      map[string]*view.NodeInput{},
+		enforce:     map[string]time.Time{},
+		held:        map[string]time.Time{},
+		strangers:   intake.NewStrangers(),
+		refused:     nodelog.NewOnce(maxRefusedLogged, refusedSummaryEvery),
+		staleLog:    ratelog.New(staleLogEvery),
+		causeLogged: map[string]time.Time{},
+		probes:      probe.NewSchedule(o.Policy),
+		probeSem:    make(chan struct{}, probe.MaxInFlight),
+		done:        make(chan struct{}),
+		aggs:        map[string]mesh.Member{},
+		view:        map[string]view.Node{},
 	}
+	s.watchers = watch.NewHub(&s.mu, hex.EncodeToString(rnd[:]), watch.NewEventLog(o.History, o.HistoryBytes), o.SubscriberBuffer, s.watcherDropped)
 	s.act = actuate.New(o.Actuators, o.Clock, o.ActuatorBackoff, log)
 	s.act.SetLimit(o.Incidents.Limit())
-	s.inc = newIncidents(o.Incidents)
 	if o.StateDir != "" && len(o.Actuators) > 0 {
 		if err := s.act.Remember(o.StateDir); err != nil {
 			return nil, fmt.Errorf("state_dir: %w", err)
 		}
 	}
-	if s.reach, err = openReach(o.StateDir); err != nil {
+	if s.reach, err = reach.Open(o.StateDir, o.Clock, log); err != nil {
 		log.Warn("where the nodes were reached: not all of it read; a restart asks only the nodes of it that were", "err", err)
 	}
 	if o.Reservations.Enabled() {
@@ -322,28 +230,30 @@ func New(o Options) (*Service, error) {
 	if o.TeardownHistory.Logger == nil {
 		o.TeardownHistory.Logger = log
 	}
-	if s.hist, err = openHistory(o.TeardownHistory, o.Clock.Now()); err != nil {
+	if s.hist, err = historian.Open(o.TeardownHistory, o.Clock, log); err != nil {
 		return nil, fmt.Errorf("aggregator: %w", err)
 	}
-	s.met = newServiceMetrics(s)
-	s.act.OnSaveError = s.met.stateWrites.Inc
-	s.act.OnRun = s.met.actuatorRun
-	s.lines = nodelog.New(o.Clock, func(scope string) { s.met.logSuppressed.WithLabelValues(scope).Inc() })
+	s.met = aggmetrics.New(metricsSource{s}, o.Host)
+	s.act.OnSaveError = s.met.StateWriteFailed
+	s.act.OnRun = s.met.ActuatorRun
+	s.lines = nodelog.New(o.Clock, s.met.LogSuppressed)
 	s.act.Lines = s.lines
+	s.relay = relay.New(o.Clock, o.ControlTimeout, log, s.lines)
+	s.modes = modes.New(modes.Name(o.Policy.Observe), log, func() { s.met.LogSuppressed(nodelog.ScopeCluster) })
+	s.inc = s.newIncidents()
 	if o.Registry != nil {
-		cs := s.met.collectors()
+		cs := s.met.Collectors()
 		if s.hist != nil {
-			cs = append(cs, newHistoryCollector(s.hist.store, o.Clock.Now))
+			cs = append(cs, aggmetrics.NewHistoryCollector(s.hist.Stats, o.Clock.Now))
 		}
 		for _, c := range cs {
 			if err := o.Registry.Register(c); err != nil {
-				s.closeHistory() // opened above: its files are not left open
+				s.hist.Close() // opened above: its files are not left open
 				return nil, fmt.Errorf("aggregator: metrics: %w", err)
 			}
 		}
 	}
 	s.aggInfo = []api.AggregatorInfo{{Name: o.Name, Status: string(mesh.StatusAlive), Self: true}}
-	s.modes = modeCount{nodes: map[string]int{}}
 	return s, nil
 }
 
@@ -400,7 +310,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 	}
 	defer func() {
 		close(s.done)
-		defer s.closeHistory()
+		defer s.hist.Close()
 		s.act.Stop()
 		<-planDone
 		if s.timer != nil {
@@ -411,9 +321,7 @@ func (s *Service) Run(ctx context.Context, m Mesh) error {
 		}
 		s.mu.Lock()
 		s.running, s.finished = false, true
-		for sub := range s.subs {
-			s.dropLocked(sub)
-		}
+		s.watchers.EndLocked()
 		s.mu.Unlock()
 	}()
 
@@ -464,7 +372,7 @@ func (s *Service) process(batch []input) {
 				s.timer, ticked = nil, true
 			}
 			now := s.clock.Now()
-			for _, due := range []map[string]time.Time{s.enforce, s.held, s.probeAt} {
+			for _, due := range []map[string]time.Time{s.enforce, s.held, s.probes.Due()} {
 				for name, at := range due {
 					if !now.Before(at) {
 						dirty[name] = true
@@ -497,7 +405,7 @@ func (s *Service) process(batch []input) {
 		s.recompute(dirty)
 	} else if ticked {
 		now := s.clock.Now()
-		s.logMixed(s.mixedModes(), now) // a line its bound held back may be due
+		s.modes.LogMixed(now) // a line its bound held back may be due
 		s.armTimer(now)
 	}
 	if len(s.handoverTo) > 0 {
@@ -505,7 +413,7 @@ func (s *Service) process(batch []input) {
 		s.handoverTo = nil
 	}
 	for _, env := range acks {
-		s.deliverAck(env.GetFrom(), env.GetAck())
+		s.relay.Deliver(env.GetFrom(), env.GetAck())
 	}
 	for _, done := range syncs {
 		close(done)

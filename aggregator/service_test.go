@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -17,11 +18,14 @@ import (
 const testTimeout = 10 * time.Second
 
 // harness is a running Service on a fake mesh and a fake clock.
+// The fake of the mesh the tests run the Service on is one.
+var _ Mesh = (*meshfake.Mesh)(nil)
+
 type harness struct {
 	t    *testing.T
 	clk  *clock.Fake
 	svc  *Service
-	mesh *FakeMesh
+	mesh *meshfake.Mesh
 }
 
 func newHarness(t *testing.T, opts ...func(*Options)) *harness {
@@ -39,7 +43,7 @@ func newHarnessClock(t *testing.T, clk *clock.Fake, opts ...func(*Options)) *har
 	return h
 }
 
-// startHarness runs a Service of o on a FakeMesh until stop (or the test's
+// startHarness runs a Service of o on a meshfake.Mesh until stop (or the test's
 // end) and returns once it has processed its start. stop ends it once (a
 // later call does nothing) and fails the test if Run failed or did not
 // return within testTimeout.
@@ -49,7 +53,7 @@ func startHarness(t *testing.T, clk *clock.Fake, o Options) (h *harness, stop fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	h = &harness{t: t, clk: clk, svc: svc, mesh: NewFakeMesh(svc)}
+	h = &harness{t: t, clk: clk, svc: svc, mesh: meshfake.New(svc, svc.clock.Now)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx, h.mesh) }()
@@ -84,7 +88,7 @@ func (h *harness) sync() {
 
 // member sets an alive agent publishing meta and waits for it.
 func (h *harness) member(name string, meta *gwpb.Meta) {
-	h.mesh.SetMember(AgentMember(name, meta, h.clk.Now()))
+	h.mesh.SetMember(meshfake.AgentMember(name, meta, h.clk.Now()))
 	h.sync()
 }
 
@@ -243,7 +247,7 @@ func TestServiceEvents(t *testing.T) {
 		t.Errorf("unexpected event %+v", ev)
 	default:
 	}
-	e := h.svc.epoch
+	e := h.svc.watchers.Epoch()
 	want := []string{e + "-2 n1 teardown", e + "-3 n2 up"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("events = %q, want %q", got, want)
@@ -271,7 +275,7 @@ func TestServiceHistoryBound(t *testing.T) {
 	for i := uint64(1); i <= 10; i++ {
 		h.member("n1", upMeta(1, i)) // seq changes: one event each
 	}
-	e := h.svc.epoch
+	e := h.svc.watchers.Epoch()
 	if sub := h.svc.Subscribe(e + "-6"); sub.Snapshot != nil || len(sub.Missed) != 4 {
 		t.Errorf("within history: snapshot %v missed %d", sub.Snapshot != nil, len(sub.Missed))
 	} else {

@@ -153,7 +153,7 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 	h.member("n1", upMeta(1, 1))
 	h.member("n2", upMeta(1, 1))
 	base := h.serve(httpapi.ServerOptions{})
-	e := h.svc.epoch
+	e := h.svc.watchers.Epoch()
 
 	w := openWatch(t, base, "")
 	id, nodes := w.snapshot()
@@ -199,7 +199,7 @@ func TestWatchSnapshotEventsAndResume(t *testing.T) {
 func TestWatchBeyondHistory(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.History = 3 })
 	base := h.serve(httpapi.ServerOptions{})
-	e := h.svc.epoch
+	e := h.svc.watchers.Epoch()
 	for i := uint64(1); i <= 6; i++ {
 		h.member("n1", upMeta(1, i))
 	}

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/gracewatch/gracewatch/aggregator/actuate"
 	gwtestutil "github.com/gracewatch/gracewatch/internal/testutil"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
@@ -55,7 +53,7 @@ func TestDrainedSetOnAFullDisk(t *testing.T) {
 	if !strings.Contains(r.StateWriteError, "no space left") || !strings.Contains(r.Detail, "cannot save the drained nodes") {
 		t.Errorf("readiness on a full disk: %+v", r)
 	}
-	if n := testutil.ToFloat64(f.svc.met.stateWrites); n < 1 {
+	if n := counted(t, f.svc, "state_write_failures_total"); n < 1 {
 		t.Errorf("state_write_failures_total = %v, want at least 1", n)
 	}
 	if b, _ := os.ReadFile(filepath.Join(state, actuate.DrainedFile)); strings.Contains(string(b), "n2") {

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gracewatch/gracewatch/aggregator/httpapi"
+	"github.com/gracewatch/gracewatch/aggregator/meshfake"
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/clock"
 	"github.com/gracewatch/gracewatch/mesh"
@@ -94,16 +95,16 @@ func statusCluster(h *harness, now time.Time) {
 		return &gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGENT, Incarnation: 1, Seq: seq, State: st, SinceMs: since.UnixMilli()}
 	}
 	for i := 1; i <= 36; i++ {
-		h.mesh.SetMember(AgentMember(fmt.Sprintf("cn%02d", i), meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now))
+		h.mesh.SetMember(meshfake.AgentMember(fmt.Sprintf("cn%02d", i), meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now))
 	}
 	for i := 1; i <= 12; i++ {
-		h.mesh.SetMember(AgentMember(fmt.Sprintf("gpu%d", i), meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now))
+		h.mesh.SetMember(meshfake.AgentMember(fmt.Sprintf("gpu%d", i), meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now))
 	}
 	teardown := func(name, job string, started time.Time, grace time.Duration) {
 		m := meta(gwpb.State_STATE_TEARDOWN, 2, started)
 		free := started.Add(grace)
 		m.DeadlineMs, m.FreeAtMs, m.Reason = free.UnixMilli(), free.UnixMilli(), "job "+job+" tearing down"
-		h.mesh.SetMember(AgentMember(name, m, now))
+		h.mesh.SetMember(meshfake.AgentMember(name, m, now))
 		h.mesh.Deliver(name, &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{Meta: m,
 			Teardowns: []*gwpb.Teardown{{Job: job, Phase: "teardown", EndedMs: started.UnixMilli(), DeadlineMs: free.UnixMilli(), GraceMs: grace.Milliseconds()}}}}})
 	}
@@ -112,11 +113,11 @@ func statusCluster(h *harness, now time.Time) {
 	down := func(name string, since time.Time, reason string) {
 		m := meta(gwpb.State_STATE_DOWN, 2, since)
 		m.Reason = reason
-		h.mesh.SetMember(AgentMember(name, m, now))
+		h.mesh.SetMember(meshfake.AgentMember(name, m, now))
 	}
 	down("cn12", now.Add(-7*time.Minute-12*time.Second), "job 41833 teardown exceeded grace 120s: 2 processes in D state (nfs)")
 	down("gpu9", now.Add(-3*time.Hour-4*time.Minute), "drained by ops: Xid 79, GPU fell off the bus (ticket HW-2291)")
-	dead := AgentMember("cn33", meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now.Add(-25*time.Minute))
+	dead := meshfake.AgentMember("cn33", meta(gwpb.State_STATE_UP, 1, now.Add(-26*time.Hour)), now.Add(-25*time.Minute))
 	dead.Status = mesh.StatusDead
 	h.mesh.SetMember(dead)
 	h.sync()
@@ -152,8 +153,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 					SinceMs: now.Add(-time.Minute).UnixMilli(), Reason: `<img src=x onerror="document.title='pwned'"><b>bold</b>`}
 				// A name cannot carry markup: the intake refuses it
 				// (nodename); a reason can.
-				h.mesh.SetMember(AgentMember(`x"><script>document.title='pwned'</script>`, m, now))
-				h.mesh.SetMember(AgentMember("x-markup", m, now))
+				h.mesh.SetMember(meshfake.AgentMember(`x"><script>document.title='pwned'</script>`, m, now))
+				h.mesh.SetMember(meshfake.AgentMember("x-markup", m, now))
 				h.sync()
 			}
 			c.opts.Logger = testLogger(t)

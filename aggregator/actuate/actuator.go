@@ -48,7 +48,7 @@ type Actuators struct {
 	clock             clock.Clock
 	backoff           time.Duration
 	log               *slog.Logger
-	// Lines, if set, bounds the lines about one node (nodelog.go): its
+	// Lines, if set, bounds the lines about one node (package aggregator/nodelog): its
 	// runs, its failures. Set before the first observe.
 	Lines *nodelog.Log
 	// OnRun, if set, is told every run's transition and error (nil:

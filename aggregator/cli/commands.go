@@ -219,7 +219,7 @@ func (c *cli) client(f *flags, needToken bool) (*api.Client, error) {
 	var token []byte
 	switch {
 	case *f.tokenFile != "":
-		t, err := aggregator.LoadToken(*f.tokenFile)
+		t, err := httpapi.LoadToken(*f.tokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("--token-file: %w", err)
 		}
@@ -230,14 +230,14 @@ func (c *cli) client(f *flags, needToken bool) (*api.Client, error) {
 			break
 		}
 		if h.AdminTokenFile != "" {
-			t, err := aggregator.LoadToken(h.AdminTokenFile)
+			t, err := httpapi.LoadToken(h.AdminTokenFile)
 			if err != nil && needToken {
 				return nil, fmt.Errorf("%w (http.admin_token_file of %s; give --token-file)", err, aggregator.DefaultConfigPath)
 			}
 			token = t
 		}
 		if token == nil && !needToken && h.ReadTokenFile != "" {
-			token, _ = aggregator.LoadToken(h.ReadTokenFile)
+			token, _ = httpapi.LoadToken(h.ReadTokenFile)
 		}
 	}
 	return api.NewClient(url, string(token))
@@ -245,7 +245,7 @@ func (c *cli) client(f *flags, needToken bool) (*api.Client, error) {
 
 // defaultHTTPConfig returns the [http] table of the default configuration
 // file, if it exists and decodes.
-func defaultHTTPConfig() (aggregator.HTTPConfig, bool) {
+func defaultHTTPConfig() (httpapi.Config, bool) {
 	cfg := aggregator.DefaultConfig()
 	if err := config.Load(aggregator.DefaultConfigPath, &cfg); err != nil {
 		return cfg.HTTP, false
@@ -321,7 +321,7 @@ func runConfigCheck(c *cli, name string, args []string) int {
 	if _, err := cfg.Mesh.LoadKeys(gwpb.Role_ROLE_AGGREGATOR); err != nil {
 		return c.fail(fmt.Errorf("%s: %w", path, err))
 	}
-	if _, _, err := aggregator.LoadTokens(cfg.HTTP); err != nil {
+	if _, _, err := cfg.HTTP.LoadTokens(); err != nil {
 		return c.fail(fmt.Errorf("%s: %w", path, err))
 	}
 	for _, w := range cfg.Warnings() {

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/gracewatch/gracewatch/internal/testutil"
@@ -13,10 +12,6 @@ import (
 // into (package aggregator, edge.go). This test fails when a file of the
 // package imports the protobuf types or the aggregator's root package.
 func TestImportsNoWireTypes(t *testing.T) {
-	for _, path := range testutil.Imports(t) {
-		if strings.HasSuffix(path, "/proto/gwpb") || strings.HasPrefix(path, "google.golang.org/protobuf") ||
-			path == "github.com/gracewatch/gracewatch/aggregator" {
-			t.Errorf("the HTTP edge imports %s: it asks the Service (http_service.go), which speaks the mesh's types", path)
-		}
-	}
+	testutil.RefuseImports(t, "the HTTP edge", "it asks the Service (http_service.go), which speaks the mesh's types",
+		testutil.WireTypes, testutil.Protobuf, testutil.AggregatorRoot)
 }

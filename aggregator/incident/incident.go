@@ -5,7 +5,7 @@
 //
 // Group is pure: from the previous State, the nodes down now and the time,
 // it returns the next State and what changed, so that it is tested with a
-// fake clock and the Service (aggregator/incidents.go) owns the I/O: the
+// fake clock and the Service (its tracker, package aggregator/incidents) owns the I/O: the
 // log lines, the metrics, the HTTP answer, the actuators' reasons and the
 // recovery. Budget, the blast-radius limit's ledger of drains, is pure too;
 // the actuators (aggregator/actuator.go) consult it.

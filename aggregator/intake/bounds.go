@@ -150,3 +150,21 @@ func BoundMeta(m *gwpb.Meta) *gwpb.Meta {
 		StartedMs:   m.GetStartedMs(),
 	}
 }
+
+// BoundEnvelope is env with its StateUpdate or ControlAck bounded (an
+// update holds at most a report's detail and the short fields), as a new
+// envelope of the known fields: unknown ones (a newer schema's, or
+// padding) are not kept either. Other bodies are returned as they are.
+func BoundEnvelope(env *gwpb.Envelope) *gwpb.Envelope {
+	switch b := env.GetBody().(type) {
+	case *gwpb.Envelope_State:
+		return &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
+			Body: &gwpb.Envelope_State{State: BoundUpdate(b.State)}}
+	case *gwpb.Envelope_Ack:
+		a := b.Ack
+		return &gwpb.Envelope{Schema: env.GetSchema(), From: env.GetFrom(), To: env.GetTo(), SentMs: env.GetSentMs(),
+			Body: &gwpb.Envelope_Ack{Ack: &gwpb.ControlAck{Id: view.CutText(a.GetId(), MaxFieldBytes), Ok: a.GetOk(),
+				Error: view.CutText(a.GetError(), view.MaxUpdateReasonBytes), Meta: BoundMeta(a.GetMeta())}}}
+	}
+	return env
+}

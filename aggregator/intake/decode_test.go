@@ -8,6 +8,7 @@ import (
 
 	"github.com/gracewatch/gracewatch/aggregator/view"
 	"github.com/gracewatch/gracewatch/internal/config"
+	"github.com/gracewatch/gracewatch/mesh"
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
@@ -137,5 +138,108 @@ func TestDecodeDropsInvalidInput(t *testing.T) {
 		t.Errorf("unknown mode decoded as %q, want enforce", u.Mode)
 	case u.KillPathFloor != 0:
 		t.Errorf("kill-path floor out of range kept: %v", u.KillPathFloor)
+	}
+}
+
+// A message passes within the allowance and the longest delivery behind,
+// and within MaxClockAhead ahead; a replay, a clock too far ahead, an
+// agent start in the future and, when proven, no send time are refused
+// with their label.
+func TestFresh(t *testing.T) {
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	allowance := 5 * time.Second
+	env := func(sent time.Time, started time.Time) *gwpb.Envelope {
+		e := &gwpb.Envelope{Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{StartedMs: started.UnixMilli()}}}
+		if !sent.IsZero() {
+			e.SentMs = sent.UnixMilli()
+		}
+		return e
+	}
+	past := now.Add(-time.Hour)
+	for _, c := range []struct {
+		name   string
+		env    *gwpb.Envelope
+		proven bool
+		what   string
+		offset time.Duration
+	}{
+		{"now", env(now, past), true, "", 0},
+		{"behind by the window", env(now.Add(-allowance-mesh.MaxDelivery), past), true, "", allowance + mesh.MaxDelivery},
+		{"replayed", env(now.Add(-allowance-mesh.MaxDelivery-time.Millisecond), past), true, "stale", allowance + mesh.MaxDelivery + time.Millisecond},
+		{"ahead, heard", env(now.Add(MaxClockAhead), past), true, "", -MaxClockAhead},
+		{"too far ahead", env(now.Add(MaxClockAhead+time.Millisecond), past), true, "stale", -MaxClockAhead - time.Millisecond},
+		{"started in the future", env(now, now.Add(time.Minute)), true, "future_start", 0},
+		{"no send time, proven", env(time.Time{}, past), true, "stale", 0},
+		{"no send time, unproven", env(time.Time{}, past), false, "", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			offset, what, why := Fresh(c.env, now, allowance, c.proven)
+			if what != c.what || offset != c.offset || (what == "") != (why == "") {
+				t.Errorf("Fresh = %v, %q, %q; want %v, %q", offset, what, why, c.offset, c.what)
+			}
+		})
+	}
+}
+
+// A later agent start replaces an earlier one's updates whatever their
+// order; within one start the newer (incarnation, seq) wins, and of the
+// same, the later report.
+func TestReplacesUpdate(t *testing.T) {
+	upd := func(started int64, inc, seq uint64, taken time.Time) *view.NodeUpdate {
+		u := &view.NodeUpdate{StartedMs: started, Meta: &view.NodeMeta{Incarnation: inc, Seq: seq}}
+		if !taken.IsZero() {
+			u.Reports = []view.Report{{Taken: taken}}
+		}
+		return u
+	}
+	for _, c := range []struct {
+		name   string
+		old, u *view.NodeUpdate
+		want   bool
+	}{
+		{"first", nil, upd(1, 1, 1, time.Time{}), true},
+		{"newer seq", upd(1, 1, 1, time.Time{}), upd(1, 1, 2, time.Time{}), true},
+		{"older seq", upd(1, 1, 2, time.Time{}), upd(1, 1, 1, time.Time{}), false},
+		{"later start, lower incarnation", upd(1, 5, 9, time.Time{}), upd(2, 1, 1, time.Time{}), true},
+		{"earlier start, higher incarnation", upd(2, 1, 1, time.Time{}), upd(1, 5, 9, time.Time{}), false},
+		{"same, later report", upd(1, 1, 1, t0), upd(1, 1, 1, t0.Add(time.Second)), true},
+		{"same, earlier report", upd(1, 1, 1, t0), upd(1, 1, 1, t0.Add(-time.Second)), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ReplacesUpdate(c.old, c.u); got != c.want {
+				t.Errorf("ReplacesUpdate = %v, want %v", got, c.want)
+			}
+			if got, want := RestartedSince(c.old, c.u), c.old != nil && c.u.StartedMs > c.old.StartedMs; got != want {
+				t.Errorf("RestartedSince = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// The strangers are bounded: MaxUnseenNodes known from their messages
+// (unless unbounded), and the room of the adoptions shrinks by what is
+// adopted and grows by what the mesh tells of.
+func TestStrangers(t *testing.T) {
+	s := NewStrangers()
+	for i := range MaxUnseenNodes {
+		if !s.Unseen("n"+strconv.Itoa(i), true) {
+			t.Fatalf("node %d refused", i)
+		}
+	}
+	if s.Unseen("over", true) || !s.Unseen("proven", false) {
+		t.Error("the bound of the unseen nodes")
+	}
+	s.Seen("n0")
+	s.Seen("proven")
+	if !s.Unseen("again", true) {
+		t.Error("a node told of by the mesh still counts as unseen")
+	}
+	s.Adopt(map[string]int{"g1": 100, "g2": 50})
+	if gone, bytes := s.Room(); gone != MaxAdoptedGone-2 || bytes != MaxAdoptedBytes-150 {
+		t.Errorf("room %d, %d", gone, bytes)
+	}
+	s.Seen("g1")
+	if gone, bytes := s.Adopted(); gone != 1 || bytes != 50 {
+		t.Errorf("adopted %d, %d: want g2 alone", gone, bytes)
 	}
 }

@@ -4,7 +4,7 @@ package nodelog
 // §6): every line about one node, whatever its kind (its state, its clock,
 // its incident, its actuators, a message of its refused), takes from that
 // node's budget; the lines about the cluster as a whole that the nodes
-// change (its modes) are spaced apart (modes.go). What is held back is
+// change (its modes) are spaced apart (package aggregator/modes). What is held back is
 // counted in gracewatch_aggregator_log_lines_suppressed_total{scope} and
 // reported, as "suppressed", with the node's next line.
 
@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gracewatch/gracewatch/internal/clock"
@@ -123,3 +124,51 @@ func CallerPC() uintptr {
 // Keys is how many nodes' budgets of info lines are remembered (at most
 // maxNodeLogKeys).
 func (l *Log) Keys() int { return l.budget.Keys() }
+
+// Text bounds a text from the network (a reason, a job id) in a log line:
+// its first 512 bytes, valid UTF-8, and "…" when it was cut.
+func Text(s string) string {
+	const max = 512
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "…"
+}
+
+// Once bounds the lines about names refused where they enter (a name that
+// is not a node's, from a probing sender or a misconfigured site): each
+// name is told once, up to a bound of names remembered; past it, one line
+// at most every interval counts the rest. It is one goroutine's (the
+// Service's loop).
+type Once struct {
+	max        int
+	every      time.Duration
+	seen       map[string]struct{}
+	suppressed int
+	lastLine   time.Time
+}
+
+// NewOnce returns a bound that tells max names once each, then one line
+// every every.
+func NewOnce(max int, every time.Duration) *Once {
+	return &Once{max: max, every: every, seen: map[string]struct{}{}}
+}
+
+// Allow reports whether to write the line of name now (its first, within
+// the bound), or else (count > 0) the line that counts the names not told
+// one by one since the last such line, name included.
+func (o *Once) Allow(name string, now time.Time) (first bool, count int) {
+	if _, told := o.seen[name]; told {
+		return false, 0
+	}
+	if len(o.seen) < o.max {
+		o.seen[name] = struct{}{}
+		return true, 0
+	}
+	o.suppressed++
+	if now.Sub(o.lastLine) < o.every {
+		return false, 0
+	}
+	count, o.suppressed, o.lastLine = o.suppressed, 0, now
+	return false, count
+}

@@ -12,7 +12,7 @@ import (
 // added here.
 func TestDependencies(t *testing.T) {
 	depcheck.Check(t, ".", depcheck.Allow{
-		Packages: []string{"aggregator", "aggregator/actuate", "aggregator/api", "aggregator/httpapi", "aggregator/intake", "aggregator/cli", "aggregator/nodelog", "aggregator/view", "aggregator/watch", "aggregator/reservation", "aggregator/incident", "aggregator/history", "aggregator/advisor", "agent/request", "agent/report", "mesh",
+		Packages: []string{"aggregator", "aggregator/actuate", "aggregator/api", "aggregator/httpapi", "aggregator/intake", "aggregator/metrics", "aggregator/reach", "aggregator/historian", "aggregator/incidents", "aggregator/modes", "aggregator/relay", "aggregator/probe", "aggregator/jobs", "aggregator/cli", "aggregator/nodelog", "aggregator/view", "aggregator/watch", "aggregator/reservation", "aggregator/incident", "aggregator/history", "aggregator/advisor", "agent/request", "agent/report", "mesh",
 			"proto/gwpb", "internal/clock", "internal/cmdutil", "internal/config", "internal/fsutil", "internal/hostinfo",
 			"internal/hostlist", "internal/jsonbody", "internal/metrics", "internal/nodename", "internal/opt", "internal/ratelog", "internal/runcmd", "internal/secretfile",
 			"internal/version"},

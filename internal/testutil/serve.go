@@ -55,3 +55,29 @@ func Imports(t testing.TB) []string {
 	}
 	return imports
 }
+
+// Import paths that RefuseImports is often given.
+const (
+	// WireTypes are the mesh's protobuf types and the protobuf runtime.
+	WireTypes = "github.com/gracewatch/gracewatch/proto/gwpb"
+	Protobuf  = "google.golang.org/protobuf/..."
+	// AggregatorRoot is the aggregator's Service.
+	AggregatorRoot = "github.com/gracewatch/gracewatch/aggregator"
+	// AggregatorAPI is the HTTP API's types.
+	AggregatorAPI = "github.com/gracewatch/gracewatch/aggregator/api"
+)
+
+// RefuseImports fails the test for every package that the package in the
+// test's directory imports (Imports) and refuse names: a path, or a path
+// followed by "/..." for it and every package below it. who names the
+// package in the message, why says what to do instead.
+func RefuseImports(t testing.TB, who, why string, refuse ...string) {
+	t.Helper()
+	for _, path := range Imports(t) {
+		for _, r := range refuse {
+			if prefix, tree := strings.CutSuffix(r, "/..."); path == r || tree && (path == prefix || strings.HasPrefix(path, prefix+"/")) {
+				t.Errorf("%s imports %s: %s", who, path, why)
+			}
+		}
+	}
+}

@@ -1,4 +1,9 @@
-package aggregator
+// Package meshfake is the mesh as the aggregator's Service sees it
+// (aggregator.Mesh), in memory, for tests: the test sets members and
+// delivers messages, which reach the Service as the real mesh's callbacks
+// would, and Send records what it sends. It fakes the mesh only: it
+// imports none of the aggregator's packages (TestImportsMeshOnly).
+package meshfake
 
 import (
 	"fmt"
@@ -11,11 +16,13 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-// FakeMesh is a Mesh for tests, in memory: the test sets members and
-// delivers messages, which reach the Handler as the real mesh's callbacks
-// would, and Send records what the aggregator sends. It is safe for
-// concurrent use.
-type FakeMesh struct {
+// Mesh is an aggregator.Mesh for tests, in memory: the test sets members
+// and delivers messages, which reach the Handler as the real mesh's
+// callbacks would, and Send records what the aggregator sends. It is safe
+// for concurrent use. (The compile-time check that it is an
+// aggregator.Mesh is in the aggregator's tests: this package does not
+// import the aggregator.)
+type Mesh struct {
 	// Handler receives SetMember's and Deliver's callbacks; set it before
 	// use.
 	Handler mesh.Handler
@@ -30,28 +37,25 @@ type FakeMesh struct {
 	proven  map[string]string // SetProvenAddr's
 }
 
-var _ Mesh = (*FakeMesh)(nil)
-
-// Sent is one envelope sent through a FakeMesh.
+// Sent is one envelope sent through a Mesh.
 type Sent struct {
 	Node string
 	Env  *gwpb.Envelope
 }
 
-// NewFakeMesh returns a joined fake mesh that calls h. Deliver stamps the
+// New returns a joined fake mesh that calls h. Deliver stamps the
 // envelopes it hands over with their send time, as the real mesh's sender
-// does, by h's clock when h is a *Service (else the wall clock).
-func NewFakeMesh(h mesh.Handler) *FakeMesh {
-	f := &FakeMesh{Handler: h, members: map[string]mesh.Member{}, joined: true, now: time.Now}
-	if s, ok := h.(*Service); ok {
-		f.now = s.clock.Now
+// does, by now (the Service's clock); nil is the wall clock.
+func New(h mesh.Handler, now func() time.Time) *Mesh {
+	if now == nil {
+		now = time.Now
 	}
-	return f
+	return &Mesh{Handler: h, members: map[string]mesh.Member{}, joined: true, now: now}
 }
 
 // SetProvenAddr records addr as where node proved it is reached (as
 // mesh.Mesh.SetProvenAddr does, without checking it).
-func (f *FakeMesh) SetProvenAddr(node, addr string) error {
+func (f *Mesh) SetProvenAddr(node, addr string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.proven == nil {
@@ -62,7 +66,7 @@ func (f *FakeMesh) SetProvenAddr(node, addr string) error {
 }
 
 // ProvenAddr returns what SetProvenAddr recorded for node.
-func (f *FakeMesh) ProvenAddr(node string) (string, bool) {
+func (f *Mesh) ProvenAddr(node string) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a, ok := f.proven[node]
@@ -70,7 +74,7 @@ func (f *FakeMesh) ProvenAddr(node string) (string, bool) {
 }
 
 // SetMember adds or replaces a member and tells the Handler.
-func (f *FakeMesh) SetMember(m mesh.Member) {
+func (f *Mesh) SetMember(m mesh.Member) {
 	f.mu.Lock()
 	f.members[m.Name] = m
 	f.mu.Unlock()
@@ -79,7 +83,7 @@ func (f *FakeMesh) SetMember(m mesh.Member) {
 
 // Deliver hands env from the named member to the Handler, as a direct
 // message, with its sent_ms set to now unless it has one.
-func (f *FakeMesh) Deliver(from string, env *gwpb.Envelope) {
+func (f *Mesh) Deliver(from string, env *gwpb.Envelope) {
 	if env.From == "" {
 		env.From = from
 	}
@@ -90,7 +94,7 @@ func (f *FakeMesh) Deliver(from string, env *gwpb.Envelope) {
 }
 
 // SetJoined sets what Joined reports.
-func (f *FakeMesh) SetJoined(joined bool) {
+func (f *Mesh) SetJoined(joined bool) {
 	f.mu.Lock()
 	f.joined = joined
 	f.mu.Unlock()
@@ -101,21 +105,21 @@ func (f *FakeMesh) SetJoined(joined bool) {
 // answer a Control with a ControlAck. The Service sends from several
 // goroutines at once (an incident's resumes, for one): fn must be safe for
 // concurrent use.
-func (f *FakeMesh) OnSend(fn func(node string, env *gwpb.Envelope) error) {
+func (f *Mesh) OnSend(fn func(node string, env *gwpb.Envelope) error) {
 	f.mu.Lock()
 	f.onSend = fn
 	f.mu.Unlock()
 }
 
 // Sent returns the envelopes sent so far.
-func (f *FakeMesh) Sent() []Sent {
+func (f *Mesh) Sent() []Sent {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.sent)
 }
 
-// Members implements Mesh.
-func (f *FakeMesh) Members() []mesh.Member {
+// Members implements aggregator.Mesh.
+func (f *Mesh) Members() []mesh.Member {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]mesh.Member, 0, len(f.members))
@@ -126,10 +130,10 @@ func (f *FakeMesh) Members() []mesh.Member {
 	return out
 }
 
-// Send implements Mesh: it records env and calls the OnSend function. A
+// Send implements aggregator.Mesh: it records env and calls the OnSend function. A
 // member that is not known is an error, as with the real mesh, which also
 // tries a member it holds dead or left (memberlist's word is no proof).
-func (f *FakeMesh) Send(node string, env *gwpb.Envelope) error {
+func (f *Mesh) Send(node string, env *gwpb.Envelope) error {
 	f.mu.Lock()
 	_, ok := f.members[node]
 	f.sent = append(f.sent, Sent{Node: node, Env: env})
@@ -144,15 +148,15 @@ func (f *FakeMesh) Send(node string, env *gwpb.Envelope) error {
 	return nil
 }
 
-// Joined implements Mesh.
-func (f *FakeMesh) Joined() bool {
+// Joined implements aggregator.Mesh.
+func (f *Mesh) Joined() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.joined
 }
 
-// NumMembers implements Mesh: the members alive or suspect.
-func (f *FakeMesh) NumMembers() int {
+// NumMembers implements aggregator.Mesh: the members alive or suspect.
+func (f *Mesh) NumMembers() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
