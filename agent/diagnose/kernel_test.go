@@ -189,6 +189,27 @@ func realSnapshotter(t *testing.T) *Snapshotter {
 	})
 }
 
+// snapshotEscalated snapshots job's cgroup cg (owned) after escalation
+// with a one-second grace, as the agent does at E + G: the real
+// snapshotter, with pids (processes outside the cgroup, such as zombies)
+// added; kill, when not nil, is the timeline's SIGKILL.
+func snapshotEscalated(t *testing.T, job, cg string, kill *time.Time, pids ...int) *Report {
+	t.Helper()
+	return realSnapshotter(t).Snapshot(context.Background(), Request{
+		Job: job, Grace: time.Second, Stage: StageAfterEscalation, Timeline: Timeline{Kill: kill},
+		Cgroups: []CgroupRef{{Path: cg, Owned: true}}, PIDs: pids,
+	})
+}
+
+// onlyProcess is the one process of r, which must be pid's.
+func onlyProcess(t *testing.T, r *Report, pid int) Process {
+	t.Helper()
+	if len(r.Processes) != 1 || r.Processes[0].PID != pid {
+		t.Fatalf("processes %+v, want only pid %d (is it in cgroup.procs?)", r.Processes, pid)
+	}
+	return r.Processes[0]
+}
+
 // The FUSE abort that a report suggests works as printed on this machine,
 // whether fusectl is mounted or not: run by sh, it releases the unkillable
 // reader. When fusectl was not mounted, the suggestion mounts it first; the
@@ -217,10 +238,7 @@ func TestRealFuseAbortAsPrinted(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "cat in D after SIGKILL", func() bool { return taskState(pid, pid) == "D" })
 	kill := time.Now()
-	r := realSnapshotter(t).Snapshot(context.Background(), Request{
-		Job: "44", Grace: time.Second, Stage: StageAfterEscalation, Timeline: Timeline{Kill: &kill},
-		Cgroups: []CgroupRef{{Path: cg, Owned: true}},
-	})
+	r := snapshotEscalated(t, "44", cg, &kill)
 	wantCtl := before
 	if wantCtl == "" {
 		wantCtl = FuseCtlNotMounted
@@ -351,14 +369,8 @@ func TestRealMissedSleep(t *testing.T) {
 	pid := sl.pid()
 	testutil.Eventually(t, 10*time.Second, "sleep in S", func() bool { return taskState(pid, pid) == "S" })
 
-	r := realSnapshotter(t).Snapshot(context.Background(), Request{
-		Job: "43", Grace: time.Second, Stage: StageAfterEscalation,
-		Cgroups: []CgroupRef{{Path: cg, Owned: true}},
-	})
-	if len(r.Processes) != 1 || r.Processes[0].PID != pid {
-		t.Fatalf("processes %+v, want sleep %d", r.Processes, pid)
-	}
-	p := r.Processes[0]
+	r := snapshotEscalated(t, "43", cg, nil)
+	p := onlyProcess(t, r, pid)
 	if p.Class != Missed || p.State != "S" || p.Threads[0].KillPending {
 		t.Errorf("sleep: class %s state %s kill pending %v, want missed S false", p.Class, p.State, p.Threads[0].KillPending)
 	}
@@ -382,10 +394,7 @@ func TestRealZombie(t *testing.T) {
 	if pids, err := cgroup.Procs(cg); err != nil || len(pids) != 0 {
 		t.Errorf("cgroup.procs with a zombie = %v, %v; want empty", pids, err)
 	}
-	r := realSnapshotter(t).Snapshot(context.Background(), Request{
-		Job: "44", Grace: time.Second, Stage: StageAfterEscalation,
-		Cgroups: []CgroupRef{{Path: cg, Owned: true}}, PIDs: []int{pid},
-	})
+	r := snapshotEscalated(t, "44", cg, nil, pid)
 	if len(r.Processes) != 1 || r.Processes[0].Class != Zombie || r.Processes[0].State != "Z" {
 		t.Fatalf("processes %+v, want one zombie", r.Processes)
 	}
@@ -415,14 +424,7 @@ func TestRealZombieLeader(t *testing.T) {
 		names, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		return len(names) > 1
 	})
-	r := realSnapshotter(t).Snapshot(context.Background(), Request{
-		Job: "45", Grace: time.Second, Stage: StageAfterEscalation,
-		Cgroups: []CgroupRef{{Path: cg, Owned: true}},
-	})
-	if len(r.Processes) != 1 || r.Processes[0].PID != pid {
-		t.Fatalf("processes %+v, want the helper %d (is it in cgroup.procs?)", r.Processes, pid)
-	}
-	p := r.Processes[0]
+	p := onlyProcess(t, snapshotEscalated(t, "45", cg, nil), pid)
 	if p.Class != Missed || p.State == "Z" {
 		t.Errorf("class %s state %s, want missed, summarised by a live thread", p.Class, p.State)
 	}
