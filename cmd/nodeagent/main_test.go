@@ -79,6 +79,19 @@ func (f *fakeService) called() {
 	f.mu.Unlock()
 }
 
+// checkCalled checks what a job command asked of the agent: nothing after
+// a usage error (exit 2), and only want (when not nil) as its one request.
+// got is the fake's record of that kind of request, read under its lock.
+func checkCalled[R comparable](t *testing.T, calls, code int, got []R, want *R) {
+	t.Helper()
+	if code == 2 && calls != 0 {
+		t.Errorf("usage error but the agent was called")
+	}
+	if want != nil && (len(got) != 1 || got[0] != *want) {
+		t.Errorf("requests %+v; want %+v", got, *want)
+	}
+}
+
 func (f *fakeService) StartJob(ctx context.Context, req request.JobStartRequest) (api.Job, error) {
 	f.mu.Lock()
 	f.starts = append(f.starts, req)
@@ -307,12 +320,7 @@ func TestJobStart(t *testing.T) {
 			}
 			svc.mu.Lock()
 			defer svc.mu.Unlock()
-			if tt.wantCode == 2 && svc.calls != 0 {
-				t.Errorf("usage error but the agent was called")
-			}
-			if tt.wantReq != nil && (len(svc.starts) != 1 || svc.starts[0] != *tt.wantReq) {
-				t.Errorf("requests %+v; want %+v", svc.starts, *tt.wantReq)
-			}
+			checkCalled(t, svc.calls, tt.wantCode, svc.starts, tt.wantReq)
 		})
 	}
 }
@@ -354,12 +362,7 @@ func TestJobUpdate(t *testing.T) {
 			}
 			svc.mu.Lock()
 			defer svc.mu.Unlock()
-			if tt.wantCode == 2 && svc.calls != 0 {
-				t.Errorf("usage error but the agent was called")
-			}
-			if tt.wantReq != nil && (len(svc.updates) != 1 || svc.updates[0] != *tt.wantReq) {
-				t.Errorf("requests %+v; want %+v", svc.updates, *tt.wantReq)
-			}
+			checkCalled(t, svc.calls, tt.wantCode, svc.updates, tt.wantReq)
 		})
 	}
 }
