@@ -116,9 +116,7 @@ func TestDeadlineSurvivesWallClockSteps(t *testing.T) {
 // a wall clock stepped back while the agent was down does not stretch it.
 func TestReadoptedEscalationAfterAWallClockStep(t *testing.T) {
 	h := newHarness(t, nil)
-	h.endRunning("1", "", "/foreign/1")
-	h.advance(60 * time.Second)
-	h.eventually("SIGTERM", func(st Status) bool { return st.Jobs[0].Escalation == escTerm })
+	h.endOverdue("1", "/foreign/1")
 	h.stop()
 	h.clk.StepWall(-time.Hour)
 	h.start(nil)

@@ -79,9 +79,7 @@ func TestObservedJobAfterRestart(t *testing.T) {
 // whose escalation had not begun observes it: no signal.
 func TestEnforcedJobRestartedInObserveMode(t *testing.T) {
 	h := newHarness(t, nil)
-	h.endRunning("5", "", "/foreign/5")
-	h.advance(60 * time.Second)
-	h.eventually("escalation", func(st Status) bool { return st.Jobs[0].Escalation == escTerm })
+	h.endOverdue("5", "/foreign/5")
 	h.stop()
 	h.start(func(o *Options) { o.Observe = true })
 	n := len(h.cg.Signals()) + len(h.cg.Kills())

@@ -137,6 +137,15 @@ func (h *harness) endRunning(id, grace, cg string) {
 	h.s.EndJob(context.Background(), id)
 }
 
+// endOverdue ends job id, still running in cg, lets its default grace of
+// 60 s pass and waits until the agent has sent it SIGTERM.
+func (h *harness) endOverdue(id, cg string) {
+	h.t.Helper()
+	h.endRunning(id, "", cg)
+	h.advance(60 * time.Second)
+	h.eventually("SIGTERM", func(st Status) bool { return st.Jobs[0].Escalation == escTerm })
+}
+
 func TestDeadlineIsMinOfEndAndExpirationPlusGrace(t *testing.T) {
 	cases := []struct {
 		name    string
