@@ -283,6 +283,15 @@ func fdinfoWatches(t *testing.T, m *cgroup.Manager) int {
 	return strings.Count(string(data), "inotify wd:")
 }
 
+// wantWatches reports an error unless the manager's instance holds want
+// inotify watches; when says at what point of the test ("after cancel").
+func wantWatches(t *testing.T, m *cgroup.Manager, want int, when string) {
+	t.Helper()
+	if got := fdinfoWatches(t, m); got != want {
+		t.Errorf("%d inotify watches %s, want %d", got, when, want)
+	}
+}
+
 func TestWatch(t *testing.T) {
 	m := newManager(t, cgroup.Options{})
 	cg := create(t, m, "watched")
@@ -307,9 +316,7 @@ func TestWatch(t *testing.T) {
 	}
 	// One watch on cgroup.events (same inode, same wd) and one on the parent
 	// directory for removals.
-	if got := fdinfoWatches(t, m); got != 2 {
-		t.Errorf("%d inotify watches for two Watch calls on one cgroup, want 2", got)
-	}
+	wantWatches(t, m, 2, "for two Watch calls on one cgroup")
 
 	// A shell that exits when its stdin closes.
 	stdinR, stdinW, err := os.Pipe()
@@ -355,9 +362,7 @@ func TestWatch(t *testing.T) {
 		}
 	}
 	cancel2()
-	if got := fdinfoWatches(t, m); got != 0 {
-		t.Errorf("%d inotify watches after both cancels, want 0", got)
-	}
+	wantWatches(t, m, 0, "after both cancels")
 	// Close waits for the watcher goroutine: no callback can still be running.
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
@@ -406,8 +411,6 @@ func TestWatchRemoved(t *testing.T) {
 	if _, err := os.Stat(cg); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("cgroup still there: %v", err)
 	}
-	if got := fdinfoWatches(t, m); got != 0 {
-		t.Errorf("%d inotify watches after the removal, want 0", got)
-	}
+	wantWatches(t, m, 0, "after the removal")
 	cancel() // a no-op now
 }

@@ -72,9 +72,7 @@ func TestWatchAwaitsCgroup(t *testing.T) {
 				t.Fatalf("no callback within %v of the creation of %s", bound, target)
 			}
 			// The cgroup's own watch and its parent's: as for any cgroup.
-			if got := fdinfoWatches(t, m); got != 2 {
-				t.Errorf("%d inotify watches on the created cgroup, want 2", got)
-			}
+			wantWatches(t, m, 2, "on the created cgroup")
 
 			sleep := cgrouptest.StartIn(t, target, "sleep", "300")
 			waitCalledUntil(t, calls, "populated", func() bool { pop, _ := cgroup.Populated(target); return pop })
@@ -83,9 +81,7 @@ func TestWatchAwaitsCgroup(t *testing.T) {
 			}
 			waitCalledUntil(t, calls, "emptied", func() bool { pop, _ := cgroup.Populated(target); return !pop })
 			cancel()
-			if got := fdinfoWatches(t, m); got != 0 {
-				t.Errorf("%d inotify watches after cancel, want 0", got)
-			}
+			wantWatches(t, m, 0, "after cancel")
 		})
 	}
 }
@@ -99,11 +95,7 @@ func TestWatchAwaitsAllAtOnce(t *testing.T) {
 	base := cgrouptest.TempRoot(t)
 	for i := range 20 {
 		target := filepath.Join(base, fmt.Sprintf("u%d.slice", i), "user@981.service", "app.slice", "shell-0-f1.service")
-		called := make(chan struct{}, 64)
-		cancel, err := m.Watch(target, func() { called <- struct{}{} })
-		if err != nil {
-			t.Fatal(err)
-		}
+		called, cancel := watchCalls(t, m, target)
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -114,9 +106,7 @@ func TestWatchAwaitsAllAtOnce(t *testing.T) {
 		}
 		cancel()
 	}
-	if got := fdinfoWatches(t, m); got != 0 {
-		t.Errorf("%d inotify watches after every cancel, want 0", got)
-	}
+	wantWatches(t, m, 0, "after every cancel")
 }
 
 // TestWatchPendingCanceled: a Watch canceled while it waits leaves no
@@ -136,16 +126,12 @@ func TestWatchPendingCanceled(t *testing.T) {
 		cancels = append(cancels, cancel)
 	}
 	// Three waiters in one directory: one watch.
-	if got := fdinfoWatches(t, m); got != 1 {
-		t.Errorf("%d inotify watches for three pending Watch calls, want 1", got)
-	}
+	wantWatches(t, m, 1, "for three pending Watch calls")
 	for _, c := range cancels {
 		c()
 		c()
 	}
-	if got := fdinfoWatches(t, m); got != 0 {
-		t.Errorf("%d inotify watches after cancel, want 0", got)
-	}
+	wantWatches(t, m, 0, "after cancel")
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		t.Fatal(err)
 	}
