@@ -137,8 +137,8 @@ func FuzzDecodeEnvelope(f *testing.F) {
 // only what a holder of the keys sealed (the seeds), whatever the fuzzer
 // does to them.
 func FuzzOpenEnvelope(f *testing.F) {
-	aggK := fuzzKeys(f, "agg-1", gwpb.Role_ROLE_AGGREGATOR)
-	nodeK := fuzzKeys(f, "node1", gwpb.Role_ROLE_AGENT)
+	aggK := testKeys(f, "agg-1", gwpb.Role_ROLE_AGGREGATOR)
+	nodeK := testKeys(f, "node1", gwpb.Role_ROLE_AGENT)
 	now := time.UnixMilli(1_800_000_000_000)
 	up := &gwpb.Envelope{Schema: 1, From: "node1", SentMs: now.UnixMilli(), Body: &gwpb.Envelope_State{State: &gwpb.StateUpdate{Meta: &gwpb.Meta{Seq: 3}}}}
 	ctrl := &gwpb.Envelope{Schema: 1, From: "agg-1", To: "node1", SentMs: now.UnixMilli(), Body: &gwpb.Envelope_Control{Control: &gwpb.Control{Id: "x"}}}
@@ -165,7 +165,7 @@ func FuzzOpenEnvelope(f *testing.F) {
 // Arbitrary bytes as a member's meta never panic the checks, and an
 // aggregator role is never granted without a valid signature.
 func FuzzOpenMeta(f *testing.F) {
-	aggK := fuzzKeys(f, "agg-1", gwpb.Role_ROLE_AGGREGATOR)
+	aggK := testKeys(f, "agg-1", gwpb.Role_ROLE_AGGREGATOR)
 	now := time.UnixMilli(1_800_000_000_000)
 	body, _ := EncodeMeta(&gwpb.Meta{Schema: 1, Role: gwpb.Role_ROLE_AGGREGATOR})
 	signed := newGuard(aggK, false).sealMeta("agg-1", gwpb.Role_ROLE_AGGREGATOR, body, now)
@@ -182,21 +182,6 @@ func FuzzOpenMeta(f *testing.F) {
 			}
 		}
 	})
-}
-
-func fuzzKeys(f *testing.F, name string, role gwpb.Role) *Keys {
-	agg, err := AggregatorKeys([][]byte{testSite})
-	if err != nil {
-		f.Fatal(err)
-	}
-	if role == gwpb.Role_ROLE_AGGREGATOR {
-		return agg
-	}
-	k, err := AgentKeys(NodeKey(testSite, name), agg.PublicKeys())
-	if err != nil {
-		f.Fatal(err)
-	}
-	return k
 }
 
 func mustEnvelope(t *testing.T, env *gwpb.Envelope) []byte {
