@@ -170,6 +170,27 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSONError(w, status, body)
 }
 
+// reply answers a call of the Service: its error's answer when err is not
+// nil, else v as JSON with status.
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
+// pathJobID is the job id of the request's path ({id}), or false when it
+// is not a valid one and the error is answered.
+func (s *Server) pathJobID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := request.ValidateJobID(id); err != nil {
+		s.writeError(w, r, err)
+		return "", false
+	}
+	return id, true
+}
+
 func writeJSONError(w http.ResponseWriter, status int, body api.ErrorBody) {
 	writeJSON(w, status, body)
 }

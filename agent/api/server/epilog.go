@@ -15,9 +15,8 @@ import (
 // handleEpilog runs an epilogue (POST /v1/jobs/{id}/epilog) and streams its
 // output and exit status as newline-delimited JSON frames.
 func (s *Server) handleEpilog(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := request.ValidateJobID(id); err != nil {
-		s.writeError(w, r, err)
+	id, ok := s.pathJobID(w, r)
+	if !ok {
 		return
 	}
 	var req request.EpilogRequest

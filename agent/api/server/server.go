@@ -307,11 +307,7 @@ func (s *Server) allowed(p request.Peer) bool {
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st, err := s.svc.Status(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	s.reply(w, r, http.StatusOK, st, err)
 }
 
 func (s *Server) handleStartJob(w http.ResponseWriter, r *http.Request) {
@@ -322,31 +318,21 @@ func (s *Server) handleStartJob(w http.ResponseWriter, r *http.Request) {
 	}
 	s.warnUser(req.Job, warn)
 	job, err := s.svc.StartJob(r.Context(), req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, withWarning(job, req.Job, warn))
+	s.reply(w, r, http.StatusCreated, withWarning(job, req.Job, warn), err)
 }
 
 func (s *Server) handleEndJob(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := request.ValidateJobID(id); err != nil {
-		s.writeError(w, r, err)
+	id, ok := s.pathJobID(w, r)
+	if !ok {
 		return
 	}
 	job, err := s.svc.EndJob(r.Context(), id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, job)
+	s.reply(w, r, http.StatusOK, job, err)
 }
 
 func (s *Server) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := request.ValidateJobID(id); err != nil {
-		s.writeError(w, r, err)
+	id, ok := s.pathJobID(w, r)
+	if !ok {
 		return
 	}
 	req, warn, err := decodeJobUpdate(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes), s.clock.Now())
@@ -356,11 +342,7 @@ func (s *Server) handleUpdateJob(w http.ResponseWriter, r *http.Request) {
 	}
 	s.warnUser(id, warn)
 	job, err := s.svc.UpdateJob(r.Context(), id, req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, withWarning(job, id, warn))
+	s.reply(w, r, http.StatusOK, withWarning(job, id, warn), err)
 }
 
 func (s *Server) handleDiagnose(w http.ResponseWriter, r *http.Request) {
@@ -400,11 +382,7 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := s.svc.Resume(r.Context(), req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	s.reply(w, r, http.StatusOK, st, err)
 }
 
 // Service is what the server needs from the supervisor. Every method may be
