@@ -199,6 +199,30 @@ func (l *Link) Run(ctx context.Context, sup Supervisor, m Mesh) {
 	(&running{Link: l, sup: sup, m: m}).run(ctx)
 }
 
+// spawn runs fn in a goroutine of its own and returns what waits until fn
+// has returned (for run to defer: none of its goroutines outlives it).
+func spawn(fn func()) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	return func() { <-done }
+}
+
+// serveUntil calls fn with each value from ch, one at a time, until ctx
+// ends.
+func serveUntil[T any](ctx context.Context, ch <-chan T, fn func(T)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case v := <-ch:
+			fn(v)
+		}
+	}
+}
+
 // run publishes and handles control messages until ctx ends. The direct
 // sends and the meta updates run apart, each taking the latest status:
 // memberlist's UpdateNode waits for the gossip retransmits (most of a
@@ -211,38 +235,9 @@ func (l *running) run(ctx context.Context) {
 	l.sender = sender
 	l.mu.Unlock()
 	defer l.sender.close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-l.wakeMeta:
-				l.updateMeta()
-			}
-		}
-	}()
-	defer func() { <-done }()
-	probed := make(chan struct{})
-	go func() {
-		defer close(probed)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case cm := <-l.probes:
-				l.probe(ctx, cm.from, cm.c)
-			}
-		}
-	}()
-	defer func() { <-probed }()
-	checked := make(chan struct{})
-	go func() {
-		defer close(checked)
-		l.checkKillPath(ctx)
-	}()
-	defer func() { <-checked }()
+	defer spawn(func() { serveUntil(ctx, l.wakeMeta, func(struct{}) { l.updateMeta() }) })()
+	defer spawn(func() { serveUntil(ctx, l.probes, func(cm ctrlMsg) { l.probe(ctx, cm.from, cm.c) }) })()
+	defer spawn(func() { l.checkKillPath(ctx) })()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
