@@ -70,11 +70,7 @@ func TestListen(t *testing.T) {
 			t.Fatalf("Listen over a stale socket: %v", err)
 		}
 		defer l.Close()
-		c, err := net.Dial("unix", socket)
-		if err != nil {
-			t.Fatalf("dial the new socket: %v", err)
-		}
-		c.Close()
+		wantListening(t, socket, "dial the new socket")
 	})
 	t.Run("live socket refused", func(t *testing.T) {
 		socket := filepath.Join(shortTempDir(t), "agent.sock")
@@ -88,11 +84,7 @@ func TestListen(t *testing.T) {
 			t.Fatalf("second Listen error = %v", err)
 		}
 		// The first listener still works.
-		c, err := net.Dial("unix", socket)
-		if err != nil {
-			t.Fatalf("first listener broken: %v", err)
-		}
-		c.Close()
+		wantListening(t, socket, "first listener broken")
 	})
 	t.Run("regular file refused", func(t *testing.T) {
 		socket := filepath.Join(shortTempDir(t), "agent.sock")
@@ -118,4 +110,15 @@ func TestListen(t *testing.T) {
 			t.Errorf("socket still there after Close: %v", err)
 		}
 	})
+}
+
+// wantListening fails t unless a listener accepts a connection at socket;
+// what says which ("first listener broken").
+func wantListening(t *testing.T, socket, what string) {
+	t.Helper()
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	c.Close()
 }
