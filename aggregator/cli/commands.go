@@ -129,12 +129,7 @@ func writeWouldDrain(w io.Writer, nodes []api.Node) {
 }
 
 func runReservations(c *cli, name string, args []string) int {
-	f := c.newFlags(name)
-	asJSON := f.Bool("json", false, "print the reservations as JSON")
-	if code, ok := f.ParseN(args, 0, ""); !ok {
-		return code
-	}
-	return call(c, f, false, *asJSON, func(ctx context.Context, cl *api.Client) (api.ReservationList, error) {
+	return runShow(c, name, args, "the reservations", func(ctx context.Context, cl *api.Client) (api.ReservationList, error) {
 		return cl.Reservations(ctx)
 	}, writeReservations)
 }
@@ -169,6 +164,18 @@ func call[T any](c *cli, f *flags, needToken, asJSON bool, fn func(context.Conte
 		return c.fail(err)
 	}
 	return cmdutil.Call(c.out(), asJSON, func(ctx context.Context) (T, error) { return fn(ctx, cl) }, text)
+}
+
+// runShow runs a command that takes no argument and no flag but --json
+// (and the connection's): it prints what get answers, as JSON or with
+// text. what names it in the help of --json ("the incidents").
+func runShow[T any](c *cli, name string, args []string, what string, get func(context.Context, *api.Client) (T, error), text func(io.Writer, T)) int {
+	f := c.newFlags(name)
+	asJSON := f.Bool("json", false, "print "+what+" as JSON")
+	if code, ok := f.ParseN(args, 0, ""); !ok {
+		return code
+	}
+	return call(c, f, false, *asJSON, get, text)
 }
 
 func runAction(c *cli, name string, args []string) int {

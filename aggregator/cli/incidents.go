@@ -17,12 +17,7 @@ import (
 // runIncidents ("incidents") lists the incidents and the blast-radius
 // limit.
 func runIncidents(c *cli, name string, args []string) int {
-	f := c.newFlags(name)
-	asJSON := f.Bool("json", false, "print the incidents as JSON")
-	if code, ok := f.ParseN(args, 0, ""); !ok {
-		return code
-	}
-	return call(c, f, false, *asJSON, func(ctx context.Context, cl *api.Client) (api.IncidentList, error) {
+	return runShow(c, name, args, "the incidents", func(ctx context.Context, cl *api.Client) (api.IncidentList, error) {
 		return cl.Incidents(ctx)
 	}, writeIncidents)
 }
