@@ -100,8 +100,8 @@ func TestCluster(t *testing.T) {
 		n3.epilog("301", "sleep", "300")
 		agg1.waitNode(t, "n3", "teardown", 10*time.Second, func(n node) bool { return n.State == "teardown" })
 		d := *n3.status().Jobs[0].Deadline
-		n3.cmd.Process.Signal(syscall.SIGSTOP)
 		defer n3.cmd.Process.Signal(syscall.SIGCONT)
+		testutil.Freeze(t, n3.cmd.Process.Pid)
 		n := agg1.waitNode(t, "n3", "down", time.Until(d)+5*time.Second, func(n node) bool { return n.State == "down" })
 		if late := time.Since(d); late > 3*time.Second {
 			t.Fatalf("down %v after D (allowance 1 s)", late)

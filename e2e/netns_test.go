@@ -354,11 +354,9 @@ func TestNetnsStoppedAgent(t *testing.T) {
 	n2.epilog("501", "sleep", "300")
 	d := deadlineOf(t, n2, "501")
 	c.agg.waitNode(t, "n2", "teardown", time.Until(d), func(n node) bool { return n.State == "teardown" })
-	if err := n2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	frozenAt := time.Now()
 	t.Cleanup(func() { n2.cmd.Process.Signal(syscall.SIGCONT) })
+	testutil.Freeze(t, n2.cmd.Process.Pid)
+	frozenAt := time.Now()
 	if !frozenAt.Before(d) {
 		t.Fatalf("frozen %v after D: too late for the test", frozenAt.Sub(d))
 	}

@@ -354,9 +354,10 @@ func TestControlAfterItsDeadline(t *testing.T) {
 	n1 := c.addAgent("n1")
 	agg.waitNode(t, "n1", "up", 15*time.Second, func(n node) bool { return n.State == "up" })
 	pid := n1.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	// Stopped, not only signalled: a thread still running when the
+	// signal is queued could take the drain first (seen on a loaded
+	// machine: the drain applied 1 ms after it was sent).
+	testutil.Freeze(t, pid)
 	start := time.Now()
 	code, body := agg.post(t, "/v1/nodes/n1/drain", c.token, `{"reason":"while stopped"}`)
 	waited := time.Since(start)
