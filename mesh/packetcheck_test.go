@@ -2,9 +2,6 @@ package mesh
 
 import (
 	"bytes"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"encoding/binary"
 	"net"
 	"testing"
@@ -17,20 +14,7 @@ import (
 // then [version 1][nonce][AES-GCM], the label authenticated.
 func sealPacket(t testing.TB, kr *memberlist.Keyring, plain []byte) []byte {
 	t.Helper()
-	block, err := aes.NewCipher(kr.GetPrimaryKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcm, err := cipher.NewGCM(block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nonce := make([]byte, mlNonceSize)
-	rand.Read(nonce)
-	out := append([]byte{mlHasLabelMsg, byte(len(checkLabel))}, checkLabel...)
-	out = append(out, 1)
-	out = append(out, nonce...)
-	return gcm.Seal(out, nonce, plain, []byte(checkLabel))
+	return seal(t, kr, plain, false)
 }
 
 // compound is memberlist's compound message of parts.

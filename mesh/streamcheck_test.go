@@ -76,10 +76,11 @@ func captureStream(t *testing.T, kr *memberlist.Keyring, compress bool, msg []by
 	return b
 }
 
-// sealFrame is an encrypted stream of plain as memberlist frames it: label
-// header, then [encryptMsg][length][version 1][nonce][AES-GCM], the type,
-// the length and the label authenticated.
-func sealFrame(t testing.TB, kr *memberlist.Keyring, plain []byte) []byte {
+// seal is plain encrypted as memberlist does under kr's primary key,
+// after the label header: [version 1][nonce][AES-GCM], the label
+// authenticated. A stream's frame (frame true) puts [encryptMsg][length]
+// before it, authenticated too; a packet has none.
+func seal(t testing.TB, kr *memberlist.Keyring, plain []byte, frame bool) []byte {
 	t.Helper()
 	block, err := aes.NewCipher(kr.GetPrimaryKey())
 	if err != nil {
@@ -91,14 +92,19 @@ func sealFrame(t testing.TB, kr *memberlist.Keyring, plain []byte) []byte {
 	}
 	nonce := make([]byte, mlNonceSize)
 	rand.Read(nonce)
-	n := 1 + mlNonceSize + len(plain) + gcm.Overhead()
-	head := []byte{mlEncryptMsg, 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(head[1:], uint32(n))
+	var head []byte
+	if frame {
+		head = binary.BigEndian.AppendUint32([]byte{mlEncryptMsg}, uint32(1+mlNonceSize+len(plain)+gcm.Overhead()))
+	}
 	out := append([]byte{mlHasLabelMsg, byte(len(checkLabel))}, checkLabel...)
-	out = append(out, head...)
-	out = append(out, 1)
-	out = append(out, nonce...)
+	out = append(append(append(out, head...), 1), nonce...)
 	return gcm.Seal(out, nonce, plain, append(head, checkLabel...))
+}
+
+// sealFrame is an encrypted stream of plain as memberlist frames it.
+func sealFrame(t testing.TB, kr *memberlist.Keyring, plain []byte) []byte {
+	t.Helper()
+	return seal(t, kr, plain, true)
 }
 
 // message is a memberlist message of type t: its header then body.
