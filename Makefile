@@ -29,7 +29,7 @@ build:
 # what go test prints (a line per package, the output of what failed), then
 # every skipped test with its reason, then "N passed, N failed, N skipped";
 # it exits non-zero when a test or a build failed.
-TEST_TIMEOUT ?= 20m
+TEST_TIMEOUT ?= 30m
 test:
 	$(GO) vet $(PKGS)
 	$(GO) build -o bin/testreport ./internal/testutil/testreport
