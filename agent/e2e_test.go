@@ -647,11 +647,10 @@ func TestSystemdNotify(t *testing.T) {
 	expect(0, "WATCHDOG=1", 2*time.Second)
 	// A frozen main loop stops the pings: freeze the whole agent and see
 	// that nothing comes while it is stopped.
-	n.cmd.Process.Signal(syscall.SIGSTOP)
-	// Stopped, it sends nothing more: what it sent before is in the
-	// socket's queue (a unix datagram is queued when send returns), read
-	// up to the queue's end.
-	testutil.Eventually(t, 5*time.Second, "the agent stopped", func() bool { return procState(n.cmd.Process.Pid) == "T" })
+	// Stopped (every thread, not only the main one), it sends nothing
+	// more: what it sent before is in the socket's queue (a unix datagram
+	// is queued when send returns), read up to the queue's end.
+	testutil.Freeze(t, n.cmd.Process.Pid)
 	for queued() {
 	}
 	if from := len(seen); recv(time.Now().Add(time.Second)) {
