@@ -134,6 +134,9 @@ REPLAY_HUNG        ?= 0.01
 REPLAY_SEED        ?= 1
 REPLAY_RUNS        ?= alone,drain,plan
 REPLAY_HORIZON     ?= 3h
+# Trims run times longer than this (trace time, e.g. 6h; 0: none) so that a
+# window holding a multi-day job replays in a stated time.
+REPLAY_MAX_RUN     ?= 0
 # How many node-hours more the planning run may lose than draining alone: the
 # variation between repeats of one run on 12 nodes (docs/replay/README.md).
 REPLAY_PLAN_TOLERANCE ?= 0.001
@@ -147,6 +150,7 @@ bench-replay:
 	GRACEWATCH_REPLAY_COMPRESSION=$(REPLAY_COMPRESSION) GRACEWATCH_REPLAY_HUNG=$(REPLAY_HUNG) \
 	GRACEWATCH_REPLAY_SEED=$(REPLAY_SEED) GRACEWATCH_REPLAY_RUNS=$(REPLAY_RUNS) \
 	GRACEWATCH_REPLAY_HORIZON=$(REPLAY_HORIZON) GRACEWATCH_REPLAY_CSV=$(REPLAY_CSV) \
+	GRACEWATCH_REPLAY_MAX_RUN=$(REPLAY_MAX_RUN) \
 	GRACEWATCH_REPLAY_PLAN_TOLERANCE=$(REPLAY_PLAN_TOLERANCE) \
 	  $(GO) test -count=1 -run 'TestReplay$$' -v -timeout 6h ./e2e/
 	$(MAKE) replay-plot

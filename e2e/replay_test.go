@@ -61,9 +61,9 @@ func TestReplay(t *testing.T) {
 	requireNetns(t)
 	cfg := replaySettings(t)
 	jobs, dist := cfg.load(t)
-	t.Logf("replay of %s, jobs %d..%d (%d mapped, %d skipped) on %d nodes, compression %g: %d limits raised > 10 %% by whole minutes (mean ratio %.2f), %d runs cut at their limit, %d node counts capped, %d without a limit",
+	t.Logf("replay of %s, jobs %d..%d (%d mapped, %d skipped) on %d nodes, compression %g: %d limits raised > 10 %% by whole minutes (mean ratio %.2f), %d runs cut at their limit, %d node counts capped, %d without a limit, %d runs trimmed to %v of trace time",
 		cfg.trace, cfg.start, cfg.start+cfg.count-1, dist.Jobs, dist.Skipped, cfg.nodes, cfg.compression,
-		dist.LimitRaised, dist.LimitRatio, dist.RunCapped, dist.NodesCapped, dist.NoLimit)
+		dist.LimitRaised, dist.LimitRatio, dist.RunCapped, dist.NodesCapped, dist.NoLimit, dist.RunTrimmed, cfg.maxRun)
 	for _, rate := range cfg.hungRates {
 		model := cfg.model
 		model.HungRate = rate
@@ -71,7 +71,7 @@ func TestReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		setup := replay.Setup{Trace: cfg.trace, WindowStart: cfg.start, WindowLen: cfg.count, Nodes: cfg.nodes,
-			Compression: cfg.compression, Grace: cfg.grace, Model: model}
+			Compression: cfg.compression, MaxRun: cfg.maxRun, Grace: cfg.grace, Model: model}
 		figs := map[string]replay.Figures{}
 		var order []replay.Figures
 		for _, run := range cfg.runs {
@@ -135,11 +135,13 @@ type replayConfig struct {
 	repair       time.Duration
 	after        string // the reservations' after
 	horizon      time.Duration
-	model        replay.Model
-	hungRates    []float64
-	runs         []string
-	csv          string
-	requireHung  bool
+	// maxRun trims longer run times (trace time): replay.Mapping.MaxRun.
+	maxRun      time.Duration
+	model       replay.Model
+	hungRates   []float64
+	runs        []string
+	csv         string
+	requireHung bool
 	// planTolerance: node-hours the planning run may lose beyond the
 	// draining-only run (GRACEWATCH_REPLAY_PLAN_TOLERANCE).
 	planTolerance float64
@@ -159,6 +161,7 @@ func replaySettings(t *testing.T) replayConfig {
 		repair:      benchenv.Duration(t, "GRACEWATCH_REPLAY_REPAIR", 20*time.Second),
 		after:       envString("GRACEWATCH_REPLAY_AFTER", "2s"),
 		horizon:     benchenv.Duration(t, "GRACEWATCH_REPLAY_HORIZON", 15*time.Minute),
+		maxRun:      benchenv.Duration(t, "GRACEWATCH_REPLAY_MAX_RUN", 0),
 		hungRates:   envFloats(t, "GRACEWATCH_REPLAY_HUNG", []float64{0.05}),
 		// The CI variant runs what it asserts on (drain, plan); make
 		// bench-replay adds Slurm alone for the figures.
@@ -211,7 +214,7 @@ func (cfg replayConfig) load(t *testing.T) ([]replay.Job, replay.Distortion) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, dist, err := replay.Map(w, replay.Mapping{Nodes: cfg.nodes, ProcsPerNode: 72, Compression: cfg.compression})
+	jobs, dist, err := replay.Map(w, replay.Mapping{Nodes: cfg.nodes, ProcsPerNode: 72, Compression: cfg.compression, MaxRun: cfg.maxRun})
 	if err != nil {
 		t.Fatal(err)
 	}

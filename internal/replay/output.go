@@ -15,15 +15,17 @@ type Setup struct {
 	WindowStart, WindowLen int
 	Nodes                  int
 	Compression            float64
-	Grace                  time.Duration
-	Model                  Model
+	// MaxRun is Mapping.MaxRun (0: no run trimmed).
+	MaxRun time.Duration
+	Grace  time.Duration
+	Model  Model
 }
 
 // Columns are the CSV columns of WriteCSV, in order.
 var Columns = []string{"run", "hung_rate", "slow_rate", "seed", "window_start", "window_jobs", "nodes", "compression", "grace_s",
 	"jobs", "started", "lost_node_h", "teardown_node_h", "held_node_h", "wait_mean_s", "wait_p95_s", "bounded_slowdown",
 	"makespan_s", "on_tearing_down", "hung", "drains", "false_drains", "drained_late", "down_after_d_p50_s",
-	"down_after_d_p99_s", "commands", "writes"}
+	"down_after_d_p99_s", "commands", "writes", "max_run_s"}
 
 // Row is one run's CSV row.
 func Row(s Setup, f Figures) []string {
@@ -34,7 +36,7 @@ func Row(s Setup, f Figures) []string {
 		i(s.WindowLen), i(s.Nodes), g(s.Compression), d(s.Grace), i(f.Jobs), i(f.Started), g(f.LostNodeHours),
 		g(f.TeardownNodeHours), g(f.HeldNodeHours), d(f.WaitMean), d(f.WaitP95), g(f.BoundedSlowdown), d(f.Makespan),
 		i(f.OnTearingDown), i(f.Hung), i(f.Drains), i(f.FalseDrains), i(f.DrainedLate), d(f.DownAfterDP50),
-		d(f.DownAfterDP99), i(f.Commands), i(f.Writes)}
+		d(f.DownAfterDP99), i(f.Commands), i(f.Writes), d(s.MaxRun)}
 }
 
 // WriteCSV writes a header (if header) and one row per run.

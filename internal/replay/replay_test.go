@@ -47,6 +47,19 @@ func TestWindowAndMap(t *testing.T) {
 	if d != wantD {
 		t.Errorf("distortion %+v, want %+v", d, wantD)
 	}
+	// A longest run of 100 trace seconds trims job 3 (9000 s) and job 5
+	// (120 s), not job 1 (99 s); limits stay as requested.
+	trimmed, dt, err := Map(w, Mapping{Nodes: 4, ProcsPerNode: 72, Compression: 60, MaxRun: 100 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dt.RunTrimmed != 2 || dt.RunCapped != 0 || trimmed[0] != jobs[0] || trimmed[1].Run != 100*time.Second/60 ||
+		trimmed[1].LimitMinutes != 2 || trimmed[2].Run != 100*time.Second/60 {
+		t.Errorf("trimmed at 100 s: %+v, %+v", trimmed, dt)
+	}
+	if _, _, err := Map(w, Mapping{Nodes: 4, ProcsPerNode: 72, Compression: 60, MaxRun: -time.Second}); err == nil {
+		t.Error("a negative longest run was accepted")
+	}
 	// 3600/60 = 60 s: 1 minute exactly; 7200/60: 2; 120/60 = 2 s: 1 minute.
 	if want := (1 + 1 + 30.0) / 3; ratio < want-1e-9 || ratio > want+1e-9 {
 		t.Errorf("limit ratio %g, want %g", ratio, want)
@@ -54,7 +67,8 @@ func TestWindowAndMap(t *testing.T) {
 	for _, tt := range []struct {
 		start, count int
 		m            Mapping
-	}{{-1, 1, Mapping{1, 1, 1}}, {0, 6, Mapping{1, 1, 1}}, {0, 1, Mapping{0, 72, 1}}, {0, 1, Mapping{1, 72, 0.5}}} {
+	}{{-1, 1, Mapping{Nodes: 1, ProcsPerNode: 1, Compression: 1}}, {0, 6, Mapping{Nodes: 1, ProcsPerNode: 1, Compression: 1}},
+		{0, 1, Mapping{Nodes: 0, ProcsPerNode: 72, Compression: 1}}, {0, 1, Mapping{Nodes: 1, ProcsPerNode: 72, Compression: 0.5}}} {
 		w, err := Window(trace, tt.start, tt.count)
 		if err == nil {
 			_, _, err = Map(w, tt.m)

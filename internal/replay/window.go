@@ -26,6 +26,11 @@ type Mapping struct {
 	// are divided by it. Time limits are too, then rounded up to whole
 	// minutes, Slurm's unit (counted in Distortion).
 	Compression float64
+	// MaxRun, when above zero, cuts a run time longer than it (in trace
+	// time) to it; the time limit stays the one requested, as for any job
+	// that ends before its limit (counted in Distortion.RunTrimmed). It
+	// lets a window that holds a multi-day job replay in a stated time.
+	MaxRun time.Duration
 }
 
 // Job is one job to submit: its offset from the window's first submit, its
@@ -59,6 +64,8 @@ type Distortion struct {
 	// cluster has; NoLimit those without a requested time (given their
 	// run time, rounded up).
 	RunCapped, NodesCapped, NoLimit int
+	// RunTrimmed is the jobs whose run time was cut to Mapping.MaxRun.
+	RunTrimmed int
 }
 
 // Window returns count jobs of the trace from the start-th in submit
@@ -80,6 +87,9 @@ func Map(window []swf.Job, m Mapping) ([]Job, Distortion, error) {
 	var d Distortion
 	if m.Nodes <= 0 || m.ProcsPerNode <= 0 || !(m.Compression >= 1) || m.Compression > 1e6 {
 		return nil, d, errors.New("replay: a mapping needs nodes > 0, processors per node > 0 and a compression in [1, 1e6]")
+	}
+	if m.MaxRun < 0 {
+		return nil, d, fmt.Errorf("replay: a longest run of %v: want 0 (none) or more", m.MaxRun)
 	}
 	if len(window) == 0 {
 		return nil, d, errors.New("replay: an empty window")
@@ -114,7 +124,12 @@ func Map(window []swf.Job, m Mapping) ([]Job, Distortion, error) {
 		if r > 1.1 {
 			d.LimitRaised++
 		}
-		run := sec(w.Run)
+		runTrace := w.Run
+		if maxRun := int64(m.MaxRun / time.Second); m.MaxRun > 0 && runTrace > maxRun {
+			runTrace = maxRun
+			d.RunTrimmed++
+		}
+		run := sec(runTrace)
 		if limit := time.Duration(minutes) * time.Minute; run > limit {
 			run = limit
 			d.RunCapped++
