@@ -27,7 +27,8 @@ build:
 # and /dev/fuse; with CI=true a missing one fails instead of skipping.
 # testreport (internal/testutil/testreport) runs go test -json and prints
 # what go test prints (a line per package, the output of what failed), then
-# every skipped test with its reason, then "N passed, N failed, N skipped";
+# every skipped test with its reason, the ten slowest tests of 30 s or more
+# (the long poles of the time budget), then "N passed, N failed, N skipped";
 # it exits non-zero when a test or a build failed.
 TEST_TIMEOUT ?= 30m
 test:

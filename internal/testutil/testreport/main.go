@@ -1,7 +1,8 @@
 // Command testreport summarizes `go test -json`: it prints what go test
 // prints without -v (a line per package, and the output of what failed:
 // failed tests, build errors, panics, timeouts), then every skipped test
-// with its skip message, then a closing line alone on its line:
+// with its skip message, then the slowest top-level tests of 30 s or more
+// (ten at most), then a closing line alone on its line:
 //
 //	N passed, N failed, N skipped
 //

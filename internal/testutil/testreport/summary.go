@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -61,7 +62,22 @@ type summary struct {
 
 	passed, failed int
 	skips          []skipped
+	slow           []timed
 }
+
+// timed is a top-level test that took at least slowTest.
+type timed struct {
+	pkg, test string
+	elapsed   time.Duration
+}
+
+// slowTest and maxSlow: the summary lists the top-level tests that took
+// slowTest or more, the slowest maxSlow of them, so that the long poles of
+// a suite that nears its time budget are in every run's output.
+const (
+	slowTest = 30 * time.Second
+	maxSlow  = 10
+)
 
 func newSummary(w io.Writer) *summary {
 	return &summary{w: w, pkgs: map[string]*pkg{}, builds: map[string][]string{}}
@@ -138,6 +154,9 @@ func (s *summary) event(ev event) {
 		p.lines = append(p.lines, testLine{t, ev.Output})
 	case "pass", "fail", "skip":
 		t.result = ev.Action
+		if el := time.Duration(ev.Elapsed * float64(time.Second)); el >= slowTest && !strings.Contains(ev.Test, "/") {
+			s.slow = append(s.slow, timed{pkg: ev.Package, test: ev.Test, elapsed: el})
+		}
 	}
 }
 
@@ -257,6 +276,14 @@ func (s *summary) finish(code int) int {
 		fmt.Fprintf(s.w, "\nSkipped (%d):\n", len(s.skips))
 		for _, sk := range s.skips {
 			fmt.Fprintf(s.w, "  %s %s: %s\n", sk.pkg, sk.test, sk.why)
+		}
+		fmt.Fprintln(s.w)
+	}
+	if len(s.slow) > 0 {
+		slices.SortStableFunc(s.slow, func(a, b timed) int { return int(b.elapsed - a.elapsed) })
+		fmt.Fprintf(s.w, "Slowest tests (%d took %v or more; at most %d listed):\n", len(s.slow), slowTest, maxSlow)
+		for _, sl := range s.slow[:min(len(s.slow), maxSlow)] {
+			fmt.Fprintf(s.w, "  %7.1fs %s %s\n", sl.elapsed.Seconds(), sl.pkg, sl.test)
 		}
 		fmt.Fprintln(s.w)
 	}

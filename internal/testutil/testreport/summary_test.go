@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,5 +195,26 @@ func TestSkipReason(t *testing.T) {
 				t.Errorf("skipReason = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// The top-level tests that took 30 s or more are listed slowest first, at
+// most ten; subtests and quicker tests are not.
+func TestSlowest(t *testing.T) {
+	var in strings.Builder
+	for i := range 12 {
+		fmt.Fprintf(&in, `{"Action":"pass","Package":"m/a","Test":"TestT%d","Elapsed":%d}`+"\n", i, 25+5*i)
+	}
+	in.WriteString(`{"Action":"pass","Package":"m/a","Test":"TestT11/sub","Elapsed":900}` + "\n")
+	in.WriteString(`{"Action":"pass","Package":"m/a","Elapsed":1000}` + "\n")
+	got, code := report(t, in.String())
+	want := "ok  \tm/a\t1000.000s\n" +
+		"Slowest tests (11 took 30s or more; at most 10 listed):\n"
+	for i := 11; i >= 2; i-- {
+		want += fmt.Sprintf("  %7.1fs m/a TestT%d\n", float64(25+5*i), i)
+	}
+	want += "\n13 passed, 0 failed, 0 skipped\n"
+	if got != want || code != 0 {
+		t.Errorf("exit %d, got:\n%s\nwant:\n%s", code, got, want)
 	}
 }
