@@ -122,30 +122,30 @@ func (w *watcher) next() sseEvent {
 	return sseEvent{}
 }
 
-func (w *watcher) nextNode() (string, api.Node) {
+// nextOf returns the id of the next event, which must be of kind event,
+// and its data decoded into a T.
+func nextOf[T any](w *watcher, event string) (string, T) {
 	w.t.Helper()
 	ev := w.next()
-	if ev.event != "node" {
-		w.t.Fatalf("got %+v, want a node event", ev)
+	if ev.event != event {
+		w.t.Fatalf("got %+v, want a %s event", ev, event)
 	}
-	var n api.Node
-	if err := json.Unmarshal([]byte(ev.data), &n); err != nil {
+	var v T
+	if err := json.Unmarshal([]byte(ev.data), &v); err != nil {
 		w.t.Fatal(err)
 	}
-	return ev.id, n
+	return ev.id, v
+}
+
+func (w *watcher) nextNode() (string, api.Node) {
+	w.t.Helper()
+	return nextOf[api.Node](w, "node")
 }
 
 func (w *watcher) snapshot() (string, []api.Node) {
 	w.t.Helper()
-	ev := w.next()
-	if ev.event != "snapshot" {
-		w.t.Fatalf("got %+v, want a snapshot", ev)
-	}
-	var list api.NodeList
-	if err := json.Unmarshal([]byte(ev.data), &list); err != nil {
-		w.t.Fatal(err)
-	}
-	return ev.id, list.Nodes
+	id, list := nextOf[api.NodeList](w, "snapshot")
+	return id, list.Nodes
 }
 
 func TestWatchSnapshotEventsAndResume(t *testing.T) {
