@@ -1,6 +1,8 @@
 package benchenv
 
 import (
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -83,5 +85,43 @@ func TestMedian(t *testing.T) {
 	}
 	if got := Median([]float64{1.0, 1.5}); got != 1.25 {
 		t.Errorf("Median of ratios = %v, want 1.25", got)
+	}
+}
+
+func TestEach(t *testing.T) {
+	var mu sync.Mutex
+	running, most, seen := 0, 0, make([]bool, 50)
+	release := make(chan struct{})
+	go func() {
+		// Let the first three run together before any may end.
+		for {
+			mu.Lock()
+			r := running
+			mu.Unlock()
+			if r == 3 {
+				close(release)
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	Each(len(seen), 3, func(i int) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		seen[i] = true
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running--
+		mu.Unlock()
+	})
+	if most != 3 {
+		t.Errorf("at most %d ran at once, want 3", most)
+	}
+	for i, ok := range seen {
+		if !ok {
+			t.Errorf("f(%d) not run", i)
+		}
 	}
 }
