@@ -22,6 +22,18 @@ func TestSettings(t *testing.T) {
 	if got := Duration(t, "GW_TEST_UNSET", time.Second); got != time.Second {
 		t.Fatalf("Duration default = %v", got)
 	}
+	t.Setenv("GW_TEST_FLOATS", "0.05, 60")
+	if got := Floats(t, "GW_TEST_FLOATS", nil); len(got) != 2 || got[0] != 0.05 || got[1] != 60 {
+		t.Fatalf("Floats = %v", got)
+	}
+	for _, bad := range []string{"-1", "1e7", "x", "1,,2"} {
+		t.Setenv("GW_TEST_FLOATS", bad)
+		r := &recorder{TB: t}
+		Floats(r, "GW_TEST_FLOATS", nil)
+		if !r.failed {
+			t.Errorf("Floats of %q did not fail", bad)
+		}
+	}
 	t.Setenv("GW_TEST_INT", " 5")
 	if got := Int(t, "GW_TEST_INT", 3); got != 5 {
 		t.Fatalf("Int = %v", got)
