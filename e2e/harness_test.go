@@ -36,20 +36,12 @@ var bins struct{ nodeagent, nodeagentd, aggregator string }
 const aggSettle = 2 * time.Second
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gw-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	dir, remove := testutil.ProgramsDir("nodeagent", "nodeagentd", "aggregator")
 	bins.nodeagent = filepath.Join(dir, "nodeagent")
 	bins.nodeagentd = filepath.Join(dir, "nodeagentd")
 	bins.aggregator = filepath.Join(dir, "aggregator")
-	if err := testutil.BuildPrograms(dir, "nodeagent", "nodeagentd", "aggregator"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

@@ -25,18 +25,8 @@ var binary string
 const testTimeout = 20 * time.Second
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gwagg")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	dir, remove := testutil.ProgramsDir("aggregator")
 	binary = filepath.Join(dir, "aggregator")
-	build := exec.Command(testutil.GoTool(), "build", "-o", binary, "github.com/gracewatch/gracewatch/cmd/aggregator")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	// goleak.VerifyTestMain exits; clean up through a wrapper.
 	code := m.Run()
 	if code == 0 {
@@ -45,7 +35,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
