@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -539,28 +538,17 @@ func (g *aggregator) watch(t testing.TB) *watcher {
 	go func() {
 		defer close(w.done)
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<24)
-		var ev event
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev.Data != "" || ev.Type != "" {
-					ev.At = time.Now()
-					select {
-					case w.events <- ev:
-					default:
-					}
-				}
-				ev = event{}
-			case strings.HasPrefix(line, "id:"):
-				ev.ID = strings.TrimSpace(line[3:])
-			case strings.HasPrefix(line, "event:"):
-				ev.Type = strings.TrimSpace(line[6:])
-			case strings.HasPrefix(line, "data:"):
-				ev.Data += strings.TrimPrefix(line[5:], " ")
+		err := testutil.ReadSSE(resp.Body, func(e testutil.SSEEvent) {
+			if e.Event == "" && e.Data == "" {
+				return // a heartbeat: a comment alone
 			}
+			select {
+			case w.events <- event{ID: e.ID, Type: e.Event, Data: e.Data, At: time.Now()}:
+			default:
+			}
+		})
+		if errors.Is(err, testutil.ErrSSEField) {
+			t.Error(err)
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-w.done })
