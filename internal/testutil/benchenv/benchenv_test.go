@@ -1,7 +1,6 @@
 package benchenv
 
 import (
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -103,19 +102,13 @@ func TestMedian(t *testing.T) {
 func TestEach(t *testing.T) {
 	var mu sync.Mutex
 	running, most, seen := 0, 0, make([]bool, 50)
-	release := make(chan struct{})
+	started, release := make(chan struct{}, len(seen)), make(chan struct{})
 	go func() {
 		// Let the first three run together before any may end.
-		for {
-			mu.Lock()
-			r := running
-			mu.Unlock()
-			if r == 3 {
-				close(release)
-				return
-			}
-			runtime.Gosched()
+		for range 3 {
+			<-started
 		}
+		close(release)
 	}()
 	Each(len(seen), 3, func(i int) {
 		mu.Lock()
@@ -123,6 +116,7 @@ func TestEach(t *testing.T) {
 		most = max(most, running)
 		seen[i] = true
 		mu.Unlock()
+		started <- struct{}{}
 		<-release
 		mu.Lock()
 		running--
