@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -296,7 +295,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Mesh.Enabled {
-		errs.Include(meshKeyErrors(c.Mesh.Config.ValidateRole(gwpb.Role_ROLE_AGENT)))
+		errs.Include(c.Mesh.Config.ValidateRole(gwpb.Role_ROLE_AGENT))
 	} else if set := c.Mesh.setKeys(); len(set) > 0 {
 		// An agent with [mesh] join or keyring set but without enabled
 		// ran alone, silently: say so rather than guess.
@@ -328,28 +327,6 @@ func (m MeshConfig) setKeys() []string {
 	add(m.SiteKeyFile != "", "site_key_file")
 	add(m.AllowUnsigned, "allow_unsigned")
 	return set
-}
-
-// meshKeyErrors turns the errors of mesh.Config.Validate ("mesh.keyring:
-// required ...", joined) into config.KeyErrors, joined again, so that they
-// are placed at their line of the file like the agent's own.
-func meshKeyErrors(err error) error {
-	if err == nil {
-		return nil
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	out := make([]error, 0, len(errs))
-	for _, e := range errs {
-		if k, msg, ok := strings.Cut(e.Error(), ": "); ok && strings.HasPrefix(k, "mesh.") && !strings.ContainsAny(k, " \"") {
-			out = append(out, config.KeyErr(k, "%s", msg))
-			continue
-		}
-		out = append(out, e)
-	}
-	return errors.Join(out...)
 }
 
 // validPort reports whether p is a port number from 1 to 65535.

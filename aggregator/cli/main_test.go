@@ -174,8 +174,8 @@ command = ["true", "{node}"]
 		{"read token is the admin token", fmt.Sprintf("[mesh]\nkeyring = %q\nallow_unsigned = true\n[http]\nadmin_token_file = %q\nread_token_file = %q\n", key, tokenFile, sameToken),
 			"holds the same token as http.admin_token_file"},
 		{"readable site key", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\n", key, openSite), "mesh.site_key_file: site key file " + openSite + ": mode 0644 is too open"},
-		{"no site key", fmt.Sprintf("[mesh]\nkeyring = %q\n", key), "mesh.site_key_file: required unless mesh.allow_unsigned = true"},
-		{"node key on an aggregator", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\nnode_key_file = \"/etc/k\"\n", key, site), "mesh.node_key_file: is a node's key"},
+		{"no site key", fmt.Sprintf("[mesh]\nkeyring = %q\n", key), `key "mesh.site_key_file": required unless mesh.allow_unsigned = true`},
+		{"node key on an aggregator", fmt.Sprintf("[mesh]\nkeyring = %q\nsite_key_file = %q\nnode_key_file = \"/etc/k\"\n", key, site), `key "mesh.node_key_file": is a node's key`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -265,7 +265,7 @@ func TestServeRefuses(t *testing.T) {
 			`aggregator.toml:6: key "http.lisen": unknown key`},
 		{"world-readable token", fmt.Sprintf("[mesh]\ninsecure = true\nbind = \"127.0.0.1:0\"\n[http]\nlisten = \"127.0.0.1:0\"\nadmin_token_file = %q\n", open),
 			"mode 0644 is too open (want 0600 or 0640"},
-		{"no keyring", "[http]\nlisten = \"127.0.0.1:0\"\n", "mesh.keyring: required"},
+		{"no keyring", "[http]\nlisten = \"127.0.0.1:0\"\n", `key "mesh.keyring": required`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
