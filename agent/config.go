@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -203,110 +202,107 @@ func ParseConfig(name string, data []byte) (Config, error) {
 
 // Validate checks values that decode but make no sense, and fills NodeName.
 func (c *Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, a ...any) {
-		errs = append(errs, config.KeyErr(key, format, a...))
-	}
+	var errs config.Problems
 	if c.NodeName == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			bad("node_name", "empty and the host name is unknown: %v", err)
+			errs.Add("node_name", "empty and the host name is unknown: %v", err)
 		} else {
 			if i := indexByte(h, '.'); i > 0 {
 				h = h[:i]
 			}
 			if err := nodename.Validate(h); err != nil {
-				bad("node_name", "empty, and the host name is not a node name: %v; set node_name", err)
+				errs.Add("node_name", "empty, and the host name is not a node name: %v; set node_name", err)
 			}
 			c.NodeName = h
 		}
 	} else if err := nodename.Validate(c.NodeName); err != nil {
-		bad("node_name", "%v", err)
+		errs.Add("node_name", "%v", err)
 	}
 	if !filepath.IsAbs(c.StateDir) {
-		bad("state_dir", "must be an absolute path, got %q", c.StateDir)
+		errs.Add("state_dir", "must be an absolute path, got %q", c.StateDir)
 	}
 	if !filepath.IsAbs(c.Socket) {
-		bad("socket", "must be an absolute path, got %q", c.Socket)
+		errs.Add("socket", "must be an absolute path, got %q", c.Socket)
 	}
 	if len(c.Socket) > 107 {
-		bad("socket", "path is %d bytes, longer than a Unix socket address allows (107)", len(c.Socket))
+		errs.Add("socket", "path is %d bytes, longer than a Unix socket address allows (107)", len(c.Socket))
 	}
 	if c.Cgroup.Root != "" && !filepath.IsAbs(c.Cgroup.Root) {
-		bad("cgroup.root", "must be an absolute path, got %q", c.Cgroup.Root)
+		errs.Add("cgroup.root", "must be an absolute path, got %q", c.Cgroup.Root)
 	}
-	config.CheckCommon(c.LogFormat, c.LogLevel, c.Mode, bad)
+	config.CheckCommon(c.LogFormat, c.LogLevel, c.Mode, errs.Add)
 	t := c.Teardown
 	if t.Grace.D() < 0 {
-		bad("teardown.grace", "must not be negative, got %v", t.Grace.D())
+		errs.Add("teardown.grace", "must not be negative, got %v", t.Grace.D())
 	}
 	if t.KillWait.D() <= 0 {
-		bad("teardown.kill_wait", "must be positive, got %v", t.KillWait.D())
+		errs.Add("teardown.kill_wait", "must be positive, got %v", t.KillWait.D())
 	}
 	if t.UnkillableAfter.D() <= 0 {
-		bad("teardown.unkillable_after", "must be positive, got %v", t.UnkillableAfter.D())
+		errs.Add("teardown.unkillable_after", "must be positive, got %v", t.UnkillableAfter.D())
 	}
 	if t.AutoResume != AutoResumeNever && t.AutoResume != AutoResumeWhenClean {
-		bad("teardown.auto_resume", "must be %q or %q, got %q", AutoResumeNever, AutoResumeWhenClean, t.AutoResume)
+		errs.Add("teardown.auto_resume", "must be %q or %q, got %q", AutoResumeNever, AutoResumeWhenClean, t.AutoResume)
 	}
 	if t.MaxExpirationAge.D() <= 0 {
-		bad("teardown.max_expiration_age", "must be positive, got %v", t.MaxExpirationAge.D())
+		errs.Add("teardown.max_expiration_age", "must be positive, got %v", t.MaxExpirationAge.D())
 	}
 	if _, err := cgroup.ParseAllowList(t.ForeignCgroups); err != nil {
-		bad("teardown.foreign_cgroups", "%v", err)
+		errs.Add("teardown.foreign_cgroups", "%v", err)
 	}
 	if len(t.ExpirationCommand) > 0 && !filepath.IsAbs(t.ExpirationCommand[0]) {
-		bad("teardown.expiration_command", "the command must be an absolute path, got %q", t.ExpirationCommand[0])
+		errs.Add("teardown.expiration_command", "the command must be an absolute path, got %q", t.ExpirationCommand[0])
 	}
 	if to := t.ExpirationTimeout.D(); to < time.Second || to > 5*time.Minute {
-		bad("teardown.expiration_timeout", "must be between 1s and 5m, got %v", to)
+		errs.Add("teardown.expiration_timeout", "must be between 1s and 5m, got %v", to)
 	}
 	if n := t.OutputTail.N(); n < minOutputTail || n > maxOutputTail {
-		bad("teardown.output_tail", "must be between 4KiB and 1GiB, got %d bytes", n)
+		errs.Add("teardown.output_tail", "must be between 4KiB and 1GiB, got %d bytes", n)
 	}
 	for _, u := range c.API.AllowedUIDs {
 		if u < 0 {
-			bad("api.allowed_uids", "negative uid %d", u)
+			errs.Add("api.allowed_uids", "negative uid %d", u)
 		}
 	}
 	for _, g := range c.API.AllowedGIDs {
 		if g < 0 {
-			bad("api.allowed_gids", "negative gid %d", g)
+			errs.Add("api.allowed_gids", "negative gid %d", g)
 		}
 	}
 	if w := c.API.StopWait.D(); w < 0 || w > 10*time.Minute {
-		bad("api.stop_wait", "must be between 0 and 10m, got %v", w)
+		errs.Add("api.stop_wait", "must be between 0 and 10m, got %v", w)
 	}
 	d := c.Diagnostics
 	if !filepath.IsAbs(d.ProcRoot) {
-		bad("diagnostics.proc_root", "must be an absolute path, got %q", d.ProcRoot)
+		errs.Add("diagnostics.proc_root", "must be an absolute path, got %q", d.ProcRoot)
 	}
 	if d.ReadTimeout.D() <= 0 {
-		bad("diagnostics.read_timeout", "must be positive, got %v", d.ReadTimeout.D())
+		errs.Add("diagnostics.read_timeout", "must be positive, got %v", d.ReadTimeout.D())
 	}
 	if d.MaxBlockedReads < 1 {
-		bad("diagnostics.max_blocked_reads", "must be at least 1, got %d", d.MaxBlockedReads)
+		errs.Add("diagnostics.max_blocked_reads", "must be at least 1, got %d", d.MaxBlockedReads)
 	}
 	if d.SampleInterval.D() < 0 {
-		bad("diagnostics.sample_interval", "must not be negative, got %v", d.SampleInterval.D())
+		errs.Add("diagnostics.sample_interval", "must not be negative, got %v", d.SampleInterval.D())
 	}
 	if d.MaxReports < 1 {
-		bad("diagnostics.max_reports", "must be at least 1, got %d", d.MaxReports)
+		errs.Add("diagnostics.max_reports", "must be at least 1, got %d", d.MaxReports)
 	}
 	if l := c.Metrics.Listen; l != "" {
 		if _, port, err := net.SplitHostPort(l); err != nil || !validPort(port) {
-			bad("metrics.listen", "want host:port (e.g. \"127.0.0.1:9470\") or empty, got %q", l)
+			errs.Add("metrics.listen", "want host:port (e.g. \"127.0.0.1:9470\") or empty, got %q", l)
 		}
 	}
 	if c.Mesh.Enabled {
-		errs = append(errs, meshKeyErrors(c.Mesh.Config.ValidateRole(gwpb.Role_ROLE_AGENT))...)
+		errs.Include(c.Mesh.Config.ValidateRole(gwpb.Role_ROLE_AGENT))
 	} else if set := c.Mesh.setKeys(); len(set) > 0 {
 		// An agent with [mesh] join or keyring set but without enabled
 		// ran alone, silently: say so rather than guess.
-		bad("mesh.enabled", "is false, but %s %s set: set enabled = true to join the mesh, or remove %s to run without it",
+		errs.Add("mesh.enabled", "is false, but %s %s set: set enabled = true to join the mesh, or remove %s to run without it",
 			strings.Join(set, ", "), map[bool]string{true: "is", false: "are"}[len(set) == 1], map[bool]string{true: "it", false: "them"}[len(set) == 1])
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // setKeys lists the [mesh] keys other than enabled whose values differ
@@ -331,28 +327,6 @@ func (m MeshConfig) setKeys() []string {
 	add(m.SiteKeyFile != "", "site_key_file")
 	add(m.AllowUnsigned, "allow_unsigned")
 	return set
-}
-
-// meshKeyErrors turns the errors of mesh.Config.Validate ("mesh.keyring:
-// required ...", joined) into config.KeyErrors, so that they are placed
-// at their line of the file like the agent's own.
-func meshKeyErrors(err error) []error {
-	if err == nil {
-		return nil
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	out := make([]error, 0, len(errs))
-	for _, e := range errs {
-		if k, msg, ok := strings.Cut(e.Error(), ": "); ok && strings.HasPrefix(k, "mesh.") && !strings.ContainsAny(k, " \"") {
-			out = append(out, config.KeyErr(k, "%s", msg))
-			continue
-		}
-		out = append(out, e)
-	}
-	return out
 }
 
 // validPort reports whether p is a port number from 1 to 65535.

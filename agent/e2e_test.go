@@ -35,21 +35,13 @@ var nodeagentBin string
 func TestMain(m *testing.M) {
 	cgroup.RunShimIfRequested()
 	hangfs.RunIfRequested()
-	dir, err := os.MkdirTemp("", "gw-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	// The client as the package builds it (its start is what
 	// BenchmarkEpilogTrue measures), and beside it the daemon that its
 	// serve re-executes.
+	dir, remove := testutil.ProgramsDir("nodeagent", "nodeagentd")
 	nodeagentBin = filepath.Join(dir, "nodeagent")
-	if err := testutil.BuildPrograms(dir, "nodeagent", "nodeagentd"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

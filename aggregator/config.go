@@ -1,8 +1,6 @@
 package aggregator
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,70 +134,44 @@ func ParseConfig(name string, data []byte) (Config, error) {
 // Validate checks values that decode but make no sense, fills Name and the
 // actuators' defaults. Every problem is reported, each naming its key.
 func (c *Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("key %q: %s", key, fmt.Sprintf(format, a...)))
-	}
+	var errs config.Problems
 	if c.Name == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
-			bad("name", "empty and the host name is unknown: %v", err)
+			errs.Add("name", "empty and the host name is unknown: %v", err)
 		}
 		h, _, _ = strings.Cut(h, ".")
 		c.Name = "aggregator-" + h
 	}
 	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
-		bad("state_dir", "must be an absolute path, got %q", c.StateDir)
+		errs.Add("state_dir", "must be an absolute path, got %q", c.StateDir)
 	}
 	if err := nodename.Validate(c.Name); err != nil {
-		bad("name", "%v", err)
+		errs.Add("name", "%v", err)
 	}
-	config.CheckCommon(c.LogFormat, c.LogLevel, c.Mode, bad)
-	if err := c.Mesh.ValidateRole(gwpb.Role_ROLE_AGGREGATOR); err != nil {
-		errs = append(errs, err)
-	}
-
-	errs = appendEach(errs, c.HTTP.Validate("http"))
+	config.CheckCommon(c.LogFormat, c.LogLevel, c.Mode, errs.Add)
+	errs.Include(c.Mesh.ValidateRole(gwpb.Role_ROLE_AGGREGATOR))
+	errs.Include(c.HTTP.Validate("http"))
 
 	p := c.Policy
 	if p.Grace.D() < 0 {
-		bad("policy.grace", "must not be negative, got %v", p.Grace.D())
+		errs.Add("policy.grace", "must not be negative, got %v", p.Grace.D())
 	}
 	if d := p.ClockSkewAllowance.D(); d < 0 || d > time.Hour {
-		bad("policy.clock_skew_allowance", "want 0 to 1h, got %v", d)
+		errs.Add("policy.clock_skew_allowance", "want 0 to 1h, got %v", d)
 	}
 	if d := p.UnreachableAfter.D(); d < 0 || d > time.Hour {
-		bad("policy.unreachable_after", "want 0 to 1h, got %v", d)
+		errs.Add("policy.unreachable_after", "want 0 to 1h, got %v", d)
 	}
 	if d := p.Settle.D(); d < 0 || d > time.Hour {
-		bad("policy.settle", "want 0 to 1h, got %v", d)
+		errs.Add("policy.settle", "want 0 to 1h, got %v", d)
 	}
 
-	if err := c.Reservations.Validate("reservations"); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Incidents.Validate("incidents"); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.History.Validate("history"); err != nil {
-		errs = append(errs, err)
-	}
-
-	errs = appendEach(errs, actuate.ValidateConfigs(c.Actuators, "actuator"))
-	return errors.Join(errs...)
-}
-
-// appendEach appends to errs each error of err (an errors.Join's one by
-// one, so that each stands on its own line of the file's errors; nil
-// none).
-func appendEach(errs []error, err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return append(errs, j.Unwrap()...)
-	}
-	if err != nil {
-		errs = append(errs, err)
-	}
-	return errs
+	errs.Include(c.Reservations.Validate("reservations"))
+	errs.Include(c.Incidents.Validate("incidents"))
+	errs.Include(c.History.Validate("history"))
+	errs.Include(actuate.ValidateConfigs(c.Actuators, "actuator"))
+	return errs.Err()
 }
 
 // Warnings lists what a valid configuration does that its operator

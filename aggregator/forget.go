@@ -97,14 +97,7 @@ func (s *Service) forget(name, by string, propagate bool) error {
 			}
 		}
 		env := &gwpb.Envelope{Body: &gwpb.Envelope_Forget{Forget: &gwpb.Forget{Names: []string{name}, By: by}}}
-		m := s.mesh
-		for _, agg := range to {
-			go func() {
-				if err := m.Send(agg, env); err != nil {
-					s.log.Warn("forget not delivered to an aggregator; forget the node there too", "to", agg, "node", name, "err", err)
-				}
-			}()
-		}
+		s.sendToAggregators(to, env, "forget not delivered to an aggregator; forget the node there too", "", "node", name)
 	}
 	return nil
 }

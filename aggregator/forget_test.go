@@ -110,8 +110,8 @@ func TestHTTPForget(t *testing.T) {
 	if r := call(t, "POST", base+"/v1/nodes/n1/forget", testToken, `{"reason": "decommissioned"}`); r.status != 200 || !strings.Contains(string(r.body), `"n1"`) {
 		t.Fatalf("forget: %d %s", r.status, r.body)
 	}
-	if ev := w.next(); ev.event != "forget" || ev.data != `{"name":"n1"}` {
-		t.Fatalf("watch event %q %s, want forget of n1", ev.event, ev.data)
+	if ev := w.next(); ev.Event != "forget" || ev.Data != `{"name":"n1"}` {
+		t.Fatalf("watch event %q %s, want forget of n1", ev.Event, ev.Data)
 	}
 	if r := call(t, "GET", base+"/v1/nodes/n1", testToken, ""); r.status != 404 {
 		t.Fatalf("forgotten node still served: %d %s", r.status, r.body)

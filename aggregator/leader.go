@@ -87,14 +87,26 @@ func (s *Service) sendHandovers(to []string) {
 		return
 	}
 	env := &gwpb.Envelope{Body: &gwpb.Envelope_Handover{Handover: h}}
+	s.sendToAggregators(to, env, "handover of gone nodes not delivered", "gone nodes handed over", "nodes", len(h.GetGone()))
+}
+
+// sendToAggregators sends env to each of the aggregators named in to, each
+// send on a goroutine of its own: the loop never waits on a peer. A send
+// that fails is logged as a warning with failed, a delivered one with
+// delivered (none if empty); attrs say what was sent. The Forget of a node
+// and the handover of the gone nodes go to the other aggregators this way.
+func (s *Service) sendToAggregators(to []string, env *gwpb.Envelope, failed, delivered string, attrs ...any) {
 	m := s.mesh
 	for _, name := range to {
 		go func() {
+			args := append([]any{"to", name}, attrs...)
 			if err := m.Send(name, env); err != nil {
-				s.log.Warn("handover of gone nodes not delivered", "to", name, "nodes", len(h.GetGone()), "err", err)
+				s.log.Warn(failed, append(args, "err", err)...)
 				return
 			}
-			s.log.Info("gone nodes handed over", "to", name, "nodes", len(h.GetGone()))
+			if delivered != "" {
+				s.log.Info(delivered, args...)
+			}
 		}()
 	}
 }

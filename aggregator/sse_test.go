@@ -1,9 +1,9 @@
 package aggregator
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,15 +19,10 @@ import (
 	"github.com/gracewatch/gracewatch/proto/gwpb"
 )
 
-type sseEvent struct {
-	id, event, data string
-	comment         string
-}
-
 // watcher is a real SSE client of /v1/watch.
 type watcher struct {
 	t      *testing.T
-	events chan sseEvent
+	events chan testutil.SSEEvent
 	header http.Header
 }
 
@@ -51,42 +46,14 @@ func openWatch(t *testing.T, base, lastID string) *watcher {
 		resp.Body.Close()
 		t.Fatalf("watch: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	w := &watcher{t: t, events: make(chan sseEvent, 1024), header: resp.Header}
+	w := &watcher{t: t, events: make(chan testutil.SSEEvent, 1024), header: resp.Header}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer close(w.events)
-		br := bufio.NewReader(resp.Body)
-		var ev sseEvent
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			line = strings.TrimSuffix(line, "\n")
-			switch {
-			case line == "":
-				if ev != (sseEvent{}) {
-					w.events <- ev
-				}
-				ev = sseEvent{}
-			case strings.HasPrefix(line, ":"):
-				ev.comment = strings.TrimSpace(line[1:])
-			default:
-				k, v, _ := strings.Cut(line, ":")
-				v = strings.TrimPrefix(v, " ")
-				switch k {
-				case "id":
-					ev.id = v
-				case "event":
-					ev.event = v
-				case "data":
-					ev.data = v
-				case "retry":
-				default:
-					t.Errorf("unknown SSE field %q", line)
-				}
-			}
+		err := testutil.ReadSSE(resp.Body, func(ev testutil.SSEEvent) { w.events <- ev })
+		if errors.Is(err, testutil.ErrSSEField) {
+			t.Error(err)
 		}
 	}()
 	t.Cleanup(func() {
@@ -100,52 +67,52 @@ func openWatch(t *testing.T, base, lastID string) *watcher {
 }
 
 // next returns the next event or comment.
-func (w *watcher) next() sseEvent {
+func (w *watcher) next() testutil.SSEEvent {
 	w.t.Helper()
 	select {
 	case ev, ok := <-w.events:
 		if !ok {
 			w.t.Fatal("watch stream ended")
 		}
-		switch ev.event {
+		switch ev.Event {
 		case "snapshot":
-			apispec.CheckSchema(w.t, "NodeList", []byte(ev.data))
+			apispec.CheckSchema(w.t, "NodeList", []byte(ev.Data))
 		case "node":
-			apispec.CheckSchema(w.t, "Node", []byte(ev.data))
+			apispec.CheckSchema(w.t, "Node", []byte(ev.Data))
 		case "forget":
-			apispec.CheckSchema(w.t, "Forgotten", []byte(ev.data))
+			apispec.CheckSchema(w.t, "Forgotten", []byte(ev.Data))
 		}
 		return ev
 	case <-time.After(testTimeout):
 		w.t.Fatal("no event in time")
 	}
-	return sseEvent{}
+	return testutil.SSEEvent{}
+}
+
+// nextOf returns the id of the next event, which must be of kind event,
+// and its data decoded into a T.
+func nextOf[T any](w *watcher, event string) (string, T) {
+	w.t.Helper()
+	ev := w.next()
+	if ev.Event != event {
+		w.t.Fatalf("got %+v, want a %s event", ev, event)
+	}
+	var v T
+	if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
+		w.t.Fatal(err)
+	}
+	return ev.ID, v
 }
 
 func (w *watcher) nextNode() (string, api.Node) {
 	w.t.Helper()
-	ev := w.next()
-	if ev.event != "node" {
-		w.t.Fatalf("got %+v, want a node event", ev)
-	}
-	var n api.Node
-	if err := json.Unmarshal([]byte(ev.data), &n); err != nil {
-		w.t.Fatal(err)
-	}
-	return ev.id, n
+	return nextOf[api.Node](w, "node")
 }
 
 func (w *watcher) snapshot() (string, []api.Node) {
 	w.t.Helper()
-	ev := w.next()
-	if ev.event != "snapshot" {
-		w.t.Fatalf("got %+v, want a snapshot", ev)
-	}
-	var list api.NodeList
-	if err := json.Unmarshal([]byte(ev.data), &list); err != nil {
-		w.t.Fatal(err)
-	}
-	return ev.id, list.Nodes
+	id, list := nextOf[api.NodeList](w, "snapshot")
+	return id, list.Nodes
 }
 
 func TestWatchSnapshotEventsAndResume(t *testing.T) {
@@ -225,7 +192,7 @@ func TestWatchHeartbeat(t *testing.T) {
 		t.Fatalf("%d timers pending", h.clk.Pending())
 	}
 	h.clk.Advance(httpapi.DefaultHeartbeat)
-	if ev := w.next(); ev.comment != "heartbeat" {
+	if ev := w.next(); ev.Comment != "heartbeat" {
 		t.Errorf("got %+v, want a heartbeat comment", ev)
 	}
 }

@@ -407,6 +407,36 @@ func TestNextEnforcement(t *testing.T) {
 	}
 }
 
+// servedCase is one node's input to view.Compute and how it must be
+// served: state, reason and since exactly (a zero since: none), and the
+// member status when member is set.
+type servedCase struct {
+	name   string
+	in     view.NodeInput
+	now    time.Time
+	policy view.Policy
+	state  view.State
+	member mesh.Status
+	reason string
+	since  time.Time
+}
+
+// checkServed runs each case as a subtest.
+func checkServed(t *testing.T, cases []servedCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			n := view.Compute([]view.NodeInput{tt.in}, tt.now, tt.policy)[0]
+			if n.State != tt.state || n.Reason != tt.reason || tt.member != "" && mesh.Status(n.Member) != tt.member {
+				t.Errorf("got (%s, member %s, %q), want (%s, member %s, %q)", n.State, n.Member, n.Reason, tt.state, tt.member, tt.reason)
+			}
+			if !sameTime(n.Since, tt.since) {
+				t.Errorf("since = %v, want %v", fmtPtr(n.Since), fmtPtr(tt.since))
+			}
+		})
+	}
+}
+
 func TestComputeUnreachableAfter(t *testing.T) {
 	p := view.Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: 2 * time.Second}
 	went := at(10 * time.Minute)
@@ -416,16 +446,7 @@ func TestComputeUnreachableAfter(t *testing.T) {
 		return in
 	}
 	deadline := went.Add(time.Second)
-	tests := []struct {
-		name   string
-		in     view.NodeInput
-		now    time.Time
-		policy view.Policy
-		state  view.State
-		member mesh.Status
-		reason string
-		since  time.Time
-	}{
+	checkServed(t, []servedCase{
 		{name: "dead within the window: served as before", in: gone(upMeta(1, 1), mesh.StatusDead),
 			now: went.Add(2*time.Second - time.Millisecond), policy: p, state: view.StateUp, member: mesh.StatusAlive, since: t0},
 		{name: "left within the window: served as before", in: gone(downMeta(1, 2, "hung"), mesh.StatusLeft),
@@ -449,22 +470,7 @@ func TestComputeUnreachableAfter(t *testing.T) {
 			now: deadline.Add(5 * time.Second), policy: view.Policy{ClockSkewAllowance: 5 * time.Second, UnreachableAfter: time.Hour},
 			state: view.StateDown, member: mesh.StatusAlive,
 			reason: "no report after teardown deadline 2025-06-01T12:10:01.000Z", since: deadline.Add(5 * time.Second)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			n := view.Compute([]view.NodeInput{tt.in}, tt.now, tt.policy)[0]
-			if n.State != tt.state || mesh.Status(n.Member) != tt.member || n.Reason != tt.reason {
-				t.Errorf("got (%s, member %s, %q), want (%s, member %s, %q)", n.State, n.Member, n.Reason, tt.state, tt.member, tt.reason)
-			}
-			var want *time.Time
-			if !tt.since.IsZero() {
-				want = &tt.since
-			}
-			if !sameTime(n.Since, val(want)) {
-				t.Errorf("since = %v, want %v", fmtPtr(n.Since), fmtPtr(val(want)))
-			}
-		})
-	}
+	})
 }
 
 func TestNextEnforcementUnreachableAfter(t *testing.T) {
@@ -532,15 +538,7 @@ func TestComputeSettle(t *testing.T) {
 		return in
 	}
 	centralReason := "no report after teardown deadline 2025-06-01T12:01:00.000Z"
-	tests := []struct {
-		name   string
-		in     view.NodeInput
-		now    time.Time
-		policy view.Policy
-		state  view.State
-		reason string
-		since  time.Time
-	}{
+	checkServed(t, []servedCase{
 		{name: "gossip only, within settle: the gossiped state", in: gossipOnly(),
 			now: seen.Add(3*time.Second - time.Millisecond), policy: p, state: view.StateTeardown, reason: "job 7 tearing down", since: t0},
 		{name: "gossip only, settle over: down since the end of settle", in: gossipOnly(),
@@ -570,18 +568,7 @@ func TestComputeSettle(t *testing.T) {
 			return in
 		}(), now: seen.Add(6 * time.Second), policy: p, state: view.StateDown,
 			reason: "no report after teardown deadline 2025-06-01T12:10:01.000Z", since: seen.Add(6 * time.Second)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			n := view.Compute([]view.NodeInput{tt.in}, tt.now, tt.policy)[0]
-			if n.State != tt.state || n.Reason != tt.reason {
-				t.Errorf("got (%s, %q), want (%s, %q)", n.State, n.Reason, tt.state, tt.reason)
-			}
-			if !sameTime(n.Since, tt.since) {
-				t.Errorf("since = %v, want %v", fmtPtr(n.Since), tt.since)
-			}
-		})
-	}
+	})
 
 	// The timer wakes at the end of settle, not at the passed D + allowance.
 	in := gossipOnly()

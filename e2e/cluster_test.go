@@ -14,6 +14,17 @@ import (
 	"github.com/gracewatch/gracewatch/internal/testutil"
 )
 
+// waitAllUp waits until each of aggs serves every agent of c up (at most
+// 15 s a node).
+func (c *cluster) waitAllUp(t testing.TB, aggs ...*aggregator) {
+	t.Helper()
+	for _, g := range aggs {
+		for _, a := range c.agents {
+			g.waitNode(t, a.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
+		}
+	}
+}
+
 // TestCluster runs one mesh of two aggregators and three agents on loopback
 // through the cases a site meets, in order: a hung epilogue, a resume, an
 // agent killed and restarted, an agent frozen during a teardown, and an
@@ -26,11 +37,7 @@ func TestCluster(t *testing.T) {
 	agg1 := c.addAggregator("agg-1")
 	agg2 := c.addAggregator("agg-2")
 	n1, n2, n3 := c.addAgent("n1"), c.addAgent("n2"), c.addAgent("n3")
-	for _, g := range c.aggs {
-		for _, a := range c.agents {
-			g.waitNode(t, a.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
-		}
-	}
+	c.waitAllUp(t, c.aggs...)
 
 	t.Run("hung epilogue: teardown with free_at = D, then down within 1 s of D", func(t *testing.T) {
 		w := agg1.watch(t)
@@ -271,9 +278,7 @@ func TestLateAggregatorKnowsGoneNodes(t *testing.T) {
 	agg1 := c.addAggregator("agg-1")
 	c.addAgent("n1")
 	n2 := c.addAgent("n2")
-	for _, a := range c.agents {
-		agg1.waitNode(t, a.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
-	}
+	c.waitAllUp(t, agg1)
 	n2.crash()
 	gone := agg1.waitNode(t, "n2", "unreachable", 20*time.Second, func(n node) bool { return n.State == "unreachable" })
 	// A member that joins later learns from memberlist's push-pull only of

@@ -413,30 +413,14 @@ func (bm *benchMesh) startCrashNodes(n int, agg string) []*crashNode {
 	b.Helper()
 	nodes := make([]*crashNode, n)
 	b.Cleanup(func() {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 32)
-		for _, c := range nodes {
-			if c != nil {
-				sem <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-sem }()
-					c.close()
-				})
+		benchenv.Each(n, 32, func(i int) {
+			if nodes[i] != nil {
+				nodes[i].close()
 			}
-		}
-		wg.Wait()
+		})
 	})
 	errs := make([]error, n)
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			nodes[i], errs[i] = bm.crashNode(i, agg)
-		})
-	}
-	wg.Wait()
+	benchenv.Each(n, 16, func(i int) { nodes[i], errs[i] = bm.crashNode(i, agg) })
 	for _, err := range errs {
 		if err != nil {
 			b.Fatal(err)

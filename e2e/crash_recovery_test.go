@@ -20,6 +20,19 @@ import (
 // node's state happened to change).
 const crashRecoveryBound = 15 * time.Second
 
+// crashCluster is the cluster both crash tests start from: the aggregator
+// agg-1 and the agents n1 to n3, served up.
+func crashCluster(t *testing.T) (*cluster, *aggregator) {
+	t.Helper()
+	c := newCluster(t)
+	agg := c.addAggregator("agg-1")
+	for _, n := range []string{"n1", "n2", "n3"} {
+		c.addAgent(n)
+	}
+	c.waitAllUp(t, agg)
+	return c, agg
+}
+
 // An aggregator killed with SIGKILL (a crash, an OOM kill, a power cut:
 // no signed leave) and restarted at once with the same configuration is
 // a new process that has none of the nodes' states, while memberlist on
@@ -27,14 +40,7 @@ const crashRecoveryBound = 15 * time.Second
 // view only with a proven update from the node: the agents must see that
 // the aggregator they send to is a new process, and send it their state.
 func TestAggregatorCrashRecovery(t *testing.T) {
-	c := newCluster(t)
-	agg := c.addAggregator("agg-1")
-	for _, n := range []string{"n1", "n2", "n3"} {
-		c.addAgent(n)
-	}
-	for _, a := range c.agents {
-		agg.waitNode(t, a.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
-	}
+	c, agg := crashCluster(t)
 
 	// not a wait: the scenario is a cluster that has been idle for a while,
 	// the gossip of the members' joins died down; a crash in the middle
@@ -104,14 +110,7 @@ func crashAndRecover(t *testing.T, c *cluster, agg *aggregator) {
 // they proved (aggregator/reach.go), and serves every one of them again
 // within the same bound.
 func TestAggregatorCrashRecoveryAfterFlood(t *testing.T) {
-	c := newCluster(t)
-	agg := c.addAggregator("agg-1")
-	for _, n := range []string{"n1", "n2", "n3"} {
-		c.addAgent(n)
-	}
-	for _, a := range c.agents {
-		agg.waitNode(t, a.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
-	}
+	c, agg := crashCluster(t)
 	r := c.crafter(t)
 	targets := []string{c.seeds[0]}
 	for _, a := range c.agents {

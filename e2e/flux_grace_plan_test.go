@@ -76,20 +76,7 @@ func (s *fluxSite) eventlog(j fluxJob) []fluxEvent {
 
 // baseExpiration is the expiration of the job's R as the scheduler wrote
 // it (flux job info --base), before any resource-update.
-func (s *fluxSite) baseExpiration(j fluxJob) float64 {
-	s.t.Helper()
-	var r struct {
-		Execution struct {
-			Start      float64 `json:"starttime"`
-			Expiration float64 `json:"expiration"`
-		} `json:"execution"`
-	}
-	out := s.must("job", "info", "--base", j.f58, "R")
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		s.t.Fatalf("base R of %s: %v: %s", j.f58, err, out)
-	}
-	return r.Execution.Expiration
-}
+func (s *fluxSite) baseExpiration(j fluxJob) float64 { return s.rExpiration(j, "--base") }
 
 // planWithout reports whether GRACEWATCH_COMPARE_WITHOUT switches the
 // plugin off: the negative control of TestFluxGracePlan.

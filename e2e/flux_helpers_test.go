@@ -318,16 +318,20 @@ func (s *fluxSite) waitJob(j fluxJob, what string, timeout time.Duration, cond f
 }
 
 // expiration is the job's R execution.expiration, as the prolog read it.
-func (s *fluxSite) expiration(j fluxJob) float64 {
+func (s *fluxSite) expiration(j fluxJob) float64 { return s.rExpiration(j) }
+
+// rExpiration is the execution.expiration of the job's R as `flux job
+// info [opts] JOBID R` prints it.
+func (s *fluxSite) rExpiration(j fluxJob, opts ...string) float64 {
 	s.t.Helper()
 	var r struct {
 		Execution struct {
 			Expiration float64 `json:"expiration"`
 		} `json:"execution"`
 	}
-	out := s.must("job", "info", j.f58, "R")
+	out := s.must(append(append([]string{"job", "info"}, opts...), j.f58, "R")...)
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		s.t.Fatalf("R of %s: %v: %s", j.f58, err, out)
+		s.t.Fatalf("job info %s R of %s: %v: %s", strings.Join(opts, " "), j.f58, err, out)
 	}
 	return r.Execution.Expiration
 }

@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,20 +35,12 @@ var bins struct{ nodeagent, nodeagentd, aggregator string }
 const aggSettle = 2 * time.Second
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gw-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	dir, remove := testutil.ProgramsDir("nodeagent", "nodeagentd", "aggregator")
 	bins.nodeagent = filepath.Join(dir, "nodeagent")
 	bins.nodeagentd = filepath.Join(dir, "nodeagentd")
 	bins.aggregator = filepath.Join(dir, "aggregator")
-	if err := testutil.BuildPrograms(dir, "nodeagent", "nodeagentd", "aggregator"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -547,28 +538,17 @@ func (g *aggregator) watch(t testing.TB) *watcher {
 	go func() {
 		defer close(w.done)
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<24)
-		var ev event
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev.Data != "" || ev.Type != "" {
-					ev.At = time.Now()
-					select {
-					case w.events <- ev:
-					default:
-					}
-				}
-				ev = event{}
-			case strings.HasPrefix(line, "id:"):
-				ev.ID = strings.TrimSpace(line[3:])
-			case strings.HasPrefix(line, "event:"):
-				ev.Type = strings.TrimSpace(line[6:])
-			case strings.HasPrefix(line, "data:"):
-				ev.Data += strings.TrimPrefix(line[5:], " ")
+		err := testutil.ReadSSE(resp.Body, func(e testutil.SSEEvent) {
+			if e.Event == "" && e.Data == "" {
+				return // a heartbeat: a comment alone
 			}
+			select {
+			case w.events <- event{ID: e.ID, Type: e.Event, Data: e.Data, At: time.Now()}:
+			default:
+			}
+		})
+		if errors.Is(err, testutil.ErrSSEField) {
+			t.Error(err)
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-w.done })

@@ -301,9 +301,7 @@ func TestLivenessAttacks(t *testing.T) {
 	agg := c.addAggregator("agg-1")
 	aggAddr := c.seeds[0]
 	n1, n2, n3 := c.addAgent("n1"), c.addAgent("n2"), c.addAgent("n3")
-	for _, a := range c.agents {
-		agg.waitNode(t, a.node, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
-	}
+	c.waitAllUp(t, agg)
 	r := c.crafter(t)
 	// A member of the mesh too (root on "rogue"), for what it copies and
 	// sends over memberlist's streams.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,29 +152,29 @@ func replaySettings(t *testing.T) replayConfig {
 	t.Helper()
 	cfg := replayConfig{
 		trace:       envString("GRACEWATCH_REPLAY_TRACE", filepath.Join("testdata", "replay", "coare-saliksik-2020-window.swf")),
-		start:       envInt(t, "GRACEWATCH_REPLAY_START", 0),
+		start:       benchenv.Ints(t, "GRACEWATCH_REPLAY_START", []int{0})[0],
 		count:       benchenv.Int(t, "GRACEWATCH_REPLAY_JOBS", 20),
 		nodes:       benchenv.Int(t, "GRACEWATCH_REPLAY_NODES", 4),
-		compression: envFloats(t, "GRACEWATCH_REPLAY_COMPRESSION", []float64{60})[0],
+		compression: benchenv.Floats(t, "GRACEWATCH_REPLAY_COMPRESSION", []float64{60})[0],
 		grace:       benchenv.Duration(t, "GRACEWATCH_REPLAY_GRACE", 10*time.Second),
 		repair:      benchenv.Duration(t, "GRACEWATCH_REPLAY_REPAIR", 20*time.Second),
 		after:       envString("GRACEWATCH_REPLAY_AFTER", "2s"),
 		horizon:     benchenv.Duration(t, "GRACEWATCH_REPLAY_HORIZON", 15*time.Minute),
 		maxRun:      benchenv.Duration(t, "GRACEWATCH_REPLAY_MAX_RUN", 0),
-		hungRates:   envFloats(t, "GRACEWATCH_REPLAY_HUNG", []float64{0.05}),
+		hungRates:   benchenv.Floats(t, "GRACEWATCH_REPLAY_HUNG", []float64{0.05}),
 		// The CI variant runs what it asserts on (drain, plan); make
 		// bench-replay adds Slurm alone for the figures.
 		runs:        strings.Split(envString("GRACEWATCH_REPLAY_RUNS", "drain,plan"), ","),
 		csv:         os.Getenv("GRACEWATCH_REPLAY_CSV"),
 		requireHung: os.Getenv("GRACEWATCH_REPLAY_HUNG") == "",
 	}
-	cfg.planTolerance = envFloats(t, "GRACEWATCH_REPLAY_PLAN_TOLERANCE", []float64{0.002})[0]
+	cfg.planTolerance = benchenv.Floats(t, "GRACEWATCH_REPLAY_PLAN_TOLERANCE", []float64{0.002})[0]
 	if cfg.planTolerance < 0 || cfg.planTolerance > 1 {
 		t.Fatalf("GRACEWATCH_REPLAY_PLAN_TOLERANCE=%g: node-hours between 0 and 1", cfg.planTolerance)
 	}
 	cfg.model = replay.Model{
-		Seed:     uint64(envInt(t, "GRACEWATCH_REPLAY_SEED", 1)),
-		SlowRate: envFloats(t, "GRACEWATCH_REPLAY_SLOW", []float64{0.05})[0],
+		Seed:     uint64(benchenv.Ints(t, "GRACEWATCH_REPLAY_SEED", []int{1})[0]),
+		SlowRate: benchenv.Floats(t, "GRACEWATCH_REPLAY_SLOW", []float64{0.05})[0],
 		FastMax:  benchenv.Duration(t, "GRACEWATCH_REPLAY_FAST_MAX", time.Second),
 		SlowMin:  benchenv.Duration(t, "GRACEWATCH_REPLAY_SLOW_MIN", cfg.grace/5),
 		SlowMax:  benchenv.Duration(t, "GRACEWATCH_REPLAY_SLOW_MAX", cfg.grace*3/5),
@@ -240,36 +239,4 @@ func envString(name, def string) string {
 		return v
 	}
 	return def
-}
-
-// envInt reads a non-negative integer.
-func envInt(t *testing.T, name string, def int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		t.Fatalf("%s=%q: want a non-negative integer", name, v)
-	}
-	return n
-}
-
-// envFloats reads comma-separated non-negative numbers.
-func envFloats(t *testing.T, name string, def []float64) []float64 {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	var out []float64
-	for _, f := range strings.Split(v, ",") {
-		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || x < 0 || x > 1e6 {
-			t.Fatalf("%s=%q: want non-negative numbers separated by commas", name, v)
-		}
-		out = append(out, x)
-	}
-	return out
 }

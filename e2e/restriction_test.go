@@ -214,9 +214,7 @@ func TestNodeRestriction(t *testing.T) {
 	c.aggConf = actuatorLog(actions)
 	agg := c.addAggregator("agg-1")
 	n1, n2 := c.addAgent("n1"), c.addAgent("n2")
-	for _, n := range []string{"n1", "n2"} {
-		agg.waitNode(t, n, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
-	}
+	c.waitAllUp(t, agg)
 	// A real DOWN latch on n1, drained through the aggregator.
 	if code, body := agg.post(t, "/v1/nodes/n1/drain", c.token, `{"reason":"maintenance"}`); code != 200 {
 		t.Fatalf("drain: %d %s", code, body)
@@ -400,9 +398,7 @@ func TestNodeRestrictionRollout(t *testing.T) {
 	c.keyless = map[string]bool{"n2": true}
 	agg := c.addAggregator("agg-1")
 	n1, n2 := c.addAgent("n1"), c.addAgent("n2")
-	for _, n := range []string{"n1", "n2"} {
-		agg.waitNode(t, n, "up", 15*time.Second, func(n node) bool { return n.State == "up" })
-	}
+	c.waitAllUp(t, agg)
 	for _, a := range []*agent{n1, n2} {
 		if code, body := agg.post(t, "/v1/nodes/"+a.node+"/drain", c.token, `{"reason":"rollout"}`); code != 200 {
 			t.Fatalf("drain %s: %d %s", a.node, code, body)

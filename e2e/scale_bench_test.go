@@ -428,18 +428,11 @@ func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mes
 	converge := benchenv.Duration(b, "GW_BENCH_CONVERGE", 4*time.Minute)
 	members := make([]*mesh.Mesh, n)
 	b.Cleanup(func() {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 32)
-		for _, m := range members {
-			if m != nil {
-				sem <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-sem }()
-					m.Shutdown()
-				})
+		benchenv.Each(n, 32, func(i int) {
+			if members[i] != nil {
+				members[i].Shutdown()
 			}
-		}
-		wg.Wait()
+		})
 	})
 	begin := time.Now()
 	benchenv.StartPaced(b, 0, n, batch, load, func(i, _ int) error {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -399,20 +398,12 @@ func progress(b *testing.B, format string, args ...any) {
 
 // shutdownAll shuts the members down, 32 at a time; it may be called again.
 func shutdownAll(members []benchMember) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	for i, m := range members {
-		if m == nil {
-			continue
-		}
-		members[i] = nil
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+	benchenv.Each(len(members), 32, func(i int) {
+		if m := members[i]; m != nil {
+			members[i] = nil
 			m.Shutdown()
-		})
-	}
-	wg.Wait()
+		}
+	})
 }
 
 // pushPullPeriod is memberlist's push-pull interval at n members:

@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -77,51 +76,49 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks c. Every problem is reported (joined), each naming its key,
-// e.g. "mesh.keyring: required unless mesh.insecure = true".
+// Validate checks c. Every problem is reported (joined), each a
+// *config.KeyError naming its key, e.g. key "mesh.keyring": required
+// unless mesh.insecure = true (config.Parse places it at its line).
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("mesh.%s: %s", key, fmt.Sprintf(format, args...)))
-	}
+	errs := config.Problems{Prefix: "mesh"}
 	if err := checkIPPort(c.Bind, true); err != nil {
-		bad("bind", "%v", err)
+		errs.Add("bind", "%v", err)
 	}
 	if c.Advertise != "" {
 		if err := checkIPPort(c.Advertise, false); err != nil {
-			bad("advertise", "%v", err)
+			errs.Add("advertise", "%v", err)
 		} else if ip, _, _ := net.SplitHostPort(c.Advertise); net.ParseIP(ip).IsUnspecified() {
-			bad("advertise", "%q is not an address others can reach", c.Advertise)
+			errs.Add("advertise", "%q is not an address others can reach", c.Advertise)
 		}
 	}
 	for i, s := range c.Join {
 		if err := checkHostPort(s); err != nil {
-			bad(fmt.Sprintf("join[%d]", i), "%v", err)
+			errs.Add(fmt.Sprintf("join[%d]", i), "%v", err)
 		}
 	}
 	switch {
 	case c.Label == "":
-		bad("label", "must not be empty (it keeps clusters apart)")
+		errs.Add("label", "must not be empty (it keeps clusters apart)")
 	case len(c.Label) > memberlist.LabelMaxSize:
-		bad("label", "%d bytes, at most %d", len(c.Label), memberlist.LabelMaxSize)
+		errs.Add("label", "%d bytes, at most %d", len(c.Label), memberlist.LabelMaxSize)
 	}
 	switch {
 	case c.Keyring == "" && !c.Insecure:
-		bad("keyring", "required unless mesh.insecure = true")
+		errs.Add("keyring", "required unless mesh.insecure = true")
 	case c.Keyring != "" && c.Insecure:
-		bad("insecure", "contradicts mesh.keyring = %q: set one of them", c.Keyring)
+		errs.Add("insecure", "contradicts mesh.keyring = %q: set one of them", c.Keyring)
 	}
 	for _, f := range []struct{ key, path string }{
 		{"node_key_file", c.NodeKeyFile}, {"aggregator_keys_file", c.AggregatorKeysFile}, {"site_key_file", c.SiteKeyFile},
 	} {
 		if f.path != "" && !filepath.IsAbs(f.path) {
-			bad(f.key, "%q: want an absolute path", f.path)
+			errs.Add(f.key, "%q: want an absolute path", f.path)
 		}
 	}
 	if d := c.RejoinInterval.D(); d < 0 || (d > 0 && d < minRejoinInterval) {
-		bad("rejoin_interval", "%v: want 0 (off) or at least %v", d, minRejoinInterval)
+		errs.Add("rejoin_interval", "%v: want 0 (off) or at least %v", d, minRejoinInterval)
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // AcceptsUnsigned reports whether a member of role configured with c
@@ -142,13 +139,8 @@ func (c Config) AcceptsUnsigned(role gwpb.Role) bool {
 // key and aggregator keys, an aggregator's site key (unless
 // allow_unsigned), and none of the other role's.
 func (c Config) ValidateRole(role gwpb.Role) error {
-	var errs []error
-	if err := c.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("mesh.%s: %s", key, fmt.Sprintf(format, args...)))
-	}
+	errs := config.Problems{Prefix: "mesh"}
+	errs.Include(c.Validate())
 	const optOut = "required unless mesh.allow_unsigned = true (see the node restriction in packaging/README.md)"
 	// An unencrypted mesh (tests, demos) proves nothing anyway: keys are
 	// used if given, not required.
@@ -156,31 +148,31 @@ func (c Config) ValidateRole(role gwpb.Role) error {
 	switch role {
 	case gwpb.Role_ROLE_AGGREGATOR:
 		if c.SiteKeyFile == "" && !optional {
-			bad("site_key_file", optOut)
+			errs.Add("site_key_file", optOut)
 		}
 		if c.NodeKeyFile != "" {
-			bad("node_key_file", "is a node's key; an aggregator derives node keys from mesh.site_key_file")
+			errs.Add("node_key_file", "is a node's key; an aggregator derives node keys from mesh.site_key_file")
 		}
 		if c.AggregatorKeysFile != "" {
-			bad("aggregator_keys_file", "is for agents; an aggregator derives the public keys from mesh.site_key_file")
+			errs.Add("aggregator_keys_file", "is for agents; an aggregator derives the public keys from mesh.site_key_file")
 		}
 	case gwpb.Role_ROLE_AGENT:
 		if c.SiteKeyFile != "" {
-			bad("site_key_file", "is the aggregators' secret: it must not be on a compute node (set mesh.node_key_file)")
+			errs.Add("site_key_file", "is the aggregators' secret: it must not be on a compute node (set mesh.node_key_file)")
 		}
 		switch {
 		case c.NodeKeyFile == "" && c.AggregatorKeysFile == "":
 			if !optional {
-				bad("node_key_file", optOut)
-				bad("aggregator_keys_file", optOut)
+				errs.Add("node_key_file", optOut)
+				errs.Add("aggregator_keys_file", optOut)
 			}
 		case c.NodeKeyFile == "":
-			bad("node_key_file", "required with mesh.aggregator_keys_file")
+			errs.Add("node_key_file", "required with mesh.aggregator_keys_file")
 		case c.AggregatorKeysFile == "":
-			bad("aggregator_keys_file", "required with mesh.node_key_file")
+			errs.Add("aggregator_keys_file", "required with mesh.node_key_file")
 		}
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // LoadKeys loads the keys c names for role (nil when it names none:

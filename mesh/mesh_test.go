@@ -362,7 +362,7 @@ func TestNewRefuses(t *testing.T) {
 	}{
 		{"empty name", func(o *Options) { o.Name = "" }, "name: invalid node name: empty"},
 		{"bad profile", func(o *Options) { o.Profile = "wan" }, `profile "wan"`},
-		{"bad config", func(o *Options) { o.Config.Insecure = false }, "mesh.keyring: required"},
+		{"bad config", func(o *Options) { o.Config.Insecure = false }, `key "mesh.keyring": required`},
 		{"missing key file", func(o *Options) { o.Config.Insecure, o.Config.Keyring = false, "/nonexistent/key" }, "/nonexistent/key"},
 	}
 	for _, tc := range cases {

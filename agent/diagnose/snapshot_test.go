@@ -1,7 +1,6 @@
 package diagnose
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -191,7 +188,7 @@ func TestSnapshotFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/report.golden.json", append(got, '\n'))
+	testutil.Golden(t, "testdata/report.golden.json", append(got, '\n'), *update)
 }
 
 func find(t *testing.T, r *Report, pid int) Process {
@@ -212,40 +209,6 @@ func fileOf(p Process, fd string) File {
 		}
 	}
 	return File{}
-}
-
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (run with -update to accept):\n%s", path, firstDiff(string(want), string(got)))
-	}
-}
-
-func firstDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var a, b string
-		if i < len(w) {
-			a = w[i]
-		}
-		if i < len(g) {
-			b = g[i]
-		}
-		if a != b {
-			return "line " + strconv.Itoa(i+1) + ":\n want " + a + "\n got  " + b
-		}
-	}
-	return ""
 }
 
 func TestSnapshotEmpty(t *testing.T) {

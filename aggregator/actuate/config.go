@@ -3,7 +3,6 @@ package actuate
 // The [[actuator]] tables of the configuration.
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -60,10 +59,7 @@ var placeholder = regexp.MustCompile(`\{[A-Za-z_]+\}`)
 // the errors: "actuator") and fills their defaults (Timeout, Retries).
 // Every problem is reported, each naming its key.
 func ValidateConfigs(cs []Config, table string) error {
-	var errs []error
-	bad := func(key, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("key %q: %s", key, fmt.Sprintf(format, a...)))
-	}
+	var errs config.Problems
 	var haveDown, haveUp bool
 	for i := range cs {
 		a := &cs[i]
@@ -75,44 +71,44 @@ func ValidateConfigs(cs []Config, table string) error {
 			haveUp = true
 		case OnReason:
 		default:
-			bad(key("on"), "must be %q, %q or %q, got %q", OnDown, OnUp, OnReason, a.On)
+			errs.Add(key("on"), "must be %q, %q or %q, got %q", OnDown, OnUp, OnReason, a.On)
 		}
 		if len(a.Command) == 0 || a.Command[0] == "" {
-			bad(key("command"), "must name a program")
+			errs.Add(key("command"), "must name a program")
 		}
 		batch := IsBatch(*a)
 		if batch && a.On != OnUp {
-			bad(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", OnUp)
+			errs.Add(key("command"), "{nodes} is for on = %q actuators only (a drain's reason is each node's own)", OnUp)
 		}
 		for _, arg := range a.Command {
 			for _, ph := range placeholder.FindAllString(arg, -1) {
 				switch {
 				case ph == "{nodes}":
 				case ph != "{node}" && ph != "{reason}":
-					bad(key("command"), "unknown placeholder %s in %q (want {node}, {reason} or, on = \"up\", {nodes})", ph, arg)
+					errs.Add(key("command"), "unknown placeholder %s in %q (want {node}, {reason} or, on = \"up\", {nodes})", ph, arg)
 				case batch:
-					bad(key("command"), "%s in %q: a command with {nodes} runs once for many nodes and takes no %s", ph, arg, ph)
+					errs.Add(key("command"), "%s in %q: a command with {nodes} runs once for many nodes and takes no %s", ph, arg, ph)
 				}
 			}
 			if strings.IndexByte(arg, 0) >= 0 {
-				bad(key("command"), "argument %q holds a NUL byte", arg)
+				errs.Add(key("command"), "argument %q holds a NUL byte", arg)
 			}
 		}
 		switch d := a.Timeout.D(); {
 		case d == 0:
 			a.Timeout = config.Dur(DefaultActuatorTimeout)
 		case d < 0:
-			bad(key("timeout"), "must be positive, got %v", d)
+			errs.Add(key("timeout"), "must be positive, got %v", d)
 		}
 		if a.Retries == nil {
 			r := DefaultActuatorRetries
 			a.Retries = &r
 		} else if *a.Retries < 0 || *a.Retries > 100 {
-			bad(key("retries"), "want 0 to 100, got %d", *a.Retries)
+			errs.Add(key("retries"), "want 0 to 100, got %d", *a.Retries)
 		}
 	}
 	if haveUp && !haveDown {
-		bad(table, "an on = \"up\" actuator runs only after on = \"down\" ones succeeded, and there is none")
+		errs.Add(table, "an on = \"up\" actuator runs only after on = \"down\" ones succeeded, and there is none")
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }

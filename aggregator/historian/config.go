@@ -1,7 +1,6 @@
 package historian
 
 import (
-	"errors"
 	"path/filepath"
 	"time"
 
@@ -29,17 +28,17 @@ func DefaultConfig() Config {
 
 // Validate checks the table; key prefixes the key names.
 func (h Config) Validate(key string) error {
-	var errs []error
+	errs := config.Problems{Prefix: key}
 	if h.Dir != "" && !filepath.IsAbs(h.Dir) {
-		errs = append(errs, config.KeyErr(key+".dir", "must be an absolute path, got %q", h.Dir))
+		errs.Add("dir", "must be an absolute path, got %q", h.Dir)
 	}
 	if n := h.MaxBytes.N(); n < history.MinMaxBytes || n > 1<<40 {
-		errs = append(errs, config.KeyErr(key+".max_bytes", "want 1MiB to 1TiB, got %d bytes", n))
+		errs.Add("max_bytes", "want 1MiB to 1TiB, got %d bytes", n)
 	}
 	if d := h.MaxAge.D(); d < time.Hour || d > 10*365*24*time.Hour {
-		errs = append(errs, config.KeyErr(key+".max_age", "want 1h to 10 years, got %v", d))
+		errs.Add("max_age", "want 1h to 10 years, got %v", d)
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // Options returns the history's options with the state dir stateDir.

@@ -2,6 +2,7 @@ package history
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -166,7 +167,7 @@ func Open(o Options, now time.Time) (*Store, error) {
 		s.segs = append(s.segs, &segment{seq: seq, path: filepath.Join(o.Dir, name)})
 		s.nextSeq = max(s.nextSeq, seq+1)
 	}
-	slices.SortFunc(s.segs, func(a, b *segment) int { return cmpU64(a.seq, b.seq) })
+	slices.SortFunc(s.segs, func(a, b *segment) int { return cmp.Compare(a.seq, b.seq) })
 	rdr := newReader()
 	for i, sg := range s.segs {
 		s.load(rdr, sg, i == len(s.segs)-1)
@@ -174,16 +175,6 @@ func Open(o Options, now time.Time) (*Store, error) {
 	}
 	s.dropOld(now)
 	return s, nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // load reads sg's records into its metadata and the nodes' dedupe rings.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 
+	"github.com/gracewatch/gracewatch/internal/config"
 	"github.com/gracewatch/gracewatch/internal/secretfile"
 )
 
@@ -55,29 +56,26 @@ type Config struct {
 // Validate checks the table; key prefixes the key names ("http"). Every
 // problem is reported, each naming its key.
 func (h Config) Validate(key string) error {
-	var errs []error
-	bad := func(k, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("key %q: %s", key+"."+k, fmt.Sprintf(format, a...)))
-	}
+	errs := config.Problems{Prefix: key}
 	if _, port, err := net.SplitHostPort(h.Listen); err != nil || port == "" {
-		bad("listen", "want host:port, got %q", h.Listen)
+		errs.Add("listen", "want host:port, got %q", h.Listen)
 	}
 	if (h.TLSCert == "") != (h.TLSKey == "") {
-		bad("tls_cert", "tls_cert and tls_key go together (got only one)")
+		errs.Add("tls_cert", "tls_cert and tls_key go together (got only one)")
 	}
 	if h.MaxWatchers < 0 || h.MaxWatchers > maxMaxWatchers {
-		bad("max_watchers", "want 0 (the default, %d) to %d, got %d", DefaultMaxWatchers, maxMaxWatchers, h.MaxWatchers)
+		errs.Add("max_watchers", "want 0 (the default, %d) to %d, got %d", DefaultMaxWatchers, maxMaxWatchers, h.MaxWatchers)
 	}
 	if h.MaxConnsPerSource < 0 || h.MaxConnsPerSource > DefaultMaxConns {
-		bad("max_conns_per_source", "want 0 (the default, %d) to %d (every connection the API holds), got %d", DefaultMaxConnsPerSource, DefaultMaxConns, h.MaxConnsPerSource)
+		errs.Add("max_conns_per_source", "want 0 (the default, %d) to %d (every connection the API holds), got %d", DefaultMaxConnsPerSource, DefaultMaxConns, h.MaxConnsPerSource)
 	}
 	if h.ReadToken && h.AdminTokenFile == "" && h.ReadTokenFile == "" {
-		bad("read_token", "needs http.read_token_file (or http.admin_token_file)")
+		errs.Add("read_token", "needs http.read_token_file (or http.admin_token_file)")
 	}
 	if h.ReadTokenFile != "" && h.AdminTokenFile != "" && filepath.Clean(h.ReadTokenFile) == filepath.Clean(h.AdminTokenFile) {
-		bad("read_token_file", "is http.admin_token_file: the read token must differ from the admin token, or a reader could drain nodes")
+		errs.Add("read_token_file", "is http.admin_token_file: the read token must differ from the admin token, or a reader could drain nodes")
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // ErrSameToken is returned by LoadTokens when the read token is the admin

@@ -1,8 +1,6 @@
 package incident
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"time"
 
@@ -79,36 +77,33 @@ func DefaultConfig() Config {
 // configuration file, and fills its defaults. Every problem is reported,
 // each naming its key.
 func (c *Config) Validate(prefix string) error {
-	var errs []error
-	bad := func(key, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("key %q: %s", prefix+"."+key, fmt.Sprintf(format, a...)))
-	}
+	errs := config.Problems{Prefix: prefix}
 	switch d := c.Window.D(); {
 	case d == 0:
 		c.Window = config.Dur(DefaultWindow)
 	case d < 0 || d > 24*time.Hour:
-		bad("window", "want 0 (the default, %v) to 24h, got %v", DefaultWindow, d)
+		errs.Add("window", "want 0 (the default, %v) to 24h, got %v", DefaultWindow, d)
 	}
 	switch n := c.AutoResumeMinNodes; {
 	case n == 0:
 		c.AutoResumeMinNodes = MinResumeNodes
 	case n < MinResumeNodes || n > MaxGone:
-		bad("auto_resume_min_nodes", "want 0 (the default, %d) or %d to %d (one compromised node and the node resumed are never enough), got %d",
+		errs.Add("auto_resume_min_nodes", "want 0 (the default, %d) or %d to %d (one compromised node and the node resumed are never enough), got %d",
 			MinResumeNodes, MinResumeNodes, MaxGone, n)
 	}
 	if c.LimitNodes < 0 || c.LimitNodes > 1_000_000 {
-		bad("drain_limit_nodes", "want 0 to 1000000, got %d", c.LimitNodes)
+		errs.Add("drain_limit_nodes", "want 0 to 1000000, got %d", c.LimitNodes)
 	}
 	if f := c.LimitFraction; math.IsNaN(f) || f < 0 || f > 1 {
-		bad("drain_limit_fraction", "want 0 to 1, got %v", f)
+		errs.Add("drain_limit_fraction", "want 0 to 1, got %v", f)
 	}
 	switch d := c.LimitWindow.D(); {
 	case d == 0:
 		c.LimitWindow = config.Dur(DefaultLimitWindow)
 	case d < 0 || d > 7*24*time.Hour:
-		bad("drain_limit_window", "want 0 (the default, %v) to 168h, got %v", DefaultLimitWindow, d)
+		errs.Add("drain_limit_window", "want 0 (the default, %v) to 168h, got %v", DefaultLimitWindow, d)
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // ResumeMin is AutoResumeMinNodes, at least MinResumeNodes and at most

@@ -1,8 +1,6 @@
 package reservation
 
 import (
-	"errors"
-	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -115,24 +113,21 @@ var prefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,31}$`)
 // Validate checks the table; every problem is reported, each naming its
 // key under table (e.g. "reservations").
 func (c Config) Validate(table string) error {
-	var errs []error
-	bad := func(key, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("key %q: %s", table+"."+key, fmt.Sprintf(format, a...)))
-	}
+	errs := config.Problems{Prefix: table}
 	if len(c.Command) > 0 && c.Command[0] == "" {
-		bad("command", "must name a program")
+		errs.Add("command", "must name a program")
 	}
 	for _, arg := range c.Command {
 		if strings.IndexByte(arg, 0) >= 0 {
-			bad("command", "argument %q holds a NUL byte", arg)
+			errs.Add("command", "argument %q holds a NUL byte", arg)
 		}
 	}
 	if !prefixRE.MatchString(c.Prefix) {
-		bad("prefix", "want a letter, then up to 31 letters, digits, '_' or '-', got %q", c.Prefix)
+		errs.Add("prefix", "want a letter, then up to 31 letters, digits, '_' or '-', got %q", c.Prefix)
 	}
 	between := func(key string, d config.Duration, lo, hi time.Duration) {
 		if d.D() < lo || d.D() > hi {
-			bad(key, "want %v to %v, got %v", lo, hi, d.D())
+			errs.Add(key, "want %v to %v, got %v", lo, hi, d.D())
 		}
 	}
 	between("after", c.After, 0, 24*time.Hour)
@@ -141,7 +136,7 @@ func (c Config) Validate(table string) error {
 	between("interval", c.Interval, 100*time.Millisecond, 10*time.Minute)
 	between("timeout", c.Timeout, time.Second, 10*time.Minute)
 	between("max_duration", c.MaxDuration, time.Minute, 365*24*time.Hour)
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // rules are the durations of Config that the plan goes by.

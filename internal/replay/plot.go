@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"encoding/csv"
 	"fmt"
 	"io"
@@ -74,7 +75,7 @@ func Plot(r io.Reader, title string) (string, error) {
 	xs := []float64{}
 	maxLost, maxWait := 0.0, 0.0
 	for _, run := range order {
-		slices.SortFunc(series[run], func(a, b point) int { return cmpFloat(a.x, b.x) })
+		slices.SortFunc(series[run], func(a, b point) int { return cmp.Compare(a.x, b.x) })
 		for _, p := range series[run] {
 			xs = append(xs, p.x)
 			maxLost, maxWait = math.Max(maxLost, p.lost), math.Max(maxWait, p.wait)
@@ -140,16 +141,6 @@ func niceMax(v float64) float64 {
 		}
 	}
 	return 10 * p
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func xmlEscape(s string) string {

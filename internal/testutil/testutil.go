@@ -101,6 +101,22 @@ func BuildPrograms(dir string, names ...string) error {
 	return nil
 }
 
+// ProgramsDir is BuildPrograms for a TestMain: it builds the named
+// programs into a new temporary folder and returns it with the function
+// that removes it. A failure ends the process (exit 1), saying why.
+func ProgramsDir(names ...string) (dir string, remove func()) {
+	dir, err := os.MkdirTemp("", "gw-bin")
+	if err == nil {
+		err = BuildPrograms(dir, names...)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	return dir, func() { os.RemoveAll(dir) }
+}
+
 // ListenNotify plays systemd's part for a daemon's sd_notify: a datagram
 // socket in a new short temporary folder (a socket path must stay under
 // 108 bytes), closed and removed when the test ends. The daemon is told

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -34,21 +35,30 @@ const CleanupTimeout = 5 * time.Second
 // is skipped, or failed when CI=true.
 func Mount(t testing.TB) string {
 	t.Helper()
-	testutil.RequireRoot(t)
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		testutil.Require(t, false, fmt.Sprintf("no /proc/self/mountinfo: %v", err))
-	}
-	mount, err := cgroup.FindMount(f)
-	f.Close()
-	if err != nil {
-		testutil.Require(t, false, fmt.Sprintf("no cgroup v2: %v", err))
-	}
+	mount := fromMountinfo(t, cgroup.FindMount, "no cgroup v2")
 	var st unix.Statfs_t
 	if err := unix.Statfs(mount, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
 		testutil.Require(t, false, fmt.Sprintf("%s is not a cgroup2 file system (statfs: %v)", mount, err))
 	}
 	return mount
+}
+
+// fromMountinfo reads /proc/self/mountinfo with find, as root. Without
+// root, the file or what find looks for (failing says why not), the test
+// is skipped with that reason, or failed when CI=true.
+func fromMountinfo[T any](t testing.TB, find func(mountinfo io.Reader) (T, error), why string) T {
+	t.Helper()
+	testutil.RequireRoot(t)
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		testutil.Require(t, false, fmt.Sprintf("no /proc/self/mountinfo: %v", err))
+	}
+	defer f.Close()
+	v, err := find(f)
+	if err != nil {
+		testutil.Require(t, false, fmt.Sprintf("%s: %v", why, err))
+	}
+	return v
 }
 
 // TempRoot creates <cgroup2 mount>/gwtest-<random> and returns its absolute
@@ -206,16 +216,7 @@ func writeFile(file, s string) error {
 // with that reason, or failed when CI=true.
 func V1Mount(t testing.TB, controller string) string {
 	t.Helper()
-	testutil.RequireRoot(t)
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		testutil.Require(t, false, fmt.Sprintf("no /proc/self/mountinfo: %v", err))
-	}
-	mounts, err := cgroup.FindV1Mounts(f)
-	f.Close()
-	if err != nil {
-		testutil.Require(t, false, fmt.Sprintf("read cgroup v1 mounts: %v", err))
-	}
+	mounts := fromMountinfo(t, cgroup.FindV1Mounts, "read cgroup v1 mounts")
 	for _, m := range mounts {
 		if slices.Contains(strings.Split(m.Controllers, ","), controller) {
 			return m.Mountpoint

@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/gracewatch/gracewatch/internal/metrics"
+	gwtest "github.com/gracewatch/gracewatch/internal/testutil"
 )
 
 var buildLabels = regexp.MustCompile(`\b(version|goversion)="[^"]*"`)
@@ -95,26 +94,12 @@ func ScrapeURL(t testing.TB, url string, header http.Header) []byte {
 	return Filter(body)
 }
 
-// Golden compares got with the file at path; with update it rewrites the
-// file instead.
+// Golden compares got with the golden file at path, or rewrites it with
+// update: internal/testutil's Golden, which the diagnostics report tests
+// use too.
 func Golden(t testing.TB, path string, got []byte, update bool) {
 	t.Helper()
-	if update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run the test with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("/metrics differs from %s (run with -update if the change is intended)\n%s", path, diff(string(want), string(got)))
-	}
+	gwtest.Golden(t, path, got, update)
 }
 
 // Lint fails t with every problem promlint finds in g's metrics (all of
@@ -144,28 +129,4 @@ func lintReport(t testing.TB, problems []promlint.Problem, err error) {
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
-}
-
-// diff lists the lines only in want (-) and only in got (+).
-func diff(want, got string) string {
-	in := func(s string) map[string]bool {
-		m := map[string]bool{}
-		for l := range strings.Lines(s) {
-			m[l] = true
-		}
-		return m
-	}
-	w, g := in(want), in(got)
-	var b strings.Builder
-	for l := range strings.Lines(want) {
-		if !g[l] {
-			b.WriteString("- " + l)
-		}
-	}
-	for l := range strings.Lines(got) {
-		if !w[l] {
-			b.WriteString("+ " + l)
-		}
-	}
-	return b.String()
 }

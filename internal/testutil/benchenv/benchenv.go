@@ -16,53 +16,80 @@ import (
 	"github.com/shirou/gopsutil/v4/load"
 )
 
-// Ints reads a comma-separated list of non-negative integers from the
-// environment variable name, or returns def; a bad value fails b.
-func Ints(b testing.TB, name string, def []int) []int {
+// setting reads the environment variable name with parse, or returns def
+// when it is unset or empty; a value parse refuses fails b, which is told
+// what is wanted.
+func setting[T any](b testing.TB, name string, def T, want string, parse func(v string) (T, bool)) T {
 	b.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 {
-			b.Fatalf("%s=%q: want non-negative integers separated by commas", name, v)
-		}
-		out = append(out, n)
+	x, ok := parse(v)
+	if !ok {
+		b.Fatalf("%s=%q: want %s", name, v, want)
 	}
-	return out
+	return x
+}
+
+// list parses v's comma-separated items with parse.
+func list[T any](v string, parse func(item string) (T, bool)) ([]T, bool) {
+	var out []T
+	for _, f := range strings.Split(v, ",") {
+		x, ok := parse(strings.TrimSpace(f))
+		if !ok {
+			return nil, false
+		}
+		out = append(out, x)
+	}
+	return out, true
+}
+
+// atLeast parses an integer of at least lo.
+func atLeast(lo int) func(string) (int, bool) {
+	return func(v string) (int, bool) {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		return n, err == nil && n >= lo
+	}
+}
+
+// Ints reads a comma-separated list of non-negative integers from the
+// environment variable name, or returns def; a bad value fails b.
+func Ints(b testing.TB, name string, def []int) []int {
+	b.Helper()
+	return setting(b, name, def, "non-negative integers separated by commas", func(v string) ([]int, bool) {
+		return list(v, atLeast(0))
+	})
+}
+
+// Floats reads a comma-separated list of non-negative numbers (at most
+// 10⁶) from the environment variable name, or returns def; a bad value
+// fails b.
+func Floats(b testing.TB, name string, def []float64) []float64 {
+	b.Helper()
+	return setting(b, name, def, "non-negative numbers separated by commas", func(v string) ([]float64, bool) {
+		return list(v, func(f string) (float64, bool) {
+			x, err := strconv.ParseFloat(f, 64)
+			return x, err == nil && x >= 0 && x <= 1e6
+		})
+	})
 }
 
 // Int reads a positive integer from the environment variable name, or
 // returns def; a bad value fails b.
 func Int(b testing.TB, name string, def int) int {
 	b.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n <= 0 {
-		b.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
+	return setting(b, name, def, "a positive integer", atLeast(1))
 }
 
 // Duration reads a duration from the environment variable name, or
 // returns def; a bad value fails b.
 func Duration(b testing.TB, name string, def time.Duration) time.Duration {
 	b.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		b.Fatalf("%s=%q: want a duration such as 30s", name, v)
-	}
-	return d
+	return setting(b, name, def, "a duration such as 30s", func(v string) (time.Duration, bool) {
+		d, err := time.ParseDuration(v)
+		return d, err == nil && d >= 0
+	})
 }
 
 // LoadAvg is the 1, 5 and 15 minute load averages, through gopsutil as

@@ -1,6 +1,7 @@
 package benchenv
 
 import (
+	"sync"
 	"testing"
 	"time"
 )
@@ -19,6 +20,18 @@ func TestSettings(t *testing.T) {
 	}
 	if got := Duration(t, "GW_TEST_UNSET", time.Second); got != time.Second {
 		t.Fatalf("Duration default = %v", got)
+	}
+	t.Setenv("GW_TEST_FLOATS", "0.05, 60")
+	if got := Floats(t, "GW_TEST_FLOATS", nil); len(got) != 2 || got[0] != 0.05 || got[1] != 60 {
+		t.Fatalf("Floats = %v", got)
+	}
+	for _, bad := range []string{"-1", "1e7", "x", "1,,2"} {
+		t.Setenv("GW_TEST_FLOATS", bad)
+		r := &recorder{TB: t}
+		Floats(r, "GW_TEST_FLOATS", nil)
+		if !r.failed {
+			t.Errorf("Floats of %q did not fail", bad)
+		}
 	}
 	t.Setenv("GW_TEST_INT", " 5")
 	if got := Int(t, "GW_TEST_INT", 3); got != 5 {
@@ -83,5 +96,38 @@ func TestMedian(t *testing.T) {
 	}
 	if got := Median([]float64{1.0, 1.5}); got != 1.25 {
 		t.Errorf("Median of ratios = %v, want 1.25", got)
+	}
+}
+
+func TestEach(t *testing.T) {
+	var mu sync.Mutex
+	running, most, seen := 0, 0, make([]bool, 50)
+	started, release := make(chan struct{}, len(seen)), make(chan struct{})
+	go func() {
+		// Let the first three run together before any may end.
+		for range 3 {
+			<-started
+		}
+		close(release)
+	}()
+	Each(len(seen), 3, func(i int) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		seen[i] = true
+		mu.Unlock()
+		started <- struct{}{}
+		<-release
+		mu.Lock()
+		running--
+		mu.Unlock()
+	})
+	if most != 3 {
+		t.Errorf("at most %d ran at once, want 3", most)
+	}
+	for i, ok := range seen {
+		if !ok {
+			t.Errorf("f(%d) not run", i)
+		}
 	}
 }

@@ -46,3 +46,19 @@ func StartPaced(b testing.TB, from, n, batch, load int, start func(i, lo int) er
 		}
 	}
 }
+
+// Each runs f(i) for every i from 0 to n-1, at most limit of them at once,
+// and returns once all have returned. The benchmarks start and shut down
+// their hundreds of members this way, a bounded number at a time.
+func Each(n, limit int, f func(i int)) {
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}
