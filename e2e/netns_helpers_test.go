@@ -24,6 +24,11 @@ package e2e
 // the test holds is the program's own (checked by startIn). The agents' Unix
 // sockets and cgroups are shared with the root namespace, so the test drives
 // them with `nodeagent --socket` from outside, as the loopback cluster does.
+//
+// This file builds the cluster and drives its agents' jobs; the
+// namespaces' plumbing is in netns_namespaces_helpers_test.go, the faults
+// in netns_faults_helpers_test.go, and what the tests read of the mesh in
+// netns_watch_helpers_test.go.
 
 import (
 	"bytes"
@@ -34,20 +39,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/agent/cgroup/cgrouptest"
@@ -182,119 +180,6 @@ func newNetnsCluster(t *testing.T, agents int) *netnsCluster {
 	return c
 }
 
-// probeNftables loads and deletes a fault table on the hub's bridge: the
-// faults need nftables' netdev ingress and egress hooks (egress: Linux
-// 5.16). Without them the tests skip, and fail when CI=true.
-func (c *netnsCluster) probeNftables() {
-	c.t.Helper()
-	script := `table netdev gwprobe {
-	chain in { type filter hook ingress device "br0" priority 0; counter; }
-	chain out { type filter hook egress device "br0" priority 0; counter; }
-}
-`
-	_, err := netnsRunIn(strings.NewReader(script), "ip", "netns", "exec", c.hub, "nft", "-f", "-")
-	if err == nil {
-		_, err = netnsRun("ip", "netns", "exec", c.hub, "nft", "delete", "table", "netdev", "gwprobe")
-	}
-	testutil.Require(c.t, err == nil, fmt.Sprintf("needs nftables with the netdev ingress and egress hooks (Linux 5.16 or later): %v", err))
-}
-
-// removeNamespaces ends any process still inside one of the test's
-// namespaces (by pid), deletes the nft tables, veths and bridge explicitly,
-// then the namespaces; it reports what it could not remove.
-func (c *netnsCluster) removeNamespaces(names []string) {
-	for i := len(names) - 1; i >= 0; i-- {
-		ns := names[i]
-		if tid := threadIn(ns); tid != 0 {
-			c.t.Errorf("thread %d of the test process is in namespace %s", tid, ns)
-		}
-		if out, err := netnsRun("ip", "netns", "pids", ns); err == nil {
-			for _, f := range strings.Fields(out) {
-				if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
-					c.t.Errorf("process %d was still in namespace %s at cleanup; killing it", pid, ns)
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
-		_, _ = netnsRun("ip", "netns", "exec", ns, "nft", "delete", "table", "netdev", "gw")
-		if ns == c.hub {
-			for node := range c.addr {
-				_, _ = netnsRun("ip", "-n", ns, "link", "del", "v-"+node)
-			}
-			_, _ = netnsRun("ip", "-n", ns, "link", "del", "br0")
-		}
-		if _, err := netnsRun("ip", "netns", "del", ns); err != nil {
-			c.t.Errorf("cleanup: %v", err)
-		}
-	}
-	if out, err := netnsRun("ip", "netns", "list"); err == nil && strings.Contains(out, c.prefix) {
-		c.t.Errorf("cleanup: namespaces left behind:\n%s", out)
-	}
-}
-
-// keepLog writes p's whole log to $GRACEWATCH_NETNS_LOGDIR/<test>-<name>.log
-// when that variable is set (dumpIfFailed shows only the end).
-func keepLog(t *testing.T, p *proc) {
-	dir := os.Getenv("GRACEWATCH_NETNS_LOGDIR")
-	if dir == "" {
-		return
-	}
-	path := filepath.Join(dir, t.Name()+"-"+p.name+".log")
-	if err := os.WriteFile(path, []byte(p.logs.String()), 0o644); err != nil {
-		t.Errorf("keep log: %v", err)
-	}
-}
-
-// threadIn returns a thread of this process that is in namespace ns, or 0.
-func threadIn(ns string) int {
-	var want unix.Stat_t
-	if unix.Stat("/run/netns/"+ns, &want) != nil {
-		return 0
-	}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, task := range tasks {
-		var st unix.Stat_t
-		if unix.Stat("/proc/self/task/"+task.Name()+"/ns/net", &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-			tid, _ := strconv.Atoi(task.Name())
-			return tid
-		}
-	}
-	return 0
-}
-
-// startIn fills p.args to run argv in namespace ns, starts it, and registers
-// its stop (and log dump) as a cleanup.
-func (c *netnsCluster) startIn(ns string, p *proc, argv ...string) {
-	c.t.Helper()
-	p.args = append([]string{"nsenter", "--net=/run/netns/" + ns, "--"}, argv...)
-	p.start()
-	c.t.Cleanup(func() {
-		p.stop()
-		p.dumpIfFailed()
-		keepLog(c.t, p)
-	})
-}
-
-// checkIn verifies that pid is the program itself (nsenter exec'd, so
-// signals to the pid reach it) and that it runs in namespace ns.
-func (c *netnsCluster) checkIn(ns string, pid int, bin string) {
-	c.t.Helper()
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil || exe != bin {
-		c.t.Fatalf("pid %d runs %q (%v), want %s", pid, exe, err, bin)
-	}
-	var want, got unix.Stat_t
-	if err := unix.Stat("/run/netns/"+ns, &want); err != nil {
-		c.t.Fatal(err)
-	}
-	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &got); err != nil {
-		c.t.Fatal(err)
-	}
-	if want.Dev != got.Dev || want.Ino != got.Ino {
-		c.t.Fatalf("pid %d is not in network namespace %s", pid, ns)
-	}
-}
-
 func (c *netnsCluster) startAggregator() {
 	c.t.Helper()
 	cfg := filepath.Join(c.dir, "agg.toml")
@@ -372,157 +257,6 @@ func (c *netnsCluster) agent(name string) *agent {
 	return nil
 }
 
-// hubTransport sends requests for the test's subnet through connections
-// dialled inside the hub namespace, and everything else as before.
-type hubTransport struct {
-	orig http.RoundTripper
-	hub  *http.Transport
-}
-
-func (h *hubTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if ip := net.ParseIP(r.URL.Hostname()); ip != nil && netnsCIDR.Contains(ip) {
-		return h.hub.RoundTrip(r)
-	}
-	return h.orig.RoundTrip(r)
-}
-
-// useHubTransport installs a hubTransport as http.DefaultTransport for the
-// test's lifetime, so the harness's helpers (waitReady, nodes, waitNode,
-// watch, post), which use the default client, reach the aggregator in the
-// hub. Only requests to 198.18.0.0/24 change route. The netns tests must
-// therefore not run in parallel with each other (none calls t.Parallel).
-func (c *netnsCluster) useHubTransport() {
-	path := "/run/netns/" + c.hub
-	ht := &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, path, network, addr)
-		},
-		DisableCompression: true,
-		MaxIdleConns:       4,
-		IdleConnTimeout:    30 * time.Second,
-	}
-	orig := http.DefaultTransport
-	http.DefaultTransport = &hubTransport{orig: orig, hub: ht}
-	// Runs before removeNamespaces: an open socket would keep the hub's
-	// namespace alive after `ip netns del`.
-	c.t.Cleanup(func() {
-		http.DefaultTransport = orig
-		ht.CloseIdleConnections()
-	})
-}
-
-// dialInNetns dials addr from a thread that entered the network namespace
-// at nsPath. The socket belongs to that namespace for its whole life. The
-// thread is never unlocked: it ends with the goroutine, so no other
-// goroutine ever runs in the namespace. It is never the main thread.
-func dialInNetns(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread: Go wedges rather than ends it, and the
-			// process's own namespace is read from it. Dial from another
-			// goroutine while this one holds the main thread, so that
-			// one cannot land here.
-			conn, err := dialInNetns(ctx, nsPath, network, addr)
-			runtime.UnlockOSThread()
-			ch <- result{conn, err}
-			return
-		}
-		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{nil, fmt.Errorf("open %s: %w", nsPath, err)}
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
-			ch <- result{nil, fmt.Errorf("setns %s: %w", nsPath, err)}
-			return
-		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, addr)
-		ch <- result{conn, err}
-	}()
-	r := <-ch
-	return r.conn, r.err
-}
-
-// nft loads an nft script into namespace ns.
-func (c *netnsCluster) nft(ns, script string) {
-	c.t.Helper()
-	if _, err := netnsRunIn(strings.NewReader(script), "ip", "netns", "exec", ns, "nft", "-f", "-"); err != nil {
-		c.t.Fatalf("nft in %s: %v\nscript:\n%s", ns, err, script)
-	}
-}
-
-// Faults are a table "netdev gw" in the host's namespace, hooked on its
-// NIC (an agent's eth0, the hub's br0, through which the aggregator talks to
-// the bridge) at ingress and egress: packets vanish on the wire, as on a
-// bad link or a dead switch port. Filtering in the inet output hook instead
-// would fail the sender's sendto() with EPERM and a TCP connect at once,
-// which no real network does. Bridged traffic between agents does not pass
-// br0's hooks, so a fault on the hub affects only the aggregator's traffic.
-
-// netnsNIC is the interface of host in its namespace.
-func netnsNIC(host string) string {
-	if host == "agg" {
-		return "br0"
-	}
-	return "eth0"
-}
-
-// clearFaults removes the test's table from the host's namespace (healing a
-// cut or ending a loss).
-func (c *netnsCluster) clearFaults(host string) {
-	c.t.Helper()
-	c.must("ip", "netns", "exec", c.ns[host], "nft", "delete", "table", "netdev", "gw")
-}
-
-// cut drops every packet on host's NIC, both ways: the host is cut off from
-// the mesh while its agent and its Unix socket keep working.
-func (c *netnsCluster) cut(host string) {
-	c.t.Helper()
-	c.nft(c.ns[host], fmt.Sprintf(`table netdev gw {
-	chain in { type filter hook ingress device %[1]q priority 0; counter drop; }
-	chain out { type filter hook egress device %[1]q priority 0; counter drop; }
-}
-`, netnsNIC(host)))
-}
-
-// loss drops pct % of the packets on host's NIC at random, in and out. The
-// first counter of each chain counts the packets, the second those dropped
-// (see lossCounters).
-func (c *netnsCluster) loss(host string, pct int) {
-	c.t.Helper()
-	c.nft(c.ns[host], fmt.Sprintf(`table netdev gw {
-	chain in { type filter hook ingress device %[1]q priority 0; counter; numgen random mod 100 < %[2]d counter drop; }
-	chain out { type filter hook egress device %[1]q priority 0; counter; numgen random mod 100 < %[2]d counter drop; }
-}
-`, netnsNIC(host), pct))
-}
-
-var netnsCounterRE = regexp.MustCompile(`counter packets (\d+)`)
-
-// lossCounters returns the packets seen and dropped by host's loss rules.
-func (c *netnsCluster) lossCounters(host string) (seen, dropped int64) {
-	c.t.Helper()
-	out := c.must("ip", "netns", "exec", c.ns[host], "nft", "list", "table", "netdev", "gw")
-	m := netnsCounterRE.FindAllStringSubmatch(out, -1)
-	if len(m) != 4 {
-		c.t.Fatalf("nft counters of %s: %q", host, out)
-	}
-	var v [4]int64
-	for i := range m {
-		v[i], _ = strconv.ParseInt(m[i][1], 10, 64)
-	}
-	return v[0] + v[2], v[1] + v[3]
-}
-
 // hosts lists the aggregator's host and every agent's.
 func (c *netnsCluster) hosts() []string {
 	out := []string{"agg"}
@@ -532,101 +266,8 @@ func (c *netnsCluster) hosts() []string {
 	return out
 }
 
-// countLogs counts the log lines of every process that contain sub.
-func (c *netnsCluster) countLogs(sub string) int {
-	n := 0
-	for _, p := range append([]*proc{c.agg.proc}, agentProcs(c.agents)...) {
-		n += strings.Count(p.logs.String(), sub)
-	}
-	return n
-}
-
-func agentProcs(as []*agent) []*proc {
-	out := make([]*proc, len(as))
-	for i, a := range as {
-		out[i] = a.proc
-	}
-	return out
-}
-
-// declaredDead returns the members p's mesh declared dead ("member gone"
-// in its log) after since, and when it declared the last of them.
-func declaredDead(p *proc, since time.Time) (map[string]bool, time.Time) {
-	gone := map[string]bool{}
-	var last time.Time
-	for _, line := range strings.Split(p.logs.String(), "\n") {
-		if !strings.Contains(line, `"msg":"member gone"`) {
-			continue
-		}
-		// An agent's lines carry its own "node" first, then the member's;
-		// the last one wins.
-		var rec struct {
-			Time time.Time `json:"time"`
-			Node string    `json:"node"`
-		}
-		if json.Unmarshal([]byte(line), &rec) != nil || !rec.Time.After(since) {
-			continue
-		}
-		gone[rec.Node] = true
-		if rec.Time.After(last) {
-			last = rec.Time
-		}
-	}
-	return gone, last
-}
-
-// rejoined returns the members p's log says came back alive (from dead
-// or left), or joined, after since.
-func rejoined(p *proc, since time.Time) map[string]bool {
-	back := map[string]bool{}
-	for _, line := range strings.Split(p.logs.String(), "\n") {
-		if !strings.Contains(line, `"msg":"member back"`) && !strings.Contains(line, `"msg":"member joined"`) {
-			continue
-		}
-		var rec struct {
-			Time time.Time `json:"time"`
-			Node string    `json:"node"`
-		}
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Time.After(since) {
-			back[rec.Node] = true
-		}
-	}
-	return back
-}
-
 // netnsToken is the administrators' token of the netns clusters.
 const netnsToken = "s3cret-token-for-tests"
-
-// meshNode is a node of the view with the mesh's opinion of its agent.
-type meshNode struct {
-	node
-	Member string `json:"member"`
-}
-
-// get returns the aggregator's view of one node, member status included.
-func (c *netnsCluster) get(name string) (meshNode, error) {
-	var n meshNode
-	resp, err := http.Get(c.agg.url + "/v1/nodes/" + name)
-	if err != nil {
-		return n, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return n, fmt.Errorf("GET /v1/nodes/%s: %d %s", name, resp.StatusCode, body)
-	}
-	return n, json.Unmarshal(body, &n)
-}
-
-// waitMember polls (bounded) until the node's view satisfies cond.
-func (c *netnsCluster) waitMember(name, what string, timeout time.Duration, cond func(meshNode) bool) meshNode {
-	c.t.Helper()
-	n, err, ok := testutil.PollRead(timeout, func() (meshNode, error) { return c.get(name) }, cond)
-	if !ok {
-		c.t.Fatalf("node %s not %s within %v (last: %+v, err %v)", name, what, timeout, n, err)
-	}
-	return n
-}
 
 // statusJSON is `nodeagent status --json` of agent a.
 func statusJSON(t *testing.T, a *agent) api.Status {
@@ -670,146 +311,6 @@ func waitReleased(t *testing.T, a *agent, job string) {
 		}
 		return true
 	})
-}
-
-// seen is one node state of the watch stream, stamped when it arrived.
-type seen struct {
-	At   time.Time
-	ID   string
-	Node meshNode
-}
-
-// recorder keeps every node state /v1/watch streams (the snapshot's and
-// each change's) for the whole test.
-type recorder struct {
-	mu     sync.Mutex
-	seen   []seen
-	ended  bool
-	badMsg string
-	done   chan struct{}
-}
-
-func (c *netnsCluster) record() *recorder {
-	c.t.Helper()
-	w := c.agg.watch(c.t)
-	r := &recorder{done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		handle := func(ev event) {
-			var ns []meshNode
-			switch ev.Type {
-			case "snapshot":
-				var list struct {
-					Nodes []meshNode `json:"nodes"`
-				}
-				if err := json.Unmarshal([]byte(ev.Data), &list); err != nil {
-					r.fail(fmt.Sprintf("snapshot %q: %v", ev.Data, err))
-				}
-				ns = list.Nodes
-			case "node":
-				var n meshNode
-				if err := json.Unmarshal([]byte(ev.Data), &n); err != nil {
-					r.fail(fmt.Sprintf("event %q: %v", ev.Data, err))
-				}
-				ns = []meshNode{n}
-			}
-			r.mu.Lock()
-			for _, n := range ns {
-				r.seen = append(r.seen, seen{At: ev.At, ID: ev.ID, Node: n})
-			}
-			r.mu.Unlock()
-		}
-		for {
-			select {
-			case ev := <-w.events:
-				handle(ev)
-			case <-w.done:
-				for {
-					select {
-					case ev := <-w.events:
-						handle(ev)
-					default:
-						r.mu.Lock()
-						r.ended = true
-						r.mu.Unlock()
-						return
-					}
-				}
-			}
-		}
-	}()
-	// Registered after watch's cleanup, so it runs first; it only waits
-	// for the reader, which ends once watch's cleanup closes the stream.
-	c.t.Cleanup(func() { w.cancel(); <-r.done })
-	r.wait(c.t, "the snapshot", 10*time.Second, func(s seen) bool { return true })
-	return r
-}
-
-func (r *recorder) fail(msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.badMsg == "" {
-		r.badMsg = msg
-	}
-}
-
-// all returns what was recorded so far and fails the test if the stream
-// ended or carried something undecodable.
-func (r *recorder) all(t *testing.T) []seen {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.badMsg != "" {
-		t.Fatal(r.badMsg)
-	}
-	if r.ended {
-		t.Fatal("the /v1/watch stream ended during the test")
-	}
-	return append([]seen(nil), r.seen...)
-}
-
-// wait returns the first recorded state that satisfies cond, waiting
-// (bounded) for it.
-func (r *recorder) wait(t *testing.T, what string, timeout time.Duration, cond func(seen) bool) seen {
-	t.Helper()
-	var found seen
-	if !testutil.Poll(timeout, func() bool {
-		for _, s := range r.all(t) {
-			if cond(s) {
-				found = s
-				return true
-			}
-		}
-		return false
-	}) {
-		t.Fatalf("watch: no %s within %v", what, timeout)
-	}
-	return found
-}
-
-// bad returns the recorded states that are down or unreachable and not
-// allowed by ok.
-func (r *recorder) bad(t *testing.T, ok func(seen) bool) []seen {
-	t.Helper()
-	var out []seen
-	for _, s := range r.all(t) {
-		if (s.Node.State == "down" || s.Node.State == "unreachable") && !ok(s) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// lasted says how long the node stayed in the state of s: until the next
-// recorded state of that node that differs, or "still" if none.
-func (r *recorder) lasted(t *testing.T, s seen) string {
-	t.Helper()
-	for _, x := range r.all(t) {
-		if x.Node.Name == s.Node.Name && x.At.After(s.At) && x.Node.State != s.Node.State {
-			return fmt.Sprintf("%v, then %s", x.At.Sub(s.At).Round(time.Millisecond), x.Node.State)
-		}
-	}
-	return "the rest of the test"
 }
 
 // hungEpilog starts an epilogue that ignores SIGTERM on a (the agent
