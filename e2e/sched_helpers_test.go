@@ -1,8 +1,9 @@
 package e2e
 
-// Helpers the Slurm and Flux tests share: a site's folder, and what
-// gracewatch says of a job there (the agent's status and deadline, a process
-// in the job's cgroups, the aggregator's actuator runs and its CLI).
+// Helpers the Slurm and Flux tests share: a node's state as the scheduler
+// shows it, a site's folder, and what gracewatch says of a job there (the
+// agent's status and deadline, a process in the job's cgroups, the
+// aggregator's actuator runs and its CLI).
 
 import (
 	"encoding/json"
@@ -21,6 +22,22 @@ import (
 	"github.com/gracewatch/gracewatch/agent/api"
 	"github.com/gracewatch/gracewatch/internal/testutil"
 )
+
+// schedNode is a node's state and reason as a scheduler's own tool shows
+// them (Slurm's scontrol, Flux's resource status).
+type schedNode struct{ state, reason string }
+
+// pollSchedNode reads a node's state and reason with read (at most
+// timeout, testutil.PollRead) until cond holds of them; it returns the
+// last read, whether cond held, and the last read's error.
+func pollSchedNode(timeout time.Duration, read func() (state, reason string, err error),
+	cond func(state, reason string) bool) (schedNode, bool, error) {
+	last, err, ok := testutil.PollRead(timeout, func() (schedNode, error) {
+		state, reason, err := read()
+		return schedNode{state, reason}, err
+	}, func(n schedNode) bool { return cond(n.state, n.reason) })
+	return last, ok, err
+}
 
 // siteDir makes a scheduler site's folder in /tmp (mode 0755: its daemons
 // and jobs run as other users too), removed when the test ends unless
