@@ -73,7 +73,7 @@ type cli struct {
 type command = cmdutil.Command[*cli]
 
 // program is the nodeagent command line.
-var program = &cmdutil.Program[*cli]{Name: "nodeagent", NameWidth: 10, Footer: usageFooter}
+var program = &cmdutil.Program[*cli]{Name: "nodeagent", Footer: usageFooter}
 
 func init() {
 	program.Commands = []*command{

@@ -32,7 +32,7 @@ type cli struct {
 type command = cmdutil.Command[*cli]
 
 // program is the aggregator command line.
-var program = &cmdutil.Program[*cli]{Name: "aggregator", NameWidth: 8, Footer: usageFooter}
+var program = &cmdutil.Program[*cli]{Name: "aggregator", Footer: usageFooter}
 
 func init() {
 	program.Commands = []*command{

@@ -32,8 +32,6 @@ type Command[C any] struct {
 type Program[C any] struct {
 	Name     string
 	Commands []*Command[C]
-	// NameWidth is the width of the command column of Usage.
-	NameWidth int
 	// Footer prints what Usage says after the command list.
 	Footer func(w io.Writer)
 }
@@ -64,8 +62,13 @@ func (p *Program[C]) Find(args []string) (*Command[C], []string) {
 func (p *Program[C]) Usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: %s COMMAND [FLAGS]\n", p.Name)
 	fmt.Fprintln(w, "\ncommands:")
+	// The summaries in one column, past the longest name.
+	width := 0
 	for _, cmd := range p.Commands {
-		fmt.Fprintf(w, "  %-*s %s\n", p.NameWidth, cmd.Name, cmd.Summary)
+		width = max(width, len(cmd.Name))
+	}
+	for _, cmd := range p.Commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, cmd.Name, cmd.Summary)
 	}
 	if p.Footer != nil {
 		p.Footer(w)

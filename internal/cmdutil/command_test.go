@@ -15,7 +15,7 @@ type env struct{ ran []string }
 func testProgram() (*Program[*env], *bytes.Buffer, *bytes.Buffer, Out) {
 	var stdout, stderr bytes.Buffer
 	out := Out{Prog: "prog", Stdout: &stdout, Stderr: &stderr}
-	p := &Program[*env]{Name: "prog", NameWidth: 9}
+	p := &Program[*env]{Name: "prog"}
 	run := func(e *env, name string, args []string) int {
 		f := NewFlags(out, p.Lookup(name))
 		f.Interleaved = name == "thing"
@@ -83,8 +83,16 @@ func TestCommands(t *testing.T) {
 	}
 	stdout.Reset()
 	p.Usage(stdout)
-	if !strings.Contains(stdout.String(), "  job start start a job\n") || !strings.HasPrefix(stdout.String(), "usage: prog COMMAND [FLAGS]\n") {
+	if !strings.Contains(stdout.String(), "  job start  start a job\n") || !strings.HasPrefix(stdout.String(), "usage: prog COMMAND [FLAGS]\n") {
 		t.Errorf("usage %q", stdout.String())
+	}
+	// Every summary starts in the same column, whatever the names' lengths.
+	_, list, _ := strings.Cut(stdout.String(), "commands:\n")
+	lines := strings.Split(list, "\n")
+	for i, cmd := range p.Commands {
+		if at, first := strings.Index(lines[i], cmd.Summary), strings.Index(lines[0], p.Commands[0].Summary); at != first || !strings.HasPrefix(lines[i], "  "+cmd.Name+"  ") {
+			t.Errorf("usage line %q: its summary at column %d, the first line's at %d", lines[i], at, first)
+		}
 	}
 	stderr.Reset()
 	if code := p.Help(e, out, []string{"nope"}); code != ExitUsage || !strings.HasPrefix(stderr.String(), "prog help: unknown command \"nope\"") {
