@@ -15,10 +15,10 @@ import (
 // runGrace ("grace") asks the grace advisor (GET /v1/grace).
 func runGrace(c *cli, name string, args []string) int {
 	f := c.newFlags(name)
-	from := f.String("from", "", "start of the window: RFC 3339, Unix `seconds`, or a duration back from now (\"7d\", \"72h\"); default 30 days")
-	to := f.String("to", "", "end of the window, as --from; default now")
+	from := f.String("from", "", "`when` the window starts: RFC 3339, Unix seconds, or a duration back from now (\"7d\", \"72h\"); default 30 days ago")
+	to := f.String("to", "", "`when` the window ends, as --from; default now")
 	nodes := f.String("nodes", "", "only these nodes, a `hostlist` such as node[1-64]")
-	g := f.String("g", "", "candidate values of G, comma-separated (`list` of \"30s,2m,10m\"); default 10s to 6h and the G in force")
+	g := f.String("g", "", "candidate values of G, a comma-separated `list` such as \"30s,2m,10m\"; default 10s to 6h and the G in force")
 	topG := f.String("top-g", "", "the `G` over which the top lists count a teardown long; default the recommended G")
 	top := f.Int("top", 0, "length of the top lists (`n`, 1 to 50; default 10)")
 	asJSON := f.Bool("json", false, "print the answer as JSON")
