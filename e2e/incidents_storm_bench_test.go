@@ -47,14 +47,14 @@ import (
 // BENCHMARKS.md, "Incident storm", has the figures.
 func BenchmarkIncidentStorm(b *testing.B) {
 	defer benchGC(b)()
-	n := benchenv.Ints(b, "GW_BENCH_STORM_NODES", []int{1000})[0]
+	n := benchenv.NonNegInt(b, "GW_BENCH_STORM_NODES", 1000)
 	for range b.N {
 		incidentStorm(b, n)
 	}
 }
 
 func incidentStorm(b *testing.B, n int) {
-	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17962})[0]
+	port := benchenv.NonNegInt(b, "GW_BENCH_PORT", 17962)
 	bm := newBenchMesh(b, "storm-")
 	actions := filepath.Join(bm.dir, "actions.log")
 	g := bm.startAggregator(false, fmt.Sprintf(`

@@ -152,10 +152,10 @@ func replaySettings(t *testing.T) replayConfig {
 	t.Helper()
 	cfg := replayConfig{
 		trace:       envString("GRACEWATCH_REPLAY_TRACE", filepath.Join("testdata", "replay", "coare-saliksik-2020-window.swf")),
-		start:       benchenv.Ints(t, "GRACEWATCH_REPLAY_START", []int{0})[0],
+		start:       benchenv.NonNegInt(t, "GRACEWATCH_REPLAY_START", 0),
 		count:       benchenv.Int(t, "GRACEWATCH_REPLAY_JOBS", 20),
 		nodes:       benchenv.Int(t, "GRACEWATCH_REPLAY_NODES", 4),
-		compression: benchenv.Floats(t, "GRACEWATCH_REPLAY_COMPRESSION", []float64{60})[0],
+		compression: benchenv.Float(t, "GRACEWATCH_REPLAY_COMPRESSION", 60),
 		grace:       benchenv.Duration(t, "GRACEWATCH_REPLAY_GRACE", 10*time.Second),
 		repair:      benchenv.Duration(t, "GRACEWATCH_REPLAY_REPAIR", 20*time.Second),
 		after:       envString("GRACEWATCH_REPLAY_AFTER", "2s"),
@@ -168,13 +168,13 @@ func replaySettings(t *testing.T) replayConfig {
 		csv:         os.Getenv("GRACEWATCH_REPLAY_CSV"),
 		requireHung: os.Getenv("GRACEWATCH_REPLAY_HUNG") == "",
 	}
-	cfg.planTolerance = benchenv.Floats(t, "GRACEWATCH_REPLAY_PLAN_TOLERANCE", []float64{0.002})[0]
+	cfg.planTolerance = benchenv.Float(t, "GRACEWATCH_REPLAY_PLAN_TOLERANCE", 0.002)
 	if cfg.planTolerance < 0 || cfg.planTolerance > 1 {
 		t.Fatalf("GRACEWATCH_REPLAY_PLAN_TOLERANCE=%g: node-hours between 0 and 1", cfg.planTolerance)
 	}
 	cfg.model = replay.Model{
-		Seed:     uint64(benchenv.Ints(t, "GRACEWATCH_REPLAY_SEED", []int{1})[0]),
-		SlowRate: benchenv.Floats(t, "GRACEWATCH_REPLAY_SLOW", []float64{0.05})[0],
+		Seed:     uint64(benchenv.NonNegInt(t, "GRACEWATCH_REPLAY_SEED", 1)),
+		SlowRate: benchenv.Float(t, "GRACEWATCH_REPLAY_SLOW", 0.05),
 		FastMax:  benchenv.Duration(t, "GRACEWATCH_REPLAY_FAST_MAX", time.Second),
 		SlowMin:  benchenv.Duration(t, "GRACEWATCH_REPLAY_SLOW_MIN", cfg.grace/5),
 		SlowMax:  benchenv.Duration(t, "GRACEWATCH_REPLAY_SLOW_MAX", cfg.grace*3/5),

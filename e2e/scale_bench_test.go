@@ -118,8 +118,8 @@ func BenchmarkDownLatency(b *testing.B) {
 // makes the collector work harder instead. It returns the function that
 // restores both.
 func benchGC(b *testing.B) func() {
-	gc := debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0])
-	limit := debug.SetMemoryLimit(int64(benchenv.Ints(b, "GW_BENCH_MEMLIMIT_MIB", []int{6144})[0]) << 20)
+	gc := debug.SetGCPercent(benchenv.NonNegInt(b, "GW_BENCH_GOGC", 400))
+	limit := debug.SetMemoryLimit(int64(benchenv.NonNegInt(b, "GW_BENCH_MEMLIMIT_MIB", 6144)) << 20)
 	return func() {
 		debug.SetGCPercent(gc)
 		debug.SetMemoryLimit(limit)
@@ -202,18 +202,18 @@ func (a *simAgent) publish(mode string, meta *gwpb.Meta, up *gwpb.StateUpdate) p
 
 // downLatency runs one aggregator, n simulated agents and every mode.
 func downLatency(b *testing.B, n int, modes []string) {
-	downs := benchenv.Ints(b, "GW_BENCH_DOWNS", []int{20})[0]
+	downs := benchenv.NonNegInt(b, "GW_BENCH_DOWNS", 20)
 	spacing := benchenv.Duration(b, "GW_BENCH_SPACING", time.Second)
 	lead := benchenv.Duration(b, "GW_BENCH_LEAD", 3*time.Second)
 	settle := benchenv.Duration(b, "GW_BENCH_SETTLE", max(10*time.Second, time.Duration(n)*50*time.Millisecond))
-	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17960})[0]
-	light := benchenv.Ints(b, "GW_BENCH_LIGHT", []int{0})[0] != 0
+	port := benchenv.NonNegInt(b, "GW_BENCH_PORT", 17960)
+	light := benchenv.NonNegInt(b, "GW_BENCH_LIGHT", 0) != 0
 	// Node restriction (as deployed): the aggregator takes a node's state
 	// from its proven direct updates only, so only mode agent can reach
 	// it; GW_BENCH_UNSIGNED=1 runs it with allow_unsigned (and the agents
 	// without keys), where gossip counts, for the gossip and metafirst
 	// modes.
-	unsigned := benchenv.Ints(b, "GW_BENCH_UNSIGNED", []int{0})[0] != 0
+	unsigned := benchenv.NonNegInt(b, "GW_BENCH_UNSIGNED", 0) != 0
 	if !unsigned {
 		for _, m := range modes {
 			if m != "agent" {
@@ -423,8 +423,8 @@ grace = %q
 // members are shut down at cleanup.
 func startSwarm(b *testing.B, n, port int, create func(i int, addr string) (*mesh.Mesh, error), ready func() error) {
 	b.Helper()
-	batch := max(1, benchenv.Ints(b, "GW_BENCH_JOIN_BATCH", []int{20})[0])
-	load := max(1, benchenv.Ints(b, "GW_BENCH_JOIN_LOAD", []int{800})[0])
+	batch := max(1, benchenv.NonNegInt(b, "GW_BENCH_JOIN_BATCH", 20))
+	load := max(1, benchenv.NonNegInt(b, "GW_BENCH_JOIN_LOAD", 800))
 	converge := benchenv.Duration(b, "GW_BENCH_CONVERGE", 4*time.Minute)
 	members := make([]*mesh.Mesh, n)
 	b.Cleanup(func() {

@@ -88,7 +88,7 @@ func BenchmarkMetaPropagation(b *testing.B) {
 // Run with -benchtime 1x.
 func BenchmarkGossipBytes(b *testing.B) {
 	sizes := benchenv.Ints(b, "GW_BENCH_GOSSIP_SIZES", []int{1000})
-	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
+	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.NonNegInt(b, "GW_BENCH_GOGC", 400)))
 	sink := installByteCounter(b)
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
@@ -170,8 +170,8 @@ func gossipTraffic(b *testing.B, sink *byteCounter, n int, withMesh bool) traffi
 	b.Helper()
 	window := benchenv.Duration(b, "GW_BENCH_WINDOW", 30*time.Second)
 	settleMax := benchenv.Duration(b, "GW_BENCH_SETTLE", 3*time.Minute)
-	k := benchenv.Ints(b, "GW_BENCH_EXCHANGES", []int{40})[0]
-	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17946})[0]
+	k := benchenv.NonNegInt(b, "GW_BENCH_EXCHANGES", 40)
+	port := benchenv.NonNegInt(b, "GW_BENCH_PORT", 17946)
 	if withMesh {
 		port++
 	}
@@ -341,8 +341,8 @@ func swarmAddr(i, port int) string {
 // cleanup if the caller has not done so.
 func startSwarm(b *testing.B, n, port int, create func(i int, addr, seed string) (benchMember, error)) []benchMember {
 	b.Helper()
-	batch := max(1, benchenv.Ints(b, "GW_BENCH_JOIN_BATCH", []int{20})[0])
-	load := max(1, benchenv.Ints(b, "GW_BENCH_JOIN_LOAD", []int{1500})[0])
+	batch := max(1, benchenv.NonNegInt(b, "GW_BENCH_JOIN_BATCH", 20))
+	load := max(1, benchenv.NonNegInt(b, "GW_BENCH_JOIN_LOAD", 1500))
 	converge := benchenv.Duration(b, "GW_BENCH_CONVERGE", 4*time.Minute)
 	members := make([]benchMember, n)
 	b.Cleanup(func() { shutdownAll(members) })

@@ -64,20 +64,20 @@ import (
 // GW_BENCH_PPROF=127.0.0.1:port serves net/http/pprof during the run.
 func BenchmarkScaleTiming(b *testing.B) {
 	sizes := benchenv.Ints(b, "GW_BENCH_SCALE_SIZES", []int{1000})
-	repeats := max(1, benchenv.Ints(b, "GW_BENCH_REPEATS", []int{5})[0])
+	repeats := max(1, benchenv.NonNegInt(b, "GW_BENCH_REPEATS", 5))
 	gap := benchenv.Duration(b, "GW_BENCH_GAP", 10*time.Second)
 	limit := benchenv.Duration(b, "GW_BENCH_ROUND_LIMIT", 2*time.Minute)
 	settleMax := benchenv.Duration(b, "GW_BENCH_SETTLE", 3*time.Minute)
-	port := benchenv.Ints(b, "GW_BENCH_PORT", []int{17946})[0] + 2
-	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.Ints(b, "GW_BENCH_GOGC", []int{400})[0]))
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(benchenv.Ints(b, "GW_BENCH_MEMLIMIT_MB", []int{6144})[0]) << 20))
+	port := benchenv.NonNegInt(b, "GW_BENCH_PORT", 17946) + 2
+	defer debug.SetGCPercent(debug.SetGCPercent(benchenv.NonNegInt(b, "GW_BENCH_GOGC", 400)))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(benchenv.NonNegInt(b, "GW_BENCH_MEMLIMIT_MB", 6144)) << 20))
 	if addr := os.Getenv("GW_BENCH_PPROF"); addr != "" {
 		// Profiles of a run in progress, e.g. GW_BENCH_PPROF=127.0.0.1:6060.
 		srv := &http.Server{Addr: addr}
 		go srv.ListenAndServe()
 		defer srv.Close()
 	}
-	stop := watchRSS(int64(benchenv.Ints(b, "GW_BENCH_MAX_RSS_MB", []int{8192})[0]) << 20)
+	stop := watchRSS(int64(benchenv.NonNegInt(b, "GW_BENCH_MAX_RSS_MB", 8192)) << 20)
 	defer stop()
 	sink := installTimingSink(b)
 	for _, n := range sizes {

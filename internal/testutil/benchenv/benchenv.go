@@ -68,11 +68,29 @@ func Ints(b testing.TB, name string, def []int) []int {
 func Floats(b testing.TB, name string, def []float64) []float64 {
 	b.Helper()
 	return setting(b, name, def, "non-negative numbers separated by commas", func(v string) ([]float64, bool) {
-		return list(v, func(f string) (float64, bool) {
-			x, err := strconv.ParseFloat(f, 64)
-			return x, err == nil && x >= 0 && x <= 1e6
-		})
+		return list(v, nonNegFloat)
 	})
+}
+
+// NonNegInt reads one non-negative integer from the environment variable
+// name, or returns def; a bad value, or a list, fails b (a list where one
+// value is read would silently run only its first).
+func NonNegInt(b testing.TB, name string, def int) int {
+	b.Helper()
+	return setting(b, name, def, "a non-negative integer", atLeast(0))
+}
+
+// Float reads one non-negative number (at most 10⁶) from the environment
+// variable name, or returns def; a bad value, or a list, fails b.
+func Float(b testing.TB, name string, def float64) float64 {
+	b.Helper()
+	return setting(b, name, def, "a non-negative number", nonNegFloat)
+}
+
+// nonNegFloat parses a number from 0 to 10⁶.
+func nonNegFloat(v string) (float64, bool) {
+	x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	return x, err == nil && x >= 0 && x <= 1e6
 }
 
 // Int reads a positive integer from the environment variable name, or

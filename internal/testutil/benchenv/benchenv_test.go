@@ -33,6 +33,28 @@ func TestSettings(t *testing.T) {
 			t.Errorf("Floats of %q did not fail", bad)
 		}
 	}
+	// One value where one is read: a list fails rather than run its first.
+	t.Setenv("GW_TEST_ONE", "7")
+	if got := NonNegInt(t, "GW_TEST_ONE", 3); got != 7 {
+		t.Fatalf("NonNegInt = %v", got)
+	}
+	if got := Float(t, "GW_TEST_ONE", 3); got != 7 {
+		t.Fatalf("Float = %v", got)
+	}
+	t.Setenv("GW_TEST_ONE", "0")
+	if got := NonNegInt(t, "GW_TEST_ONE", 3); got != 0 {
+		t.Fatalf("NonNegInt of 0 = %v", got)
+	}
+	for _, bad := range []string{"1,2", "-1", "x"} {
+		t.Setenv("GW_TEST_ONE", bad)
+		r := &recorder{TB: t}
+		NonNegInt(r, "GW_TEST_ONE", 0)
+		f := &recorder{TB: t}
+		Float(f, "GW_TEST_ONE", 0)
+		if !r.failed || !f.failed {
+			t.Errorf("%q: NonNegInt failed %v, Float failed %v; want both", bad, r.failed, f.failed)
+		}
+	}
 	t.Setenv("GW_TEST_INT", " 5")
 	if got := Int(t, "GW_TEST_INT", 3); got != 5 {
 		t.Fatalf("Int = %v", got)
