@@ -212,7 +212,10 @@ func lossSeconds(t *testing.T) time.Duration {
 // aggregator within 3.5 s, while a new TCP connection loses its SYN or
 // SYN-ACK about one time in three here and retries only 1 s later, then
 // 3 s: the agent's sender starts a fresh attempt of the latest state when
-// one hangs, and never queues a newer state behind an older one's send.
+// one hangs, writes each state twice (a write whose bytes sit in TCP's
+// retransmission returned all the same: once, only the probe's answer
+// ended a false down), and never queues a newer state behind an older
+// one's send.
 // GRACEWATCH_LOSS_TEARDOWNS=0 leaves the healthy agents idle. See
 // BENCHMARKS.md, "Faults".
 func TestNetnsPacketLoss(t *testing.T) {

@@ -25,6 +25,17 @@ const (
 	sendRetryFirst = 500 * time.Millisecond
 	// sendRetryMax caps the doubling delay between attempts.
 	sendRetryMax = 8 * time.Second
+	// sendWrites is how many attempts of one state must return without
+	// an error before it counts as delivered to an aggregator. A write
+	// that returned is no delivery: memberlist's SendReliable returns once
+	// the bytes are in the socket's buffer and the connection closed, with
+	// no answer, and on a lossy network those bytes may sit in TCP's
+	// retransmission for seconds (200 ms, then 400, 800, 1,600 ...) while
+	// the aggregator's central deadline runs. The second write goes over a
+	// connection of its own, sendRetryFirst after the first started: two
+	// streams lost is the square of one. The aggregator takes the copy it
+	// already has as a duplicate (it orders by incarnation and seq).
+	sendWrites = 2
 	// sendWarnAfter is the failed attempts of one state to one aggregator
 	// after which it is logged as a warning (before: debug).
 	sendWarnAfter = 3
@@ -39,9 +50,10 @@ type sendFunc func(ctx context.Context, node string, u *gwpb.StateUpdate) error
 // publish starts an attempt to every target at once (in parallel with any
 // attempt still in flight, at most maxInFlight per target); a state that a
 // newer one replaced before its turn is never sent. The latest state is
-// sent again while no attempt of it has succeeded: sendRetryFirst after its
-// first attempt started, then after doubling delays up to sendRetryMax,
-// whether the previous attempt failed or still hangs in its connect.
+// sent again until sendWrites attempts of it have returned without an
+// error (a write is no delivery): sendRetryFirst after its first attempt
+// started, then after doubling delays up to sendRetryMax, whether the
+// previous attempt failed, still hangs in its connect, or returned.
 // Aggregators order states by (incarnation, seq), so arrivals out of order
 // and duplicates are harmless. The targets are the aggregators of the
 // mesh's book: one that gossip lost is still a target (memberlist's word is
@@ -58,6 +70,7 @@ type stateSender struct {
 
 	maxInFlight          int
 	retryFirst, retryMax time.Duration
+	writes               int // sendWrites
 
 	mu      sync.Mutex
 	closed  bool
@@ -70,10 +83,11 @@ type stateSender struct {
 // sendTarget is one aggregator's delivery state. Guarded by stateSender.mu.
 type sendTarget struct {
 	name      string
-	delivered uint64 // newest version an attempt delivered
+	delivered uint64 // newest version delivered (its writes all returned)
 	inFlight  int
 	attempts  int  // attempts of the current version
 	failures  int  // failed attempts of the current version
+	written   int  // attempts of the current version that returned without an error
 	waiting   bool // an attempt is due but every slot is taken
 	timer     clock.Timer
 	timerGen  uint64
@@ -91,6 +105,7 @@ func newStateSender(ctx context.Context, send sendFunc, clk clock.Clock, logger 
 		maxInFlight: sendMaxInFlight,
 		retryFirst:  sendRetryFirst,
 		retryMax:    sendRetryMax,
+		writes:      sendWrites,
 		targets:     make(map[string]*sendTarget),
 	}
 }
@@ -126,7 +141,7 @@ func (s *stateSender) publish(u *gwpb.StateUpdate, targets []string) uint64 {
 			t = &sendTarget{name: name}
 			s.targets[name] = t
 		}
-		t.attempts, t.failures = 0, 0
+		t.attempts, t.failures, t.written = 0, 0, 0
 		s.stopTimerLocked(t)
 		s.attemptLocked(t)
 	}
@@ -134,8 +149,9 @@ func (s *stateSender) publish(u *gwpb.StateUpdate, targets []string) uint64 {
 }
 
 // deliveredAll is the newest version that every current target has been
-// delivered (a delivery of a version proves the ones before it
-// superseded); 0 when there is no target or one has had none.
+// delivered (all its writes returned; a delivery of a version proves the
+// ones before it superseded); 0 when there is no target or one has had
+// none.
 func (s *stateSender) deliveredAll() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -163,7 +179,7 @@ func (s *stateSender) resend(target string) {
 	if t.delivered >= s.version {
 		t.delivered = s.version - 1
 	}
-	t.attempts, t.failures = 0, 0
+	t.attempts, t.failures, t.written = 0, 0, 0
 	s.attemptLocked(t)
 }
 
@@ -233,8 +249,13 @@ func (s *stateSender) attemptLocked(t *sendTarget) {
 func (s *stateSender) doneLocked(t *sendTarget, v uint64, err error) {
 	switch {
 	case err == nil:
-		if v > t.delivered {
-			t.delivered = v
+		if v == s.version {
+			t.written++
+		}
+		// An older version, which a newer one replaced, is not written
+		// again: its one write counts for deliveredAll.
+		if v < s.version || t.written >= s.writes {
+			t.delivered = max(t.delivered, v)
 		}
 		if t.delivered >= s.version {
 			s.stopTimerLocked(t)

@@ -108,8 +108,20 @@ func stateUpdate(seq uint64) *gwpb.StateUpdate {
 }
 
 // newTestSender returns a sender on a fake clock and fake sends, closed
-// (after its ctx is cancelled) when the test ends.
+// (after its ctx is cancelled) when the test ends. One write of a state
+// delivers it: the tests of attempts, back-off and slots answer each call
+// themselves; the confirming write has tests of its own
+// (newConfirmingSender).
 func newTestSender(t *testing.T) (*stateSender, *fakeSends, *clock.Fake, context.CancelFunc) {
+	t.Helper()
+	s, f, clk, cancel := newConfirmingSender(t)
+	s.writes = 1
+	return s, f, clk, cancel
+}
+
+// newConfirmingSender is newTestSender with the sender's own count of
+// writes (sendWrites).
+func newConfirmingSender(t *testing.T) (*stateSender, *fakeSends, *clock.Fake, context.CancelFunc) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	f := newFakeSends(clk)
@@ -117,6 +129,71 @@ func newTestSender(t *testing.T) (*stateSender, *fakeSends, *clock.Fake, context
 	s := newStateSender(ctx, f.send, clk, slog.New(slog.DiscardHandler))
 	t.Cleanup(func() { cancel(); s.close() })
 	return s, f, clk, cancel
+}
+
+// A write that returned is no delivery (the bytes may sit in TCP's
+// retransmission): each state is written a second time, over a connection
+// of its own, sendRetryFirst after the first attempt started, and only
+// then counts as delivered; no third write follows.
+func TestStateSenderWritesEachStateTwice(t *testing.T) {
+	s, f, clk, _ := newConfirmingSender(t)
+	start := clk.Now()
+	s.publish(stateUpdate(4), []string{"agg"})
+	f.call(t, 0).answer <- nil
+	f.waitDelivered(t, "agg", 4)
+	if got := s.deliveredAll(); got != 0 {
+		t.Fatalf("deliveredAll %d after one write, want 0: a write is no delivery", got)
+	}
+	clk.Set(start.Add(sendRetryFirst - time.Millisecond))
+	if n := f.numCalls(); n != 1 {
+		t.Fatalf("%d calls before sendRetryFirst, want 1", n)
+	}
+	clk.Set(start.Add(sendRetryFirst))
+	second := f.call(t, 1)
+	if second.seq != 4 || !second.at.Equal(start.Add(sendRetryFirst)) {
+		t.Fatalf("second write: seq %d at %v, want seq 4 at %v", second.seq, second.at.Sub(start), sendRetryFirst)
+	}
+	second.answer <- nil
+	testutil.Eventually(t, 10*time.Second, "seq 4 delivered", func() bool { return s.deliveredAll() == 1 })
+	settled(t, s, clk)
+	clk.Advance(time.Hour)
+	if n := f.numCalls(); n != 2 {
+		t.Errorf("%d calls, want 2: two writes, then nothing", n)
+	}
+}
+
+// A confirming write that fails is retried on the back-off; a newer state
+// published between the two writes of an older one gets two writes of its
+// own, and the older one no more.
+func TestStateSenderConfirmingWriteRetriedAndOvertaken(t *testing.T) {
+	s, f, clk, _ := newConfirmingSender(t)
+	start := clk.Now()
+	s.publish(stateUpdate(1), []string{"agg"})
+	f.call(t, 0).answer <- nil
+	clk.Set(start.Add(sendRetryFirst))
+	f.call(t, 1).answer <- errors.New("connection reset by peer")
+	clk.Set(start.Add(sendRetryFirst + 2*sendRetryFirst)) // the back-off doubled
+	third := f.call(t, 2)
+	if third.seq != 1 {
+		t.Fatalf("the retried confirming write carries seq %d, want 1", third.seq)
+	}
+	third.answer <- nil
+	testutil.Eventually(t, 10*time.Second, "seq 1 delivered", func() bool { return s.deliveredAll() == 1 })
+	settled(t, s, clk)
+
+	at := clk.Now()
+	s.publish(stateUpdate(2), []string{"agg"})
+	f.call(t, 3).answer <- nil
+	s.publish(stateUpdate(3), []string{"agg"})
+	f.call(t, 4).answer <- nil
+	clk.Set(at.Add(sendRetryFirst))
+	f.call(t, 5).answer <- nil
+	testutil.Eventually(t, 10*time.Second, "seq 3 delivered", func() bool { return s.deliveredAll() == 3 })
+	settled(t, s, clk)
+	clk.Advance(time.Hour)
+	if got := f.seqs(); !slices.Equal(got, []uint64{1, 1, 1, 2, 3, 3}) {
+		t.Errorf("sends %v, want [1 1 1 2 3 3]: seq 2, replaced, is not confirmed", got)
+	}
 }
 
 // settled waits until no attempt is in flight and checks that no retry is
