@@ -30,11 +30,28 @@ build:
 # every skipped test with its reason, the ten slowest tests of 30 s or more
 # (the long poles of the time budget), then "N passed, N failed, N skipped";
 # it exits non-zero when a test or a build failed.
+#
+# The end-to-end tests (./e2e/) run serially within their package (they
+# share the process's environment and default HTTP transport), most of
+# their time waiting on real daemons: the scheduler tests (E2E_LANE: a real
+# Slurm's minute-long time limits, the trace replay) run in a test process
+# of their own beside the rest, which share nothing with them but the
+# machine (each Slurm, Flux, mesh and network namespace is the test's own).
+# testreport runs the three go test commands at once and makes one summary.
 TEST_TIMEOUT ?= 30m
+E2E_LANE     ?= ^(TestReplay|TestSlurm.*)$$
+TEST_FLAGS    = -race -count=1 -timeout $(TEST_TIMEOUT) -json
+TEST_LIST     = $(shell $(GO) list $(PKGS))
+TEST_E2E      = $(filter %/e2e,$(TEST_LIST))
+TEST_UNITS    = $(filter-out %/e2e,$(TEST_LIST))
 test:
 	$(GO) vet $(PKGS)
 	$(GO) build -o bin/testreport ./internal/testutil/testreport
-	bin/testreport $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -json $(PKGS)
+	$(if $(TEST_E2E),@echo "bin/testreport $(GO) test $(TEST_FLAGS) ($(words $(TEST_UNITS)) packages but e2e) ::: e2e -run '$(E2E_LANE)' ::: e2e -skip '$(E2E_LANE)'")
+	@# e2e compiled once (its failure is reported below): its two commands link from the cache.
+	$(if $(TEST_E2E),@$(GO) test -race -count=1 -run '^$$' $(TEST_E2E) >/dev/null 2>&1 || true)
+	@bin/testreport $(if $(TEST_UNITS),$(GO) test $(TEST_FLAGS) $(TEST_UNITS) $(if $(TEST_E2E),:::)) \
+	  $(if $(TEST_E2E),$(GO) test $(TEST_FLAGS) -run '$(E2E_LANE)' $(TEST_E2E) ::: $(GO) test $(TEST_FLAGS) -skip '$(E2E_LANE)' $(TEST_E2E))
 
 # The same suite squeezed onto one busy CPU (scripts/squeeze.sh: CPU 0 beside
 # a busy loop): a test that assumes a speed fails here. Run it idle (make

@@ -13,7 +13,14 @@
 //	go run ./internal/testutil/testreport go test -race -json ./...
 //	go test -json ./... | go run ./internal/testutil/testreport
 //
-// It exits 1 when a test or a build failed, when the command failed, or when
+// Several commands, separated by an argument ":::", run at once, and their
+// events make one summary; the same package in two of them (a package's
+// tests split by -run and -skip) is two packages of the same name, each
+// with its own line:
+//
+//	testreport go test -json -run '^TestA$' ./e2e/ ::: go test -json -skip '^TestA$' ./e2e/
+//
+// It exits 1 when a test or a build failed, when a command failed, or when
 // the input held no test event at all; 2 when it could not run at all.
 // `make test` runs it (Makefile).
 package main
@@ -45,35 +52,47 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return s.finish(0)
 	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdin, cmd.Stderr = stdin, stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		fmt.Fprintf(stderr, "testreport: %v\n", err)
-		return 2
-	}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "testreport: start %s: %v\n", args[0], err)
-		return 2
-	}
-	// Ctrl-C reaches the command too (it is in the terminal's process
-	// group): let it end and report what it did.
-	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
-	s := newSummary(stdout)
-	readErr := s.read(out)
-	if readErr != nil {
-		io.Copy(io.Discard, out)
-	}
-	code := 0
-	if err := cmd.Wait(); err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			fmt.Fprintf(stderr, "testreport: %s: %v\n", args[0], err)
+	var cmds []*exec.Cmd
+	for _, argv := range splitCommands(args) {
+		if len(argv) == 0 {
+			fmt.Fprintln(stderr, "testreport: an empty command (two ::: in a row, or ::: at an end)")
 			return 2
 		}
-		code = ee.ExitCode()
-		if code <= 0 {
-			code = 1 // killed by a signal
+		cmds = append(cmds, exec.Command(argv[0], argv[1:]...))
+	}
+	outs := make([]io.Reader, len(cmds))
+	for i, cmd := range cmds {
+		cmd.Stdin, cmd.Stderr = stdin, stderr
+		if len(cmds) > 1 {
+			cmd.Stdin = nil // one terminal's input for several commands: none reads it
+		}
+		out, err := cmd.StdoutPipe()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "testreport: start %s: %v\n", cmd.Args[0], err)
+			for _, started := range cmds[:i] {
+				_ = started.Process.Kill() // by the pid it started
+				_ = started.Wait()
+			}
+			return 2
+		}
+		outs[i] = out
+	}
+	// Ctrl-C reaches the commands too (they are in the terminal's process
+	// group): let them end and report what they did.
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
+	s := newSummary(stdout)
+	readErr := s.readAll(outs)
+	code := 0
+	for _, cmd := range cmds {
+		err := cmd.Wait()
+		if c := exitCode(err); c < 0 {
+			fmt.Fprintf(stderr, "testreport: %s: %v\n", cmd.Args[0], err)
+			return 2
+		} else if code == 0 {
+			code = c
 		}
 	}
 	if readErr != nil {
@@ -81,4 +100,35 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return s.finish(code)
+}
+
+// splitCommands splits args at each ":::".
+func splitCommands(args []string) [][]string {
+	var cmds [][]string
+	cur := []string{}
+	for _, a := range args {
+		if a == ":::" {
+			cmds = append(cmds, cur)
+			cur = []string{}
+			continue
+		}
+		cur = append(cur, a)
+	}
+	return append(cmds, cur)
+}
+
+// exitCode is a command's exit status from its Wait: 0, its code, 1 when a
+// signal killed it; -1 when it could not be waited for.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return -1
+	}
+	if c := ee.ExitCode(); c > 0 {
+		return c
+	}
+	return 1 // killed by a signal
 }

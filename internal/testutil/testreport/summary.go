@@ -56,7 +56,7 @@ type skipped struct {
 // summary accumulates the events and prints as packages end.
 type summary struct {
 	w      io.Writer
-	pkgs   map[string]*pkg
+	pkgs   map[pkgKey]*pkg
 	builds map[string][]string // build output by ImportPath
 	events int
 
@@ -80,17 +80,57 @@ const (
 )
 
 func newSummary(w io.Writer) *summary {
-	return &summary{w: w, pkgs: map[string]*pkg{}, builds: map[string][]string{}}
+	return &summary{w: w, pkgs: map[pkgKey]*pkg{}, builds: map[string][]string{}}
 }
 
 // read consumes the events of r until it ends, printing each package as it
 // ends. A line that is not an event is printed as it is.
 func (s *summary) read(r io.Reader) error {
+	return readLines(r, func(line []byte) { s.line(0, line) })
+}
+
+// readAll reads the events of several commands at once, each to its end
+// (the rest of one is drained when reading it failed, so that its command
+// can end); a package is told apart by the command it came from.
+func (s *summary) readAll(rs []io.Reader) error {
+	type sourced struct {
+		src  int
+		line []byte
+	}
+	lines := make(chan sourced)
+	errs := make(chan error, len(rs))
+	for i, r := range rs {
+		go func() {
+			err := readLines(r, func(line []byte) { lines <- sourced{i, line} })
+			if err != nil {
+				io.Copy(io.Discard, r)
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for ended := 0; ended < len(rs); {
+		select {
+		case l := <-lines:
+			s.line(l.src, l.line)
+		case err := <-errs:
+			ended++
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// readLines calls f with each line of r (with its newline, the last one
+// perhaps without).
+func readLines(r io.Reader, f func([]byte)) error {
 	br := bufio.NewReader(r)
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
-			s.line(line)
+			f(line)
 		}
 		if err == io.EOF {
 			return nil
@@ -101,7 +141,8 @@ func (s *summary) read(r io.Reader) error {
 	}
 }
 
-func (s *summary) line(line []byte) {
+// line takes one line of the command numbered src (from 0).
+func (s *summary) line(src int, line []byte) {
 	var ev event
 	trimmed := bytes.TrimSpace(line)
 	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(trimmed, &ev) != nil || ev.Action == "" {
@@ -112,19 +153,26 @@ func (s *summary) line(line []byte) {
 		return
 	}
 	s.events++
-	s.event(ev)
+	s.event(src, ev)
 }
 
-func (s *summary) pkg(name string) *pkg {
-	p := s.pkgs[name]
+// pkgKey names package name of command src in summary.pkgs.
+type pkgKey struct {
+	src  int
+	name string
+}
+
+func (s *summary) pkg(src int, name string) *pkg {
+	k := pkgKey{src, name}
+	p := s.pkgs[k]
 	if p == nil {
 		p = &pkg{name: name, tests: map[string]*test{}}
-		s.pkgs[name] = p
+		s.pkgs[k] = p
 	}
 	return p
 }
 
-func (s *summary) event(ev event) {
+func (s *summary) event(src int, ev event) {
 	switch ev.Action {
 	case "build-output":
 		s.builds[ev.ImportPath] = append(s.builds[ev.ImportPath], ev.Output)
@@ -132,7 +180,7 @@ func (s *summary) event(ev event) {
 	case "build-fail":
 		return
 	}
-	p := s.pkg(ev.Package)
+	p := s.pkg(src, ev.Package)
 	if ev.Test == "" {
 		switch ev.Action {
 		case "output":

@@ -218,3 +218,56 @@ func TestSlowest(t *testing.T) {
 		t.Errorf("exit %d, got:\n%s\nwant:\n%s", code, got, want)
 	}
 }
+
+// Several commands separated by ::: run at once into one summary: one
+// package split between two commands is two packages with a line each, and
+// its tests are counted once each; any command's failure fails the whole.
+func TestSeveralCommands(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, events string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(events), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	a := write("a.json", `{"Action":"run","Package":"m/e2e","Test":"TestA"}
+{"Action":"pass","Package":"m/e2e","Test":"TestA","Elapsed":40}
+{"Action":"output","Package":"m/e2e","Output":"ok  \tm/e2e\t41.0s\n"}
+{"Action":"pass","Package":"m/e2e","Elapsed":41}
+`)
+	b := write("b.json", `{"Action":"run","Package":"m/e2e","Test":"TestB"}
+{"Action":"output","Package":"m/e2e","Test":"TestB","Output":"    b_test.go:9: needs slurm\n"}
+{"Action":"skip","Package":"m/e2e","Test":"TestB","Elapsed":0}
+{"Action":"run","Package":"m/e2e","Test":"TestC"}
+{"Action":"pass","Package":"m/e2e","Test":"TestC","Elapsed":1}
+{"Action":"output","Package":"m/e2e","Output":"ok  \tm/e2e\t2.0s\n"}
+{"Action":"pass","Package":"m/e2e","Elapsed":2}
+`)
+	cat := func(path string, status int) []string {
+		return []string{"sh", "-c", fmt.Sprintf(`cat "$0"; exit %d`, status), path}
+	}
+	args := append(append(cat(a, 0), ":::"), cat(b, 0)...)
+	got, code := report(t, "", args...)
+	for _, want := range []string{"ok  \tm/e2e\t41.0s\n", "ok  \tm/e2e\t2.0s\n", "  m/e2e TestB: b_test.go:9: needs slurm\n",
+		"     40.0s m/e2e TestA\n", "\n2 passed, 0 failed, 1 skipped\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+	args = append(append(cat(a, 0), ":::"), cat(b, 3)...)
+	if got, code = report(t, "", args...); code != 1 || !strings.Contains(got, "the command exited with status 3") {
+		t.Errorf("one command failed: exit %d, %q", code, got)
+	}
+	for _, bad := range [][]string{{"true", ":::"}, {":::", "true"}, {"true", ":::", ":::", "true"}} {
+		if _, code := report(t, "", bad...); code != 2 {
+			t.Errorf("%q: exit %d, want 2", bad, code)
+		}
+	}
+	if _, code := report(t, "", "true", ":::", filepath.Join(dir, "missing")); code != 2 {
+		t.Errorf("a missing second command: exit %d, want 2", code)
+	}
+}
