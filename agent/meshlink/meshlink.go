@@ -302,14 +302,16 @@ func (l *running) probe(ctx context.Context, from string, c *gwpb.Control) {
 		ack.Meta = MetaOf(st)
 	}
 	l.log.Debug("probe", "from", from, "id", c.GetId(), "err", err)
-	if err := l.m.Send(from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
-		l.log.Warn("cannot answer a probe", "to", from, "id", c.GetId(), "err", err)
-	}
+	// The state first: resend returns at once, and its attempts run beside
+	// the ack's, which can wait a second for a lost SYN.
 	l.mu.Lock()
 	sender := l.sender
 	l.mu.Unlock()
 	if sender != nil {
 		sender.resend(from)
+	}
+	if err := l.m.Send(from, &gwpb.Envelope{Body: &gwpb.Envelope_Ack{Ack: ack}}); err != nil {
+		l.log.Warn("cannot answer a probe", "to", from, "id", c.GetId(), "err", err)
 	}
 }
 
