@@ -148,6 +148,8 @@ bench-crash:
 # REPLAY_CSV and plots them across the hang rates of REPLAY_HUNG to
 # REPLAY_SVG. The short CI variant is TestReplay with its defaults.
 REPLAY_TRACE       ?= $(abspath ../shared/traces/coare-saliksik-2020.swf.gz)
+# REPLAY_START is how many of the trace's jobs come before the window (100:
+# it starts at the 101st).
 REPLAY_START       ?= 100
 REPLAY_JOBS        ?= 300
 REPLAY_NODES       ?= 12
@@ -180,7 +182,7 @@ bench-replay:
 
 replay-plot:
 	$(GO) run ./internal/replay/replayplot -in $(REPLAY_CSV) -out $(REPLAY_SVG) \
-	  -title "Replay: $(REPLAY_JOBS) jobs of $(notdir $(REPLAY_TRACE)) from job $(REPLAY_START), $(REPLAY_NODES) nodes, compression $(REPLAY_COMPRESSION), seed $(REPLAY_SEED)"
+	  -title "Replay: $(REPLAY_JOBS) jobs of $(notdir $(REPLAY_TRACE)) after its first $(REPLAY_START), $(REPLAY_NODES) nodes, compression $(REPLAY_COMPRESSION), seed $(REPLAY_SEED)"
 
 # A local demonstration (scripts/demo.sh; root, cgroup v2, python3, and
 # /dev/fuse for a truly unkillable epilogue): an aggregator and three node

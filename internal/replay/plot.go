@@ -3,6 +3,7 @@ package replay
 import (
 	"cmp"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -56,7 +57,7 @@ func Plot(r io.Reader, title string) (string, error) {
 		x, err1 := num("hung_rate")
 		lost, err2 := num("lost_node_h")
 		wait, err3 := num("wait_mean_s")
-		if err := errorsJoin(err1, err2, err3); err != nil {
+		if err := errors.Join(err1, err2, err3); err != nil { // every bad column of the row
 			return "", err
 		}
 		if x <= 0 {
@@ -145,13 +146,4 @@ func niceMax(v float64) float64 {
 
 func xmlEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
-}
-
-func errorsJoin(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
 }

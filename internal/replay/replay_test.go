@@ -208,6 +208,22 @@ func TestCompute(t *testing.T) {
 	}
 }
 
+// A row with several bad numbers is refused naming each, with its line.
+func TestPlotNamesEveryBadColumn(t *testing.T) {
+	_, err := Plot(strings.NewReader("run,hung_rate,lost_node_h,wait_mean_s\na,0.01,1,2\nb,x,2,Inf\n"), "t")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{`row 3: hung_rate "x"`, `row 3: wait_mean_s "Inf"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "lost_node_h") {
+		t.Errorf("error %q names the good column lost_node_h", err)
+	}
+}
+
 // FuzzPlot: the plot reads a file. It never panics, and refuses what it
 // cannot draw.
 func FuzzPlot(f *testing.F) {
