@@ -30,6 +30,9 @@ func NewExpirationCommand(argv []string, timeout time.Duration) *ExpirationComma
 	return &ExpirationCommand{argv: argv, timeout: timeout}
 }
 
+// Timeout is the bound of one run.
+func (e *ExpirationCommand) Timeout() time.Duration { return e.timeout }
+
 // Expiration runs the command for job and returns the first non-empty
 // line it printed. The errors say what went wrong: a failed start, an exit
 // status with the end of its standard error, a timeout, no output.

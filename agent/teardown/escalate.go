@@ -54,11 +54,19 @@ func (s *Supervisor) expire(j *job) {
 func (s *Supervisor) askExpiration(j *job) {
 	j.asking = true
 	was, phase := j.Expiration, j.Phase
+	if phase != PhaseRunning {
+		// Until the answer, the job's deadline is told as the latest the
+		// latch may wait for it (job.view): on a slow machine the
+		// command can outlast the D of the stale E.
+		j.askUntil = s.o.Clock.Now().Add(s.o.Expirations.Timeout())
+		s.changed()
+	}
 	ctx := s.ctx
 	go func() {
 		out, err := s.o.Expirations.Expiration(ctx, j.ID)
 		s.post(func() {
-			j.asking = false
+			j.asking, j.askUntil = false, time.Time{}
+			defer s.changed() // the deadline told while asking is over
 			if j.Phase != phase || !j.Expiration.Equal(was) || j.NoExpiration {
 				// Ended, released, or updated meanwhile: that word is
 				// newer. A teardown whose deadline came meanwhile is

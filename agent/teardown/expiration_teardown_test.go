@@ -77,3 +77,39 @@ func TestNoExpirationCommandForATeardownBeforeE(t *testing.T) {
 		t.Fatalf("the exec system was asked %d times", ex.Calls())
 	}
 }
+
+// While its question is open, a teardown's deadline is told as the latest
+// the latch waits for the answer (the command's timeout after the
+// question), not the D of the E in question: an aggregator judging the
+// node by that stale E served it down while the agent waited for a slow
+// command (TestFluxGracePlan, squeezed onto one busy CPU). Answered with
+// the same E, the node is down at once and the deadline told is D again.
+func TestTeardownDeadlineToldWhileAsking(t *testing.T) {
+	e := t0.Add(time.Minute) // G = 60 s
+	hold := make(chan struct{})
+	ex := &fakeExpirations{answers: []string{e.Format(time.RFC3339)}, hold: hold}
+	h := newHarness(t, func(o *Options) { o.Expirations = ex })
+	h.start1("13", e.Format(time.RFC3339), "", "/foreign/13")
+	h.cg.SetPopulated("/foreign/13", true)
+	ended := t0.Add(119 * time.Second)
+	d := e.Add(time.Minute) // min(T_end, E) + G
+	h.clk.Set(ended.Add(-time.Millisecond))
+	h.status()
+	h.clk.Set(ended)
+	if _, err := h.s.EndJob(context.Background(), "13"); err != nil {
+		t.Fatal(err)
+	}
+	until := ended.Add(ex.Timeout())
+	h.eventually("the question's bound told as the deadline", func(st Status) bool {
+		return ex.Calls() == 1 && st.State == StateTeardown && st.FreeAt.Equal(until) && h.job("13").Deadline.Equal(until)
+	})
+	h.clk.Set(d.Add(5 * time.Second)) // past D, the question still open
+	if st := h.status(); st.State != StateTeardown || !st.FreeAt.Equal(until) {
+		t.Fatalf("past D while asking: state %s (%q), free_at %v; want teardown until %v", st.State, st.Reason, st.FreeAt, until)
+	}
+	close(hold)
+	st := h.eventually("down once answered", func(st Status) bool { return st.State == StateDown })
+	if j := h.job("13"); !j.Deadline.Equal(d) || !strings.Contains(st.Reason, "exceeded grace") {
+		t.Errorf("after the answer: deadline %v, reason %q; want D %v, a grace violation", j.Deadline, st.Reason, d)
+	}
+}

@@ -60,13 +60,17 @@ type job struct {
 	EpilogProg   string        `json:"epilog_prog,omitempty"` // the basename of its latest epilogue's program
 
 	// Runtime only.
-	children    map[int]chan int // epilogue pid → receives its exit status
-	timer       clock.Timer
-	poll        clock.Timer // v1 observation of the foreign cgroup
-	atE         clock.Timer // a running job's expiration: the node turns to teardown
-	pids        []int       // the foreign cgroup's processes when last observed
-	asking      bool        // the expiration command runs
-	readFailing bool        // the last read of the foreign cgroup failed (logged once)
+	children map[int]chan int // epilogue pid → receives its exit status
+	timer    clock.Timer
+	poll     clock.Timer // v1 observation of the foreign cgroup
+	atE      clock.Timer // a running job's expiration: the node turns to teardown
+	pids     []int       // the foreign cgroup's processes when last observed
+	asking   bool        // the expiration command runs
+	// askUntil bounds a teardown's open question (asking): the latch
+	// waits for the answer until then, and the job's deadline is told
+	// as the later of D and it (view).
+	askUntil    time.Time
+	readFailing bool // the last read of the foreign cgroup failed (logged once)
 	cancels     []func()
 	lastReport  *diagnose.Report
 	snapshotRun bool
@@ -96,6 +100,13 @@ func (j *job) view() Job {
 		Ended: j.Ended, Deadline: j.Deadline, Released: j.Released, User: j.User, Command: j.command()}
 	if !j.NoExpiration {
 		v.Expiration = j.Expiration
+	}
+	if j.asking && j.askUntil.After(v.Deadline) {
+		// The deadline of a teardown whose E is in question is not D
+		// of that E: the latch waits for the answer (askExpiration).
+		// Told as D, an aggregator would judge the node by the stale E
+		// the question is about.
+		v.Deadline = j.askUntil
 	}
 	if !j.Ended.IsZero() {
 		v.EndedBy = j.EndedBy

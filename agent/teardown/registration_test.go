@@ -241,12 +241,23 @@ type fakeExpirations struct {
 	answers []string // one per call; the last repeats
 	err     error
 	calls   []string
+	hold    chan struct{} // when set, a call answers once it is closed
 }
 
 func (f *fakeExpirations) Expiration(ctx context.Context, job string) (string, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.calls = append(f.calls, job)
+	hold := f.hold
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.err != nil {
 		return "", f.err
 	}
@@ -256,6 +267,9 @@ func (f *fakeExpirations) Expiration(ctx context.Context, job string) (string, e
 	}
 	return a, nil
 }
+
+// Timeout is the bound a real command would have.
+func (f *fakeExpirations) Timeout() time.Duration { return 10 * time.Second }
 
 func (f *fakeExpirations) Calls() int {
 	f.mu.Lock()

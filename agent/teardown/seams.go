@@ -12,6 +12,7 @@ import (
 	"context"
 	"os/exec"
 	"syscall"
+	"time"
 
 	"github.com/gracewatch/gracewatch/agent/diagnose"
 )
@@ -82,6 +83,10 @@ type Foreign struct {
 // turns into a false DOWN. Expiration returns the exec system's answer as
 // text that request.ParseExpiration reads; it blocks, bounded by its own
 // timeout and by ctx.
+//
+// Timeout bounds one call: a teardown's deadline is told as at least that
+// long after its question (job.view).
 type Expirations interface {
 	Expiration(ctx context.Context, job string) (string, error)
+	Timeout() time.Duration
 }

@@ -341,11 +341,12 @@ func (s *Supervisor) compute() Status {
 	now := s.o.Clock.Now()
 	for _, id := range ids {
 		j := s.jobs[id]
-		st.Jobs = append(st.Jobs, j.view())
+		v := j.view()
+		st.Jobs = append(st.Jobs, v)
 		if j.Phase == PhaseTeardown || (j.Phase == PhaseOverdue && !j.Acknowledged) || j.pastExpiration(now) {
 			tearing = true
-			if j.Deadline.After(freeAt) {
-				freeAt = j.Deadline
+			if v.Deadline.After(freeAt) {
+				freeAt = v.Deadline
 			}
 		}
 		if j.Phase == PhaseOverdue && j.Observed {
