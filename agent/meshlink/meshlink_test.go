@@ -47,6 +47,26 @@ func TestMetaOf(t *testing.T) {
 	}
 }
 
+// A teardown whose E is in question is judged at the question's bound
+// (Held) when that is later than D: the meta's deadline and the teardown's
+// carry it, free_at stays D.
+func TestMetaCarriesTheHeldDeadline(t *testing.T) {
+	d := time.UnixMilli(1_800_000_000_000)
+	held := d.Add(7 * time.Second)
+	st := teardown.Status{Node: "n1", State: teardown.StateTeardown, FreeAt: d,
+		Jobs: []teardown.Job{{ID: "5", Phase: teardown.PhaseTeardown, Deadline: d, Held: held, Ended: d.Add(-time.Second)}}}
+	m := MetaOf(st)
+	tds := teardownsOf(st)
+	if m.GetDeadlineMs() != held.UnixMilli() || m.GetFreeAtMs() != d.UnixMilli() || len(tds) != 1 || tds[0].GetDeadlineMs() != held.UnixMilli() {
+		t.Fatalf("meta deadline %d, free_at %d, teardowns %v: want deadline %d (held), free_at %d (D)",
+			m.GetDeadlineMs(), m.GetFreeAtMs(), tds, held.UnixMilli(), d.UnixMilli())
+	}
+	st.Jobs[0].Held = d.Add(-time.Second) // a bound before D holds nothing
+	if m := MetaOf(st); m.GetDeadlineMs() != d.UnixMilli() {
+		t.Errorf("meta deadline %d with a bound before D, want D %d", m.GetDeadlineMs(), d.UnixMilli())
+	}
+}
+
 func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {
 	since := time.UnixMilli(1_800_000_000_000)
 	up := teardown.Status{Node: "n1", State: teardown.StateUp, Since: since, Seq: 42, Incarnation: 3}

@@ -59,9 +59,11 @@ func MetaOf(st teardown.Status) *gwpb.Meta {
 	}
 	// The deadline of the latest teardown still in progress: with it an
 	// aggregator serves the node down if nothing newer arrives by then.
+	// It is when the agent judges it (Judged: D, or later while its E is
+	// in question), so that no aggregator judges by a stale E.
 	for _, j := range st.Jobs {
-		if (j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue) && !j.Deadline.IsZero() && j.Deadline.UnixMilli() > m.DeadlineMs {
-			m.DeadlineMs = j.Deadline.UnixMilli()
+		if (j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue) && !j.Deadline.IsZero() && j.Judged().UnixMilli() > m.DeadlineMs {
+			m.DeadlineMs = j.Judged().UnixMilli()
 		}
 	}
 	// A job still running past its E makes the node tear down as well
@@ -88,7 +90,7 @@ func teardownsOf(st teardown.Status) []*gwpb.Teardown {
 // teardownOf is one job's teardown record: its clock, and for the
 // cluster's history its release, user and command (gwpb.Teardown 8-10).
 func teardownOf(j teardown.Job) *gwpb.Teardown {
-	t := &gwpb.Teardown{Job: j.ID, Phase: string(j.Phase), DeadlineMs: j.Deadline.UnixMilli(), Outcome: j.Outcome,
+	t := &gwpb.Teardown{Job: j.ID, Phase: string(j.Phase), DeadlineMs: j.Judged().UnixMilli(), Outcome: j.Outcome,
 		GraceMs: j.Grace.Milliseconds(), User: j.User, Command: j.Command}
 	if !j.Ended.IsZero() {
 		t.EndedMs = j.Ended.UnixMilli()

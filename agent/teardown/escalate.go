@@ -55,9 +55,9 @@ func (s *Supervisor) askExpiration(j *job) {
 	j.asking = true
 	was, phase := j.Expiration, j.Phase
 	if phase != PhaseRunning {
-		// Until the answer, the job's deadline is told as the latest the
-		// latch may wait for it (job.view): on a slow machine the
-		// command can outlast the D of the stale E.
+		// Until the answer, the latch may wait for it until then
+		// (Job.Held), which the aggregators' central deadline follows:
+		// on a slow machine the command can outlast D of the stale E.
 		j.askUntil = s.o.Clock.Now().Add(s.o.Expirations.Timeout())
 		s.changed()
 	}

@@ -78,13 +78,14 @@ func TestNoExpirationCommandForATeardownBeforeE(t *testing.T) {
 	}
 }
 
-// While its question is open, a teardown's deadline is told as the latest
-// the latch waits for the answer (the command's timeout after the
-// question), not the D of the E in question: an aggregator judging the
-// node by that stale E served it down while the agent waited for a slow
-// command (TestFluxGracePlan, squeezed onto one busy CPU). Answered with
-// the same E, the node is down at once and the deadline told is D again.
-func TestTeardownDeadlineToldWhileAsking(t *testing.T) {
+// While its question is open, a teardown is judged at the latest when the
+// question's bound comes (the command's timeout after it was asked: Held),
+// not at the D of the E in question: told that D, an aggregator judging the
+// node by the stale E served it down while the agent waited for a slow
+// command (TestFluxGracePlan, squeezed onto one busy CPU). The job's D and
+// the node's free_at, the scheduler's plan, stay D. Answered with the same
+// E, the node is down at once and nothing is held any more.
+func TestTeardownHeldWhileAsking(t *testing.T) {
 	e := t0.Add(time.Minute) // G = 60 s
 	hold := make(chan struct{})
 	ex := &fakeExpirations{answers: []string{e.Format(time.RFC3339)}, hold: hold}
@@ -100,16 +101,19 @@ func TestTeardownDeadlineToldWhileAsking(t *testing.T) {
 		t.Fatal(err)
 	}
 	until := ended.Add(ex.Timeout())
-	h.eventually("the question's bound told as the deadline", func(st Status) bool {
-		return ex.Calls() == 1 && st.State == StateTeardown && st.FreeAt.Equal(until) && h.job("13").Deadline.Equal(until)
+	h.eventually("held until the question's bound", func(st Status) bool {
+		j := h.job("13")
+		return ex.Calls() == 1 && st.State == StateTeardown && st.FreeAt.Equal(d) && j.Deadline.Equal(d) &&
+			j.Held.Equal(until) && j.Judged().Equal(until)
 	})
 	h.clk.Set(d.Add(5 * time.Second)) // past D, the question still open
-	if st := h.status(); st.State != StateTeardown || !st.FreeAt.Equal(until) {
-		t.Fatalf("past D while asking: state %s (%q), free_at %v; want teardown until %v", st.State, st.Reason, st.FreeAt, until)
+	if st, j := h.status(), h.job("13"); st.State != StateTeardown || !st.FreeAt.Equal(d) || !j.Judged().Equal(until) {
+		t.Fatalf("past D while asking: state %s (%q), free_at %v, judged %v; want teardown, free_at D %v, judged %v",
+			st.State, st.Reason, st.FreeAt, j.Judged(), d, until)
 	}
 	close(hold)
 	st := h.eventually("down once answered", func(st Status) bool { return st.State == StateDown })
-	if j := h.job("13"); !j.Deadline.Equal(d) || !strings.Contains(st.Reason, "exceeded grace") {
-		t.Errorf("after the answer: deadline %v, reason %q; want D %v, a grace violation", j.Deadline, st.Reason, d)
+	if j := h.job("13"); !j.Held.IsZero() || !j.Judged().Equal(d) || !strings.Contains(st.Reason, "exceeded grace") {
+		t.Errorf("after the answer: held %v, judged %v, reason %q; want nothing held, D %v, a grace violation", j.Held, j.Judged(), st.Reason, d)
 	}
 }

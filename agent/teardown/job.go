@@ -67,8 +67,7 @@ type job struct {
 	pids     []int       // the foreign cgroup's processes when last observed
 	asking   bool        // the expiration command runs
 	// askUntil bounds a teardown's open question (asking): the latch
-	// waits for the answer until then, and the job's deadline is told
-	// as the later of D and it (view).
+	// waits for the answer until then (Job.Held).
 	askUntil    time.Time
 	readFailing bool // the last read of the foreign cgroup failed (logged once)
 	cancels     []func()
@@ -101,12 +100,8 @@ func (j *job) view() Job {
 	if !j.NoExpiration {
 		v.Expiration = j.Expiration
 	}
-	if j.asking && j.askUntil.After(v.Deadline) {
-		// The deadline of a teardown whose E is in question is not D
-		// of that E: the latch waits for the answer (askExpiration).
-		// Told as D, an aggregator would judge the node by the stale E
-		// the question is about.
-		v.Deadline = j.askUntil
+	if j.asking {
+		v.Held = j.askUntil
 	}
 	if !j.Ended.IsZero() {
 		v.EndedBy = j.EndedBy

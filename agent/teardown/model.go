@@ -54,6 +54,10 @@ type Job struct {
 	// Deadline is D = min(T_end, E) + G (E + G while running); zero
 	// without E and T_end.
 	Deadline time.Time
+	// Held is set while a teardown's E is in question (the expiration
+	// command runs): the latch waits for the answer until then, past D
+	// if need be. Judged is the later of the two.
+	Held time.Time
 	// Cgroup is the agent's own job cgroup; Foreign the observed one (a
 	// directory), ForeignName its /proc/PID/cgroup form, and Processes
 	// the pids it held when last observed (at most MaxListedProcesses),
@@ -131,4 +135,15 @@ type StateFileError struct {
 	Error    string // the latest failure
 	Since    time.Time
 	Failures int
+}
+
+// Judged is when the job's teardown is judged at the latest: D, or while
+// its E is in question the bound of the question (Held) if later. The
+// aggregators' central deadline is derived from it (agent/meshlink); the
+// node's free_at, the scheduler's plan, from D.
+func (j Job) Judged() time.Time {
+	if j.Held.After(j.Deadline) {
+		return j.Held
+	}
+	return j.Deadline
 }

@@ -341,12 +341,13 @@ func (s *Supervisor) compute() Status {
 	now := s.o.Clock.Now()
 	for _, id := range ids {
 		j := s.jobs[id]
-		v := j.view()
-		st.Jobs = append(st.Jobs, v)
+		st.Jobs = append(st.Jobs, j.view())
 		if j.Phase == PhaseTeardown || (j.Phase == PhaseOverdue && !j.Acknowledged) || j.pastExpiration(now) {
 			tearing = true
-			if v.Deadline.After(freeAt) {
-				freeAt = v.Deadline
+			// D, not Job.Held: free_at is the scheduler's plan, and
+			// D the best word on when the node is free.
+			if j.Deadline.After(freeAt) {
+				freeAt = j.Deadline
 			}
 		}
 		if j.Phase == PhaseOverdue && j.Observed {
