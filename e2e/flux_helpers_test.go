@@ -403,10 +403,18 @@ func (s *fluxSite) drains(rank int) []drainEvent {
 }
 
 // housekeeping sets what the real housekeeping does on host ("" for
-// nothing).
+// nothing). A script is set once host has no job and no housekeeping: the
+// housekeeping of a job that just ended reads the file as it starts, after
+// the job is inactive, and would otherwise run the next test's script (a
+// hang that held fake0 from the next job: TestFluxGracePlan).
 func (s *fluxSite) housekeeping(host, script string) {
 	s.t.Helper()
 	p := s.path("hk-" + host)
+	if script != "" {
+		s.waitNode(host, "without a job or a housekeeping", 2*time.Minute, func(st, _ string) bool {
+			return st != "allocated" && st != "housekeeping"
+		})
+	}
 	if script == "" {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			s.t.Fatal(err)
