@@ -65,6 +65,11 @@ func TestMetaCarriesTheHeldDeadline(t *testing.T) {
 	if m := MetaOf(st); m.GetDeadlineMs() != d.UnixMilli() {
 		t.Errorf("meta deadline %d with a bound before D, want D %d", m.GetDeadlineMs(), d.UnixMilli())
 	}
+	// A running job asked about at its E + G (free_at E + G): held too.
+	st.Jobs[0] = teardown.Job{ID: "6", Phase: teardown.PhaseRunning, Deadline: d, Held: held}
+	if m := MetaOf(st); m.GetDeadlineMs() != held.UnixMilli() || m.GetFreeAtMs() != d.UnixMilli() {
+		t.Errorf("running job asked about: meta deadline %d, free_at %d; want %d (held), %d", m.GetDeadlineMs(), m.GetFreeAtMs(), held.UnixMilli(), d.UnixMilli())
+	}
 }
 
 func TestGossipedMetaLeavesSinceOutWhileUp(t *testing.T) {

@@ -62,7 +62,9 @@ func MetaOf(st teardown.Status) *gwpb.Meta {
 	// It is when the agent judges it (Judged: D, or later while its E is
 	// in question), so that no aggregator judges by a stale E.
 	for _, j := range st.Jobs {
-		if (j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue) && !j.Deadline.IsZero() && j.Judged().UnixMilli() > m.DeadlineMs {
+		tearing := (j.Phase == teardown.PhaseTeardown || j.Phase == teardown.PhaseOverdue) && !j.Deadline.IsZero()
+		// A running job asked about at its E + G is held too.
+		if (tearing || !j.Held.IsZero()) && j.Judged().UnixMilli() > m.DeadlineMs {
 			m.DeadlineMs = j.Judged().UnixMilli()
 		}
 	}

@@ -54,13 +54,12 @@ func (s *Supervisor) expire(j *job) {
 func (s *Supervisor) askExpiration(j *job) {
 	j.asking = true
 	was, phase := j.Expiration, j.Phase
-	if phase != PhaseRunning {
-		// Until the answer, the latch may wait for it until then
-		// (Job.Held), which the aggregators' central deadline follows:
-		// on a slow machine the command can outlast D of the stale E.
-		j.askUntil = s.o.Clock.Now().Add(s.o.Expirations.Timeout())
-		s.changed()
-	}
+	// Until the answer, the latch may wait for it until then (Job.Held),
+	// which the aggregators' central deadline follows: on a slow machine
+	// the command can outlast D of the stale E (a teardown's, or a
+	// running job's E + G, whose end may come while it is asked).
+	j.askUntil = s.o.Clock.Now().Add(s.o.Expirations.Timeout())
+	s.changed()
 	ctx := s.ctx
 	go func() {
 		out, err := s.o.Expirations.Expiration(ctx, j.ID)

@@ -117,3 +117,25 @@ func TestTeardownHeldWhileAsking(t *testing.T) {
 		t.Errorf("after the answer: held %v, judged %v, reason %q; want nothing held, D %v, a grace violation", j.Held, j.Judged(), st.Reason, d)
 	}
 }
+
+// A running job asked about at its E + G is held the same way: its end may
+// come while the question is open (Flux ends a job planned with G there),
+// and the aggregators must not judge it by the stale E meanwhile.
+func TestRunningJobHeldWhileAsking(t *testing.T) {
+	hold := make(chan struct{})
+	e := t0.Add(time.Minute)
+	ex := &fakeExpirations{answers: []string{t0.Add(10 * time.Minute).Format(time.RFC3339)}, hold: hold}
+	h := newHarness(t, func(o *Options) { o.Expirations = ex })
+	h.start1("14", e.Format(time.RFC3339), "", "")
+	at := e.Add(time.Minute) // E + G
+	h.clk.Set(at)
+	h.eventually("held while asked at E + G", func(st Status) bool {
+		j := h.job("14")
+		return ex.Calls() == 1 && st.State == StateTeardown && st.FreeAt.Equal(at) && j.Held.Equal(at.Add(ex.Timeout()))
+	})
+	close(hold)
+	h.eventually("re-armed, nothing held", func(st Status) bool {
+		j := h.job("14")
+		return st.State == StateUp && j.Held.IsZero() && j.Deadline.Equal(t0.Add(11*time.Minute))
+	})
+}

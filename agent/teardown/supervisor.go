@@ -412,7 +412,7 @@ func jobsEqual(a, b []Job) bool {
 	}
 	for i := range a {
 		if a[i].ID != b[i].ID || a[i].Phase != b[i].Phase || a[i].Escalation != b[i].Escalation || a[i].Epilogs != b[i].Epilogs ||
-			a[i].Outcome != b[i].Outcome || !a[i].Deadline.Equal(b[i].Deadline) || !a[i].Expiration.Equal(b[i].Expiration) ||
+			a[i].Outcome != b[i].Outcome || !a[i].Deadline.Equal(b[i].Deadline) || !a[i].Held.Equal(b[i].Held) || !a[i].Expiration.Equal(b[i].Expiration) ||
 			a[i].ForeignName != b[i].ForeignName || a[i].User != b[i].User || a[i].Command != b[i].Command {
 			return false
 		}
