@@ -207,6 +207,11 @@ func (s *Supervisor) escalate(j *job) {
 	// hung; a snapshot slower than latchWait (its /proc reads are bounded,
 	// but may block) does not delay the DOWN beyond it. The snapshot is a
 	// single sample, so SIGTERM is not delayed by the sampling interval.
+	// Until it lands, the job is told as judged by then (Job.Held): a
+	// judgement made past D (the answer to an expiration question came
+	// late) must not be told meanwhile with the D already past, which an
+	// aggregator would take as a silent node (the central deadline).
+	j.latchBy = s.o.Clock.Now().Add(latchWait)
 	t := s.o.Clock.AfterFunc(latchWait, func() { s.post(func() { s.latchJob(j); s.changed() }) })
 	s.snapshot(j, diagnose.StageBeforeSignal, true, func() {
 		t.Stop()

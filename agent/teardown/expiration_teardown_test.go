@@ -139,3 +139,86 @@ func TestRunningJobHeldWhileAsking(t *testing.T) {
 		return st.State == StateUp && j.Held.IsZero() && j.Deadline.Equal(t0.Add(11*time.Minute))
 	})
 }
+
+// A question answered after D makes the job overdue then, and its latch
+// lands only once the snapshot is in (latchWait at most): until then the
+// job is told as judged by the latch's bound, never by the D already
+// past. Told that D for those milliseconds, an aggregator took the node
+// for silent and drained it by the central deadline just before the
+// agent's own DOWN came (TestFlux, an agent restarted during a hung
+// housekeeping, whose question was answered a second after D).
+func TestHeldUntilTheLatchAfterALateAnswer(t *testing.T) {
+	e := t0.Add(time.Minute) // G = 60 s
+	hold := make(chan struct{})
+	ex := &fakeExpirations{answers: []string{e.Format(time.RFC3339)}, hold: hold}
+	h := newHarness(t, func(o *Options) { o.Expirations = ex })
+	h.diag.block = make(chan struct{})
+	h.start1("15", e.Format(time.RFC3339), "", "/foreign/15")
+	h.cg.SetPopulated("/foreign/15", true)
+	ended := t0.Add(119 * time.Second)
+	d := e.Add(time.Minute)
+	h.clk.Set(ended.Add(-time.Millisecond))
+	h.status()
+	h.clk.Set(ended)
+	if _, err := h.s.EndJob(context.Background(), "15"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("asking", func(Status) bool { return ex.Calls() == 1 && !h.job("15").Held.IsZero() })
+	answered := d.Add(2 * time.Second) // the answer comes past D
+	h.clk.Set(answered)
+	close(hold)
+	h.eventually("overdue, the snapshot pending", func(st Status) bool {
+		j := h.job("15")
+		return j.Phase == PhaseOverdue && st.State == StateTeardown
+	})
+	st := h.status()
+	j := h.job("15")
+	if want := answered.Add(latchWait); !j.Judged().Equal(want) || !st.FreeAt.Equal(d) || !j.Deadline.Equal(d) {
+		t.Fatalf("overdue past D, latch pending: judged %v, free_at %v, D %v; want judged %v (the latch's bound), free_at and D %v",
+			j.Judged(), st.FreeAt, j.Deadline, want, d)
+	}
+	h.advance(latchWait)
+	st = h.eventually("down by the latch's bound", func(st Status) bool { return st.State == StateDown })
+	if j := h.job("15"); !j.Held.IsZero() || !j.Judged().Equal(d) {
+		t.Errorf("latched: held %v, judged %v; want nothing held, D %v", j.Held, j.Judged(), d)
+	}
+	close(h.diag.block)
+	h.eventually("diagnosed", func(st Status) bool { return len(h.cg.Signals()) == 1 })
+}
+
+// An agent restarted while its teardown's question is open asks it again
+// as it re-adopts the teardown, not at D: the answer is in before D, so
+// that the node is judged at D by its exec system's word (TestFlux, the
+// agent restarted during a hung housekeeping, asked only at D and was
+// answered a second after it).
+func TestRestartAsksTheOpenQuestionAgain(t *testing.T) {
+	e := t0.Add(time.Minute) // G = 60 s
+	hold := make(chan struct{})
+	ex := &fakeExpirations{answers: []string{e.Format(time.RFC3339)}, hold: hold}
+	h := newHarness(t, func(o *Options) { o.Expirations = ex })
+	h.start1("16", e.Format(time.RFC3339), "", "/foreign/16")
+	h.cg.SetPopulated("/foreign/16", true)
+	ended := t0.Add(100 * time.Second)
+	d := e.Add(time.Minute)
+	h.clk.Set(ended.Add(-time.Millisecond))
+	h.status()
+	h.clk.Set(ended)
+	if _, err := h.s.EndJob(context.Background(), "16"); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("asking", func(Status) bool { return ex.Calls() == 1 && !h.job("16").Held.IsZero() })
+	h.stop() // the question is cut short
+	close(hold)
+	ex2 := &fakeExpirations{answers: []string{e.Format(time.RFC3339)}}
+	h.clk.Set(ended.Add(time.Second))
+	h.start(func(o *Options) { o.Expirations = ex2 })
+	h.eventually("asked again at the restart, answered before D", func(st Status) bool {
+		j := h.job("16")
+		return ex2.Calls() == 1 && j.Held.IsZero() && st.State == StateTeardown && j.Deadline.Equal(d)
+	})
+	h.clk.Set(d)
+	st := h.eventually("down at D", func(st Status) bool { return st.State == StateDown })
+	if n := ex2.Calls(); n != 1 || !strings.Contains(st.Reason, "exceeded grace") {
+		t.Fatalf("after D: asked %d times since the restart, reason %q; want 1, a grace violation", n, st.Reason)
+	}
+}

@@ -68,7 +68,10 @@ type job struct {
 	asking   bool        // the expiration command runs
 	// askUntil bounds a teardown's open question (asking): the latch
 	// waits for the answer until then (Job.Held).
-	askUntil    time.Time
+	askUntil time.Time
+	// latchBy is when the latch of an overdue job is due at the latest
+	// (escalate: the snapshot's wait, latchWait), until it lands (Job.Held).
+	latchBy     time.Time
 	readFailing bool // the last read of the foreign cgroup failed (logged once)
 	cancels     []func()
 	lastReport  *diagnose.Report
@@ -102,6 +105,9 @@ func (j *job) view() Job {
 	}
 	if j.asking {
 		v.Held = j.askUntil
+	}
+	if j.latchBy.After(v.Held) {
+		v.Held = j.latchBy
 	}
 	if !j.Ended.IsZero() {
 		v.EndedBy = j.EndedBy

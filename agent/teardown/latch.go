@@ -17,6 +17,7 @@ import (
 
 // latchJob latches the node DOWN for overdue job j, once.
 func (s *Supervisor) latchJob(j *job) {
+	j.latchBy = time.Time{}
 	if j.Latched || j.Acknowledged || j.Observed || j.Phase != PhaseOverdue {
 		return
 	}

@@ -51,6 +51,12 @@ func (s *Supervisor) readopt() {
 		switch {
 		case j.Phase == PhaseTeardown:
 			s.armAt(j, j.Deadline, func() { s.overdue(j) })
+			if s.askTeardown(j) {
+				// A question the restart cut short (or never let
+				// begin) is asked again now, as the teardown asks as
+				// it starts: its answer is in before D, not after it.
+				s.askExpiration(j)
+			}
 		case j.Escalation == escNone:
 			if j.Observed && !s.o.Observe {
 				// Restarted in enforce mode: a teardown still overdue

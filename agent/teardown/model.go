@@ -54,9 +54,12 @@ type Job struct {
 	// Deadline is D = min(T_end, E) + G (E + G while running); zero
 	// without E and T_end.
 	Deadline time.Time
-	// Held is set while a teardown's E is in question (the expiration
-	// command runs): the latch waits for the answer until then, past D
-	// if need be. Judged is the later of the two.
+	// Held is set while the job's E is in question (the expiration
+	// command runs, for a teardown or for a running job at E + G): the
+	// latch waits for the answer until then, past D if need be; and once
+	// the job is overdue, until its latch lands (at most latchWait after
+	// it was judged, which is past D when the answer came late). Judged
+	// is the later of D and Held.
 	Held time.Time
 	// Cgroup is the agent's own job cgroup; Foreign the observed one (a
 	// directory), ForeignName its /proc/PID/cgroup form, and Processes
