@@ -65,6 +65,12 @@ func (s *Supervisor) askExpiration(j *job) {
 		out, err := s.o.Expirations.Expiration(ctx, j.ID)
 		s.post(func() {
 			j.asking, j.askUntil = false, time.Time{}
+			if ctx.Err() != nil {
+				// The agent stops: the question was cut short, not
+				// answered. Recorded as asked, it would not be asked
+				// again after the restart (readopt).
+				return
+			}
 			defer s.changed() // the deadline told while asking is over
 			if j.Phase != phase || !j.Expiration.Equal(was) || j.NoExpiration {
 				// Ended, released, or updated meanwhile: that word is
