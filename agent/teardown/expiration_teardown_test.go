@@ -34,14 +34,7 @@ func TestExpirationCommandForATeardownPastE(t *testing.T) {
 			h := newHarness(t, func(o *Options) { o.Expirations = ex })
 			h.start1("11", e.Format(time.RFC3339), "", "/foreign/11")
 			h.cg.SetPopulated("/foreign/11", true)
-			// The end comes as a report, not by the clock (which would
-			// make a running job at E + G ask on its own).
-			h.clk.Set(c.ended.Add(-time.Millisecond))
-			h.status()
-			h.clk.Set(c.ended)
-			if _, err := h.s.EndJob(context.Background(), "11"); err != nil {
-				t.Fatal(err)
-			}
+			h.endAt("11", c.ended)
 			if c.want.IsZero() {
 				st := h.eventually("down once answered", func(st Status) bool { return st.State == StateDown })
 				if n := ex.Calls(); n < 1 || n > c.maxCalls || !strings.Contains(st.Reason, "exceeded grace") {
@@ -94,12 +87,7 @@ func TestTeardownHeldWhileAsking(t *testing.T) {
 	h.cg.SetPopulated("/foreign/13", true)
 	ended := t0.Add(119 * time.Second)
 	d := e.Add(time.Minute) // min(T_end, E) + G
-	h.clk.Set(ended.Add(-time.Millisecond))
-	h.status()
-	h.clk.Set(ended)
-	if _, err := h.s.EndJob(context.Background(), "13"); err != nil {
-		t.Fatal(err)
-	}
+	h.endAt("13", ended)
 	until := ended.Add(ex.Timeout())
 	h.eventually("held until the question's bound", func(st Status) bool {
 		j := h.job("13")
@@ -157,12 +145,7 @@ func TestHeldUntilTheLatchAfterALateAnswer(t *testing.T) {
 	h.cg.SetPopulated("/foreign/15", true)
 	ended := t0.Add(119 * time.Second)
 	d := e.Add(time.Minute)
-	h.clk.Set(ended.Add(-time.Millisecond))
-	h.status()
-	h.clk.Set(ended)
-	if _, err := h.s.EndJob(context.Background(), "15"); err != nil {
-		t.Fatal(err)
-	}
+	h.endAt("15", ended)
 	h.eventually("asking", func(Status) bool { return ex.Calls() == 1 && !h.job("15").Held.IsZero() })
 	answered := d.Add(2 * time.Second) // the answer comes past D
 	h.clk.Set(answered)
@@ -200,12 +183,7 @@ func TestRestartAsksTheOpenQuestionAgain(t *testing.T) {
 	h.cg.SetPopulated("/foreign/16", true)
 	ended := t0.Add(100 * time.Second)
 	d := e.Add(time.Minute)
-	h.clk.Set(ended.Add(-time.Millisecond))
-	h.status()
-	h.clk.Set(ended)
-	if _, err := h.s.EndJob(context.Background(), "16"); err != nil {
-		t.Fatal(err)
-	}
+	h.endAt("16", ended)
 	h.eventually("asking", func(Status) bool { return ex.Calls() == 1 && !h.job("16").Held.IsZero() })
 	h.stop() // the question is cut short
 	close(hold)
@@ -220,5 +198,18 @@ func TestRestartAsksTheOpenQuestionAgain(t *testing.T) {
 	st := h.eventually("down at D", func(st Status) bool { return st.State == StateDown })
 	if n := ex2.Calls(); n != 1 || !strings.Contains(st.Reason, "exceeded grace") {
 		t.Fatalf("after D: asked %d times since the restart, reason %q; want 1, a grace violation", n, st.Reason)
+	}
+}
+
+// endAt ends job id by a report at ended: the clock steps to just before
+// it first, so that the end comes as the report, not by the clock (which
+// would make a running job at E + G ask on its own).
+func (h *harness) endAt(id string, ended time.Time) {
+	h.t.Helper()
+	h.clk.Set(ended.Add(-time.Millisecond))
+	h.status()
+	h.clk.Set(ended)
+	if _, err := h.s.EndJob(context.Background(), id); err != nil {
+		h.t.Fatal(err)
 	}
 }

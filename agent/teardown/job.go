@@ -66,8 +66,9 @@ type job struct {
 	atE      clock.Timer // a running job's expiration: the node turns to teardown
 	pids     []int       // the foreign cgroup's processes when last observed
 	asking   bool        // the expiration command runs
-	// askUntil bounds a teardown's open question (asking): the latch
-	// waits for the answer until then (Job.Held).
+	// askUntil bounds the open question (asking), a teardown's or a
+	// running job's at E + G: the latch waits for the answer until then
+	// (Job.Held).
 	askUntil time.Time
 	// latchBy is when the latch of an overdue job is due at the latest
 	// (escalate: the snapshot's wait, latchWait), until it lands (Job.Held).
